@@ -1,0 +1,1 @@
+"""oss-responses: OpenAI's Responses API for gpt-oss, as durable background jobs."""

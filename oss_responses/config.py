@@ -1,0 +1,101 @@
+"""Settings: one pydantic-settings class, environment prefix ``OSS_RESPONSES_``.
+
+Nothing here is built at import time; call :func:`get_settings` (cached) or build
+``Settings(...)`` explicitly in tests. Every field is listed in README.md's table.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OSS_RESPONSES_", extra="ignore")
+
+    # --- stores -------------------------------------------------------------
+    database_url: str = Field(
+        "sqlite:///./var/oss-responses.db",
+        description="SQLAlchemy URL (sync form). sqlite:///... or postgresql+psycopg://...",
+    )
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for events, leases, cancel flags")
+    broker_url: str | None = Field(None, description="Celery broker; defaults to redis_url")
+
+    # --- models and queues --------------------------------------------------
+    models: list[str] = Field(
+        default_factory=lambda: ["gpt-oss-20b"],
+        description="Model names served; each has its own Celery queue (see queue_prefix)",
+    )
+    queue_prefix: str = Field("responses.", description="Celery queue of a model = prefix + model name")
+
+    # --- event log ----------------------------------------------------------
+    event_ttl_seconds: int = Field(86_400, description="How long a response's event stream is kept after it ended")
+    stream_ping_seconds: float = Field(15.0, description="SSE keep-alive comment interval")
+
+    # --- worker -------------------------------------------------------------
+    worker_model: str = Field("gpt-oss-20b", description="The model (and queue) this worker serves")
+    worker_concurrency: int = Field(8, description="Responses one worker runs at once (Celery threads)")
+    engine: Literal["scripted", "vllm"] = Field("scripted", description="Which engine the worker runs")
+    lease_seconds: float = Field(15.0, description="TTL of a running response's lease; renewed every third of it")
+    reaper_interval_seconds: float = Field(10.0, description="How often a worker fails responses whose lease expired")
+    visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
+
+    # --- scripted engine ----------------------------------------------------
+    scripted_tokens_per_second: float = Field(0.0, description="Per-response speed of the scripted engine; 0 = unlimited")
+    scripted_step_interval_seconds: float = Field(
+        0.0, description="Scripted engine step: one token for every running response per step; 0 = no stepping"
+    )
+
+    # --- vLLM engine --------------------------------------------------------
+    vllm_model: str = Field("openai/gpt-oss-20b", description="Model path or hub name for vLLM")
+    vllm_dtype: str = Field("auto", description="vLLM dtype")
+    vllm_tensor_parallel_size: int = Field(1, description="vLLM tensor_parallel_size")
+    vllm_max_model_len: int | None = Field(None, description="vLLM max_model_len")
+    vllm_gpu_memory_utilization: float = Field(0.9, description="vLLM gpu_memory_utilization")
+    vllm_enable_prefix_caching: bool = Field(True, description="vLLM enable_prefix_caching")
+    vllm_engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="Any other AsyncEngineArgs, as JSON (e.g. {\"enforce_eager\": true})"
+    )
+
+    # --- harmony rendering --------------------------------------------------
+    tiktoken_dir: Path = Field(
+        Path("./var/tiktoken"), description="Where o200k_base.tiktoken is unpacked (TIKTOKEN_ENCODINGS_BASE)"
+    )
+    knowledge_cutoff: str = Field("2024-06", description="Knowledge cutoff in gpt-oss's system message")
+    default_reasoning_effort: Literal["low", "medium", "high"] = Field("medium", description="When a request sets none")
+    default_max_output_tokens: int = Field(4096, description="Output budget when a request sets none")
+
+    # --- tools (MCP) --------------------------------------------------------
+    tool_servers: dict[str, str] = Field(
+        default_factory=dict,
+        description='MCP servers by label, as JSON: {"code_interpreter": "http://calc:8811/mcp"}',
+    )
+    builtin_tool_labels: dict[str, str] = Field(
+        default_factory=lambda: {"code_interpreter": "python", "web_search_preview": "browser"},
+        description="Labels served as gpt-oss's built-in tools: label -> python | browser",
+    )
+    mcp_url_allowlist: list[str] = Field(
+        default_factory=list, description="URL prefixes a request's own server_url may use"
+    )
+    mcp_allow_private_urls: bool = Field(False, description="Allow loopback/private server_url addresses")
+    mcp_call_timeout_seconds: float = Field(30.0, description="Timeout of one MCP tool call")
+
+    # --- API ------------------------------------------------------------------
+    api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")
+    api_port: int = Field(8000, description="Port of the API")
+
+    @property
+    def celery_broker_url(self) -> str:
+        return self.broker_url or self.redis_url
+
+    def queue_for(self, model: str) -> str:
+        return f"{self.queue_prefix}{model}"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,1 @@
+"""Engines: what turns a prompt of token ids into generated token ids."""

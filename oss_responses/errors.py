@@ -1,0 +1,47 @@
+"""One error hierarchy, shaped like OpenAI's, mapped once to HTTP in the API.
+
+``ServiceError`` carries the four fields of OpenAI's error object
+(``{"error": {"message", "type", "param", "code"}}``) plus the HTTP status.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ServiceError(Exception):
+    status_code: ClassVar[int] = 500
+    type: ClassVar[str] = "server_error"
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        self.code = code
+
+    def to_body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+    type = "invalid_request_error"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    type = "invalid_request_error"
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    type = "invalid_request_error"
+
+
+class ServiceUnavailable(ServiceError):
+    status_code = 503
+    type = "server_error"
+
+
+class VocabularyError(RuntimeError):
+    """The harmony vocabulary file is missing or is not the expected one (start-up error)."""

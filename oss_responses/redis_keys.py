@@ -1,0 +1,43 @@
+"""Every Redis key and channel the service uses, in one place (the whole Redis layout).
+
+- ``events(id)``   STREAM  one entry per event, entry id ``0-{sequence_number + 1}``, fields
+                           ``f`` = the SSE frame bytes (``event: TYPE\\ndata: JSON\\n\\n``);
+                           a last entry with field ``end`` marks the stream closed (terminal event
+                           written, or the response was cancelled). TTL set once it ended.
+- ``lease(id)``    STRING  the worker id holding the response; TTL = lease_seconds, renewed.
+- ``cancel(id)``   STRING  "1" once cancel was asked (a worker checks it before it starts).
+- ``progress(id)`` STRING  the generated token ids so far, packed little-endian uint32.
+- ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
+- ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
+"""
+
+from __future__ import annotations
+
+PREFIX = "oss:"
+
+CANCEL_CHANNEL = PREFIX + "cancel"
+
+
+def events(response_id: str) -> str:
+    return f"{PREFIX}events:{response_id}"
+
+
+def lease(response_id: str) -> str:
+    return f"{PREFIX}lease:{response_id}"
+
+
+def cancel(response_id: str) -> str:
+    return f"{PREFIX}cancel:{response_id}"
+
+
+def progress(response_id: str) -> str:
+    return f"{PREFIX}progress:{response_id}"
+
+
+def worker_ready(worker_id: str) -> str:
+    return f"{PREFIX}worker:{worker_id}:ready"
+
+
+def event_id(sequence_number: int) -> str:
+    """Stream entry id of the event with this sequence_number (ids must be > 0-0)."""
+    return f"0-{sequence_number + 1}"

@@ -1,0 +1,223 @@
+"""The create-response request body, validated.
+
+openai's request types are TypedDicts that pydantic validates loosely (unknown keys dropped, tools
+checked lazily), so the body is validated here: top-level fields strictly (an unknown field is a
+400, as OpenAI answers), input items and tools with openai's own pydantic models, dispatched on
+``type`` so that an error names one model, not fifty.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openai.types.responses import (
+    EasyInputMessage,
+    FunctionTool,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+    WebSearchPreviewTool,
+    WebSearchTool,
+)
+from openai.types.responses.response_input_item import (
+    FunctionCallOutput,
+    ItemReference,
+    McpApprovalRequest,
+    McpApprovalResponse,
+    McpCall,
+    McpListTools,
+    Message,
+)
+from openai.types.responses.tool import CodeInterpreter, Mcp
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from oss_responses.errors import BadRequest
+
+InputItem = (
+    EasyInputMessage
+    | Message
+    | ResponseOutputMessage
+    | ResponseReasoningItem
+    | ResponseFunctionToolCall
+    | FunctionCallOutput
+    | McpCall
+    | McpListTools
+    | McpApprovalRequest
+    | McpApprovalResponse
+    | ItemReference
+)
+RequestTool = FunctionTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
+
+_TOOL_MODELS: dict[str, type[BaseModel]] = {
+    "function": FunctionTool,
+    "mcp": Mcp,
+    "code_interpreter": CodeInterpreter,
+    "web_search_preview": WebSearchPreviewTool,
+    "web_search_preview_2025_03_11": WebSearchPreviewTool,
+    "web_search": WebSearchTool,
+}
+
+_ITEM_MODELS: dict[str, type[BaseModel]] = {
+    "reasoning": ResponseReasoningItem,
+    "function_call": ResponseFunctionToolCall,
+    "function_call_output": FunctionCallOutput,
+    "mcp_call": McpCall,
+    "mcp_list_tools": McpListTools,
+    "mcp_approval_request": McpApprovalRequest,
+    "mcp_approval_response": McpApprovalResponse,
+    "item_reference": ItemReference,
+}
+
+
+def _message_model(item: dict[str, Any]) -> type[BaseModel]:
+    """A ``type: message`` item is one of three shapes; pick by role and content."""
+    content = item.get("content")
+    if item.get("role") == "assistant" and "id" in item and isinstance(content, list):
+        return ResponseOutputMessage
+    if isinstance(content, str):
+        return EasyInputMessage
+    if item.get("role") in ("user", "system", "developer") and "type" in item:
+        return Message
+    return EasyInputMessage
+
+
+def _loc(prefix: str, error: dict[str, Any]) -> str:
+    parts = [prefix] + [f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]]
+    return "".join(parts)
+
+
+def _validate_one(model: type[BaseModel], value: Any, param: str) -> BaseModel:
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise BadRequest(f"Invalid value for '{_loc(param, first)}': {first['msg']}", param=_loc(param, first)) from exc
+
+
+def parse_input_item(value: Any, param: str) -> BaseModel:
+    if not isinstance(value, dict):
+        raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
+    item_type = value.get("type", "message")
+    if item_type == "message":
+        return _validate_one(_message_model(value), value, param)
+    model = _ITEM_MODELS.get(item_type)
+    if model is None:
+        raise BadRequest(
+            f"Invalid value for '{param}.type': input items of type '{item_type}' are not supported by gpt-oss.",
+            param=f"{param}.type",
+            code="unsupported_value",
+        )
+    return _validate_one(model, value, param)
+
+
+def parse_tool(value: Any, param: str) -> BaseModel:
+    if not isinstance(value, dict):
+        raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
+    model = _TOOL_MODELS.get(value.get("type", ""))
+    if model is None:
+        raise BadRequest(
+            f"Invalid value for '{param}.type': tools of type '{value.get('type')}' are not supported "
+            "(supported: function, mcp, code_interpreter, web_search_preview).",
+            param=f"{param}.type",
+            code="unsupported_value",
+        )
+    return _validate_one(model, value, param)
+
+
+class Reasoning(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    effort: Literal["low", "medium", "high"] | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: Literal["text", "json_schema", "json_object"] = "text"
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: TextFormat | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+
+
+class CreateResponseRequest(BaseModel):
+    """``POST /v1/responses``. Unknown top-level fields are refused (OpenAI answers 400 too)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    input: str | list[InputItem] = Field(default_factory=list)
+    instructions: str | None = None
+    tools: list[RequestTool] = Field(default_factory=list)
+    tool_choice: Any = "auto"
+    parallel_tool_calls: bool = True
+    max_tool_calls: int | None = Field(None, ge=1)
+    reasoning: Reasoning | None = None
+    text: TextConfig | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    metadata: dict[str, str] | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    background: bool = False
+    include: list[str] | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str | None = None
+    top_logprobs: int | None = None
+    # vLLM's extension: return the harmony messages as input_messages / output_messages.
+    enable_response_messages: bool = False
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [parse_input_item(item, f"input[{i}]") for i, item in enumerate(value)]
+        return value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and len(value) > 16:
+            raise ValueError("metadata can hold at most 16 keys")
+        return value
+
+    def input_items(self) -> list[BaseModel]:
+        """``input`` as a list of items (a string is one user message)."""
+        if isinstance(self.input, str):
+            return [EasyInputMessage(role="user", content=self.input, type="message")]
+        return list(self.input)
+
+
+_adapter = TypeAdapter(CreateResponseRequest)
+
+
+def parse_create_request(body: Any) -> CreateResponseRequest:
+    """Validate a JSON body; every failure is a :class:`BadRequest` naming the parameter."""
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    try:
+        return _adapter.validate_python(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        param = _loc("", first).lstrip(".") or None
+        if first["type"] == "extra_forbidden":
+            raise BadRequest(f"Unrecognized request argument supplied: {param}", param=param) from exc
+        if first["type"] == "missing":
+            raise BadRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter") from exc
+        raise BadRequest(f"Invalid value for '{param}': {first['msg']}", param=param, code="invalid_value") from exc
