@@ -1,0 +1,119 @@
+"""Responses input items → harmony message dicts (the turn's new messages, stored for replay).
+
+One converter per item type. Function-call outputs are addressed to ``functions.NAME``, the name
+found from the call_id among this turn's items and the earlier turns' calls; an unknown call_id is a
+400. MCP calls given back as input replay as the call plus the tool's answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from openai.types.responses import EasyInputMessage, ResponseFunctionToolCall, ResponseOutputMessage, ResponseReasoningItem
+from openai.types.responses.response_input_item import FunctionCallOutput, McpCall, McpListTools, Message
+from pydantic import BaseModel
+
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
+
+FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function call's header
+_ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
+
+
+class InputConverter:
+    """Converts one request's input items, remembering the function calls it has seen."""
+
+    def __init__(self, known_calls: Mapping[str, str], namespaces: Mapping[str, str], builtin_namespaces: frozenset[str]):
+        self.function_calls: dict[str, str] = {}
+        self._known_calls = known_calls
+        self._namespaces = namespaces  # MCP server_label -> harmony namespace
+        self._builtin_namespaces = builtin_namespaces
+        self._converters: dict[type[BaseModel], Callable[[Any, str], list[dict[str, Any]]]] = {
+            EasyInputMessage: self._message,
+            Message: self._message,
+            ResponseOutputMessage: self._output_message,
+            ResponseReasoningItem: self._reasoning,
+            ResponseFunctionToolCall: self._function_call,
+            FunctionCallOutput: self._function_call_output,
+            McpCall: self._mcp_call,
+            McpListTools: lambda item, param: [],  # informational: the tools are in the developer message
+        }
+
+    def convert(self, items: list[BaseModel]) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        for index, item in enumerate(items):
+            converter = self._converters.get(type(item))
+            param = f"input[{index}]"
+            if converter is None:
+                raise BadRequest(
+                    f"Invalid value for '{param}.type': '{getattr(item, 'type', '?')}' items are not supported here.",
+                    param=f"{param}.type",
+                    code="unsupported_value",
+                )
+            messages.extend(converter(item, param))
+        return messages
+
+    def _message(self, item: Any, param: str) -> list[dict[str, Any]]:
+        role = _ROLES.get(item.role, "user")
+        text = _text_of(item.content, param)
+        return [text_message(role, text, channel="final" if role == "assistant" else None)]
+
+    def _output_message(self, item: ResponseOutputMessage, param: str) -> list[dict[str, Any]]:
+        text = "".join(getattr(part, "text", None) or getattr(part, "refusal", "") for part in item.content)
+        channel = "commentary" if item.phase == "commentary" else "final"
+        return [text_message("assistant", text, channel=channel)]
+
+    def _reasoning(self, item: ResponseReasoningItem, param: str) -> list[dict[str, Any]]:
+        parts = item.content or item.summary
+        return [text_message("assistant", "".join(part.text for part in parts), channel="analysis")]
+
+    def _function_call(self, item: ResponseFunctionToolCall, param: str) -> list[dict[str, Any]]:
+        self.function_calls[item.call_id] = item.name
+        recipient = f"{FUNCTIONS_NAMESPACE}.{item.name}"
+        return [
+            text_message(
+                "assistant", item.arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
+            )
+        ]
+
+    def _function_call_output(self, item: FunctionCallOutput, param: str) -> list[dict[str, Any]]:
+        name = self.function_calls.get(item.call_id) or self._known_calls.get(item.call_id)
+        if name is None:
+            raise BadRequest(
+                f"No tool call found for function call output with call_id {item.call_id}.", param=f"{param}.call_id"
+            )
+        return [tool_result_message(f"{FUNCTIONS_NAMESPACE}.{name}", _text_of(item.output, param), "commentary")]
+
+    def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
+        namespace = self._namespaces.get(item.server_label, item.server_label)
+        recipient = Recipient.address(namespace, item.name)
+        channel = "analysis" if namespace in self._builtin_namespaces else "commentary"
+        result = item.output if item.output is not None else _error_text(item.error)
+        call = text_message("assistant", item.arguments, channel=channel, recipient=recipient)
+        return [call, tool_result_message(recipient, result, channel)]
+
+
+def _text_of(content: Any, param: str) -> str:
+    if isinstance(content, str):
+        return content
+    texts = []
+    for index, part in enumerate(content):
+        text = getattr(part, "text", None)
+        if text is None:
+            raise BadRequest(
+                f"Invalid value for '{param}.content[{index}]': only text content is supported by gpt-oss.",
+                param=f"{param}.content[{index}]",
+                code="unsupported_value",
+            )
+        texts.append(text)
+    return "".join(texts)
+
+
+def _error_text(error: Any) -> str:
+    if error is None:
+        return ""
+    if isinstance(error, str):
+        return error
+    message = getattr(error, "message", None)
+    return message if message is not None else str(getattr(error, "content", error))

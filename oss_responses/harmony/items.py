@@ -1,0 +1,317 @@
+"""One builder per output-item kind; each owns its item's id, output_index, content and events.
+
+A builder is opened when a harmony message's header is complete, receives the message's text in
+deltas, and is closed when the message ends (or is cut). Every event it emits carries its own
+``item_id`` and ``output_index``; items with content hold exactly one part, so ``content_index`` is
+always 0 (gpt-oss writes one text per message) and can never leak from one item to the next.
+
+- :class:`ReasoningBuilder`   ``analysis``              → ``reasoning`` with ``reasoning_text``
+- :class:`MessageBuilder`     ``final`` / preambles     → ``message`` with ``output_text``
+- :class:`FunctionCallBuilder` ``functions.NAME``       → ``function_call``
+- :class:`McpCallBuilder`     ``LABEL.TOOL`` / built-in → ``mcp_call`` (stays open until its result)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from openai.types.responses import (
+    ResponseContentPartAddedEvent,
+    ResponseContentPartDoneEvent,
+    ResponseFunctionCallArgumentsDeltaEvent,
+    ResponseFunctionCallArgumentsDoneEvent,
+    ResponseFunctionToolCall,
+    ResponseMcpCallArgumentsDeltaEvent,
+    ResponseMcpCallArgumentsDoneEvent,
+    ResponseMcpCallCompletedEvent,
+    ResponseMcpCallFailedEvent,
+    ResponseMcpCallInProgressEvent,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+    ResponseOutputMessage,
+    ResponseOutputText,
+    ResponseReasoningItem,
+    ResponseReasoningTextDeltaEvent,
+    ResponseReasoningTextDoneEvent,
+    ResponseTextDeltaEvent,
+    ResponseTextDoneEvent,
+)
+from openai.types.responses.mcp_tool_call_error import McpToolExecutionError
+from openai.types.responses.response_content_part_added_event import PartReasoningText as AddedReasoningPart
+from openai.types.responses.response_content_part_done_event import PartReasoningText as DoneReasoningPart
+from openai.types.responses.response_output_item import McpCall
+from openai.types.responses.response_reasoning_item import Content as ReasoningContent
+from pydantic import BaseModel
+
+from oss_responses.harmony import ids
+from oss_responses.harmony.emitter import EventEmitter
+
+ItemStatus = Literal["completed", "incomplete"]
+
+
+class ItemBuilder:
+    """Common state: the item's id and position, and the text received so far."""
+
+    id_prefix_factory = staticmethod(ids.message_id)
+
+    def __init__(self, emitter: EventEmitter, output_index: int) -> None:
+        self.emitter = emitter
+        self.output_index = output_index
+        self.item_id = self.id_prefix_factory()
+        self._chunks: list[str] = []
+        self.done_item: BaseModel | None = None
+
+    @property
+    def text(self) -> str:
+        if len(self._chunks) > 1:
+            self._chunks = ["".join(self._chunks)]
+        return self._chunks[0] if self._chunks else ""
+
+    @property
+    def is_done(self) -> bool:
+        return self.done_item is not None
+
+    def open(self) -> None:
+        self.emitter.emit(
+            ResponseOutputItemAddedEvent, type="response.output_item.added", output_index=self.output_index, item=self._item("", "in_progress")
+        )
+
+    def append(self, delta: str) -> None:
+        self._chunks.append(delta)
+        self._emit_delta(delta)
+
+    def end_message(self, status: ItemStatus) -> BaseModel | None:
+        """The harmony message ended (``completed``) or was cut (``incomplete``): emit the done events."""
+        return self._done(status)
+
+    def abandon(self) -> BaseModel | None:
+        """Close the item as incomplete if it is still open (budget or invalid tokens)."""
+        return None if self.is_done else self._done("incomplete")
+
+    def _done(self, status: str) -> BaseModel:
+        text = self.text
+        self._emit_text_done(text)
+        item = self._item(text, status)
+        self.emitter.emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=self.output_index, item=item)
+        self.done_item = item
+        return item
+
+    # --- per kind ---------------------------------------------------------
+    def _item(self, text: str, status: str) -> BaseModel:
+        raise NotImplementedError
+
+    def _emit_delta(self, delta: str) -> None:
+        raise NotImplementedError
+
+    def _emit_text_done(self, text: str) -> None:
+        raise NotImplementedError
+
+
+class _OnePartBuilder(ItemBuilder):
+    """Items whose text lives in one content part (index 0): content_part.added/done around it."""
+
+    def _part(self, text: str, done: bool) -> BaseModel:
+        """The content part (each event module declares its own part class)."""
+        raise NotImplementedError
+
+    def open(self) -> None:
+        super().open()
+        self.emitter.emit(
+            ResponseContentPartAddedEvent,
+            type="response.content_part.added",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            content_index=0,
+            part=self._part("", False),
+        )
+
+    def _emit_text_done(self, text: str) -> None:
+        self._emit_part_text_done(text)
+        self.emitter.emit(
+            ResponseContentPartDoneEvent,
+            type="response.content_part.done",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            content_index=0,
+            part=self._part(text, True),
+        )
+
+    def _emit_part_text_done(self, text: str) -> None:
+        raise NotImplementedError
+
+
+class ReasoningBuilder(_OnePartBuilder):
+    id_prefix_factory = staticmethod(ids.reasoning_id)
+
+    def _part(self, text: str, done: bool) -> BaseModel:
+        return (DoneReasoningPart if done else AddedReasoningPart)(type="reasoning_text", text=text)
+
+    def _item(self, text: str, status: str) -> BaseModel:
+        content = [ReasoningContent(type="reasoning_text", text=text)] if status != "in_progress" else []
+        return ResponseReasoningItem(type="reasoning", id=self.item_id, summary=[], content=content, status=status)
+
+    def _emit_delta(self, delta: str) -> None:
+        self.emitter.emit(
+            ResponseReasoningTextDeltaEvent,
+            type="response.reasoning_text.delta",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            content_index=0,
+            delta=delta,
+        )
+
+    def _emit_part_text_done(self, text: str) -> None:
+        self.emitter.emit(
+            ResponseReasoningTextDoneEvent,
+            type="response.reasoning_text.done",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            content_index=0,
+            text=text,
+        )
+
+
+class MessageBuilder(_OnePartBuilder):
+    """``final`` → phase ``final_answer``; ``commentary`` without recipient (a preamble) → ``commentary``."""
+
+    def __init__(self, emitter: EventEmitter, output_index: int, phase: Literal["commentary", "final_answer"]) -> None:
+        super().__init__(emitter, output_index)
+        self.phase = phase
+
+    def _part(self, text: str, done: bool) -> BaseModel:
+        return ResponseOutputText(type="output_text", text=text, annotations=[], logprobs=[])
+
+    def _item(self, text: str, status: str) -> BaseModel:
+        content = [self._part(text, True)] if status != "in_progress" else []
+        return ResponseOutputMessage(
+            type="message", id=self.item_id, role="assistant", status=status, content=content, phase=self.phase
+        )
+
+    def _emit_delta(self, delta: str) -> None:
+        self.emitter.emit(
+            ResponseTextDeltaEvent,
+            type="response.output_text.delta",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            content_index=0,
+            delta=delta,
+            logprobs=[],
+        )
+
+    def _emit_part_text_done(self, text: str) -> None:
+        self.emitter.emit(
+            ResponseTextDoneEvent,
+            type="response.output_text.done",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        )
+
+
+class FunctionCallBuilder(ItemBuilder):
+    """The call_id is made once here and kept in every later copy of the item."""
+
+    id_prefix_factory = staticmethod(ids.function_call_item_id)
+
+    def __init__(self, emitter: EventEmitter, output_index: int, name: str) -> None:
+        super().__init__(emitter, output_index)
+        self.name = name
+        self.call_id = ids.call_id()
+
+    def _item(self, text: str, status: str) -> BaseModel:
+        return ResponseFunctionToolCall(
+            type="function_call", id=self.item_id, call_id=self.call_id, name=self.name, arguments=text, status=status
+        )
+
+    def _emit_delta(self, delta: str) -> None:
+        self.emitter.emit(
+            ResponseFunctionCallArgumentsDeltaEvent,
+            type="response.function_call_arguments.delta",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            delta=delta,
+        )
+
+    def _emit_text_done(self, text: str) -> None:
+        self.emitter.emit(
+            ResponseFunctionCallArgumentsDoneEvent,
+            type="response.function_call_arguments.done",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            arguments=text,
+        )
+
+
+class McpCallBuilder(ItemBuilder):
+    """An MCP (or built-in) tool call: arguments stream, then the item waits for the tool's result.
+
+    Order: added → mcp_call_arguments.delta* → mcp_call_arguments.done → mcp_call.in_progress →
+    (result) mcp_call.completed | mcp_call.failed → output_item.done with ``output`` or ``error``.
+    """
+
+    id_prefix_factory = staticmethod(ids.mcp_call_id)
+
+    def __init__(self, emitter: EventEmitter, output_index: int, server_label: str, name: str) -> None:
+        super().__init__(emitter, output_index)
+        self.server_label = server_label
+        self.name = name
+        self.awaiting_result = False
+
+    def end_message(self, status: ItemStatus) -> BaseModel | None:
+        if status != "completed":
+            return self._done(status)
+        self._emit_arguments_done()
+        self._emit_simple(ResponseMcpCallInProgressEvent, "response.mcp_call.in_progress")
+        self.awaiting_result = True
+        return None
+
+    def complete(self, output: str) -> BaseModel:
+        self._emit_simple(ResponseMcpCallCompletedEvent, "response.mcp_call.completed")
+        return self._finish(self._item(self.text, "completed", output=output))
+
+    def fail(self, error: str) -> BaseModel:
+        self._emit_simple(ResponseMcpCallFailedEvent, "response.mcp_call.failed")
+        detail = McpToolExecutionError(type="mcp_tool_execution_error", content=[{"type": "text", "text": error}])
+        return self._finish(self._item(self.text, "failed", error=detail))
+
+    def _finish(self, item: BaseModel) -> BaseModel:
+        self.awaiting_result = False
+        self.emitter.emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=self.output_index, item=item)
+        self.done_item = item
+        return item
+
+    def _done(self, status: str) -> BaseModel:
+        if self.awaiting_result:  # arguments already closed; only the item is left
+            return self._finish(self._item(self.text, status))
+        return super()._done(status)
+
+    def _item(self, text: str, status: str, **result: Any) -> BaseModel:
+        return McpCall(
+            type="mcp_call", id=self.item_id, server_label=self.server_label, name=self.name, arguments=text, status=status, **result
+        )
+
+    def _emit_simple(self, event_type: type[BaseModel], type_: str) -> None:
+        self.emitter.emit(event_type, type=type_, item_id=self.item_id, output_index=self.output_index)
+
+    def _emit_delta(self, delta: str) -> None:
+        self.emitter.emit(
+            ResponseMcpCallArgumentsDeltaEvent,
+            type="response.mcp_call_arguments.delta",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            delta=delta,
+        )
+
+    def _emit_arguments_done(self) -> None:
+        self.emitter.emit(
+            ResponseMcpCallArgumentsDoneEvent,
+            type="response.mcp_call_arguments.done",
+            item_id=self.item_id,
+            output_index=self.output_index,
+            arguments=self.text,
+        )
+
+    def _emit_text_done(self, text: str) -> None:
+        self._emit_arguments_done()

@@ -1,0 +1,121 @@
+"""Response-level events and snapshots: created / queued / in_progress and the terminal events.
+
+``opening_events(response)`` is what the API emits when it accepts a request (sequence 0, and 1 for
+background requests); the worker's :class:`~oss_responses.harmony.translator.ResponseTranslator`
+continues from there. ``new_response(request)`` builds the queued/in-progress ``Response`` a request
+starts as (used by the API; the translator copies it for every later snapshot).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseError,
+    ResponseCreatedEvent,
+    ResponseFailedEvent,
+    ResponseIncompleteEvent,
+    ResponseInProgressEvent,
+    ResponseQueuedEvent,
+    ResponseUsage,
+)
+from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+from pydantic import BaseModel
+
+from oss_responses.harmony import ids
+from oss_responses.harmony.emitter import EventEmitter
+
+TerminalStatus = Literal["completed", "incomplete", "failed", "cancelled"]
+
+_TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
+    "completed": (ResponseCompletedEvent, "response.completed"),
+    "incomplete": (ResponseIncompleteEvent, "response.incomplete"),
+    "failed": (ResponseFailedEvent, "response.failed"),
+}
+
+
+def new_response(request: Any, *, response_id: str | None = None, created_at: float | None = None) -> Response:
+    """The ``Response`` a validated ``CreateResponseRequest`` starts as (queued if background)."""
+    reasoning = {"effort": request.reasoning.effort, "summary": None} if request.reasoning else None
+    text = request.text.model_dump(exclude_none=True) if request.text else None
+    return Response.model_validate(
+        {
+            "id": response_id or ids.response_id(),
+            "object": "response",
+            "created_at": created_at if created_at is not None else time.time(),
+            "status": "queued" if request.background else "in_progress",
+            "model": request.model,
+            "output": [],
+            "instructions": request.instructions,
+            "tools": [tool.model_dump(exclude_none=True) for tool in request.tools],
+            "tool_choice": request.tool_choice,
+            "parallel_tool_calls": request.parallel_tool_calls,
+            "max_output_tokens": request.max_output_tokens,
+            "max_tool_calls": request.max_tool_calls,
+            "temperature": request.temperature,
+            "top_p": request.top_p,
+            "metadata": request.metadata or {},
+            "previous_response_id": request.previous_response_id,
+            "background": request.background,
+            "reasoning": reasoning,
+            "text": text,
+            "truncation": request.truncation,
+            "user": request.user,
+            "safety_identifier": request.safety_identifier,
+            "prompt_cache_key": request.prompt_cache_key,
+        }
+    )
+
+
+def opening_events(response: Response) -> list[BaseModel]:
+    """``response.created`` (sequence 0) and, for background responses, ``response.queued`` (1)."""
+    emitter = EventEmitter(0)
+    emitter.emit(ResponseCreatedEvent, type="response.created", response=response)
+    if response.background:
+        emitter.emit(ResponseQueuedEvent, type="response.queued", response=response)
+    return emitter.drain()
+
+
+def emit_in_progress(emitter: EventEmitter, response: Response) -> Response:
+    snapshot = response.model_copy(update={"status": "in_progress", "output": []})
+    emitter.emit(ResponseInProgressEvent, type="response.in_progress", response=snapshot)
+    return snapshot
+
+
+def usage(input_tokens: int, cached_tokens: int | None, output_tokens: int, reasoning_tokens: int) -> ResponseUsage:
+    return ResponseUsage(
+        input_tokens=input_tokens,
+        input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens or 0, cache_write_tokens=0),
+        output_tokens=output_tokens,
+        output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens),
+        total_tokens=input_tokens + output_tokens,
+    )
+
+
+def terminal_response(
+    response: Response,
+    status: TerminalStatus,
+    output: Sequence[BaseModel],
+    response_usage: ResponseUsage,
+    *,
+    error: ResponseError | None = None,
+) -> Response:
+    update: dict[str, Any] = {"status": status, "output": list(output), "usage": response_usage, "error": error}
+    if status == "completed":
+        update["completed_at"] = time.time()
+    if status == "incomplete":
+        update["incomplete_details"] = IncompleteDetails(reason="max_output_tokens")
+    return response.model_copy(update=update)
+
+
+def emit_terminal(emitter: EventEmitter, response: Response) -> None:
+    """The one terminal event; a cancelled response has none (OpenAI defines no such event)."""
+    terminal = _TERMINAL_EVENTS.get(response.status or "")
+    if terminal is not None:
+        event_type, type_ = terminal
+        emitter.emit(event_type, type=type_, response=response)

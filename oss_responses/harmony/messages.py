@@ -1,0 +1,61 @@
+"""Harmony messages as plain dicts (the shape of openai_harmony ``Message.to_dict()``).
+
+The turn's messages are stored as JSON and replayed verbatim by later turns, so they are built
+here as dicts once, in the exact shape ``Message.from_dict`` reads back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+FUNCTIONS_NAMESPACE = "functions"
+
+
+def text_message(
+    role: str,
+    text: str,
+    *,
+    name: str | None = None,
+    channel: str | None = None,
+    recipient: str | None = None,
+    content_type: str | None = None,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": role, "name": name, "content": [{"type": "text", "text": text}]}
+    if channel is not None:
+        message["channel"] = channel
+    if recipient is not None:
+        message["recipient"] = recipient
+    if content_type is not None:
+        message["content_type"] = content_type
+    return message
+
+
+def tool_result_message(recipient: str, text: str, channel: str | None) -> dict[str, Any]:
+    """The tool's answer to an assistant message addressed to ``recipient`` (gpt-oss's format)."""
+    return text_message("tool", text, name=recipient, channel=channel, recipient="assistant")
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    """A tool address: ``functions.get_weather`` → (functions, get_weather); ``python`` → (python, python)."""
+
+    namespace: str
+    tool: str
+
+    @classmethod
+    def parse(cls, recipient: str) -> Recipient:
+        namespace, dot, tool = recipient.partition(".")
+        return cls(namespace, tool if dot else namespace)
+
+    @staticmethod
+    def address(namespace: str, tool: str) -> str:
+        return namespace if tool == namespace else f"{namespace}.{tool}"
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """All text content of a stored harmony message, joined."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or [] if part.get("type") == "text")

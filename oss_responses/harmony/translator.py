@@ -1,0 +1,285 @@
+"""Tokens → Responses events: one :class:`ResponseTranslator` per response, a pure state machine.
+
+Interface (what the worker calls)::
+
+    opening_events(response) -> list[event]            # the API, at accept time (seq 0, 1)
+    t = ResponseTranslator(response, encoding=enc, first_sequence_number=n,
+                           mcp_labels={"python": "code_interpreter", "calc": "calc"},
+                           input_tokens=len(prompt))
+    t.start()                      -> [response.in_progress]
+    t.feed(token_ids)              -> events (chunks of any size; deltas are coalesced per chunk)
+    t.pending_tool_call            -> PendingToolCall | None   (set when a message to a tool ended)
+    t.feed_tool_result(output, error) -> events   (MCP: completes/fails the mcp_call item)
+    t.continuation_token_ids()     -> tool message + "<|start|>assistant" to append before generating on
+    t.finish("stop" | "length" | "abort", cached_tokens=None) -> events (the one terminal event)
+    t.fail(message, code="server_error") -> events
+    t.response, t.output_messages, t.function_calls, t.next_sequence_number
+
+The harmony ``StreamableParser`` does the parsing; this class only watches three token kinds: a
+header end (``<|message|>``) opens an item builder chosen from channel and recipient (see
+``items.py``), content tokens feed the open builder, and ``<|end|>``/``<|call|>``/``<|return|>``
+close it. Nothing raises out of ``feed``/``finish``/``fail``: invalid harmony fails the response.
+``finish("abort")`` closes open items and sets status ``cancelled`` without a terminal event,
+because OpenAI defines none for cancellation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from openai.types.responses import Response, ResponseError
+from openai_harmony import HarmonyEncoding, HarmonyError, Message, Role, StreamableParser
+from pydantic import BaseModel
+
+from oss_responses.harmony import lifecycle
+from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.items import (
+    FunctionCallBuilder,
+    ItemBuilder,
+    McpCallBuilder,
+    MessageBuilder,
+    ReasoningBuilder,
+)
+from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
+
+FinishReason = Literal["stop", "length", "abort"]
+
+MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
+END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
+ASSISTANT_START = "<|start|>assistant"
+
+
+class InvalidHarmony(Exception):
+    """Tokens that parse but cannot be translated (e.g. a message to a tool nobody offered)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingToolCall:
+    """A tool call the model is waiting on. ``call_id`` is set for function calls only."""
+
+    kind: Literal["mcp", "function"]
+    server_label: str | None
+    name: str
+    arguments: str
+    item_id: str
+    call_id: str | None
+    recipient: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    channel: str | None
+    recipient: str | None
+    content_type: str | None
+    start: int  # output-token position of the message's first header token
+
+
+class ResponseTranslator:
+    def __init__(
+        self,
+        response: Response,
+        *,
+        encoding: HarmonyEncoding,
+        first_sequence_number: int,
+        mcp_labels: Mapping[str, str] | None = None,
+        input_tokens: int = 0,
+    ) -> None:
+        self.response = response
+        self.output_messages: list[dict[str, Any]] = []
+        self.function_calls: dict[str, str] = {}
+        self.pending_tool_call: PendingToolCall | None = None
+        self._encoding = encoding
+        self._emitter = EventEmitter(first_sequence_number)
+        self._mcp_labels = dict(mcp_labels or {})
+        self._input_tokens = input_tokens
+        self._output_tokens = 0
+        self._reasoning_tokens = 0
+        self._items: list[ItemBuilder] = []
+        self._current: ItemBuilder | None = None
+        self._header: _Header | None = None
+        self._message_start = 0
+        self._buffer: list[str] = []
+        self._awaiting: McpCallBuilder | None = None
+        self._terminal = False
+        self._parser = self._new_parser()
+
+    # --- public ----------------------------------------------------------
+    @property
+    def next_sequence_number(self) -> int:
+        return self._emitter.next_sequence_number
+
+    def start(self) -> list[BaseModel]:
+        self.response = lifecycle.emit_in_progress(self._emitter, self.response)
+        return self._emitter.drain()
+
+    def feed(self, token_ids: Sequence[int]) -> list[BaseModel]:
+        if self._terminal:
+            return []
+        try:
+            self._consume(token_ids)
+        except (HarmonyError, InvalidHarmony) as exc:
+            self._flush()
+            self._terminate("failed", ResponseError(code="server_error", message=f"The model's output is not valid harmony: {exc}"))
+        return self._emitter.drain()
+
+    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[BaseModel]:
+        """The pending call's result: ``output`` on success, ``error`` (a message) on failure."""
+        call = self.pending_tool_call
+        if call is None or self._terminal:
+            return []
+        if self._awaiting is not None:
+            self._awaiting.fail(error) if error is not None else self._awaiting.complete(output or "")
+            self._awaiting = None
+        channel = self.output_messages[-1].get("channel") if self.output_messages else None
+        text = error if error is not None else (output or "")
+        self.output_messages.append(tool_result_message(call.recipient, text, channel))
+        self.pending_tool_call = None
+        self._parser = self._new_parser()
+        return self._emitter.drain()
+
+    def continuation_token_ids(self) -> list[int]:
+        """The last tool message, rendered, then the next assistant start; counted as input tokens."""
+        tool_message = Message.from_dict(self.output_messages[-1])
+        tokens = self._encoding.render(tool_message) + self._encoding.encode(ASSISTANT_START, allowed_special="all")
+        self._input_tokens += len(tokens)
+        return tokens
+
+    def finish(self, reason: FinishReason, *, cached_tokens: int | None = None) -> list[BaseModel]:
+        if self._terminal:
+            return []
+        self._flush()
+        if reason == "length":
+            self._terminate("incomplete", cached_tokens=cached_tokens)
+        elif reason == "abort":
+            self._terminate("cancelled", cached_tokens=cached_tokens)
+        else:
+            self._stop(cached_tokens)
+        return self._emitter.drain()
+
+    def fail(self, message: str, code: str = "server_error") -> list[BaseModel]:
+        if self._terminal:
+            return []
+        self._flush()
+        self._terminate("failed", ResponseError(code=code, message=message))  # type: ignore[arg-type]
+        return self._emitter.drain()
+
+    # --- tokens ----------------------------------------------------------
+    def _new_parser(self) -> Any:
+        # The raw binding: its properties are plain attribute reads, without the wrapper's JSON work.
+        self._message_start = self._output_tokens
+        return StreamableParser(self._encoding, Role.ASSISTANT)._inner
+
+    def _consume(self, token_ids: Sequence[int]) -> None:
+        parser = self._parser
+        process = parser.process
+        buffer = self._buffer
+        current = self._current
+        base = self._output_tokens
+        for position, token in enumerate(token_ids, base):
+            self._output_tokens = position + 1
+            process(token)
+            if current is not None:
+                if token in END_TOKENS:
+                    self._flush()
+                    self._end_message(position)
+                    current = None
+                else:
+                    delta = parser.last_content_delta
+                    if delta:
+                        buffer.append(delta)
+            elif token == MESSAGE_TOKEN:
+                current = self._begin_message(parser)
+        self._output_tokens = base + len(token_ids)
+        self._flush()
+
+    def _flush(self) -> None:
+        if self._buffer and self._current is not None:
+            self._current.append("".join(self._buffer))
+        self._buffer.clear()
+
+    def _begin_message(self, parser: Any) -> ItemBuilder:
+        header = _Header(parser.current_channel, parser.current_recipient, parser.current_content_type, self._message_start)
+        builder = self._builder_for(header)
+        builder.open()
+        self._header, self._current = header, builder
+        self._items.append(builder)
+        return builder
+
+    def _builder_for(self, header: _Header) -> ItemBuilder:
+        index = len(self._items)
+        if header.recipient is None:
+            if header.channel == "analysis":
+                return ReasoningBuilder(self._emitter, index)
+            return MessageBuilder(self._emitter, index, "commentary" if header.channel == "commentary" else "final_answer")
+        target = Recipient.parse(header.recipient)
+        if target.namespace == FUNCTIONS_NAMESPACE:
+            return FunctionCallBuilder(self._emitter, index, target.tool)
+        label = self._mcp_labels.get(target.namespace)
+        if label is None:
+            raise InvalidHarmony(f"the model called {header.recipient!r}, which is not among the request's tools")
+        return McpCallBuilder(self._emitter, index, label, target.tool)
+
+    def _end_message(self, position: int) -> None:
+        builder, header = self._current, self._header
+        assert builder is not None and header is not None
+        self._current = None
+        builder.end_message("completed")
+        self._record_message(builder, header)
+        self._message_start = position + 1
+        if header.channel == "analysis":
+            self._reasoning_tokens += position + 1 - header.start
+        if header.recipient is not None:
+            self._set_pending(builder, header.recipient)
+
+    def _record_message(self, builder: ItemBuilder, header: _Header) -> None:
+        self.output_messages.append(
+            text_message(
+                "assistant", builder.text, channel=header.channel, recipient=header.recipient, content_type=header.content_type
+            )
+        )
+
+    def _set_pending(self, builder: ItemBuilder, recipient: str) -> None:
+        if isinstance(builder, FunctionCallBuilder):
+            self.function_calls[builder.call_id] = builder.name
+            self.pending_tool_call = PendingToolCall(
+                "function", None, builder.name, builder.text, builder.item_id, builder.call_id, recipient
+            )
+        elif isinstance(builder, McpCallBuilder):
+            self._awaiting = builder
+            self.pending_tool_call = PendingToolCall(
+                "mcp", builder.server_label, builder.name, builder.text, builder.item_id, None, recipient
+            )
+
+    # --- endings ---------------------------------------------------------
+    def _stop(self, cached_tokens: int | None) -> None:
+        """Generation stopped on its own: an unterminated message is closed if harmony allows it."""
+        try:
+            self._parser.process_eos()
+        except HarmonyError as exc:
+            error = ResponseError(code="server_error", message=f"The model's output is not valid harmony: {exc}")
+            self._terminate("failed", error, cached_tokens=cached_tokens)
+            return
+        if self._current is not None:
+            self._end_message(self._output_tokens - 1)
+        self._terminate("completed", cached_tokens=cached_tokens)
+
+    def _terminate(
+        self, status: lifecycle.TerminalStatus, error: ResponseError | None = None, *, cached_tokens: int | None = None
+    ) -> None:
+        if self._current is not None and self._header is not None:
+            self._record_message(self._current, self._header)
+        for builder in self._items:
+            builder.abandon()
+        self._current = self._awaiting = None
+        self._terminal = True
+        usage = lifecycle.usage(self._input_tokens, cached_tokens, self._output_tokens, self._reasoning_tokens)
+        output = [builder.done_item for builder in self._items if builder.done_item is not None]
+        self.response = lifecycle.terminal_response(self.response, status, output, usage, error=error)
+        lifecycle.emit_terminal(self._emitter, self.response)
+
+
+def opening_events(response: Response) -> list[BaseModel]:
+    """``response.created`` (seq 0) and, for background responses, ``response.queued`` (seq 1)."""
+    return lifecycle.opening_events(response)

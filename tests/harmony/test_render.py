@@ -1,0 +1,128 @@
+"""render_prompt: request + stored turns → gpt-oss prompt tokens."""
+
+from __future__ import annotations
+
+import pytest
+from harmony_transcripts import SCENARIOS, run_scenario
+
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions, render_prompt
+from oss_responses.requests import parse_create_request
+
+OPTIONS = RenderOptions(
+    conversation_start_date="2026-11-23",
+    knowledge_cutoff="2024-06",
+    default_reasoning_effort="medium",
+    builtin_tool_labels={"code_interpreter": "python", "web_search_preview": "browser"},
+    mcp_tools={"calc": [McpToolSpec("add", "Add two numbers", {"type": "object"}), McpToolSpec("mul", "Multiply", None)]},
+)
+
+
+def _request(**body):
+    return parse_create_request({"model": "gpt-oss-20b", **body})
+
+
+def _text(encoding, request, history=()) -> str:
+    return encoding.decode(render_prompt(request, list(history), OPTIONS, encoding).token_ids)
+
+
+def test_render_prompt_ends_with_assistant_start(encoding) -> None:
+    assert _text(encoding, _request(input="hi")).endswith("<|start|>user<|message|>hi<|end|><|start|>assistant")
+
+
+def test_render_system_message_has_effort_date_and_cutoff(encoding) -> None:
+    text = _text(encoding, _request(input="hi", reasoning={"effort": "high"}))
+    assert "Reasoning: high" in text and "Current date: 2026-11-23" in text and "Knowledge cutoff: 2024-06" in text
+
+
+def test_render_request_without_tools_has_no_developer_message(encoding) -> None:
+    assert "<|start|>developer" not in _text(encoding, _request(input="hi"))
+
+
+def test_render_builtin_label_becomes_python_tool(encoding) -> None:
+    request = _request(input="Multiply 123*456 using the mcp code_interpreter tool",
+                       tools=[{"type": "mcp", "server_label": "code_interpreter", "server_url": "http://x"}])
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    system = encoding.decode(rendered.token_ids).split("<|end|>")[0]
+    assert "## python" in system and rendered.mcp_labels == {"python": "code_interpreter"}
+
+
+def test_render_mcp_server_filtered_by_allowed_tools(encoding) -> None:
+    request = _request(input="hi", tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y", "allowed_tools": ["add"]}])
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    text = encoding.decode(rendered.token_ids)
+    assert "namespace calc {" in text and "type add" in text and "type mul" not in text
+    assert rendered.mcp_labels == {"calc": "calc"}
+
+
+def test_render_function_tools_and_instructions_in_developer_message(encoding) -> None:
+    request = _request(input="hi", instructions="Be brief.",
+                       tools=[{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}])
+    developer = _text(encoding, request).split("<|start|>developer<|message|>")[1]
+    assert developer.startswith("# Instructions\n\nBe brief.") and "namespace functions {" in developer
+
+
+def test_render_tool_choice_none_renders_no_tools(encoding) -> None:
+    request = _request(input="hi", tool_choice="none", tools=[{"type": "function", "name": "f", "parameters": {}}])
+    assert "namespace functions" not in _text(encoding, request)
+
+
+def test_render_json_schema_format_in_developer_message(encoding) -> None:
+    request = _request(input="hi", text={"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}}})
+    assert '# Response Formats\n\n## answer\n\n{"type":"object"}' in _text(encoding, request)
+
+
+def test_render_unconfigured_builtin_tool_is_bad_request(encoding) -> None:
+    request = _request(input="hi", tools=[{"type": "web_search"}])
+    with pytest.raises(BadRequest):
+        render_prompt(request, [], OPTIONS, encoding)
+
+
+def test_render_drops_analysis_of_turns_closed_by_final_answer(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["reasoning_final"])
+    turn = ConversationTurn([{"role": "user", "name": None, "content": [{"type": "text", "text": "hello"}]}], {})
+    turn.messages += run.translator.output_messages
+    text = _text(encoding, _request(input="again"), [turn])
+    assert "Simple greeting" not in text and "How can I help you today?" in text
+
+
+def test_render_keeps_analysis_of_open_tool_chain(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["function_call"])
+    turn = ConversationTurn(list(run.translator.output_messages), dict(run.translator.function_calls))
+    (call_id,) = turn.function_calls
+    request = _request(input=[{"type": "function_call_output", "call_id": call_id, "output": '{"temp": 21}'}])
+    rendered = render_prompt(request, [turn], OPTIONS, encoding)
+    text = encoding.decode(rendered.token_ids)
+    assert "Need the weather" in text
+    assert text.endswith('<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"temp": 21}<|end|><|start|>assistant')
+    assert rendered.new_messages[0]["name"] == "functions.get_weather"
+
+
+def test_render_replays_stored_messages_verbatim(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["mcp_code_interpreter"])
+    turn = ConversationTurn(list(run.translator.output_messages))
+    text = _text(encoding, _request(input="thanks"), [ConversationTurn.from_dict(turn.to_dict())])
+    assert "<|start|>python to=assistant<|channel|>analysis" not in text  # closed chain: its analysis dropped
+    assert "123 × 456 = **56088**.<|end|><|start|>user<|message|>thanks" in text
+
+
+def test_render_unknown_function_call_id_is_bad_request(encoding) -> None:
+    request = _request(input=[{"type": "function_call_output", "call_id": "call_nope", "output": "x"}])
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(request, [], OPTIONS, encoding)
+    assert raised.value.param == "input[0].call_id"
+
+
+def test_render_input_items_become_harmony_messages(encoding) -> None:
+    request = _request(input=[
+        {"role": "user", "content": "q"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "42"},
+    ])
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    assert [(m["role"], m.get("channel"), m.get("recipient")) for m in rendered.new_messages] == [
+        ("user", None, None), ("assistant", "analysis", None), ("assistant", "commentary", "functions.f"),
+        ("tool", "commentary", "assistant"),
+    ]
+    assert rendered.function_calls == {"call_1": "f"}

@@ -1,0 +1,208 @@
+"""Behaviour of ResponseTranslator on the golden transcripts and on hand-made edge cases."""
+
+from __future__ import annotations
+
+from harmony_transcripts import MCP_LABELS, SCENARIOS, golden_tokens, make_response, run_scenario
+from openai_harmony import Message
+
+from oss_responses.harmony.translator import ResponseTranslator, opening_events
+
+
+def _types(run) -> list[str]:
+    return [event.type for event in run.events]
+
+
+def _translator(encoding, background: bool = False) -> ResponseTranslator:
+    response = make_response(background)
+    return ResponseTranslator(
+        response, encoding=encoding, first_sequence_number=len(opening_events(response)), mcp_labels=MCP_LABELS
+    )
+
+
+def test_mcp_python_call_streams_as_one_mcp_call_item(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["mcp_code_interpreter"])
+    output = run.translator.response.output
+    assert [item.type for item in output] == ["reasoning", "mcp_call", "reasoning", "message"]
+    call = output[1]
+    assert (call.server_label, call.name, call.arguments, call.output, call.status) == (
+        "code_interpreter", "python", "123*456\n", "56088\n", "completed"
+    )
+    mcp_types = [t for t in _types(run) if "mcp" in t]
+    assert mcp_types == [
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.in_progress",
+        "response.mcp_call.completed",
+    ]
+    assert not any("code_interpreter_call" in t or "web_search_call" in t for t in _types(run))
+    assert "56088" in output[3].content[0].text
+
+
+def test_mcp_call_fails_with_structured_error(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "mcp_code_interpreter.1"))
+    events = translator.feed_tool_result(None, "ZeroDivisionError")
+    assert [e.type for e in events] == ["response.mcp_call.failed", "response.output_item.done"]
+    item = events[-1].item
+    assert item.status == "failed" and item.error.type == "mcp_tool_execution_error"
+    assert translator.output_messages[-1]["role"] == "tool"
+
+
+def test_pending_tool_call_describes_mcp_call(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "mcp_code_interpreter.1"))
+    call = translator.pending_tool_call
+    assert (call.kind, call.server_label, call.name, call.arguments) == ("mcp", "code_interpreter", "python", "123*456\n")
+    assert call.item_id.startswith("mcp_")
+
+
+def test_continuation_renders_tool_message_and_assistant_start(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["mcp_code_interpreter"])
+    text = encoding.decode(run.continuations[0])
+    assert text == "<|start|>python to=assistant<|channel|>analysis<|message|>56088\n<|end|><|start|>assistant"
+
+
+def test_function_call_keeps_one_call_id(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["function_call"])
+    added = [e.item for e in run.events if e.type == "response.output_item.added" and e.item.type == "function_call"]
+    done = [e.item for e in run.events if e.type == "response.output_item.done" and e.item.type == "function_call"]
+    assert done[0].call_id == added[0].call_id and done[0].id == added[0].id
+    assert done[0].call_id.startswith("call_") and done[0].id.startswith("fc_")
+    assert (done[0].name, done[0].arguments) == ("get_weather", '{"city": "Paris"}')
+    assert run.translator.function_calls == {done[0].call_id: "get_weather"}
+    assert run.translator.pending_tool_call.kind == "function"
+    assert run.translator.response.status == "completed"
+
+
+def test_reasoning_streams_reasoning_text_events_only(encoding) -> None:
+    types = _types(run_scenario(encoding, SCENARIOS["reasoning_final"]))
+    assert "response.reasoning_text.delta" in types and "response.reasoning_text.done" in types
+    assert not any(t.startswith("response.reasoning_part") or "summary" in t for t in types)
+
+
+def test_preamble_becomes_commentary_message(encoding) -> None:
+    output = run_scenario(encoding, SCENARIOS["preamble"]).translator.response.output
+    assert [item.type for item in output] == ["reasoning", "message", "function_call"]
+    assert output[1].phase == "commentary" and output[1].content[0].text == "Let me look that up for you."
+
+
+def test_length_cut_mid_message_gives_incomplete(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["max_output_tokens"])
+    response = run.translator.response
+    assert run.events[-1].type == "response.incomplete"
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert response.output[-1].status == "incomplete"
+    assert response.output[-1].content[0].text.startswith("Once upon a time")
+
+
+def test_invalid_tokens_fail_response(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["invalid"])
+    response = run.translator.response
+    assert run.events[-1].type == "response.failed"
+    assert response.status == "failed" and response.error.code == "server_error"
+    assert response.output[0].content[0].text == "Hi."
+
+
+def test_unknown_recipient_fails_response(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    tokens = encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all")
+    events = translator.feed(tokens)
+    assert events[-1].type == "response.failed"
+    assert "nowhere.tool" in translator.response.error.message
+
+
+def test_request_without_tools_completes(encoding) -> None:
+    response = make_response()
+    translator = ResponseTranslator(response, encoding=encoding, first_sequence_number=1)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "no_tools"))
+    events = translator.finish("stop")
+    assert events[-1].type == "response.completed"
+    assert translator.response.output[0].content[0].text == "Paris is the capital of France."
+
+
+def test_usage_counts_input_cached_output_and_reasoning(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["reasoning_final"])
+    usage = run.translator.response.usage
+    tokens = golden_tokens(encoding, "reasoning_final")
+    analysis_tokens = tokens.index(200007) + 1  # header through <|end|>
+    assert (usage.input_tokens, usage.input_tokens_details.cached_tokens) == (50, 10)
+    assert usage.output_tokens == len(tokens)
+    assert usage.output_tokens_details.reasoning_tokens == analysis_tokens
+    assert usage.total_tokens == 50 + len(tokens)
+
+
+def test_opening_events_for_background_are_created_then_queued(encoding) -> None:
+    events = opening_events(make_response(background=True))
+    assert [(e.type, e.sequence_number, e.response.status) for e in events] == [
+        ("response.created", 0, "queued"),
+        ("response.queued", 1, "queued"),
+    ]
+
+
+def test_opening_events_for_foreground_are_created_only(encoding) -> None:
+    assert [e.type for e in opening_events(make_response())] == ["response.created"]
+
+
+def test_abort_cancels_without_terminal_event(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "max_output_tokens"))
+    events = translator.finish("abort")
+    assert [e.type for e in events][-1] == "response.output_item.done"
+    assert translator.response.status == "cancelled"
+
+
+def test_feed_after_terminal_emits_nothing(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["no_tools"])
+    assert run.translator.feed(golden_tokens(encoding, "no_tools")) == []
+    assert run.translator.finish("stop") == []
+    assert run.translator.fail("late", "server_error") == []
+
+
+def test_fail_closes_open_items_and_emits_failed(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "max_output_tokens"))
+    events = translator.fail("engine crashed", "server_error")
+    assert [e.type for e in events][-1] == "response.failed"
+    assert translator.response.error.message == "engine crashed"
+    assert all(item.status == "incomplete" for item in translator.response.output[1:])
+
+
+def test_unterminated_final_message_at_stop_completes(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(encoding.encode("<|channel|>final<|message|>Done", allowed_special="all"))
+    events = translator.finish("stop")
+    assert events[-1].type == "response.completed"
+    assert translator.response.output[0].content[0].text == "Done"
+
+
+def test_output_messages_match_harmony_parse_of_generated_tokens(encoding) -> None:
+    run = run_scenario(encoding, SCENARIOS["mcp_code_interpreter"])
+    generated = encoding.encode("<|start|>assistant", allowed_special="all") + golden_tokens(encoding, "mcp_code_interpreter.1")
+    generated += run.continuations[0] + golden_tokens(encoding, "mcp_code_interpreter.2")
+    parsed = encoding.parse_messages_from_completion_tokens(generated)
+    assert run.translator.output_messages == [message.to_dict() for message in parsed]
+
+
+def test_output_messages_survive_render_and_parse(encoding) -> None:
+    stored = run_scenario(encoding, SCENARIOS["function_call"]).translator.output_messages
+    rendered = [t for m in stored for t in encoding.render(Message.from_dict(m))]
+    assert [m.to_dict() for m in encoding.parse_messages_from_completion_tokens(rendered)] == stored
+
+
+def test_multibyte_text_split_across_chunks_is_whole(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    tokens = encoding.encode("<|channel|>final<|message|>日本語 😊🎉 ok<|return|>", allowed_special="all")
+    deltas = "".join(e.delta for t in tokens for e in translator.feed([t]) if e.type.endswith(".delta"))
+    translator.finish("stop")
+    assert deltas == "日本語 😊🎉 ok" == translator.response.output[0].content[0].text
