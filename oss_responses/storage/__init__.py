@@ -1,0 +1,52 @@
+"""SQL storage: the truth about every response (request, final Response, input items, harmony messages).
+
+Data access is plain sync functions taking a ``Session``; run them with ``Database.run`` (workers) or
+``await AsyncDatabase.run`` (the API).
+"""
+
+from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
+from oss_responses.storage.input_items import list_input_items
+from oss_responses.storage.migrations import migrate
+from oss_responses.storage.models import Base, InputItemRow, ResponseRow
+from oss_responses.storage.records import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    Order,
+    ResponseRecord,
+    Status,
+    utcnow,
+)
+from oss_responses.storage.responses import (
+    delete_response,
+    get_chain,
+    get_response,
+    insert_response,
+    list_in_progress_ids,
+    save_turn,
+    transition,
+)
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "TERMINAL_STATUSES",
+    "AsyncDatabase",
+    "Base",
+    "Database",
+    "InputItemRow",
+    "Order",
+    "ResponseRecord",
+    "ResponseRow",
+    "Status",
+    "async_url",
+    "delete_response",
+    "get_chain",
+    "get_response",
+    "insert_response",
+    "list_in_progress_ids",
+    "list_input_items",
+    "migrate",
+    "save_turn",
+    "sync_url",
+    "transition",
+    "utcnow",
+]

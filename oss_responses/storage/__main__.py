@@ -1,0 +1,22 @@
+"""``python -m oss_responses.storage migrate [--url URL]``: upgrade the database to the newest schema."""
+
+from __future__ import annotations
+
+import argparse
+
+from oss_responses.config import get_settings
+from oss_responses.storage.migrations import migrate
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m oss_responses.storage")
+    commands = parser.add_subparsers(dest="command", required=True)
+    upgrade = commands.add_parser("migrate", help="alembic upgrade to the newest revision")
+    upgrade.add_argument("--url", help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
+    upgrade.add_argument("--revision", default="head")
+    args = parser.parse_args(argv)
+    migrate(args.url or get_settings().database_url, args.revision)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Engines and sessions: ``Database`` (sync; workers, migrations) and ``AsyncDatabase`` (the API).
+
+Built on demand from a URL, never at import time. Either form of a URL works for both classes: the
+driver is chosen here (``sqlite`` / ``sqlite+aiosqlite``, ``postgresql+psycopg`` sync or async).
+Several processes (API, workers) share one SQLite file, so every SQLite connection gets WAL, a busy
+timeout, and foreign keys (which SQLite leaves off, and the cascades need).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_SQLITE_PRAGMAS = (f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}", "journal_mode=WAL", "synchronous=NORMAL",
+                   "foreign_keys=ON")
+
+
+def sync_url(url: str | URL) -> URL:
+    return _with_driver(url, sqlite="sqlite", postgresql="postgresql+psycopg")
+
+
+def async_url(url: str | URL) -> URL:
+    return _with_driver(url, sqlite="sqlite+aiosqlite", postgresql="postgresql+psycopg")
+
+
+def _with_driver(url: str | URL, *, sqlite: str, postgresql: str) -> URL:
+    parsed = make_url(url)
+    drivers = {"sqlite": sqlite, "postgresql": postgresql}
+    backend = parsed.get_backend_name()
+    if backend not in drivers:
+        raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}")
+    return parsed.set(drivername=drivers[backend])
+
+
+def ensure_sqlite_directory(url: str | URL) -> None:
+    """Create the folder of a SQLite file (``./var/`` by default) so connecting can create the file."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def _engine_options(url: URL) -> dict[str, Any]:
+    return {} if url.get_backend_name() == "sqlite" else {"pool_pre_ping": True}
+
+
+def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    for pragma in _SQLITE_PRAGMAS:
+        cursor.execute(f"PRAGMA {pragma}")
+    cursor.close()
+
+
+def _configure(engine: Engine) -> None:
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _set_sqlite_pragmas)
+
+
+class Database:
+    """A sync engine and its sessions; ``session()`` is one transaction (commit, or rollback on error)."""
+
+    def __init__(self, url: str | URL, **engine_options: Any) -> None:
+        self.url = sync_url(url)
+        ensure_sqlite_directory(self.url)
+        self.engine = create_engine(self.url, **(_engine_options(self.url) | engine_options))
+        _configure(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def run(self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(session, *args, **kwargs)`` in one transaction; its result."""
+        with self.session() as session:
+            return fn(session, *args, **kwargs)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+class AsyncDatabase:
+    """An async engine for the API; ``run`` executes a sync data-access function via ``run_sync``."""
+
+    def __init__(self, url: str | URL, **engine_options: Any) -> None:
+        self.url = async_url(url)
+        ensure_sqlite_directory(self.url)
+        self.engine: AsyncEngine = create_async_engine(self.url, **(_engine_options(self.url) | engine_options))
+        _configure(self.engine.sync_engine)
+        self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[AsyncSession]:
+        async with self._sessions.begin() as session:
+            yield session
+
+    async def run(self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(session, *args, **kwargs)`` in one transaction; its result."""
+        async with self.session() as session:
+            return await session.run_sync(fn, *args, **kwargs)
+
+    def dispose(self) -> Awaitable[None]:
+        return self.engine.dispose()

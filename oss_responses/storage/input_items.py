@@ -1,0 +1,43 @@
+"""Paging through a response's input items, as ``GET /v1/responses/{id}/input_items`` does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from oss_responses.errors import BadRequest
+from oss_responses.storage.models import InputItemRow
+from oss_responses.storage.records import Order
+
+_input_items = InputItemRow.__table__
+
+
+def list_input_items(
+    session: Session, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+) -> tuple[list[dict[str, Any]], bool]:
+    """One page of items after the item ``after`` in ``order``, and whether more follow.
+
+    An ``after`` that is not an item of this response is a ``BadRequest`` on ``param="after"``.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    position = _input_items.c.position
+    query = select(_input_items.c.item).where(_input_items.c.response_id == response_id)
+    if after is not None:
+        cursor = _position_of(session, response_id, after)
+        query = query.where(position > cursor if order == "asc" else position < cursor)
+    query = query.order_by(position.asc() if order == "asc" else position.desc()).limit(limit + 1)
+    items = list(session.execute(query).scalars())
+    return items[:limit], len(items) > limit
+
+
+def _position_of(session: Session, response_id: str, item_id: str) -> int:
+    query = select(_input_items.c.position).where(
+        _input_items.c.response_id == response_id, _input_items.c.item_id == item_id
+    )
+    position = session.execute(query.limit(1)).scalar_one_or_none()
+    if position is None:
+        raise BadRequest(f"No input item with id '{item_id}' in response '{response_id}'.", param="after")
+    return position

@@ -1,0 +1,106 @@
+"""The SQL schema: SQLAlchemy 2.0 typed models of ``responses`` and ``input_items``.
+
+Portable between SQLite and PostgreSQL: JSON columns are JSONB on PostgreSQL, and timestamps are
+timezone-aware UTC datetimes on both (SQLite stores them naive; :class:`UTCDateTime` restores the zone).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
+
+# ``none_as_null``: Python None is SQL NULL (not the JSON literal ``null``), so ``IS NULL`` works.
+JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+# SQLite's INTEGER PRIMARY KEY is the rowid alias; BIGINT there would not autoincrement.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out, on every backend."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass a timezone-aware one")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(table_name)s_%(column_0_name)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s_%(column_1_name)s",
+            "ck": "ck_%(table_name)s_%(constraint_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+            "pk": "pk_%(table_name)s",
+        }
+    )
+
+
+class ResponseRow(Base):
+    """One response: its request, its Response object, and the harmony messages of its turn."""
+
+    __tablename__ = "responses"
+    __table_args__ = (CheckConstraint(f"status IN {STATUSES!r}", name="status"),)
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    model: Mapped[str] = mapped_column(String)
+    status: Mapped[str] = mapped_column(String, index=True)
+    background: Mapped[bool] = mapped_column(Boolean)
+    store: Mapped[bool] = mapped_column(Boolean)
+    previous_response_id: Mapped[str | None] = mapped_column(
+        String, ForeignKey("responses.id", ondelete="SET NULL"), index=True
+    )
+    request: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    response: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    input_messages: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    output_messages: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
+    function_calls: Mapped[dict[str, str]] = mapped_column(JSONType)
+    state: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class InputItemRow(Base):
+    """One input item of a response, as ``GET /v1/responses/{id}/input_items`` returns it."""
+
+    __tablename__ = "input_items"
+    # The unique index (response_id, position) also serves lookups by response_id.
+    __table_args__ = (UniqueConstraint("response_id", "position"),)
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    response_id: Mapped[str] = mapped_column(String, ForeignKey("responses.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    item_id: Mapped[str] = mapped_column(String)
+    item: Mapped[dict[str, Any]] = mapped_column(JSONType)

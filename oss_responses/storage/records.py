@@ -1,0 +1,46 @@
+"""Plain values the data-access functions take and return (no ORM objects leave a session)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from oss_responses.storage.models import STATUSES
+
+Status = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
+Order = Literal["asc", "desc"]
+
+ACTIVE_STATUSES: tuple[Status, ...] = ("queued", "in_progress")
+TERMINAL_STATUSES: tuple[Status, ...] = ("completed", "incomplete", "failed", "cancelled")
+assert set(ACTIVE_STATUSES) | set(TERMINAL_STATUSES) == set(STATUSES)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResponseRecord:
+    """A row of ``responses``. Build one (status ``queued``) to insert; get one back from reads."""
+
+    id: str
+    model: str
+    status: Status
+    background: bool
+    store: bool
+    request: dict[str, Any]
+    response: dict[str, Any]
+    previous_response_id: str | None = None
+    error: dict[str, Any] | None = None
+    input_messages: list[dict[str, Any]] = field(default_factory=list)
+    output_messages: list[dict[str, Any]] = field(default_factory=list)
+    function_calls: dict[str, str] = field(default_factory=dict)
+    state: dict[str, Any] | None = None
+    created_at: datetime = field(default_factory=utcnow)
+    updated_at: datetime | None = None  # set to created_at on insert
+    completed_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES

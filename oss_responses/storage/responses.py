@@ -1,0 +1,130 @@
+"""Data access for ``responses``: sync functions taking a ``Session`` inside the caller's transaction.
+
+The API calls them through ``AsyncDatabase.run`` (``AsyncSession.run_sync``), workers through
+``Database.run``. Status changes are compare-and-set (:func:`transition`), so of two writers racing to
+end a response (cancel vs. completion, two workers) exactly one wins.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import RowMapping, delete, insert, literal, select, update
+from sqlalchemy.orm import Session
+
+from oss_responses.storage.models import InputItemRow, ResponseRow
+from oss_responses.storage.records import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    ResponseRecord,
+    Status,
+    utcnow,
+)
+
+_responses = ResponseRow.__table__
+_input_items = InputItemRow.__table__
+_RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ResponseRecord))
+_UPDATABLE = frozenset(_RECORD_FIELDS) - {"id", "status", "created_at"}
+MAX_CHAIN_DEPTH = 10_000  # a guard only: ids are fresh, so a chain cannot loop
+
+
+def insert_response(
+    session: Session, record: ResponseRecord, input_items: Sequence[Mapping[str, Any]] = ()
+) -> None:
+    """Insert a response and its input items (each a dict with an ``id``), in their order."""
+    values = dataclasses.asdict(record)
+    values["updated_at"] = record.updated_at or record.created_at
+    session.execute(insert(_responses).values(values))
+    if input_items:
+        session.execute(
+            insert(_input_items),
+            [
+                {"response_id": record.id, "position": position, "item_id": item["id"], "item": dict(item)}
+                for position, item in enumerate(input_items)
+            ],
+        )
+
+
+def get_response(session: Session, response_id: str) -> ResponseRecord | None:
+    row = session.execute(select(_responses).where(_responses.c.id == response_id)).mappings().first()
+    return _record(row) if row is not None else None
+
+
+def get_chain(session: Session, response_id: str) -> list[ResponseRecord]:
+    """The response and its ancestors by ``previous_response_id``, oldest first ([] if unknown)."""
+    start = select(_responses.c.id, _responses.c.previous_response_id, literal(0).label("depth"))
+    chain = start.where(_responses.c.id == response_id).cte("chain", recursive=True)
+    parent = _responses.alias("parent")
+    chain = chain.union_all(
+        select(parent.c.id, parent.c.previous_response_id, (chain.c.depth + 1).label("depth"))
+        .join(chain, parent.c.id == chain.c.previous_response_id)
+        .where(chain.c.depth < MAX_CHAIN_DEPTH)
+    )
+    query = (
+        select(_responses)
+        .join(chain, chain.c.id == _responses.c.id)
+        .order_by(chain.c.depth.desc())
+    )
+    return [_record(row) for row in session.execute(query).mappings()]
+
+
+def transition(
+    session: Session, response_id: str, *, from_statuses: Iterable[Status], to_status: Status, **fields: Any
+) -> bool:
+    """Set ``status`` (and ``fields``) only if the status is one of ``from_statuses``; True if it was."""
+    unknown = set(fields) - _UPDATABLE
+    if unknown:
+        raise TypeError(f"not updatable response fields: {sorted(unknown)}")
+    statement = (
+        update(_responses)
+        .where(_responses.c.id == response_id, _responses.c.status.in_(list(from_statuses)))
+        .values(status=to_status, updated_at=utcnow(), **fields)
+    )
+    return session.execute(statement).rowcount == 1
+
+
+def save_turn(
+    session: Session,
+    response_id: str,
+    *,
+    status: Status,
+    response: dict[str, Any],
+    output_messages: list[dict[str, Any]],
+    function_calls: dict[str, str] | None = None,
+    input_messages: list[dict[str, Any]] | None = None,
+    error: dict[str, Any] | None = None,
+    state: dict[str, Any] | None = None,
+    completed_at: datetime | None = None,
+) -> bool:
+    """Store the end of a turn, unless the response already ended (then nothing changes: False)."""
+    if status not in TERMINAL_STATUSES:
+        raise ValueError(f"save_turn needs a terminal status, not {status!r}")
+    fields: dict[str, Any] = {
+        "response": response,
+        "output_messages": output_messages,
+        "error": error,
+        "state": state,
+        "completed_at": completed_at or utcnow(),
+    }
+    if function_calls is not None:
+        fields["function_calls"] = function_calls
+    if input_messages is not None:
+        fields["input_messages"] = input_messages
+    return transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+
+
+def delete_response(session: Session, response_id: str) -> bool:
+    """Delete a response and its input items; later turns keep their rows (their link becomes NULL)."""
+    return session.execute(delete(_responses).where(_responses.c.id == response_id)).rowcount == 1
+
+
+def list_in_progress_ids(session: Session) -> list[str]:
+    query = select(_responses.c.id).where(_responses.c.status == "in_progress").order_by(_responses.c.created_at)
+    return list(session.execute(query).scalars())
+
+
+def _record(row: RowMapping) -> ResponseRecord:
+    return ResponseRecord(**{name: row[name] for name in _RECORD_FIELDS})

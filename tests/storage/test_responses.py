@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+from support.rows import message_items, new_response
+
+from oss_responses.storage import (
+    Database,
+    delete_response,
+    get_chain,
+    get_response,
+    insert_response,
+    list_in_progress_ids,
+    list_input_items,
+)
+
+
+def test_get_response_returns_inserted_record(db: Database) -> None:
+    created = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    record = new_response(
+        created_at=created,
+        input_messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
+        function_calls={"call_1": "get_weather"},
+        state={"pending_approval": "mcpr_1"},
+    )
+    db.run(insert_response, record)
+
+    stored = db.run(get_response, record.id)
+
+    assert stored is not None
+    assert stored == dataclasses.replace(record, updated_at=created)
+
+
+def test_get_response_keeps_null_json_as_none(db: Database) -> None:
+    record = new_response()
+    db.run(insert_response, record)
+
+    stored = db.run(get_response, record.id)
+
+    assert stored is not None and stored.error is None and stored.state is None and stored.completed_at is None
+
+
+def test_get_response_returns_none_when_unknown(db: Database) -> None:
+    assert db.run(get_response, "resp_missing") is None
+
+
+def test_insert_response_rejects_duplicate_id(db: Database) -> None:
+    record = new_response()
+    db.run(insert_response, record)
+
+    with pytest.raises(IntegrityError):
+        db.run(insert_response, record)
+
+
+def test_insert_response_leaves_nothing_when_an_item_is_invalid(db: Database) -> None:
+    record = new_response()
+
+    with pytest.raises(KeyError):
+        db.run(insert_response, record, [{"type": "message"}])  # an item without an id
+
+    assert db.run(get_response, record.id) is None
+
+
+def test_insert_response_rejects_unknown_previous_response(db: Database) -> None:
+    with pytest.raises(IntegrityError):
+        db.run(insert_response, new_response(previous_response_id="resp_missing"))
+
+
+def test_insert_response_stores_items_in_order(db: Database) -> None:
+    record = new_response()
+    items = message_items(3)
+    db.run(insert_response, record, items)
+
+    stored, has_more = db.run(list_input_items, record.id, order="asc", limit=10)
+
+    assert stored == items and has_more is False
+
+
+def test_get_chain_returns_ancestors_oldest_first(db: Database) -> None:
+    first = new_response()
+    second = new_response(previous_response_id=first.id)
+    third = new_response(previous_response_id=second.id)
+    unrelated = new_response()
+    for record in (first, second, third, unrelated):
+        db.run(insert_response, record)
+
+    chain = db.run(get_chain, third.id)
+
+    assert [r.id for r in chain] == [first.id, second.id, third.id]
+
+
+def test_get_chain_returns_only_the_response_without_previous(db: Database) -> None:
+    record = new_response()
+    db.run(insert_response, record)
+
+    assert [r.id for r in db.run(get_chain, record.id)] == [record.id]
+
+
+def test_get_chain_returns_empty_when_unknown(db: Database) -> None:
+    assert db.run(get_chain, "resp_missing") == []
+
+
+def test_delete_response_cascades_to_input_items(db: Database) -> None:
+    record = new_response()
+    db.run(insert_response, record, message_items(2))
+
+    assert db.run(delete_response, record.id) is True
+
+    assert db.run(get_response, record.id) is None
+    assert db.run(list_input_items, record.id, limit=10) == ([], False)
+
+
+def test_delete_response_unlinks_later_turns(db: Database) -> None:
+    first = new_response()
+    second = new_response(previous_response_id=first.id)
+    db.run(insert_response, first)
+    db.run(insert_response, second)
+
+    db.run(delete_response, first.id)
+
+    stored = db.run(get_response, second.id)
+    assert stored is not None and stored.previous_response_id is None
+
+
+def test_delete_response_returns_false_when_unknown(db: Database) -> None:
+    assert db.run(delete_response, "resp_missing") is False
+
+
+def test_list_in_progress_ids_returns_only_in_progress(db: Database) -> None:
+    records = [new_response(status=s) for s in ("queued", "in_progress", "completed", "in_progress")]
+    for record in records:
+        db.run(insert_response, record)
+
+    assert db.run(list_in_progress_ids) == [records[1].id, records[3].id]
