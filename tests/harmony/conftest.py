@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import sys
+from pathlib import Path
+
+# The transcript helpers sit beside these tests; importlib import mode does not put this folder on sys.path.
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
 from harmony_transcripts import REPO, SCENARIOS, Run, run_scenario
 from openai_harmony import HarmonyEncoding
 
