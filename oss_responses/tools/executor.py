@@ -1,0 +1,142 @@
+"""Running one tool call of the model against the response's MCP servers.
+
+The worker's tool loop calls :meth:`ToolExecutor.call` with what the model addressed (a server
+label and a tool name) and the raw argument text, and always gets a :class:`ToolOutcome` back: a tool
+that errors, a timeout, an unreachable server or arguments that are not JSON become ``error``; it
+never raises (except on cancellation).
+
+Harmony recipients map to calls as follows (:meth:`McpToolExecutor.route`):
+
+- ``<label>.<tool>`` (an MCP namespace): the tool of that server, arguments a JSON object;
+- ``python`` (built-in): the label configured as python; its code text goes to the server's
+  ``python`` tool as ``{"code": text}``;
+- ``browser.search`` / ``browser.open`` / ``browser.find`` (built-in): the label configured as
+  browser; the tool of the same name, arguments the JSON object the model wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mcp_types
+from mcp.shared.exceptions import MCPError
+
+from oss_responses.tools.mcp_client import McpSessionPool, McpToolSpec, McpUnavailable
+from oss_responses.tools.policy import ResolvedServer, allowed_tools, is_tool_allowed
+
+logger = logging.getLogger(__name__)
+
+PYTHON_TOOL = "python"
+BROWSER_TOOLS = frozenset({"search", "open", "find"})
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result of one tool call: ``output`` when it succeeded, else ``error`` (for the model)."""
+
+    output: str | None = None
+    error: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+class ToolExecutor(Protocol):
+    async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome: ...
+
+
+class McpToolExecutor:
+    """Tool calls of one response, on the worker's session pool."""
+
+    def __init__(self, pool: McpSessionPool, servers: Sequence[ResolvedServer], *, timeout: float) -> None:
+        self._pool = pool
+        self._servers = {server.label: server for server in servers}
+        self._timeout = timeout
+
+    def route(self, recipient: str) -> tuple[str, str] | None:
+        """(server_label, tool) for a harmony recipient, or None if no MCP server serves it."""
+        namespace, _, tool = recipient.partition(".")
+        for server in self._servers.values():
+            if server.builtin == PYTHON_TOOL and recipient == PYTHON_TOOL:
+                return server.label, PYTHON_TOOL
+            if server.builtin == "browser" and namespace == "browser" and tool in BROWSER_TOOLS:
+                return server.label, tool
+        server = self._servers.get(namespace)
+        if server is not None and server.builtin is None and tool:
+            return server.label, tool
+        return None
+
+    async def list_tools(self, server_label: str) -> list[McpToolSpec]:
+        """The server's tools the model may use (``allowed_tools`` applied); raises McpUnavailable."""
+        server = self._servers[server_label]
+        try:
+            tools = await self._pool.list_tools(server.endpoint, self._timeout)
+        except TimeoutError as exc:
+            raise McpUnavailable(f"listing the tools of '{server_label}' timed out after {self._timeout:g} s") from exc
+        except MCPError as exc:
+            raise McpUnavailable(f"the MCP server '{server_label}' refused to list its tools: {exc}") from exc
+        return allowed_tools(server, tools)
+
+    async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome:
+        server = self._servers.get(server_label)
+        if server is None:
+            return ToolOutcome(error=f"no MCP server labelled '{server_label}' in this response")
+        if not is_tool_allowed(server, McpToolSpec(tool, None, {})):
+            return ToolOutcome(error=f"the tool '{tool}' of '{server_label}' is not allowed in this response")
+        try:
+            name, payload = _mcp_call(server, tool, arguments)
+        except ValueError as exc:
+            return ToolOutcome(error=str(exc))
+        return await self._call(server, name, payload)
+
+    async def _call(self, server: ResolvedServer, name: str, payload: dict[str, Any]) -> ToolOutcome:
+        try:
+            result = await self._pool.call_tool(server.endpoint, name, payload, self._timeout)
+        except TimeoutError:
+            return ToolOutcome(error=f"the call to '{server.label}.{name}' timed out after {self._timeout:g} s")
+        except McpUnavailable as exc:
+            return ToolOutcome(error=f"the MCP server '{server.label}' is unreachable: {exc}")
+        except MCPError as exc:
+            return ToolOutcome(error=f"the MCP server '{server.label}' refused the call: {exc}")
+        except Exception as exc:  # boundary: a tool turn must never crash the response
+            logger.warning("MCP call to %s.%s failed: %s", server.label, name, type(exc).__name__)
+            return ToolOutcome(error=f"the call to '{server.label}.{name}' failed ({type(exc).__name__})")
+        text = result_text(result)
+        return ToolOutcome(error=text or "the tool reported an error") if result.is_error else ToolOutcome(output=text)
+
+
+def _mcp_call(server: ResolvedServer, tool: str, arguments: str) -> tuple[str, dict[str, Any]]:
+    """The MCP tool name and arguments for the model's call (raises ValueError for the model)."""
+    if server.builtin == PYTHON_TOOL:
+        return PYTHON_TOOL, {"code": arguments}
+    if server.builtin == "browser" and tool not in BROWSER_TOOLS:
+        raise ValueError(f"the browser tool has no '{tool}' action (use search, open or find)")
+    return tool, _json_object(arguments)
+
+
+def _json_object(arguments: str) -> dict[str, Any]:
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the arguments are not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    if not isinstance(value, dict):
+        raise ValueError("the arguments must be a JSON object")
+    return value
+
+
+def result_text(result: mcp_types.CallToolResult) -> str:
+    """The text the model reads: text parts as they are, other parts and structured content as JSON."""
+    parts = [
+        block.text if isinstance(block, mcp_types.TextContent) else block.model_dump_json(exclude_none=True)
+        for block in result.content
+    ]
+    if not parts and result.structured_content is not None:
+        return json.dumps(result.structured_content)
+    return "\n".join(parts)

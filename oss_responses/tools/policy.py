@@ -1,0 +1,265 @@
+"""Which MCP servers a request may use, and which of their tools need approval.
+
+- A request's ``mcp`` tool names a ``server_label``. Operators configure servers by label
+  (``settings.tool_servers``); a request may name such a label without a URL.
+- A request's own ``server_url`` (one that is not the configured URL of its label) is used only if it
+  matches a prefix of ``settings.mcp_url_allowlist`` (same scheme, host and port; path under the
+  prefix's path), and its host does not resolve to a loopback, private, link-local or otherwise
+  non-global address unless ``settings.mcp_allow_private_urls``. The check resolves the name when the
+  request is accepted; a name that later resolves elsewhere (DNS rebinding) is not caught here.
+- Labels in ``settings.builtin_tool_labels`` are served as gpt-oss's built-in ``python`` / ``browser``
+  tools; the request tool types ``code_interpreter`` / ``web_search_preview`` select those labels.
+- Every refusal is a :class:`BadRequest` whose ``param`` points at the tool (``tools[2].server_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import re
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from openai.types.responses import WebSearchPreviewTool
+from openai.types.responses.tool import (
+    CodeInterpreter,
+    Mcp,
+    McpAllowedToolsMcpToolFilter,
+    McpRequireApproval,
+    McpRequireApprovalMcpToolApprovalFilterAlways,
+    McpRequireApprovalMcpToolApprovalFilterNever,
+)
+
+from oss_responses.config import Settings
+from oss_responses.errors import BadRequest
+from oss_responses.tools.mcp_client import McpEndpoint, McpToolSpec
+
+Builtin = Literal["python", "browser"]
+HostResolver = Callable[[str], Awaitable[list[str]]]
+
+_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Harmony namespaces the model already uses; an MCP label with one of these names would be ambiguous.
+_RESERVED_LABELS = frozenset({"functions", "python", "browser", "container"})
+_BUILTIN_TOOL_TYPES = {"code_interpreter": "python", "web_search_preview": "browser"}
+
+
+@dataclass(frozen=True)
+class ResolvedServer:
+    """An MCP server a response may use. ``headers`` hold the credentials: never log or store them."""
+
+    label: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    allowed_tools: list[str] | McpAllowedToolsMcpToolFilter | None = None
+    require_approval: McpRequireApproval | None = None
+    builtin: Builtin | None = None
+    description: str | None = None
+
+    @property
+    def endpoint(self) -> McpEndpoint:
+        return McpEndpoint(self.url, self.headers)
+
+
+async def resolve_servers(
+    tools: Sequence[Any], settings: Settings, *, resolve_host: HostResolver | None = None
+) -> list[ResolvedServer]:
+    """The MCP servers of a request's tools (other tool types are skipped), in order."""
+    resolve = resolve_host or system_resolver
+    servers: list[ResolvedServer] = []
+    for index, tool in enumerate(tools):
+        param = f"tools[{index}]"
+        if isinstance(tool, Mcp):
+            server = await _resolve_mcp(tool, param, settings, resolve)
+        elif isinstance(tool, (CodeInterpreter, WebSearchPreviewTool)):
+            server = _resolve_builtin_type(tool.type, param, settings)
+        else:
+            continue
+        if any(existing.label == server.label for existing in servers):
+            raise BadRequest(
+                f"Invalid value for '{param}.server_label': the label '{server.label}' is used by two tools.",
+                param=f"{param}.server_label",
+            )
+        servers.append(server)
+    return servers
+
+
+async def _resolve_mcp(tool: Mcp, param: str, settings: Settings, resolve: HostResolver) -> ResolvedServer:
+    label = tool.server_label
+    builtin = _builtin_of(label, settings)
+    if not _LABEL.match(label) or (label in _RESERVED_LABELS and builtin is None):
+        raise BadRequest(
+            f"Invalid value for '{param}.server_label': '{label}' must be 1-64 letters, digits, '_' or '-', "
+            f"and not one of {sorted(_RESERVED_LABELS)}.",
+            param=f"{param}.server_label",
+        )
+    if tool.connector_id is not None:
+        raise BadRequest(
+            f"Invalid value for '{param}.connector_id': connectors are not supported; give a server_url or "
+            "a configured server_label.",
+            param=f"{param}.connector_id",
+        )
+    configured = settings.tool_servers.get(label)
+    url = tool.server_url or configured
+    if url is None:
+        raise BadRequest(
+            f"Missing '{param}.server_url': no MCP server is configured for the label '{label}' "
+            f"(configured: {sorted(settings.tool_servers) or 'none'}).",
+            param=f"{param}.server_url",
+        )
+    if url != configured:
+        await check_request_url(url, f"{param}.server_url", settings, resolve)
+    return ResolvedServer(
+        label=label,
+        url=url,
+        headers=_headers(tool),
+        allowed_tools=tool.allowed_tools,
+        require_approval=tool.require_approval,
+        builtin=builtin,
+        description=tool.server_description,
+    )
+
+
+def _resolve_builtin_type(tool_type: str, param: str, settings: Settings) -> ResolvedServer:
+    builtin = _BUILTIN_TOOL_TYPES[tool_type]
+    for label, name in settings.builtin_tool_labels.items():
+        if name == builtin and label in settings.tool_servers:
+            return ResolvedServer(label=label, url=settings.tool_servers[label], builtin=builtin)  # type: ignore[arg-type]
+    raise BadRequest(
+        f"Invalid value for '{param}.type': no tool server is configured for '{tool_type}' on this service.",
+        param=f"{param}.type",
+        code="unsupported_value",
+    )
+
+
+def _builtin_of(label: str, settings: Settings) -> Builtin | None:
+    name = settings.builtin_tool_labels.get(label)
+    return name if name in ("python", "browser") else None  # type: ignore[return-value]
+
+
+def _headers(tool: Mcp) -> dict[str, str]:
+    headers = dict(tool.headers or {})
+    if tool.authorization:
+        headers["Authorization"] = f"Bearer {tool.authorization}"
+    return headers
+
+
+async def check_request_url(url: str, param: str, settings: Settings, resolve: HostResolver) -> None:
+    """Raise BadRequest unless a request may send its tool calls to ``url``."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadRequest(f"Invalid value for '{param}': an MCP server_url must be an http(s) URL.", param=param)
+    if parts.username or parts.password:
+        raise BadRequest(
+            f"Invalid value for '{param}': credentials in the URL are not accepted; use 'authorization' or "
+            "'headers'.",
+            param=param,
+        )
+    if not any(_matches_prefix(url, prefix) for prefix in settings.mcp_url_allowlist):
+        raise BadRequest(
+            f"Invalid value for '{param}': this server_url is not in the service's MCP allow-list "
+            "(OSS_RESPONSES_MCP_URL_ALLOWLIST); use a configured server_label instead.",
+            param=param,
+        )
+    if settings.mcp_allow_private_urls:
+        return
+    try:
+        addresses = _ip_literal(parts.hostname) or await resolve(parts.hostname)
+    except OSError as exc:
+        raise BadRequest(f"Invalid value for '{param}': cannot resolve the host '{parts.hostname}'.", param=param) from exc
+    private = [address for address in addresses if not _is_public(address)]
+    if private or not addresses:
+        raise BadRequest(
+            f"Invalid value for '{param}': the host '{parts.hostname}' is a loopback or private address "
+            f"({', '.join(private) or 'none resolved'}); such MCP servers are refused "
+            "(OSS_RESPONSES_MCP_ALLOW_PRIVATE_URLS).",
+            param=param,
+        )
+
+
+def _matches_prefix(url: str, prefix: str) -> bool:
+    """Scheme, host and port equal; path under the prefix's path at a segment boundary."""
+    target, allowed = urlsplit(url), urlsplit(prefix)
+    if (target.scheme, target.hostname, _port(target)) != (allowed.scheme, allowed.hostname, _port(allowed)):
+        return False
+    base = allowed.path.rstrip("/")
+    return target.path == base or target.path.startswith(base + "/")
+
+
+def _port(parts: Any) -> int | None:
+    try:
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        return None
+
+
+def _is_public(address: str) -> bool:
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def _ip_literal(host: str) -> list[str]:
+    try:
+        return [str(ipaddress.ip_address(host))]
+    except ValueError:
+        return []
+
+
+async def system_resolver(host: str) -> list[str]:
+    """Every address the host name resolves to."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+# --- allowed tools and approvals -------------------------------------------------------------
+
+
+def is_tool_allowed(server: ResolvedServer, tool: McpToolSpec) -> bool:
+    allowed = server.allowed_tools
+    if allowed is None:
+        return True
+    if isinstance(allowed, list):
+        return tool.name in allowed
+    return _filter_matches(allowed.tool_names, allowed.read_only, tool, empty_matches=True)
+
+
+def allowed_tools(server: ResolvedServer, tools: Sequence[McpToolSpec]) -> list[McpToolSpec]:
+    """The tools of a server the model may see and call (``allowed_tools`` applied)."""
+    return [tool for tool in tools if is_tool_allowed(server, tool)]
+
+
+def requires_approval(server: ResolvedServer, tool: McpToolSpec) -> bool:
+    """Whether a call needs an ``mcp_approval_request`` first.
+
+    Unset means "always", as in OpenAI's API, except for built-in labels (python, browser), which
+    OpenAI runs without approval too. In a per-tool filter, ``never`` wins over ``always``; a tool
+    matched by neither needs approval.
+    """
+    policy = server.require_approval
+    if policy is None:
+        return server.builtin is None
+    if isinstance(policy, str):
+        return policy == "always"
+    return not _filter_matches_approval(policy.never, tool)
+
+
+def _filter_matches_approval(
+    flt: McpRequireApprovalMcpToolApprovalFilterAlways | McpRequireApprovalMcpToolApprovalFilterNever | None,
+    tool: McpToolSpec,
+) -> bool:
+    return flt is not None and _filter_matches(flt.tool_names, flt.read_only, tool, empty_matches=False)
+
+
+def _filter_matches(
+    tool_names: list[str] | None, read_only: bool | None, tool: McpToolSpec, *, empty_matches: bool
+) -> bool:
+    """A tool filter: every criterion given must hold; a filter with none matches ``empty_matches``."""
+    if tool_names is None and read_only is None:
+        return empty_matches
+    if tool_names is not None and tool.name not in tool_names:
+        return False
+    return read_only is None or bool(tool.read_only) == read_only

@@ -1,0 +1,116 @@
+"""McpToolExecutor: every tool call ends in a ToolOutcome, built-in labels map onto their servers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from oss_responses.tools.executor import McpToolExecutor, ToolOutcome
+from oss_responses.tools.mcp_client import McpSessionPool
+from oss_responses.tools.policy import ResolvedServer
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def executor(pool: McpSessionPool, calculator_url: str, documents_url: str, misbehaving_url: str) -> McpToolExecutor:
+    servers = [
+        ResolvedServer("code_interpreter", calculator_url, builtin="python"),
+        ResolvedServer("web_search_preview", documents_url, builtin="browser"),
+        ResolvedServer("calc", calculator_url, allowed_tools=["calculate"]),
+        ResolvedServer("flaky", misbehaving_url),
+        ResolvedServer("gone", "http://127.0.0.1:1/mcp"),
+    ]
+    return McpToolExecutor(pool, servers, timeout=1.0)
+
+
+async def test_call_builtin_python_runs_code(executor: McpToolExecutor) -> None:
+    assert await executor.call("code_interpreter", "python", "123*456\n") == ToolOutcome(output="56088\n")
+
+
+async def test_call_builtin_browser_search_passes_json_arguments(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("web_search_preview", "search", '{"query": "harmony channels", "topn": 1}')
+    assert outcome.output is not None and '"id": "harmony"' in outcome.output
+
+
+async def test_call_mcp_tool_returns_output(executor: McpToolExecutor) -> None:
+    assert await executor.call("calc", "calculate", '{"expression": "6*7"}') == ToolOutcome(output="42")
+
+
+async def test_call_refused_input_is_error(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("code_interpreter", "python", "__import__('os')")
+    assert outcome.output is None and "not allowed in arithmetic" in (outcome.error or "")
+
+
+async def test_call_failing_tool_is_error(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("flaky", "crash", "{}")
+    assert outcome.failed and "crash" in (outcome.error or "")
+
+
+async def test_call_slow_tool_times_out_as_error(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("flaky", "sleep", '{"seconds": 30}')
+    assert outcome.error == "the call to 'flaky.sleep' timed out after 1 s"
+
+
+async def test_call_after_timeout_still_works(executor: McpToolExecutor) -> None:
+    await executor.call("flaky", "sleep", '{"seconds": 30}')
+    assert await executor.call("flaky", "sleep", '{"seconds": 0}') == ToolOutcome(output="awake")
+
+
+async def test_call_unreachable_server_is_error(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("gone", "anything", "{}")
+    assert (outcome.error or "").startswith("the MCP server 'gone' is unreachable")
+
+
+async def test_call_invalid_json_arguments_is_error(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("calc", "calculate", '{"expression": ')
+    assert (outcome.error or "").startswith("the arguments are not valid JSON")
+
+
+async def test_call_tool_outside_allowed_tools_is_error(executor: McpToolExecutor) -> None:
+    outcome = await executor.call("calc", "python", '{"code": "1"}')
+    assert outcome.error == "the tool 'python' of 'calc' is not allowed in this response"
+
+
+async def test_call_unknown_label_is_error(executor: McpToolExecutor) -> None:
+    assert (await executor.call("nope", "x", "{}")).failed
+
+
+async def test_call_unknown_tool_is_error(executor: McpToolExecutor) -> None:
+    assert (await executor.call("flaky", "no_such_tool", "{}")).failed
+
+
+async def test_list_tools_applies_allowed_tools(executor: McpToolExecutor) -> None:
+    assert [tool.name for tool in await executor.list_tools("calc")] == ["calculate"]
+
+
+@pytest.mark.parametrize(
+    ("recipient", "route"),
+    [
+        ("python", ("code_interpreter", "python")),
+        ("browser.search", ("web_search_preview", "search")),
+        ("browser.open", ("web_search_preview", "open")),
+        ("calc.calculate", ("calc", "calculate")),
+        ("functions.get_weather", None),
+        ("code_interpreter.python", None),
+        ("browser.scroll", None),
+    ],
+)
+def test_route_maps_harmony_recipient(recipient: str, route: tuple[str, str] | None) -> None:
+    servers = [
+        ResolvedServer("code_interpreter", "http://calc/mcp", builtin="python"),
+        ResolvedServer("web_search_preview", "http://docs/mcp", builtin="browser"),
+        ResolvedServer("calc", "http://calc/mcp"),
+    ]
+    assert McpToolExecutor(McpSessionPool(), servers, timeout=1).route(recipient) == route
+
+
+async def test_call_cancelled_in_flight_raises_cancelled(executor: McpToolExecutor) -> None:
+    task = asyncio.ensure_future(executor.call("flaky", "sleep", '{"seconds": 30}'))
+    done, _ = await asyncio.wait({task}, timeout=0.3)
+    assert not done  # the call is in flight on the server
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await executor.call("calc", "calculate", '{"expression": "1+1"}') == ToolOutcome(output="2")

@@ -1,0 +1,199 @@
+"""Which MCP servers a request may use, allowed_tools, and approvals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai.types.responses import FunctionTool, WebSearchPreviewTool
+from openai.types.responses.tool import CodeInterpreter, Mcp
+
+from oss_responses.config import Settings
+from oss_responses.errors import BadRequest
+from oss_responses.tools.mcp_client import McpToolSpec
+from oss_responses.tools.policy import (
+    ResolvedServer,
+    allowed_tools,
+    requires_approval,
+    resolve_servers,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "tool_servers": {"code_interpreter": "http://calc:8811/mcp", "docs": "http://docs:8812/sse"},
+        "mcp_url_allowlist": ["https://mcp.example.com/", "http://127.0.0.1:9000/mcp"],
+        "mcp_allow_private_urls": False,
+    }
+    return Settings(**{**values, **overrides})
+
+
+def _mcp(**fields: Any) -> Mcp:
+    return Mcp.model_validate({"type": "mcp", "server_label": "remote", **fields})
+
+
+async def _public(host: str) -> list[str]:
+    return {"mcp.example.com": ["93.184.215.14"], "inside.example.com": ["10.1.2.3"]}[host]
+
+
+async def _resolve(*tools: Any, settings: Settings | None = None) -> list[ResolvedServer]:
+    return await resolve_servers(list(tools), settings or _settings(), resolve_host=_public)
+
+
+async def test_resolve_configured_label_without_url() -> None:
+    [server] = await _resolve(_mcp(server_label="docs"))
+    assert (server.label, server.url, server.builtin) == ("docs", "http://docs:8812/sse", None)
+
+
+async def test_resolve_builtin_label_marks_builtin() -> None:
+    [server] = await _resolve(_mcp(server_label="code_interpreter"))
+    assert server.builtin == "python"
+
+
+async def test_resolve_code_interpreter_tool_type_uses_configured_label() -> None:
+    [server] = await _resolve(CodeInterpreter.model_validate({"type": "code_interpreter", "container": "auto"}))
+    assert (server.label, server.builtin) == ("code_interpreter", "python")
+
+
+async def test_resolve_builtin_tool_type_without_server_is_refused() -> None:
+    with pytest.raises(BadRequest, match="no tool server is configured for 'web_search_preview'") as info:
+        await _resolve(WebSearchPreviewTool(type="web_search_preview"))
+    assert info.value.param == "tools[0].type"
+
+
+async def test_resolve_skips_function_tools() -> None:
+    function = FunctionTool(type="function", name="f", parameters={}, strict=False)
+    servers = await _resolve(function, _mcp(server_label="docs"))
+    assert [server.label for server in servers] == ["docs"]
+
+
+async def test_resolve_allowlisted_public_url() -> None:
+    [server] = await _resolve(_mcp(server_url="https://mcp.example.com/v1/mcp"))
+    assert server.url == "https://mcp.example.com/v1/mcp"
+
+
+async def test_resolve_unknown_label_without_url_is_refused() -> None:
+    with pytest.raises(BadRequest, match="no MCP server is configured for the label 'remote'") as info:
+        await _resolve(_mcp())
+    assert info.value.param == "tools[0].server_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://evil.example.org/mcp", "https://mcp.example.com.evil.org/mcp", "http://mcp.example.com/mcp"],
+)
+async def test_resolve_url_outside_allowlist_is_refused(url: str) -> None:
+    with pytest.raises(BadRequest, match="not in the service's MCP allow-list") as info:
+        await _resolve(FunctionTool(type="function", name="f", parameters={}, strict=False), _mcp(server_url=url))
+    assert info.value.param == "tools[1].server_url"
+
+
+async def test_resolve_other_url_for_configured_label_is_checked() -> None:
+    with pytest.raises(BadRequest, match="allow-list"):
+        await _resolve(_mcp(server_label="docs", server_url="http://attacker.example/sse"))
+
+
+async def test_resolve_loopback_url_is_refused() -> None:
+    with pytest.raises(BadRequest, match="loopback or private address \\(127.0.0.1\\)"):
+        await _resolve(_mcp(server_url="http://127.0.0.1:9000/mcp"))
+
+
+async def test_resolve_hostname_resolving_to_private_address_is_refused() -> None:
+    settings = _settings(mcp_url_allowlist=["https://inside.example.com/"])
+    with pytest.raises(BadRequest, match="10.1.2.3"):
+        await _resolve(_mcp(server_url="https://inside.example.com/mcp"), settings=settings)
+
+
+async def test_resolve_localhost_name_is_refused_by_real_resolver() -> None:
+    settings = _settings(mcp_url_allowlist=["http://localhost:9000/"])
+    with pytest.raises(BadRequest, match="loopback or private"):
+        await resolve_servers([_mcp(server_url="http://localhost:9000/mcp")], settings)
+
+
+async def test_resolve_loopback_url_allowed_when_private_urls_allowed() -> None:
+    settings = _settings(mcp_allow_private_urls=True)
+    [server] = await _resolve(_mcp(server_url="http://127.0.0.1:9000/mcp"), settings=settings)
+    assert server.url == "http://127.0.0.1:9000/mcp"
+
+
+async def test_resolve_url_with_credentials_is_refused() -> None:
+    with pytest.raises(BadRequest, match="credentials in the URL"):
+        await _resolve(_mcp(server_url="https://user:pw@mcp.example.com/mcp"))
+
+
+@pytest.mark.parametrize("label", ["functions", "bad.label", "has space"])
+async def test_resolve_invalid_label_is_refused(label: str) -> None:
+    with pytest.raises(BadRequest, match="server_label"):
+        await _resolve(_mcp(server_label=label, server_url="https://mcp.example.com/mcp"))
+
+
+async def test_resolve_duplicate_label_is_refused() -> None:
+    with pytest.raises(BadRequest, match="used by two tools") as info:
+        await _resolve(_mcp(server_label="docs"), _mcp(server_label="docs"))
+    assert info.value.param == "tools[1].server_label"
+
+
+async def test_resolve_authorization_becomes_bearer_header_hidden_from_repr() -> None:
+    [server] = await _resolve(_mcp(server_label="docs", authorization="s3cret", headers={"X-Team": "a"}))
+    assert server.headers == {"X-Team": "a", "Authorization": "Bearer s3cret"}
+    assert "s3cret" not in repr(server)
+
+
+# --- allowed_tools and approvals ---------------------------------------------------------
+
+READ = McpToolSpec("search", None, {}, {"read_only_hint": True})
+WRITE = McpToolSpec("delete", None, {}, {"read_only_hint": False})
+PLAIN = McpToolSpec("ping", None, {})
+
+
+def _server(**fields: Any) -> ResolvedServer:
+    return ResolvedServer(label="docs", url="http://docs/mcp", **fields)
+
+
+def _names(tools: list[McpToolSpec]) -> list[str]:
+    return [tool.name for tool in tools]
+
+
+@pytest.mark.parametrize(
+    ("allowed", "names"),
+    [
+        (None, ["search", "delete", "ping"]),
+        (["ping", "missing"], ["ping"]),
+        ({"tool_names": ["search", "delete"]}, ["search", "delete"]),
+        ({"read_only": True}, ["search"]),
+        ({"tool_names": ["search", "delete"], "read_only": False}, ["delete"]),
+    ],
+)
+def test_allowed_tools_filters_tools(allowed: Any, names: list[str]) -> None:
+    server = _server(allowed_tools=Mcp.model_validate({"type": "mcp", "server_label": "x", "allowed_tools": allowed}).allowed_tools)
+    assert _names(allowed_tools(server, [READ, WRITE, PLAIN])) == names
+
+
+def _approval(policy: Any) -> ResolvedServer:
+    tool = Mcp.model_validate({"type": "mcp", "server_label": "x", "require_approval": policy})
+    return _server(require_approval=tool.require_approval)
+
+
+def test_requires_approval_by_default() -> None:
+    assert requires_approval(_server(), PLAIN)
+
+
+def test_requires_approval_not_for_builtin_label_by_default() -> None:
+    assert not requires_approval(_server(builtin="python"), PLAIN)
+
+
+@pytest.mark.parametrize(("policy", "expected"), [("always", True), ("never", False)])
+def test_requires_approval_follows_always_and_never(policy: str, expected: bool) -> None:
+    assert requires_approval(_approval(policy), PLAIN) is expected
+
+
+def test_requires_approval_never_filter_exempts_named_tools() -> None:
+    server = _approval({"never": {"tool_names": ["search"]}})
+    assert [requires_approval(server, tool) for tool in (READ, WRITE, PLAIN)] == [False, True, True]
+
+
+def test_requires_approval_never_filter_exempts_read_only_tools() -> None:
+    server = _approval({"never": {"read_only": True}, "always": {"tool_names": ["delete"]}})
+    assert [requires_approval(server, tool) for tool in (READ, WRITE, PLAIN)] == [False, True, True]
