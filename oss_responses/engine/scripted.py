@@ -1,0 +1,228 @@
+"""The scripted engine: a deterministic stand-in for gpt-oss, for client tests, demos and benchmarks.
+
+It implements :class:`oss_responses.engine.base.Engine` without any model. It decodes the rendered
+harmony prompt back into messages and answers in valid harmony tokens, exactly as gpt-oss would
+frame them, so everything downstream (translator, event log, API, SDK clients) runs for real.
+
+What it answers (always an ``analysis`` message first, then one of):
+
+1. the last message of the prompt is a tool result → a ``final`` answer quoting it
+   (``The tool functions.get_weather returned: {"temp": 20}``);
+2. the last user message contains ``call RECIPIENT ARGS`` → that tool call, ending in ``<|call|>``:
+   ``call functions.get_weather {"city": "Paris"}`` (a function call), ``call calc.add {"a":1,"b":2}``
+   (an MCP tool ``add`` of the server labelled ``calc``), ``call python 123*456`` (the built-in
+   python tool). JSON arguments get ``<|constrain|>json``. Functions and MCP tools are called on the
+   ``commentary`` channel; the built-in ``python``/``browser`` tools on ``analysis``, as gpt-oss does;
+3. the last user message contains ``tokens N`` → a ``final`` answer of exactly N content tokens;
+4. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
+   of the conversation in order (so chained turns via ``previous_response_id`` are visible).
+
+Like vLLM it emits one token per output, includes the stop token (``<|return|>`` or ``<|call|>``) in
+the output, stops with ``finish_reason="length"`` at ``max_tokens``, and ends a request within one
+step of :meth:`ScriptedEngine.abort` (``finish_reason="abort"``).
+
+Speed (settings ``scripted_tokens_per_second`` and ``scripted_step_interval_seconds``):
+
+- ``tokens_per_second`` > 0: each response waits ``1 / tokens_per_second`` between its tokens;
+- ``step_interval_seconds`` > 0: a shared stepping clock, as in continuous batching — every step
+  each running response emits one token, then all wait for the next step;
+- both 0 (the default): as fast as the event loop allows (one loop turn per token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from openai_harmony import HarmonyEncoding, Message, Role
+
+from oss_responses.config import Settings
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+
+START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
+BUILTIN_TOOLS = ("python", "browser")
+_CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*)", re.DOTALL)
+_TOKENS = re.compile(r"\btokens\s+(\d+)\b")
+_FILLER_WORDS = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
+
+
+def text_of(message: Message) -> str:
+    return "".join(getattr(part, "text", "") for part in message.content)
+
+
+def parse_prompt(encoding: HarmonyEncoding, prompt_token_ids: Sequence[int]) -> list[Message]:
+    """The messages of a rendered prompt, without its trailing open ``<|start|>assistant`` header."""
+    tokens = list(prompt_token_ids)
+    if START in tokens:
+        last_start = len(tokens) - 1 - tokens[::-1].index(START)
+        if MESSAGE not in tokens[last_start:]:
+            tokens = tokens[:last_start]
+    return encoding.parse_messages_from_completion_tokens(tokens, None)
+
+
+class ScriptWriter:
+    """Decides the answer to a conversation and renders it as harmony tokens."""
+
+    def __init__(self, encoding: HarmonyEncoding) -> None:
+        self.encoding = encoding
+        self.filler = [encoding.encode(word)[0] for word in _FILLER_WORDS]
+
+    def _text(self, text: str) -> list[int]:
+        return self.encoding.encode(text, allowed_special="all")
+
+    def tokens_for(self, messages: list[Message]) -> list[int]:
+        user_texts = [text_of(m) for m in messages if m.author.role == Role.USER]
+        last_user = user_texts[-1] if user_texts else ""
+        last = messages[-1] if messages else None
+        analysis = self._text(f"<|channel|>analysis<|message|>The user said: {json.dumps(last_user[:200])}.<|end|>")
+        if last is not None and last.author.role == Role.TOOL:
+            return analysis + self._final(f"The tool {last.author.name} returned: {text_of(last)}")
+        if call := _CALL.search(last_user):
+            return analysis + self._tool_call(call.group(1), call.group(2).strip())
+        if count := _TOKENS.search(last_user):
+            return analysis + self._final_tokens(int(count.group(1)))
+        return analysis + self._final(self._echo(user_texts))
+
+    @staticmethod
+    def _echo(user_texts: list[str]) -> str:
+        answer = f"You said: {json.dumps(user_texts[-1] if user_texts else '')}."
+        if len(user_texts) > 1:
+            earlier = " ".join(f"{i}. {json.dumps(t)}" for i, t in enumerate(user_texts[:-1], start=1))
+            answer += f" Earlier you said: {earlier}"
+        return answer
+
+    def _final(self, text: str) -> list[int]:
+        return self._text("<|start|>assistant<|channel|>final<|message|>") + self._text(text) + [RETURN]
+
+    def _final_tokens(self, count: int) -> list[int]:
+        body = [self.filler[i % len(self.filler)] for i in range(count)]
+        return self._text("<|start|>assistant<|channel|>final<|message|>") + body + [RETURN]
+
+    def _tool_call(self, recipient: str, arguments: str) -> list[int]:
+        channel = "analysis" if recipient.split(".")[0] in BUILTIN_TOOLS else "commentary"
+        constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == "python" else "")
+        header = f"<|start|>assistant<|channel|>{channel} to={recipient}{constrain}<|message|>"
+        return self._text(header) + self._text(arguments) + [CALL]
+
+
+def _is_json(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), (dict, list))
+    except ValueError:
+        return False
+
+
+class StepClock:
+    """A shared clock: each tick lets every running request emit one token."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._tick: asyncio.Future[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    def next_tick(self) -> asyncio.Future[None]:
+        if self._tick is None or self._tick.done():
+            self._tick = asyncio.get_running_loop().create_future()
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.get_running_loop().create_task(self._run())
+        return self._tick
+
+    async def _run(self) -> None:
+        # Stops by itself once a step passes with nobody waiting on it.
+        while self._tick is not None and not self._tick.done():
+            await asyncio.sleep(self.interval)
+            tick, self._tick = self._tick, None
+            if tick is not None and not tick.done():
+                tick.set_result(None)
+
+    def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+
+
+@dataclass(slots=True)
+class _Request:
+    aborted: asyncio.Future[None]
+
+
+class ScriptedEngine:
+    """The scripted stand-in model (see the module docstring)."""
+
+    def __init__(
+        self, encoding: HarmonyEncoding, *, tokens_per_second: float = 0.0, step_interval_seconds: float = 0.0
+    ) -> None:
+        self.writer = ScriptWriter(encoding)
+        self.encoding = encoding
+        self.delay = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
+        self.clock = StepClock(step_interval_seconds) if step_interval_seconds > 0 else None
+        self._requests: dict[str, _Request] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings, encoding: HarmonyEncoding) -> ScriptedEngine:
+        return cls(
+            encoding,
+            tokens_per_second=settings.scripted_tokens_per_second,
+            step_interval_seconds=settings.scripted_step_interval_seconds,
+        )
+
+    async def start(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        for request in self._requests.values():
+            if not request.aborted.done():
+                request.aborted.set_result(None)
+        if self.clock is not None:
+            self.clock.stop()
+
+    async def abort(self, request_id: str) -> None:
+        request = self._requests.get(request_id)
+        if request is not None and not request.aborted.done():
+            request.aborted.set_result(None)
+
+    @property
+    def running(self) -> int:
+        return len(self._requests)
+
+    async def generate(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        script = self.writer.tokens_for(parse_prompt(self.encoding, prompt_token_ids))
+        request = _Request(aborted=asyncio.get_running_loop().create_future())
+        self._requests[request_id] = request
+        try:
+            async for output in self._emit(request, script, sampling):
+                yield output
+        finally:
+            self._requests.pop(request_id, None)
+
+    async def _emit(
+        self, request: _Request, script: list[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        stops = set(sampling.stop_token_ids) or {RETURN, CALL}
+        for index, token in enumerate(script):
+            if await self._wait_turn(request):
+                yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
+                return
+            cached = 0 if index == 0 else None
+            if token in stops:
+                yield EngineOutput(token_ids=[token], finished=True, finish_reason="stop", cached_tokens=cached)
+                return
+            if index + 1 >= sampling.max_tokens:
+                yield EngineOutput(token_ids=[token], finished=True, finish_reason="length", cached_tokens=cached)
+                return
+            yield EngineOutput(token_ids=[token], cached_tokens=cached)
+        yield EngineOutput(token_ids=[], finished=True, finish_reason="stop")
+
+    async def _wait_turn(self, request: _Request) -> bool:
+        """Wait for this request's next token slot; True when it was aborted meanwhile."""
+        if self.delay > 0:
+            await asyncio.wait({request.aborted}, timeout=self.delay)
+        if self.clock is not None and not request.aborted.done():
+            await asyncio.wait({request.aborted, self.clock.next_tick()}, return_when=asyncio.FIRST_COMPLETED)
+        if self.delay == 0 and self.clock is None:
+            await asyncio.sleep(0)
+        return request.aborted.done()

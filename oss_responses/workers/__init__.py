@@ -1,0 +1,9 @@
+"""The worker side: a Celery app whose task runs one response on this process's engine.
+
+- ``celery_app``: ``make_celery(settings)``; ``celery -A oss_responses.workers.celery_app worker``.
+- ``tasks``: the ``oss_responses.run_response`` task and the bootstep that starts the worker.
+- ``context``: what a worker holds (engine loop, engine, Redis, SQL, event writer, cancel listener).
+- ``engine_loop``: the asyncio loop thread; ``runner``/``generation``: one response.
+- ``lease``, ``cancel``, ``reaper``: exclusivity, cancellation, and no response left in_progress.
+- ``testing``: ``run_response_now`` — one job, in-process, deterministic (arq's burst idea).
+"""

@@ -1,0 +1,32 @@
+"""``python -m oss_responses.workers [celery worker options]``: a worker for ``worker_model``'s queue.
+
+A thin wrapper around ``celery worker``: threads pool, concurrency and queue from the settings
+(``OSS_RESPONSES_*``); extra arguments go to celery (e.g. ``-n w1@%h --loglevel DEBUG``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from oss_responses.config import get_settings
+from oss_responses.workers.celery_app import make_celery
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = get_settings()
+    app = make_celery(settings)
+    args = [
+        "worker",
+        "--pool=threads",
+        f"--concurrency={settings.worker_concurrency}",
+        f"--queues={settings.queue_for(settings.worker_model)}",
+        "--loglevel=INFO",
+        "--without-gossip",
+        "--without-mingle",
+        *(sys.argv[1:] if argv is None else argv),
+    ]
+    app.worker_main(args)
+
+
+if __name__ == "__main__":
+    main()

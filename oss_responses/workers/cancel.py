@@ -1,0 +1,84 @@
+"""Cancel: the API sets ``cancel(id)`` and publishes the id on ``CANCEL_CHANNEL``.
+
+Every worker subscribes (on its engine loop); the one running the response aborts it. A response
+cancelled while still queued is caught by the key check before it starts. A runner registers
+*before* it checks the key, so a cancel published between the two is never missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from oss_responses import redis_keys
+
+log = logging.getLogger(__name__)
+
+OnCancel = Callable[[], None]
+
+
+async def is_cancel_requested(redis: Redis, response_id: str) -> bool:
+    return bool(await redis.exists(redis_keys.cancel(response_id)))
+
+
+async def request_cancel(redis: Redis, response_id: str, ttl_seconds: int = 86_400) -> None:
+    """What the API does to cancel (also used by tests)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.set(redis_keys.cancel(response_id), "1", ex=ttl_seconds)
+        pipe.publish(redis_keys.CANCEL_CHANNEL, response_id)
+        await pipe.execute()
+
+
+class CancelListener:
+    """Running responses by id, and the pub/sub task that triggers their cancel callbacks."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._running: dict[str, OnCancel] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.subscribed = asyncio.Event()
+
+    def register(self, response_id: str, on_cancel: OnCancel) -> None:
+        self._running[response_id] = on_cancel
+
+    def unregister(self, response_id: str) -> None:
+        self._running.pop(response_id, None)
+
+    def trigger(self, response_id: str) -> bool:
+        on_cancel = self._running.get(response_id)
+        if on_cancel is None:
+            return False
+        on_cancel()
+        return True
+
+    async def start(self) -> None:
+        """Subscribe, and keep listening in a task (re-subscribing after a connection error)."""
+        self._task = asyncio.get_running_loop().create_task(self._listen_forever())
+        await self.subscribed.wait()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _listen_forever(self) -> None:
+        while True:
+            try:
+                await self._listen()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("cancel listener lost its subscription; re-subscribing", exc_info=True)
+                await asyncio.sleep(0.5)
+
+    async def _listen(self) -> None:
+        async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+            await pubsub.subscribe(redis_keys.CANCEL_CHANNEL)
+            self.subscribed.set()
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    data = message["data"]
+                    self.trigger(data.decode() if isinstance(data, bytes) else data)

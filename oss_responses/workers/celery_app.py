@@ -1,0 +1,62 @@
+"""The Celery app: one task per response, on the model's queue (Redis broker).
+
+Built by :func:`make_celery` from settings, never at import time. ``celery -A
+oss_responses.workers.celery_app worker`` finds ``app`` through the module's ``__getattr__``, which
+builds it from :func:`get_settings` on first access.
+
+Delivery: ``acks_late`` + ``task_reject_on_worker_lost`` + prefetch 1, so a task whose worker died is
+redelivered (after the broker's visibility timeout); the response's lease and status make a
+redelivered task a no-op when the response already ran or runs elsewhere. The pool is ``threads``:
+vLLM cannot live in prefork children, and every task thread shares the one engine loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+
+from oss_responses.config import Settings, get_settings
+from oss_responses.workers.tasks import RUN_RESPONSE_TASK, register
+
+
+def make_celery(settings: Settings) -> Celery:
+    queue = settings.queue_for(settings.worker_model)
+    app = Celery("oss_responses", broker=settings.celery_broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        worker_pool="threads",
+        worker_concurrency=settings.worker_concurrency,
+        task_default_queue=queue,
+        task_routes={RUN_RESPONSE_TASK: {"queue": queue}},
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_seconds},
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_send_task_events=False,
+    )
+    register(app, settings)
+    return app
+
+
+def enqueue(app: Celery, settings: Settings, response_id: str, model: str, secrets: dict[str, Any] | None = None) -> None:
+    """Send a response's task to its model's queue (what the API does, by task name)."""
+    queue = settings.queue_for(model)
+    app.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue)
+
+
+_app: Celery | None = None
+
+
+def __getattr__(name: str) -> Celery:
+    # ``celery -A oss_responses.workers.celery_app`` looks up ``app`` (then ``celery``) here.
+    global _app
+    if name in ("app", "celery"):
+        if _app is None:
+            _app = make_celery(get_settings())
+        return _app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

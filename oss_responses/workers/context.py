@@ -1,0 +1,155 @@
+"""Everything one worker process holds, built once at worker start (never at import time).
+
+:func:`start_worker` brings up, in order: the engine loop thread, the harmony encoding, the engine
+(``engine.start()`` on the loop: a failure raises with its reason), the Redis clients, the event
+writer, the cancel listener, then the readiness key (set only now that the engine is up, refreshed
+while the worker lives) and the reaper thread. :meth:`WorkerContext.stop` undoes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+import redis
+import redis.asyncio as redis_asyncio
+from openai_harmony import HarmonyEncoding
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.engine.base import Engine
+from oss_responses.eventlog.writer import EventWriter
+from oss_responses.harmony.vocab import load_encoding
+from oss_responses.storage import Database
+from oss_responses.tools.mcp_client import McpSessionPool
+from oss_responses.workers.cancel import CancelListener
+from oss_responses.workers.engine_loop import EngineLoop
+from oss_responses.workers.reaper import Reaper
+
+log = logging.getLogger(__name__)
+
+READY_TTL_SECONDS = 30
+READY_REFRESH_SECONDS = 10
+
+
+class EngineStartError(RuntimeError):
+    """The engine could not be brought up; the worker must not serve."""
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def build_engine(settings: Settings, encoding: HarmonyEncoding) -> Engine:
+    if settings.engine == "scripted":
+        from oss_responses.engine.scripted import ScriptedEngine
+
+        return ScriptedEngine.from_settings(settings, encoding)
+    from oss_responses.engine.vllm import VllmEngine  # imports vLLM: only on vLLM workers
+
+    return VllmEngine(settings)
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    worker_id: str
+    loop: EngineLoop
+    encoding: HarmonyEncoding
+    engine: Engine
+    db: Database
+    redis: redis_asyncio.Redis  # used on the engine loop only
+    sync_redis: redis.Redis  # task threads and the reaper
+    writer: EventWriter
+    cancels: CancelListener
+    mcp_pool: McpSessionPool | None
+    reaper: Reaper | None = None
+    _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        if self.reaper is not None:
+            self.reaper.stop()
+        if self.loop.running:
+            self.loop.run(self._stop_on_loop(), timeout=30)
+        self.loop.stop()
+        self.sync_redis.close()
+        self.db.dispose()
+
+    async def _stop_on_loop(self) -> None:
+        if self._ready_task is not None:
+            self._ready_task.cancel()
+        await self.redis.delete(redis_keys.worker_ready(self.worker_id))
+        await self.cancels.stop()
+        if self.mcp_pool is not None:
+            await self.mcp_pool.close()
+        await self.engine.shutdown()
+        await self.writer.flush()
+        await self.redis.aclose()
+
+
+async def _keep_ready(redis_client: redis_asyncio.Redis, worker_id: str, value: str) -> None:
+    while True:
+        await redis_client.set(redis_keys.worker_ready(worker_id), value, ex=READY_TTL_SECONDS)
+        await asyncio.sleep(READY_REFRESH_SECONDS)
+
+
+async def _start_on_loop(ctx: WorkerContext) -> None:
+    try:
+        await ctx.engine.start()
+    except Exception as exc:
+        raise EngineStartError(f"the {ctx.settings.engine} engine failed to start: {exc!r}") from exc
+    await ctx.cancels.start()
+    ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid()})
+    await ctx.redis.set(redis_keys.worker_ready(ctx.worker_id), ready, ex=READY_TTL_SECONDS)
+    ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, ctx.worker_id, ready))
+
+
+def start_worker(
+    settings: Settings,
+    *,
+    engine: Engine | None = None,
+    encoding: HarmonyEncoding | None = None,
+    with_reaper: bool = True,
+    with_mcp: bool = True,
+    worker_id: str | None = None,
+) -> WorkerContext:
+    """Bring a worker up (see the module docstring); raises EngineStartError if the engine fails."""
+    loop = EngineLoop().start()
+    try:
+        encoding = encoding or load_encoding(settings.tiktoken_dir)
+        redis_client = loop.run(_async_redis(settings.redis_url))
+        ctx = WorkerContext(
+            settings=settings,
+            worker_id=worker_id or new_worker_id(),
+            loop=loop,
+            encoding=encoding,
+            engine=engine or build_engine(settings, encoding),
+            db=Database(settings.database_url),
+            redis=redis_client,
+            sync_redis=redis.Redis.from_url(settings.redis_url),
+            writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
+            cancels=CancelListener(redis_client),
+            mcp_pool=McpSessionPool() if with_mcp else None,
+        )
+        loop.run(_start_on_loop(ctx))
+    except BaseException:
+        loop.stop()
+        raise
+    if with_reaper:
+        ctx.reaper = Reaper(
+            ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
+            lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
+        )
+        ctx.reaper.start()
+    log.info("worker %s ready: model %s, engine %s", ctx.worker_id, settings.worker_model, settings.engine)
+    return ctx
+
+
+async def _async_redis(url: str) -> redis_asyncio.Redis:
+    # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
+    return redis_asyncio.Redis.from_url(url)

@@ -1,0 +1,74 @@
+"""One asyncio event loop in its own thread: where the engine and every running response live.
+
+vLLM's AsyncLLM (and the scripted engine) are driven from a single event loop, while Celery runs each
+task in a pool thread. A task thread submits its response's coroutine here and blocks on the
+returned :class:`concurrent.futures.Future`; many responses share the loop (and the engine) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class EngineLoop:
+    def __init__(self, name: str = "engine-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = threading.Event()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        self.loop.run_forever()
+        self._cancel_leftovers()
+        self.loop.close()
+
+    def _cancel_leftovers(self) -> None:
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+
+    def start(self) -> EngineLoop:
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and self.loop.is_running()
+
+    def in_loop(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        if not self.running:
+            coro.close()
+            raise RuntimeError("the engine loop is not running")
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop and wait for its result (from any thread but the loop's own)."""
+        if self.in_loop():
+            coro.close()
+            raise RuntimeError("EngineLoop.run called from the engine loop itself: await instead")
+        future = self.submit(coro)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop: pending tasks are cancelled, async generators closed, the thread joined."""
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout)

@@ -1,0 +1,79 @@
+"""A running response's lease: which worker runs it, so a redelivered task cannot run it twice.
+
+``SET lease:{id} worker NX PX`` takes it; a keep-alive task renews it every third of its TTL while
+the response runs; it is released (and renewed) only while it is still ours, by a Lua compare-and-
+delete / compare-and-expire, so a worker that lost its lease can never drop another worker's.
+A lease that expires (its worker died) lets the reaper fail the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from redis.asyncio import Redis
+
+from oss_responses import redis_keys
+
+log = logging.getLogger(__name__)
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+class Lease:
+    def __init__(self, redis: Redis, response_id: str, owner: str, seconds: float) -> None:
+        self.redis = redis
+        self.key = redis_keys.lease(response_id)
+        self.owner = owner
+        self.ttl_ms = max(1, int(seconds * 1000))
+        self.lost = False
+        self.on_lost: Callable[[], None] | None = None  # called on the loop when the lease is lost
+        self._keeper: asyncio.Task[None] | None = None
+
+    async def acquire(self) -> bool:
+        return bool(await self.redis.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+
+    async def renew(self) -> bool:
+        return bool(await self.redis.eval(_RENEW, 1, self.key, self.owner, self.ttl_ms))
+
+    async def release(self) -> bool:
+        self.stop_renewing()
+        return bool(await self.redis.eval(_RELEASE, 1, self.key, self.owner))
+
+    async def holder(self) -> str | None:
+        value = await self.redis.get(self.key)
+        return value.decode() if isinstance(value, bytes) else value
+
+    def keep_alive(self) -> None:
+        """Renew every third of the TTL until released; ``on_lost`` runs if it was taken away."""
+        if self._keeper is None:
+            self._keeper = asyncio.get_running_loop().create_task(self._renew_forever())
+
+    def stop_renewing(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+            self._keeper = None
+
+    async def _renew_forever(self) -> None:
+        interval = self.ttl_ms / 3000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                still_ours = await self.renew()
+            except Exception:  # a Redis hiccup: try again next time, the TTL still has two thirds left
+                log.warning("renewing %s failed", self.key, exc_info=True)
+                continue
+            if not still_ours:
+                log.error("lease %s lost (expired or taken over)", self.key)
+                self.lost = True
+                if self.on_lost is not None:
+                    self.on_lost()
+                return

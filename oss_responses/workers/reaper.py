@@ -1,0 +1,131 @@
+"""The reaper: no response stays ``in_progress`` forever.
+
+A worker's runner holds a response's lease while it runs it (and took it before the response went
+``in_progress``). So a response ``in_progress`` whose lease is gone lost its worker (SIGKILL, OOM,
+host loss). Every ``reaper_interval_seconds`` one worker (a short Redis lock elects it) fails such
+responses: SQL status ``failed`` (or the row deleted when ``store`` is false), a ``response.failed``
+event continuing the stream's sequence, then the stream's end marker, so every client stream ends.
+The reaper takes the response's lease itself while it does this, so it cannot race a runner.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+from openai.types.responses import Response, ResponseError, ResponseFailedEvent
+from redis import Redis
+
+from oss_responses import redis_keys
+from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.workers.stream_tail import next_from_tail
+from oss_responses.storage import Database, delete_response, get_response, list_in_progress_ids, save_turn
+
+log = logging.getLogger(__name__)
+
+REAPER_LOCK = redis_keys.PREFIX + "reaper:lock"
+WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped before it finished"
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+def failed_response(stored: dict[str, Any], message: str = WORKER_LOST_MESSAGE) -> Response:
+    error = ResponseError(code="server_error", message=message)
+    return Response.model_validate(stored).model_copy(update={"status": "failed", "error": error})
+
+
+def next_sequence_number(redis: Redis, response_id: str) -> int | None:
+    """The sequence number after the stream's last event; None when the stream is already closed."""
+    return next_from_tail(redis.xrevrange(redis_keys.events(response_id), count=1))
+
+
+def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_seconds: int) -> None:
+    """Append ``response.failed`` after the last event, then the end marker (one round trip)."""
+    sequence_number = next_sequence_number(redis, response_id)
+    if sequence_number is None:
+        return
+    event = ResponseFailedEvent(type="response.failed", sequence_number=sequence_number, response=response)
+    commands = event_commands(response_id, [event]) + close_commands(response_id, "failed", ttl_seconds)
+    with redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute(raise_on_error=False)  # an XADD refused (the stream ended meanwhile) is fine
+
+
+class Reaper:
+    def __init__(
+        self, db: Database, redis: Redis, *, worker_id: str, interval_seconds: float, lease_seconds: float,
+        event_ttl_seconds: int,
+    ) -> None:
+        self.db = db
+        self.redis = redis
+        self.owner = f"reaper:{worker_id}:{uuid.uuid4().hex[:8]}"
+        self.interval = interval_seconds
+        self.lease_ms = max(1, int(lease_seconds * 1000))
+        self.ttl_seconds = event_ttl_seconds
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def reap_once(self) -> list[str]:
+        """One pass (if this worker wins the lock); the ids it failed."""
+        lock_ms = max(1000, int(self.interval * 1000))
+        if not self.redis.set(REAPER_LOCK, self.owner, nx=True, px=lock_ms):
+            return []
+        try:
+            return [rid for rid in self.db.run(list_in_progress_ids) if self.reap(rid)]
+        finally:
+            self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
+
+    def reap(self, response_id: str) -> bool:
+        """Fail one response if nobody holds its lease; True if it was failed here."""
+        lease_key = redis_keys.lease(response_id)
+        if not self.redis.set(lease_key, self.owner, nx=True, px=self.lease_ms):
+            return False
+        try:
+            return self._fail(response_id)
+        finally:
+            self.redis.eval(_RELEASE, 1, lease_key, self.owner)
+
+    def _fail(self, response_id: str) -> bool:
+        record = self.db.run(get_response, response_id)
+        if record is None or record.status != "in_progress":
+            return False
+        response = failed_response(record.response)
+        if not self._store_failure(response_id, record.store, response):
+            return False
+        log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
+        close_with_failure(self.redis, response_id, response, self.ttl_seconds)
+        return True
+
+    def _store_failure(self, response_id: str, store: bool, response: Response) -> bool:
+        error = response.error.model_dump() if response.error else None
+        with self.db.session() as session:
+            ended = save_turn(
+                session, response_id, status="failed", response=response.model_dump(mode="json"),
+                output_messages=[], error=error,
+            )
+            if ended and not store:
+                delete_response(session, response_id)
+        return ended
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            started = time.monotonic()
+            try:
+                reaped = self.reap_once()
+            except Exception:
+                log.exception("reaper pass failed")
+                continue
+            if reaped:
+                log.warning("reaper failed %d lost responses in %.3fs", len(reaped), time.monotonic() - started)

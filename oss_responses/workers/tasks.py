@@ -1,0 +1,62 @@
+"""The Celery task and the worker bootstep that brings the engine up before any task runs.
+
+The bootstep starts with the worker (before it consumes): it builds the :class:`WorkerContext`
+(engine started on the engine loop, readiness key, cancel listener, reaper). An engine that fails to
+start raises out of the bootstep, so Celery stops the worker with the reason instead of serving.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery, bootsteps
+
+from oss_responses.config import Settings
+from oss_responses.workers import runner
+from oss_responses.workers.context import WorkerContext, start_worker
+
+log = logging.getLogger(__name__)
+
+RUN_RESPONSE_TASK = "oss_responses.run_response"
+
+_context: WorkerContext | None = None
+
+
+def current_context() -> WorkerContext:
+    if _context is None:
+        raise RuntimeError("this process has no running worker context (the worker bootstep did not run)")
+    return _context
+
+
+def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str:
+    """Task body: run one response on this worker's engine; the outcome (completed, skipped, ...)."""
+    outcome = runner.run_response(current_context(), response_id, secrets)
+    log.info("response %s: %s", response_id, outcome)
+    return outcome
+
+
+def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
+    class EngineStep(bootsteps.StartStopStep):
+        """Starts the worker context with the worker; stops it (engine included) at shutdown."""
+
+        label = "oss-responses engine"
+
+        def start(self, worker: Any) -> None:
+            global _context
+            _context = start_worker(settings)
+
+        def stop(self, worker: Any) -> None:
+            global _context
+            if _context is not None:
+                _context.stop()
+                _context = None
+
+    return EngineStep
+
+
+def register(app: Celery, settings: Settings) -> None:
+    app.task(
+        name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+    )(run_response)
+    app.steps["worker"].add(make_worker_step(settings))

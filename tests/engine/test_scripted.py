@@ -1,0 +1,173 @@
+"""The scripted engine: each documented behaviour, on prompts rendered by harmony as the worker renders them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import pytest
+from openai_harmony import (
+    Author,
+    Conversation,
+    HarmonyEncoding,
+    Message,
+    Role,
+    StreamableParser,
+    SystemContent,
+)
+
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.harmony.vocab import load_encoding
+
+REPO = Path(__file__).resolve().parents[2]
+RETURN, CALL = 200002, 200012
+
+
+@pytest.fixture(scope="module")
+def enc() -> HarmonyEncoding:
+    return load_encoding(REPO / "var" / "tiktoken")
+
+
+def prompt(enc: HarmonyEncoding, *users: str, tool_result: tuple[str, str] | None = None) -> list[int]:
+    messages = [Message.from_role_and_content(Role.SYSTEM, SystemContent.new())]
+    for index, text in enumerate(users):
+        messages.append(Message.from_role_and_content(Role.USER, text))
+        if index < len(users) - 1:
+            messages.append(Message.from_role_and_content(Role.ASSISTANT, "ok").with_channel("final"))
+    if tool_result is not None:
+        name, output = tool_result
+        messages.append(
+            Message.from_author_and_content(Author.new(Role.TOOL, name), output)
+            .with_channel("commentary")
+            .with_recipient("assistant")
+        )
+    return enc.render_conversation_for_completion(Conversation.from_messages(messages), Role.ASSISTANT)
+
+
+def sampling(enc: HarmonyEncoding, max_tokens: int = 10_000) -> SamplingSettings:
+    return SamplingSettings(max_tokens=max_tokens, stop_token_ids=enc.stop_tokens_for_assistant_actions())
+
+
+async def collect(engine: ScriptedEngine, request_id: str, tokens: list[int], params: SamplingSettings) -> list[EngineOutput]:
+    return [output async for output in engine.generate(request_id, tokens, params)]
+
+
+def generate(enc: HarmonyEncoding, tokens: list[int], max_tokens: int = 10_000) -> list[EngineOutput]:
+    return asyncio.run(collect(ScriptedEngine(enc), "r1", tokens, sampling(enc, max_tokens)))
+
+
+def messages_of(enc: HarmonyEncoding, outputs: list[EngineOutput]) -> list[Message]:
+    parser = StreamableParser(enc, Role.ASSISTANT)
+    for output in outputs:
+        for token in output.token_ids:
+            parser.process(token)
+    return parser.messages
+
+
+def text(message: Message) -> str:
+    return "".join(part.text for part in message.content)  # type: ignore[union-attr]
+
+
+def test_generate_answers_analysis_then_final_quoting_user(enc: HarmonyEncoding) -> None:
+    outputs = generate(enc, prompt(enc, "hello there"))
+    analysis, final = messages_of(enc, outputs)
+    assert (analysis.channel, final.channel) == ("analysis", "final")
+    assert text(final) == 'You said: "hello there".'
+
+
+def test_generate_lists_earlier_user_messages_in_order(enc: HarmonyEncoding) -> None:
+    final = messages_of(enc, generate(enc, prompt(enc, "first", "second", "third")))[-1]
+    assert text(final) == 'You said: "third". Earlier you said: 1. "first" 2. "second"'
+
+
+def test_generate_calls_function_with_constrained_json(enc: HarmonyEncoding) -> None:
+    outputs = generate(enc, prompt(enc, 'call functions.get_weather {"city": "Paris"}'))
+    call = messages_of(enc, outputs)[-1]
+    assert (call.channel, call.recipient, call.content_type) == ("commentary", "functions.get_weather", "<|constrain|>json")
+    assert json.loads(text(call)) == {"city": "Paris"}
+    assert outputs[-1].token_ids == [CALL] and outputs[-1].finish_reason == "stop"
+
+
+def test_generate_calls_mcp_tool_of_a_server_label(enc: HarmonyEncoding) -> None:
+    call = messages_of(enc, generate(enc, prompt(enc, 'please call calc.add {"a":1,"b":2}')))[-1]
+    assert (call.channel, call.recipient) == ("commentary", "calc.add")
+    assert json.loads(text(call)) == {"a": 1, "b": 2}
+
+
+def test_generate_calls_python_on_analysis_with_code(enc: HarmonyEncoding) -> None:
+    call = messages_of(enc, generate(enc, prompt(enc, "call python 123*456")))[-1]
+    assert (call.channel, call.recipient, text(call)) == ("analysis", "python", "123*456")
+
+
+def test_generate_answers_exactly_n_tokens(enc: HarmonyEncoding) -> None:
+    outputs = generate(enc, prompt(enc, "give me tokens 37 please"))
+    tokens = [t for o in outputs for t in o.token_ids]
+    final_start = len(tokens) - 1 - tokens[::-1].index(200008)  # the last <|message|>
+    assert len(tokens[final_start + 1 : -1]) == 37 and tokens[-1] == RETURN
+
+
+def test_generate_quotes_tool_result(enc: HarmonyEncoding) -> None:
+    tokens = prompt(enc, 'call functions.get_weather {"city": "Paris"}', tool_result=("functions.get_weather", '{"temp": 20}'))
+    final = messages_of(enc, generate(enc, tokens))[-1]
+    assert final.channel == "final"
+    assert text(final) == 'The tool functions.get_weather returned: {"temp": 20}'
+
+
+def test_generate_includes_stop_token_once_at_the_end(enc: HarmonyEncoding) -> None:
+    outputs = generate(enc, prompt(enc, "hi"))
+    assert all(len(o.token_ids) == 1 for o in outputs)
+    assert outputs[-1].token_ids == [RETURN] and outputs[-1].finished
+    assert not any(o.finished for o in outputs[:-1])
+
+
+def test_generate_stops_at_max_tokens_with_length(enc: HarmonyEncoding) -> None:
+    outputs = generate(enc, prompt(enc, "tokens 100"), max_tokens=12)
+    assert sum(len(o.token_ids) for o in outputs) == 12
+    assert outputs[-1].finish_reason == "length"
+
+
+def test_abort_ends_generation_within_a_step(enc: HarmonyEncoding) -> None:
+    async def scenario() -> tuple[list[EngineOutput], float]:
+        engine = ScriptedEngine(enc, tokens_per_second=2.0)  # a 0.5 s step
+        task = asyncio.create_task(collect(engine, "r1", prompt(enc, "tokens 50"), sampling(enc)))
+        while engine.running == 0:
+            await asyncio.sleep(0)
+        started = time.monotonic()
+        await engine.abort("r1")
+        outputs = await task
+        return outputs, time.monotonic() - started
+
+    outputs, elapsed = asyncio.run(scenario())
+    assert outputs[-1].finish_reason == "abort"
+    assert elapsed < 0.2
+
+
+def test_step_clock_emits_one_token_per_running_request_per_step(enc: HarmonyEncoding) -> None:
+    async def scenario() -> list[list[float]]:
+        engine = ScriptedEngine(enc, step_interval_seconds=0.02)
+        stamps: list[list[float]] = [[], [], []]
+
+        async def run(index: int) -> None:
+            async for _ in engine.generate(f"r{index}", prompt(enc, "tokens 10"), sampling(enc, max_tokens=10)):
+                stamps[index].append(time.monotonic())
+
+        await asyncio.gather(*(run(i) for i in range(3)))
+        return stamps
+
+    stamps = asyncio.run(scenario())
+    assert all(len(s) == 10 for s in stamps)
+    for step in range(10):  # the three requests' n-th tokens come out in the same step
+        assert max(s[step] for s in stamps) - min(s[step] for s in stamps) < 0.015
+
+
+def test_tokens_per_second_paces_each_response(enc: HarmonyEncoding) -> None:
+    async def scenario() -> float:
+        engine = ScriptedEngine(enc, tokens_per_second=100.0)
+        started = time.monotonic()
+        await collect(engine, "r1", prompt(enc, "tokens 30"), sampling(enc, max_tokens=20))
+        return time.monotonic() - started
+
+    assert 0.19 <= asyncio.run(scenario()) < 0.6

@@ -1,0 +1,86 @@
+"""Leases: one worker per response, renewed while it runs, released only by its holder."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+import redis as redis_lib
+import redis.asyncio as redis_asyncio
+from worker_support import accept, events_of, worker_settings
+
+from oss_responses import redis_keys
+from oss_responses.storage import Database
+from oss_responses.workers.lease import Lease
+from oss_responses.workers.testing import local_worker, run_response_now
+
+
+def lease_scenario(redis_url: str, body):  # type: ignore[no-untyped-def]
+    async def main():  # type: ignore[no-untyped-def]
+        client = redis_asyncio.Redis.from_url(redis_url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def test_acquire_lease_refused_while_another_holds_it(redis_url: str, redis: redis_lib.Redis) -> None:
+    async def body(client):  # type: ignore[no-untyped-def]
+        first, second = Lease(client, "r1", "w1", 5), Lease(client, "r1", "w2", 5)
+        return await first.acquire(), await second.acquire(), await second.release(), await first.holder()
+
+    assert lease_scenario(redis_url, body) == (True, False, False, "w1")
+
+
+def test_keep_alive_renews_lease_past_its_ttl(redis_url: str, redis: redis_lib.Redis) -> None:
+    async def body(client):  # type: ignore[no-untyped-def]
+        lease = Lease(client, "r1", "w1", 0.3)
+        await lease.acquire()
+        lease.keep_alive()
+        await asyncio.sleep(0.9)
+        holder = await lease.holder()
+        await lease.release()
+        return holder, await lease.holder()
+
+    assert lease_scenario(redis_url, body) == ("w1", None)
+
+
+def test_keep_alive_reports_lost_lease(redis_url: str, redis: redis_lib.Redis) -> None:
+    async def body(client):  # type: ignore[no-untyped-def]
+        lease = Lease(client, "r1", "w1", 0.3)
+        lost = asyncio.Event()
+        lease.on_lost = lost.set
+        await lease.acquire()
+        await client.set(redis_keys.lease("r1"), "someone-else")
+        lease.keep_alive()
+        await asyncio.wait_for(lost.wait(), 2)
+        return await client.get(redis_keys.lease("r1"))
+
+    assert lease_scenario(redis_url, body) == b"someone-else"
+
+
+def test_two_runners_one_response_only_one_runs(database_url: str, redis_url: str, redis: redis_lib.Redis) -> None:
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=200.0)
+    db = Database(settings.database_url)
+    response_id = accept(db, redis, settings, input="tokens 20")
+    with local_worker(settings) as first, local_worker(settings) as second, ThreadPoolExecutor(2) as pool:
+        outcomes = sorted(pool.map(lambda w: run_response_now(response_id, worker=w), (first, second)))
+    assert outcomes[0] == "completed" and outcomes[1] in ("leased_elsewhere", "skipped")
+    types = [e["type"] for e in events_of(redis, response_id)]
+    assert types.count("response.in_progress") == 1 and types.count("response.completed") == 1
+    db.dispose()
+
+
+def test_runner_skips_response_leased_by_another_worker(
+    database_url: str, redis_url: str, redis: redis_lib.Redis
+) -> None:
+    settings = worker_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    response_id = accept(db, redis, settings, input="hi")
+    redis.set(redis_keys.lease(response_id), "other-worker", px=5000)
+    with local_worker(settings) as worker:
+        assert run_response_now(response_id, worker=worker) == "leased_elsewhere"
+    assert redis.get(redis_keys.lease(response_id)) == b"other-worker"
+    db.dispose()

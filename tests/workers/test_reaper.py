@@ -1,0 +1,60 @@
+"""The reaper fails responses whose worker is gone (no lease) and ends their streams."""
+
+from __future__ import annotations
+
+import redis as redis_lib
+from worker_support import accept, assert_contiguous, events_of, is_closed
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.storage import Database, get_response, transition
+from oss_responses.workers.reaper import REAPER_LOCK, Reaper
+
+
+def reaper(db: Database, redis: redis_lib.Redis, settings: Settings) -> Reaper:
+    return Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60)
+
+
+def in_progress(db: Database, redis: redis_lib.Redis, settings: Settings) -> str:
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    assert db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    return response_id
+
+
+def test_reaper_fails_lost_response_and_closes_stream(db: Database, redis: redis_lib.Redis, settings: Settings) -> None:
+    response_id = in_progress(db, redis, settings)
+    assert reaper(db, redis, settings).reap_once() == [response_id]
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.error is not None and "worker_lost" in record.error["message"]
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.failed" and events[-1]["response"]["status"] == "failed"
+    assert is_closed(redis, response_id)
+
+
+def test_reaper_leaves_leased_response_running(db: Database, redis: redis_lib.Redis, settings: Settings) -> None:
+    response_id = in_progress(db, redis, settings)
+    redis.set(redis_keys.lease(response_id), "alive-worker", px=5000)
+    assert reaper(db, redis, settings).reap_once() == []
+    assert db.run(get_response, response_id).status == "in_progress"  # type: ignore[union-attr]
+    assert not is_closed(redis, response_id)
+
+
+def test_reaper_skips_pass_while_another_reaper_holds_lock(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    redis.set(REAPER_LOCK, "another-reaper", px=5000)
+    assert reaper(db, redis, settings).reap_once() == []
+    assert db.run(get_response, response_id).status == "in_progress"  # type: ignore[union-attr]
+
+
+def test_reaper_deletes_lost_response_when_store_is_false(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi", store=False)
+    db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    assert reaper(db, redis, settings).reap_once() == [response_id]
+    assert db.run(get_response, response_id) is None
+    assert events_of(redis, response_id)[-1]["type"] == "response.failed"

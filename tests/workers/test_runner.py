@@ -1,0 +1,119 @@
+"""One response run in-process (``run_response_now``): what ends up in SQL and in the event stream."""
+
+from __future__ import annotations
+
+import redis as redis_lib
+from worker_support import accept, assert_contiguous, events_of, is_closed
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.storage import Database, get_response
+from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.testing import local_worker, run_response_now
+
+
+def final_text(response: dict) -> str:  # type: ignore[type-arg]
+    messages = [item for item in response["output"] if item["type"] == "message"]
+    return messages[-1]["content"][0]["text"]
+
+
+def test_run_response_completes_row_and_stream(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hello worker", background=True)
+    assert run_response_now(response_id, worker=worker) == "completed"
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "completed"
+    assert final_text(record.response) == 'You said: "hello worker".'
+    assert record.input_messages and record.output_messages
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert [e["type"] for e in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
+    assert events[-1]["type"] == "response.completed" and is_closed(redis, response_id)
+
+
+def test_run_response_keeps_generated_tokens_as_progress(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="tokens 7")
+    run_response_now(response_id, worker=worker)
+    progress = redis.get(redis_keys.progress(response_id))
+    usage = events_of(redis, response_id)[-1]["response"]["usage"]
+    assert progress is not None and len(progress) == 4 * usage["output_tokens"]
+
+
+def test_run_response_shows_earlier_turns_of_the_chain(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    previous = None
+    for text in ("one", "two", "three"):
+        previous = accept(db, redis, settings, input=text, previous_response_id=previous)
+        assert run_response_now(previous, worker=worker) == "completed"
+    record = db.run(get_response, previous)
+    assert final_text(record.response) == 'You said: "three". Earlier you said: 1. "one" 2. "two"'  # type: ignore[union-attr]
+
+
+def test_run_response_skips_terminal_response(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi")
+    run_response_now(response_id, worker=worker)
+    count = len(events_of(redis, response_id))
+    assert run_response_now(response_id, worker=worker) == "skipped"
+    assert len(events_of(redis, response_id)) == count
+
+
+def test_run_response_stops_at_max_output_tokens_as_incomplete(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="tokens 500", max_output_tokens=40)
+    assert run_response_now(response_id, worker=worker) == "incomplete"
+    events = events_of(redis, response_id)
+    assert events[-1]["type"] == "response.incomplete"
+    assert events[-1]["response"]["usage"]["output_tokens"] == 40
+
+
+def test_run_response_ends_with_function_call(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    tool = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    response_id = accept(db, redis, settings, input='call functions.get_weather {"city": "Paris"}', tools=[tool])
+    assert run_response_now(response_id, worker=worker) == "completed"
+    record = db.run(get_response, response_id)
+    call = record.response["output"][-1]  # type: ignore[union-attr]
+    assert call["type"] == "function_call" and call["name"] == "get_weather"
+    assert record.function_calls == {call["call_id"]: "get_weather"}  # type: ignore[union-attr]
+
+
+def test_run_response_feeds_tool_error_without_executor(
+    settings: Settings, db: Database, redis: redis_lib.Redis
+) -> None:
+    tool = {"type": "mcp", "server_label": "calc", "server_url": "https://calc.example.com/mcp", "require_approval": "never"}
+    response_id = accept(db, redis, settings, input='call calc.add {"a": 1, "b": 2}', tools=[tool])
+    with local_worker(settings, with_mcp=False) as worker:
+        assert run_response_now(response_id, worker=worker) == "completed"
+    output = db.run(get_response, response_id).response["output"]  # type: ignore[union-attr]
+    mcp_call = next(item for item in output if item["type"] == "mcp_call")
+    assert mcp_call["error"] is not None
+    assert "no MCP tool executor" in final_text({"output": output})
+
+
+def test_run_response_deletes_row_when_store_is_false(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="forget me", store=False)
+    assert run_response_now(response_id, worker=worker) == "completed"
+    assert db.run(get_response, response_id) is None
+    assert events_of(redis, response_id)[-1]["type"] == "response.completed"
+    assert is_closed(redis, response_id)
+
+
+def test_run_response_cancelled_while_queued_generates_nothing(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    redis.set(redis_keys.cancel(response_id), "1")
+    assert run_response_now(response_id, worker=worker) == "cancelled"
+    assert db.run(get_response, response_id).status == "cancelled"  # type: ignore[union-attr]
+    assert [e["type"] for e in events_of(redis, response_id)] == ["response.created", "response.queued"]
+    assert is_closed(redis, response_id)

@@ -1,0 +1,95 @@
+"""Helpers of the worker tests: accept a request as the API does, read and follow a response's stream."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import redis as redis_lib
+
+from oss_responses import redis_keys
+from oss_responses.api.queued import build_queued
+from oss_responses.config import Settings
+from oss_responses.eventlog.frames import parse_frame
+from oss_responses.eventlog.writer import event_commands
+from oss_responses.harmony.lifecycle import opening_events
+from oss_responses.requests import parse_create_request
+from oss_responses.storage import Database, ResponseRecord, insert_response
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "gpt-oss-20b"
+
+
+def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Settings:
+    fields: dict[str, Any] = {
+        "database_url": database_url,
+        "redis_url": redis_url,
+        "tiktoken_dir": REPO / "var" / "tiktoken",
+        "models": [MODEL],
+        "worker_model": MODEL,
+        "lease_seconds": 3.0,
+        "reaper_interval_seconds": 0.5,
+    }
+    return Settings(**(fields | overrides))
+
+
+def accept(db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any) -> str:
+    """What the API does when it accepts a request (without sending the task); the response id."""
+    queued = build_queued(parse_create_request({"model": MODEL, **body}), settings)
+    response = queued.response
+    record = ResponseRecord(
+        id=response.id, model=response.model, status="queued", background=bool(response.background),
+        store=bool(queued.request.get("store", True)), request=queued.request,
+        response=response.model_dump(mode="json"), previous_response_id=response.previous_response_id,
+    )
+    db.run(insert_response, record, queued.input_items)
+    with redis.pipeline(transaction=False) as pipe:
+        for command in event_commands(response.id, opening_events(response)):
+            pipe.execute_command(*command)
+        pipe.execute()
+    return response.id
+
+
+def stream_entries(redis: redis_lib.Redis, response_id: str) -> list[tuple[str, dict[bytes, bytes]]]:
+    return [(i.decode(), f) for i, f in redis.xrange(redis_keys.events(response_id))]
+
+
+def events_of(redis: redis_lib.Redis, response_id: str) -> list[dict[str, Any]]:
+    return [parse_frame(fields[b"f"]) for _, fields in stream_entries(redis, response_id) if b"f" in fields]
+
+
+def is_closed(redis: redis_lib.Redis, response_id: str) -> bool:
+    entries = stream_entries(redis, response_id)
+    return bool(entries) and b"end" in entries[-1][1]
+
+
+def wait_for_end(redis: redis_lib.Redis, response_id: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Follow the stream (blocking reads) until its end marker; every event, in order."""
+    deadline = time.monotonic() + timeout
+    last = "0-0"
+    key = redis_keys.events(response_id)
+    while time.monotonic() < deadline:
+        for _, entries in redis.xread({key: last}, block=200) or []:
+            for entry_id, fields in entries:
+                last = entry_id.decode()
+                if b"end" in fields:
+                    return events_of(redis, response_id)
+    raise TimeoutError(f"the stream of {response_id} did not end within {timeout}s")
+
+
+def wait_for_event(redis: redis_lib.Redis, response_id: str, event_type: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    last = "0-0"
+    key = redis_keys.events(response_id)
+    while time.monotonic() < deadline:
+        for _, entries in redis.xread({key: last}, block=200) or []:
+            for entry_id, fields in entries:
+                last = entry_id.decode()
+                if b"f" in fields and parse_frame(fields[b"f"])["type"] == event_type:
+                    return
+    raise TimeoutError(f"no {event_type} for {response_id} within {timeout}s")
+
+
+def assert_contiguous(events: list[dict[str, Any]]) -> None:
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
