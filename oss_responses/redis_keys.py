@@ -9,6 +9,9 @@
 - ``progress(id)`` STRING  the generated token ids so far, packed little-endian uint32.
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
+- ``REAPER_LOCK`` STRING  held by the worker that is reaping lost responses.
+- ``hub_wake(hub_id)`` STREAM  one entry (MAXLEN 1, TTL) per API process's EventHub; XADD to it wakes
+                           the hub's blocking multiplexed XREAD when a new stream is subscribed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from __future__ import annotations
 PREFIX = "oss:"
 
 CANCEL_CHANNEL = PREFIX + "cancel"
+
+# Held (SET NX PX) by the one worker reaping lost responses at a time.
+REAPER_LOCK = PREFIX + "reaper:lock"
 
 
 def events(response_id: str) -> str:
@@ -36,6 +42,10 @@ def progress(response_id: str) -> str:
 
 def worker_ready(worker_id: str) -> str:
     return f"{PREFIX}worker:{worker_id}:ready"
+
+
+def hub_wake(hub_id: str) -> str:
+    return f"{PREFIX}hub:{hub_id}:wake"
 
 
 def event_id(sequence_number: int) -> str:

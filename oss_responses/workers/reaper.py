@@ -26,7 +26,7 @@ from oss_responses.storage import Database, delete_response, get_response, list_
 
 log = logging.getLogger(__name__)
 
-REAPER_LOCK = redis_keys.PREFIX + "reaper:lock"
+REAPER_LOCK = redis_keys.REAPER_LOCK
 WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped before it finished"
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
