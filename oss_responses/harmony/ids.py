@@ -1,7 +1,8 @@
 """Ids of responses, items and calls: an OpenAI-style prefix plus random hex.
 
 ``resp_`` responses, ``msg_`` messages, ``rs_`` reasoning, ``fc_`` function-call items,
-``call_`` function-call call ids, ``mcp_`` MCP-call items.
+``call_`` function-call call ids, ``mcp_`` MCP-call items, ``mcpl_`` MCP tool lists,
+``mcpr_`` MCP approval requests.
 """
 
 from __future__ import annotations
@@ -36,3 +37,11 @@ def call_id() -> str:
 
 def mcp_call_id() -> str:
     return new_id("mcp")
+
+
+def mcp_list_tools_id() -> str:
+    return new_id("mcpl")
+
+
+def mcp_approval_request_id() -> str:
+    return new_id("mcpr")

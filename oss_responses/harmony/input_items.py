@@ -2,7 +2,11 @@
 
 One converter per item type. Function-call outputs are addressed to ``functions.NAME``, the name
 found from the call_id among this turn's items and the earlier turns' calls; an unknown call_id is a
-400. MCP calls given back as input replay as the call plus the tool's answer.
+400. MCP calls given back as input replay as the call plus the tool's answer. An
+``mcp_approval_request`` given as input (a client keeping its own history) replays as the pending
+call message, unless a stored turn already holds it; ``mcp_list_tools`` items add no message (render
+shows their tools in the developer message) and ``mcp_approval_response`` items add none either: the
+answer becomes the tool message the translator writes (``open_approved_call`` / ``decline_call``).
 """
 
 from __future__ import annotations
@@ -11,22 +15,36 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from openai.types.responses import EasyInputMessage, ResponseFunctionToolCall, ResponseOutputMessage, ResponseReasoningItem
-from openai.types.responses.response_input_item import FunctionCallOutput, McpCall, McpListTools, Message
+from openai.types.responses.response_input_item import (
+    FunctionCallOutput,
+    McpApprovalRequest,
+    McpApprovalResponse,
+    McpCall,
+    McpListTools,
+    Message,
+)
 from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
 
-FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function call's header
+FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function (or MCP tool) call's header
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
 
 
 class InputConverter:
     """Converts one request's input items, remembering the function calls it has seen."""
 
-    def __init__(self, known_calls: Mapping[str, str], namespaces: Mapping[str, str], builtin_namespaces: frozenset[str]):
+    def __init__(
+        self,
+        known_calls: Mapping[str, str],
+        namespaces: Mapping[str, str],
+        builtin_namespaces: frozenset[str],
+        stored_approvals: frozenset[str] = frozenset(),
+    ):
         self.function_calls: dict[str, str] = {}
         self._known_calls = known_calls
+        self._stored_approvals = stored_approvals  # approval request ids whose call message is stored
         self._namespaces = namespaces  # MCP server_label -> harmony namespace
         self._builtin_namespaces = builtin_namespaces
         self._converters: dict[type[BaseModel], Callable[[Any, str], list[dict[str, Any]]]] = {
@@ -37,7 +55,9 @@ class InputConverter:
             ResponseFunctionToolCall: self._function_call,
             FunctionCallOutput: self._function_call_output,
             McpCall: self._mcp_call,
-            McpListTools: lambda item, param: [],  # informational: the tools are in the developer message
+            McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
+            McpApprovalRequest: self._approval_request,
+            McpApprovalResponse: lambda item, param: [],  # answered by the translator (see module doc)
         }
 
     def convert(self, items: list[BaseModel]) -> list[dict[str, Any]]:
@@ -86,12 +106,24 @@ class InputConverter:
         return [tool_result_message(f"{FUNCTIONS_NAMESPACE}.{name}", _text_of(item.output, param), "commentary")]
 
     def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
-        namespace = self._namespaces.get(item.server_label, item.server_label)
-        recipient = Recipient.address(namespace, item.name)
-        channel = "analysis" if namespace in self._builtin_namespaces else "commentary"
+        call = self._mcp_call_message(item.server_label, item.name, item.arguments)
         result = item.output if item.output is not None else _error_text(item.error)
-        call = text_message("assistant", item.arguments, channel=channel, recipient=recipient)
-        return [call, tool_result_message(recipient, result, channel)]
+        return [call, tool_result_message(call["recipient"], result, call["channel"])]
+
+    def _approval_request(self, item: McpApprovalRequest, param: str) -> list[dict[str, Any]]:
+        if item.id in self._stored_approvals:
+            return []
+        return [self._mcp_call_message(item.server_label, item.name, item.arguments)]
+
+    def _mcp_call_message(self, server_label: str, name: str, arguments: str) -> dict[str, Any]:
+        """The assistant's call as gpt-oss writes it: built-ins on analysis, MCP namespaces as JSON."""
+        namespace = self._namespaces.get(server_label, server_label)
+        recipient = Recipient.address(namespace, name)
+        if namespace in self._builtin_namespaces:
+            return text_message("assistant", arguments, channel="analysis", recipient=recipient)
+        return text_message(
+            "assistant", arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
+        )
 
 
 def _text_of(content: Any, param: str) -> str:

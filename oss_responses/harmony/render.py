@@ -7,14 +7,20 @@ Interface::
         .new_messages    harmony message dicts this turn adds from its input (store them)
         .function_calls  call_id -> function name for function_call items in this turn's input
         .mcp_labels      harmony namespace -> MCP server_label (give it to ResponseTranslator)
+        .approval        ApprovalAnswer | None: the input answers an approval request; then
+                         token_ids END AFTER THE PENDING CALL (no "<|start|>assistant"): the worker
+                         calls translator.open_approved_call / decline_call (+ feed_tool_result) and
+                         generates on token_ids + translator.continuation_token_ids()
 
 The prompt is a fresh system message (reasoning effort, dates, built-in tools), a fresh developer
 message (instructions, response format, ``functions`` and one namespace per MCP server), then the
 earlier turns' stored messages, then this turn's input. Analysis messages that a later final answer
 closed are dropped; those of a still-open tool-call chain are kept (gpt-oss's rule).
 
-MCP tool lists: ``RenderOptions.mcp_tools`` holds each server's full list as the server gave it;
-render filters it by the request's ``allowed_tools``. ``tool_choice="none"`` renders no tools;
+MCP tool lists: ``RenderOptions.mcp_tools`` holds each server's full list as the server gave it
+(listed for this response); a server not listed there is shown the latest list stored in the
+conversation (``mcp_list_tools`` items of earlier turns or of this input, see
+``history.listed_tools``). Render filters the list by the request's ``allowed_tools``. ``tool_choice="none"`` renders no tools;
 ``required`` and named choices cannot be enforced by gpt-oss and render like ``auto``.
 """
 
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openai.types.responses import FunctionTool
@@ -41,18 +47,19 @@ from openai_harmony import (
 )
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.history import (
+    ApprovalAnswer,
+    ConversationTurn,
+    find_approval,
+    listed_tools,
+    stored_approval_ids,
+)
 from oss_responses.harmony.input_items import InputConverter
+from oss_responses.harmony.mcp_tools import McpToolSpec
+
+__all__ = ["ConversationTurn", "McpToolSpec", "RenderOptions", "RenderedPrompt", "drop_closed_analysis", "render_prompt"]
 
 _EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
-
-
-@dataclass(frozen=True, slots=True)
-class McpToolSpec:
-    """One tool as an MCP server lists it."""
-
-    name: str
-    description: str = ""
-    input_schema: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -65,26 +72,12 @@ class RenderOptions:
 
 
 @dataclass(slots=True)
-class ConversationTurn:
-    """One earlier turn as stored: its input messages then its output messages, and its function calls."""
-
-    messages: list[dict[str, Any]]
-    function_calls: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"messages": self.messages, "function_calls": self.function_calls}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ConversationTurn:
-        return cls(messages=list(data["messages"]), function_calls=dict(data.get("function_calls", {})))
-
-
-@dataclass(slots=True)
 class RenderedPrompt:
     token_ids: list[int]
     new_messages: list[dict[str, Any]]
     function_calls: dict[str, str]
     mcp_labels: dict[str, str]
+    approval: ApprovalAnswer | None = None
 
 
 @dataclass(slots=True)
@@ -103,20 +96,38 @@ class _Tools:
 def render_prompt(
     request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding
 ) -> RenderedPrompt:
-    tools = _sort_tools(request, options)
+    items = request.input_items()
+    approval = find_approval(history, items)
+    tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
     known_calls = {call_id: name for turn in history for call_id, name in turn.function_calls.items()}
-    converter = InputConverter(known_calls, _label_namespaces(options), frozenset(("python", "browser")))
-    new_messages = converter.convert(request.input_items())
-    replayed = [message for turn in history for message in turn.messages]
+    converter = InputConverter(
+        known_calls, _label_namespaces(options), frozenset(("python", "browser")), stored_approval_ids(history)
+    )
+    new_messages = converter.convert(items)
+    replayed = drop_closed_analysis([message for turn in history for message in turn.messages] + new_messages)
     messages = [_system_message(request, options, tools)]
     developer = _developer_message(request, tools)
     if developer is not None:
         messages.append(developer)
-    messages += [Message.from_dict(message) for message in drop_closed_analysis(replayed + new_messages)]
-    token_ids = encoding.render_conversation_for_completion(
-        Conversation.from_messages(messages), Role.ASSISTANT, RenderConversationConfig(auto_drop_analysis=False)
-    )
-    return RenderedPrompt(token_ids, new_messages, converter.function_calls, tools.mcp_labels)
+    messages += [Message.from_dict(message) for message in replayed]
+    conversation, config = Conversation.from_messages(messages), RenderConversationConfig(auto_drop_analysis=False)
+    if approval is None:
+        token_ids = encoding.render_conversation_for_completion(conversation, Role.ASSISTANT, config)
+    else:
+        approval = _pending_call(approval, replayed, len(items) - 1)
+        token_ids = encoding.render_conversation(conversation, config)
+    return RenderedPrompt(token_ids, new_messages, converter.function_calls, tools.mcp_labels, approval)
+
+
+def _pending_call(approval: ApprovalAnswer, messages: Sequence[dict[str, Any]], index: int) -> ApprovalAnswer:
+    """The answered call must be the conversation's last message: the tool's answer comes right after it."""
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant" or not last.get("recipient"):
+        raise BadRequest(
+            f"The approval request '{approval.approval_request_id}' is not awaiting an answer in this conversation.",
+            param=f"input[{index}].approval_request_id",
+        )
+    return replace(approval, recipient=last["recipient"], channel=last.get("channel"))
 
 
 def drop_closed_analysis(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -129,7 +140,7 @@ def _label_namespaces(options: RenderOptions) -> dict[str, str]:
     return dict(options.builtin_tool_labels)
 
 
-def _sort_tools(request: Any, options: RenderOptions) -> _Tools:
+def _sort_tools(request: Any, options: RenderOptions, mcp_tools: Mapping[str, list[McpToolSpec]]) -> _Tools:
     tools = _Tools()
     if request.tool_choice == "none":
         return tools
@@ -141,7 +152,7 @@ def _sort_tools(request: Any, options: RenderOptions) -> _Tools:
         elif namespace is not None:
             tools.builtins[namespace] = label
         elif isinstance(tool, Mcp):
-            tools.servers.append(_server_namespace(tool, options.mcp_tools.get(tool.server_label, [])))
+            tools.servers.append(_server_namespace(tool, mcp_tools.get(tool.server_label, [])))
         else:
             raise BadRequest(
                 f"Invalid value for 'tools[{index}].type': '{tool.type}' is not available on this server.",

@@ -5,10 +5,20 @@ Interface (what the worker calls)::
     opening_events(response) -> list[event]            # the API, at accept time (seq 0, 1)
     t = ResponseTranslator(response, encoding=enc, first_sequence_number=n,
                            mcp_labels={"python": "code_interpreter", "calc": "calc"},
-                           input_tokens=len(prompt))
-    t.start()                      -> [response.in_progress]
+                           input_tokens=len(prompt),
+                           approval_required=lambda server_label, tool: ...,  # None: never
+                           max_tool_calls=request.max_tool_calls)
+    t.start()                      -> [response.in_progress]   (once; later calls return [])
+    t.list_tools_started(label)    -> events   (mcp_list_tools item added + in_progress)
+    t.list_tools_completed(label, tools) / t.list_tools_failed(label, message) -> events
+    t.use_prompt(mcp_labels=..., input_tokens=...)   # when the prompt is rendered after the listing
+    t.open_approved_call(answer)   -> events   (an approved call from the previous turn: mcp_call
+                                                added, arguments.done, in_progress; then feed_tool_result)
+    t.decline_call(answer)         -> []       (tells the model the user declined; then continue)
     t.feed(token_ids)              -> events (chunks of any size; deltas are coalesced per chunk)
     t.pending_tool_call            -> PendingToolCall | None   (set when a message to a tool ended)
+    t.pending_approval             -> PendingApproval | None   (the call ended as an approval request)
+    t.tool_limit_reached           -> bool   (a call beyond max_tool_calls was refused: end the turn)
     t.feed_tool_result(output, error) -> events   (MCP: completes/fails the mcp_call item)
     t.continuation_token_ids()     -> tool message + "<|start|>assistant" to append before generating on
     t.finish("stop" | "length" | "abort", cached_tokens=None) -> events (the one terminal event)
@@ -21,11 +31,28 @@ header end (``<|message|>``) opens an item builder chosen from channel and recip
 close it. Nothing raises out of ``feed``/``finish``/``fail``: invalid harmony fails the response.
 ``finish("abort")`` closes open items and sets status ``cancelled`` without a terminal event,
 because OpenAI defines none for cancellation.
+
+MCP tool turns:
+
+- A call to a tool for which ``approval_required(server_label, tool)`` is true is not streamed: its
+  arguments are buffered and at ``<|call|>`` an ``mcp_approval_request`` item appears;
+  ``pending_approval`` is set, ``pending_tool_call`` is not, so the worker finishes ("stop" →
+  completed). The call message is in ``output_messages`` (stored); the item is in the Response.
+- The next response answers it (``history.find_approval`` → ``RenderedPrompt.approval``, whose
+  prompt ends after the pending call): approved → ``open_approved_call`` (an mcp_call with
+  ``approval_request_id``), run the tool, ``feed_tool_result``; declined → ``decline_call``: no item
+  (OpenAI shows none), the model reads a tool message saying the user declined. Either way the
+  worker appends ``continuation_token_ids()`` to the prompt and generates.
+- ``max_tool_calls`` counts the MCP calls run in this response. A call beyond it still streams as an
+  mcp_call (its header came before we could know) but is not run: it fails at once with an error
+  saying so, the model's tool message says the same (so the stored turn replays as valid harmony),
+  no call is pending, and ``tool_limit_reached`` is true: the worker ends the response (completed).
+  OpenAI says further calls are "ignored"; ending the turn is what guarantees no loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,6 +62,7 @@ from pydantic import BaseModel
 
 from oss_responses.harmony import lifecycle
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.items import (
     FunctionCallBuilder,
     ItemBuilder,
@@ -42,6 +70,7 @@ from oss_responses.harmony.items import (
     MessageBuilder,
     ReasoningBuilder,
 )
+from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -49,6 +78,9 @@ FinishReason = Literal["stop", "length", "abort"]
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
 END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
 ASSISTANT_START = "<|start|>assistant"
+DECLINED = "The user declined this tool call; it was not run."
+
+ApprovalPolicy = Callable[[str, str], bool]  # (server_label, tool name) -> needs approval
 
 
 class InvalidHarmony(Exception):
@@ -65,6 +97,18 @@ class PendingToolCall:
     arguments: str
     item_id: str
     call_id: str | None
+    recipient: str
+    channel: str | None = None  # of the call message; the tool's answer uses the same
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A call waiting for the user's approval: what the ``mcp_approval_request`` item holds."""
+
+    approval_request_id: str
+    server_label: str
+    name: str
+    arguments: str
     recipient: str
 
 
@@ -85,11 +129,21 @@ class ResponseTranslator:
         first_sequence_number: int,
         mcp_labels: Mapping[str, str] | None = None,
         input_tokens: int = 0,
+        approval_required: ApprovalPolicy | None = None,
+        max_tool_calls: int | None = None,
     ) -> None:
         self.response = response
         self.output_messages: list[dict[str, Any]] = []
         self.function_calls: dict[str, str] = {}
         self.pending_tool_call: PendingToolCall | None = None
+        self.pending_approval: PendingApproval | None = None
+        self.tool_limit_reached = False
+        self._approval_required = approval_required
+        self._max_tool_calls = max_tool_calls
+        self._mcp_calls = 0
+        self._refused: McpCallBuilder | None = None
+        self._listings: dict[str, ListToolsBuilder] = {}
+        self._started = False
         self._encoding = encoding
         self._emitter = EventEmitter(first_sequence_number)
         self._mcp_labels = dict(mcp_labels or {})
@@ -111,8 +165,62 @@ class ResponseTranslator:
         return self._emitter.next_sequence_number
 
     def start(self) -> list[BaseModel]:
+        if self._started:
+            return []
+        self._started = True
         self.response = lifecycle.emit_in_progress(self._emitter, self.response)
         return self._emitter.drain()
+
+    def use_prompt(self, *, mcp_labels: Mapping[str, str], input_tokens: int) -> None:
+        """The rendered prompt's facts, when the translator was made before rendering (to list tools)."""
+        self._mcp_labels = dict(mcp_labels)
+        self._input_tokens = input_tokens
+
+    # --- MCP tool lists (before generation) ---------------------------------
+    def list_tools_started(self, server_label: str) -> list[BaseModel]:
+        if self._terminal:
+            return []
+        builder = ListToolsBuilder(self._emitter, len(self._items), server_label)
+        self._items.append(builder)
+        self._listings[server_label] = builder
+        builder.open()
+        return self._emitter.drain()
+
+    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[BaseModel]:
+        """``tools``: McpToolSpec-like objects (name, description, input_schema, annotations)."""
+        builder = self._listing(server_label)
+        if builder is not None:
+            builder.complete(tools)
+        return self._emitter.drain()
+
+    def list_tools_failed(self, server_label: str, message: str) -> list[BaseModel]:
+        builder = self._listing(server_label)
+        if builder is not None:
+            builder.fail(message)
+        return self._emitter.drain()
+
+    # --- approvals answered in this response ---------------------------------
+    def open_approved_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+        """Open the approved call as an mcp_call item; the worker runs it and calls feed_tool_result."""
+        if self._terminal:
+            return []
+        builder = ApprovedCallBuilder(
+            self._emitter, len(self._items), answer.server_label, answer.name, answer.arguments, answer.approval_request_id
+        )
+        self._items.append(builder)
+        builder.open()
+        self._mcp_calls += 1
+        self._awaiting = builder
+        self.pending_tool_call = PendingToolCall(
+            "mcp", answer.server_label, answer.name, answer.arguments, builder.item_id, None, _recipient(answer), answer.channel
+        )
+        return self._emitter.drain()
+
+    def decline_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+        """The user declined: no item; the model reads so in a tool message (continuation_token_ids)."""
+        text = DECLINED + (f" Reason: {answer.reason}" if answer.reason else "")
+        self.output_messages.append(tool_result_message(_recipient(answer), text, answer.channel))
+        return []
 
     def feed(self, token_ids: Sequence[int]) -> list[BaseModel]:
         if self._terminal:
@@ -132,9 +240,8 @@ class ResponseTranslator:
         if self._awaiting is not None:
             self._awaiting.fail(error) if error is not None else self._awaiting.complete(output or "")
             self._awaiting = None
-        channel = self.output_messages[-1].get("channel") if self.output_messages else None
         text = error if error is not None else (output or "")
-        self.output_messages.append(tool_result_message(call.recipient, text, channel))
+        self.output_messages.append(tool_result_message(call.recipient, text, call.channel))
         self.pending_tool_call = None
         self._parser = self._new_parser()
         return self._emitter.drain()
@@ -166,6 +273,14 @@ class ResponseTranslator:
         return self._emitter.drain()
 
     # --- tokens ----------------------------------------------------------
+    def _listing(self, server_label: str) -> ListToolsBuilder | None:
+        if self._terminal:
+            return None
+        builder = self._listings.pop(server_label, None)
+        if builder is None:
+            raise ValueError(f"no tool listing of {server_label!r} is open (call list_tools_started first)")
+        return builder
+
     def _new_parser(self) -> Any:
         # The raw binding: its properties are plain attribute reads, without the wrapper's JSON work.
         self._message_start = self._output_tokens
@@ -219,6 +334,12 @@ class ResponseTranslator:
         label = self._mcp_labels.get(target.namespace)
         if label is None:
             raise InvalidHarmony(f"the model called {header.recipient!r}, which is not among the request's tools")
+        if self._max_tool_calls is not None and self._mcp_calls >= self._max_tool_calls:
+            self._refused = McpCallBuilder(self._emitter, index, label, target.tool)
+            return self._refused
+        if self._approval_required is not None and self._approval_required(label, target.tool):
+            return ApprovalRequestBuilder(self._emitter, index, label, target.tool)
+        self._mcp_calls += 1
         return McpCallBuilder(self._emitter, index, label, target.tool)
 
     def _end_message(self, position: int) -> None:
@@ -231,7 +352,7 @@ class ResponseTranslator:
         if header.channel == "analysis":
             self._reasoning_tokens += position + 1 - header.start
         if header.recipient is not None:
-            self._set_pending(builder, header.recipient)
+            self._set_pending(builder, header)
 
     def _record_message(self, builder: ItemBuilder, header: _Header) -> None:
         self.output_messages.append(
@@ -240,17 +361,29 @@ class ResponseTranslator:
             )
         )
 
-    def _set_pending(self, builder: ItemBuilder, recipient: str) -> None:
+    def _set_pending(self, builder: ItemBuilder, header: _Header) -> None:
+        recipient, channel = header.recipient or "", header.channel
         if isinstance(builder, FunctionCallBuilder):
             self.function_calls[builder.call_id] = builder.name
             self.pending_tool_call = PendingToolCall(
-                "function", None, builder.name, builder.text, builder.item_id, builder.call_id, recipient
+                "function", None, builder.name, builder.text, builder.item_id, builder.call_id, recipient, channel
             )
+        elif isinstance(builder, ApprovalRequestBuilder):
+            self.pending_approval = PendingApproval(builder.item_id, builder.server_label, builder.name, builder.text, recipient)
+        elif builder is self._refused:
+            self._refuse(builder, recipient, channel)
         elif isinstance(builder, McpCallBuilder):
             self._awaiting = builder
             self.pending_tool_call = PendingToolCall(
-                "mcp", builder.server_label, builder.name, builder.text, builder.item_id, None, recipient
+                "mcp", builder.server_label, builder.name, builder.text, builder.item_id, None, recipient, channel
             )
+
+    def _refuse(self, builder: McpCallBuilder, recipient: str, channel: str | None) -> None:
+        """A call beyond max_tool_calls: failed without running; the turn ends (no pending call)."""
+        message = f"This response reached its limit of {self._max_tool_calls} tool calls (max_tool_calls); the call was not run."
+        builder.fail(message)
+        self.output_messages.append(tool_result_message(recipient, message, channel))
+        self.tool_limit_reached = True
 
     # --- endings ---------------------------------------------------------
     def _stop(self, cached_tokens: int | None) -> None:
@@ -278,6 +411,10 @@ class ResponseTranslator:
         output = [builder.done_item for builder in self._items if builder.done_item is not None]
         self.response = lifecycle.terminal_response(self.response, status, output, usage, error=error)
         lifecycle.emit_terminal(self._emitter, self.response)
+
+
+def _recipient(answer: ApprovalAnswer) -> str:
+    return answer.recipient or f"{answer.server_label}.{answer.name}"
 
 
 def opening_events(response: Response) -> list[BaseModel]:

@@ -126,3 +126,18 @@ def test_render_input_items_become_harmony_messages(encoding) -> None:
         ("tool", "commentary", "assistant"),
     ]
     assert rendered.function_calls == {"call_1": "f"}
+
+
+def test_render_mcp_call_input_item_replays_call_and_result(encoding) -> None:
+    request = _request(
+        tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y"}],
+        input=[
+            {"role": "user", "content": "Add 1 and 2"},
+            {"type": "mcp_call", "id": "mcp_1", "server_label": "calc", "name": "add", "arguments": '{"a":1,"b":2}', "output": "3"},
+        ],
+    )
+    text = _text(encoding, request)
+    assert text.endswith(
+        '<|start|>assistant to=calc.add<|channel|>commentary <|constrain|>json<|message|>{"a":1,"b":2}<|call|>'
+        "<|start|>calc.add to=assistant<|channel|>commentary<|message|>3<|end|><|start|>assistant"
+    )

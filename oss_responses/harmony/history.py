@@ -1,0 +1,127 @@
+"""Earlier turns of a conversation, and what a new turn needs to know about their MCP items.
+
+A :class:`ConversationTurn` is one stored turn: the harmony messages it rendered and produced
+(replayed verbatim), its function calls, and its Responses items (input items, then output items,
+as JSON; see :func:`turn_items`). Two questions are answered from those items:
+
+- :func:`listed_tools`: which MCP servers already have a tool list in the conversation (the worker
+  lists only the others; render shows the model the stored list);
+- :func:`find_approval`: which ``mcp_approval_request`` a new ``mcp_approval_response`` answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.mcp_tools import McpToolSpec, field_of, specs_from_item
+
+
+@dataclass(slots=True)
+class ConversationTurn:
+    """One earlier turn as stored: its messages (input then output), function calls and items."""
+
+    messages: list[dict[str, Any]]
+    function_calls: dict[str, str] = field(default_factory=dict)
+    items: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"messages": self.messages, "function_calls": self.function_calls, "items": self.items}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConversationTurn:
+        return cls(
+            messages=list(data["messages"]),
+            function_calls=dict(data.get("function_calls", {})),
+            items=list(data.get("items", [])),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAnswer:
+    """An ``mcp_approval_response`` joined with the request it answers.
+
+    ``recipient`` and ``channel`` are those of the pending harmony call message; ``render_prompt``
+    fills them in (``RenderedPrompt.approval``).
+    """
+
+    approval_request_id: str
+    server_label: str
+    name: str
+    arguments: str
+    approve: bool
+    reason: str | None = None
+    recipient: str | None = None
+    channel: str | None = None
+
+
+def turn_items(request_input: Any, response_output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A stored turn's items: its request's ``input`` (a string is one user message), then its output."""
+    inputs = [{"type": "message", "role": "user", "content": request_input}] if isinstance(request_input, str) else list(request_input or [])
+    return [dict(item) for item in inputs] + [dict(item) for item in response_output]
+
+
+def listed_tools(history: Sequence[ConversationTurn], input_items: Sequence[Any] = ()) -> dict[str, list[McpToolSpec]]:
+    """server_label → the latest successful tool list among the earlier turns' and this request's items."""
+    lists: dict[str, list[McpToolSpec]] = {}
+    for item in _all_items(history, input_items):
+        if field_of(item, "type") == "mcp_list_tools" and not field_of(item, "error"):
+            lists[field_of(item, "server_label")] = specs_from_item(item)
+    return lists
+
+
+def find_approval(history: Sequence[ConversationTurn], input_items: Sequence[Any]) -> ApprovalAnswer | None:
+    """The approval request that this request's ``mcp_approval_response`` answers (None if it has none).
+
+    At most one answer per request, as the last input item: gpt-oss waits on one call at a time, and
+    the tool's result must follow the call directly. An unknown or already answered id is a 400.
+    """
+    answers = [i for i, item in enumerate(input_items) if field_of(item, "type") == "mcp_approval_response"]
+    if not answers:
+        return None
+    index = answers[1] if len(answers) > 1 else answers[0]
+    param = f"input[{index}]"
+    if len(answers) > 1 or index != len(input_items) - 1:
+        raise BadRequest(
+            f"Invalid value for '{param}': an mcp_approval_response must be the last input item, one per request.",
+            param=param,
+            code="invalid_value",
+        )
+    answer = input_items[index]
+    request_id = field_of(answer, "approval_request_id")
+    earlier = list(_all_items(history, input_items[:index]))
+    if any(_answers(item, request_id) for item in earlier):
+        raise BadRequest(
+            f"The approval request '{request_id}' has already been answered.", param=f"{param}.approval_request_id"
+        )
+    for item in reversed(earlier):
+        if field_of(item, "type") == "mcp_approval_request" and field_of(item, "id") == request_id:
+            return ApprovalAnswer(
+                approval_request_id=request_id,
+                server_label=field_of(item, "server_label"),
+                name=field_of(item, "name"),
+                arguments=field_of(item, "arguments"),
+                approve=bool(field_of(answer, "approve")),
+                reason=field_of(answer, "reason"),
+            )
+    raise BadRequest(f"No approval request found with id '{request_id}'.", param=f"{param}.approval_request_id")
+
+
+def stored_approval_ids(history: Sequence[ConversationTurn]) -> frozenset[str]:
+    """Ids of the approval requests whose call message is already in the stored messages."""
+    return frozenset(
+        field_of(item, "id") for turn in history for item in turn.items if field_of(item, "type") == "mcp_approval_request"
+    )
+
+
+def _answers(item: Any, request_id: str) -> bool:
+    kind = field_of(item, "type")
+    return kind in ("mcp_approval_response", "mcp_call") and field_of(item, "approval_request_id") == request_id
+
+
+def _all_items(history: Sequence[ConversationTurn], input_items: Sequence[Any]) -> Iterator[Any]:
+    for turn in history:
+        yield from turn.items
+    yield from input_items

@@ -1,0 +1,124 @@
+"""Builders of the MCP items that are not a streamed tool call (see ``items.py`` for those).
+
+- :class:`ListToolsBuilder`       ``mcp_list_tools``: added → in_progress → completed | failed → done
+- :class:`ApprovalRequestBuilder` a call that needs approval: silent while the model writes it, then
+  ``mcp_approval_request`` added + done at ``<|call|>`` (OpenAI shows no arguments streaming for it)
+- :class:`ApprovedCallBuilder`    the approved call, opened in the next response with its arguments
+  whole: added → mcp_call_arguments.done → mcp_call.in_progress, then completed | failed like any call
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from openai.types.responses import (
+    ResponseMcpListToolsCompletedEvent,
+    ResponseMcpListToolsFailedEvent,
+    ResponseMcpListToolsInProgressEvent,
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+)
+from openai.types.responses.response_output_item import McpApprovalRequest, McpListTools
+from pydantic import BaseModel
+
+from oss_responses.harmony import ids
+from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.items import ItemBuilder, ItemStatus, McpCallBuilder
+from oss_responses.harmony.mcp_tools import list_entries
+
+
+class ListToolsBuilder(ItemBuilder):
+    """One server's tool listing; it carries no text, only the list or the error at the end."""
+
+    id_prefix_factory = staticmethod(ids.mcp_list_tools_id)
+
+    def __init__(self, emitter: EventEmitter, output_index: int, server_label: str) -> None:
+        super().__init__(emitter, output_index)
+        self.server_label = server_label
+
+    def open(self) -> None:
+        super().open()
+        self._emit_simple(ResponseMcpListToolsInProgressEvent, "response.mcp_list_tools.in_progress")
+
+    def complete(self, tools: Sequence[Any]) -> BaseModel:
+        self._emit_simple(ResponseMcpListToolsCompletedEvent, "response.mcp_list_tools.completed")
+        return self._finish(self._list_item(list_entries(tools), None))
+
+    def fail(self, message: str) -> BaseModel:
+        self._emit_simple(ResponseMcpListToolsFailedEvent, "response.mcp_list_tools.failed")
+        return self._finish(self._list_item([], message))
+
+    def _done(self, status: str) -> BaseModel:  # cut by cancel or failure while listing
+        return self.fail("The tool listing was interrupted: the response ended before the server answered.")
+
+    def _finish(self, item: BaseModel) -> BaseModel:
+        self.emitter.emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=self.output_index, item=item)
+        self.done_item = item
+        return item
+
+    def _item(self, text: str, status: str) -> BaseModel:
+        return self._list_item([], None)
+
+    def _list_item(self, tools: list[Any], error: str | None) -> BaseModel:
+        return McpListTools(type="mcp_list_tools", id=self.item_id, server_label=self.server_label, tools=tools, error=error)
+
+    def _emit_simple(self, event_type: type[BaseModel], type_: str) -> None:
+        self.emitter.emit(event_type, type=type_, item_id=self.item_id, output_index=self.output_index)
+
+
+class ApprovalRequestBuilder(ItemBuilder):
+    """Buffers the call's arguments without events; the item appears whole when the call ends."""
+
+    id_prefix_factory = staticmethod(ids.mcp_approval_request_id)
+
+    def __init__(self, emitter: EventEmitter, output_index: int, server_label: str, name: str) -> None:
+        super().__init__(emitter, output_index)
+        self.server_label = server_label
+        self.name = name
+
+    def open(self) -> None:
+        pass
+
+    def append(self, delta: str) -> None:
+        self._chunks.append(delta)
+
+    def end_message(self, status: ItemStatus) -> BaseModel | None:
+        if status != "completed":
+            return None
+        item = self._item(self.text, status)
+        for event_type, type_ in ((ResponseOutputItemAddedEvent, "response.output_item.added"), (ResponseOutputItemDoneEvent, "response.output_item.done")):
+            self.emitter.emit(event_type, type=type_, output_index=self.output_index, item=item)
+        self.done_item = item
+        return item
+
+    def abandon(self) -> BaseModel | None:
+        return None  # a call cut before <|call|> was never shown: nothing to close
+
+    def _item(self, text: str, status: str) -> BaseModel:
+        return McpApprovalRequest(
+            type="mcp_approval_request", id=self.item_id, server_label=self.server_label, name=self.name, arguments=text
+        )
+
+
+class ApprovedCallBuilder(McpCallBuilder):
+    """The call an ``mcp_approval_response`` approved, run in the response that carries the answer."""
+
+    def __init__(
+        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, arguments: str, approval_request_id: str
+    ) -> None:
+        super().__init__(emitter, output_index, server_label, name)
+        self.approval_request_id = approval_request_id
+        self._chunks = [arguments]
+
+    def open(self) -> None:
+        self.emitter.emit(
+            ResponseOutputItemAddedEvent,
+            type="response.output_item.added",
+            output_index=self.output_index,
+            item=self._item(self.text, "in_progress"),
+        )
+        self.end_message("completed")  # arguments.done, mcp_call.in_progress; now awaiting the result
+
+    def _item(self, text: str, status: str, **result: Any) -> BaseModel:
+        return super()._item(text, status, approval_request_id=self.approval_request_id, **result)

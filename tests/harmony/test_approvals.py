@@ -1,0 +1,174 @@
+"""MCP approvals: a call that needs approval ends the response; the next response runs or declines it."""
+
+from __future__ import annotations
+
+import pytest
+from mcp_support import CALC_TOOLS, FINAL, THINK_AND_CALL, Turn, check_stream, new_turn
+
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.history import ConversationTurn, find_approval, listed_tools, turn_items
+from oss_responses.harmony.render import RenderedPrompt, RenderOptions, render_prompt
+from oss_responses.requests import parse_create_request
+
+OPTIONS = RenderOptions(conversation_start_date="2026-11-23", mcp_tools={"calc": CALC_TOOLS})
+CALC = {"type": "mcp", "server_label": "calc", "server_url": "http://calc"}
+CALL = '<|start|>assistant to=calc.add<|channel|>commentary <|constrain|>json<|message|>{"a":1,"b":2}<|call|>'
+
+
+def _always(server_label: str, tool: str) -> bool:
+    return True
+
+
+def _request(input_, **body):
+    return parse_create_request({"model": "gpt-oss-20b", "tools": [CALC], "input": input_, **body})
+
+
+def _stored(request, rendered: RenderedPrompt, turn: Turn) -> ConversationTurn:
+    """What the worker stores for a turn, read back as the next turn's history."""
+    items = turn_items(request.model_dump(mode="json")["input"], turn.response.model_dump(mode="json")["output"])
+    return ConversationTurn(rendered.new_messages + turn.translator.output_messages, {}, items)
+
+
+def _first_turn(encoding) -> tuple[ConversationTurn, Turn]:
+    request = _request("Add 1 and 2")
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    turn = new_turn(encoding, approval_required=_always, response_id="resp_1")
+    turn.add(turn.translator.list_tools_started("calc"))
+    turn.add(turn.translator.list_tools_completed("calc", CALC_TOOLS))
+    turn.feed_text(encoding, THINK_AND_CALL)
+    turn.add(turn.translator.finish("stop"))
+    return _stored(request, rendered, turn), turn
+
+
+def _answer(request_id: str, approve: bool, reason: str | None = None) -> list[dict]:
+    return [{"type": "mcp_approval_response", "approval_request_id": request_id, "approve": approve, "reason": reason}]
+
+
+def _second_turn(encoding, history, approve: bool) -> tuple[ConversationTurn, Turn, list[int]]:
+    request_id = history[0].items[-1]["id"]
+    request = _request(_answer(request_id, approve, None if approve else "not now"), previous_response_id="resp_1")
+    rendered = render_prompt(request, history, OPTIONS, encoding)
+    turn = new_turn(encoding, approval_required=_always, response_id="resp_2")
+    turn.translator.use_prompt(mcp_labels=rendered.mcp_labels, input_tokens=len(rendered.token_ids))
+    if approve:
+        turn.add(turn.translator.open_approved_call(rendered.approval))
+        turn.add(turn.translator.feed_tool_result("3"))
+    else:
+        turn.add(turn.translator.decline_call(rendered.approval))
+    prompt = rendered.token_ids + turn.translator.continuation_token_ids()
+    turn.feed_text(encoding, FINAL)
+    turn.add(turn.translator.finish("stop"))
+    return _stored(request, rendered, turn), turn, prompt
+
+
+def test_call_needing_approval_ends_with_approval_request_item(encoding) -> None:
+    _, turn = _first_turn(encoding)
+    assert not any("mcp_call" in e.type for e in turn.events)
+    assert [item.type for item in turn.response.output] == ["mcp_list_tools", "reasoning", "mcp_approval_request"]
+    request = turn.response.output[-1]
+    assert (request.server_label, request.name, request.arguments) == ("calc", "add", '{"a":1,"b":2}')
+    assert request.id.startswith("mcpr_") and turn.response.status == "completed"
+    pending = turn.translator.pending_approval
+    assert (pending.approval_request_id, pending.recipient) == (request.id, "calc.add")
+    assert turn.translator.pending_tool_call is None
+    assert turn.translator.output_messages[-1]["recipient"] == "calc.add"
+    check_stream(turn)
+
+
+def test_approval_request_events_are_added_then_done(encoding) -> None:
+    _, turn = _first_turn(encoding)
+    tail = [e.type for e in turn.events if getattr(e, "output_index", None) == 2]
+    assert tail == ["response.output_item.added", "response.output_item.done"]
+
+
+def test_call_not_needing_approval_streams_mcp_call(encoding) -> None:
+    turn = new_turn(encoding, approval_required=lambda label, tool: tool != "add")
+    turn.feed_text(encoding, THINK_AND_CALL)
+    assert turn.translator.pending_tool_call.name == "add" and turn.translator.pending_approval is None
+
+
+def test_approved_call_runs_in_next_response_then_model_answers(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    _, turn, prompt = _second_turn(encoding, [first], approve=True)
+    request_id = first.items[-1]["id"]
+    call = turn.response.output[0]
+    assert [item.type for item in turn.response.output] == ["mcp_call", "message"]
+    assert (call.approval_request_id, call.arguments, call.output, call.status) == (request_id, '{"a":1,"b":2}', "3", "completed")
+    assert [e.type for e in turn.events[2:7]] == [
+        "response.output_item.added", "response.mcp_call_arguments.done", "response.mcp_call.in_progress",
+        "response.mcp_call.completed", "response.output_item.done",
+    ]
+    assert encoding.decode(prompt).endswith(
+        CALL + "<|start|>calc.add to=assistant<|channel|>commentary<|message|>3<|end|><|start|>assistant"
+    )
+    check_stream(turn)
+
+
+def test_declined_call_tells_model_and_adds_no_item(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    _, turn, prompt = _second_turn(encoding, [first], approve=False)
+    assert [item.type for item in turn.response.output] == ["message"]
+    assert encoding.decode(prompt).endswith(
+        CALL + "<|start|>calc.add to=assistant<|channel|>commentary<|message|>"
+        "The user declined this tool call; it was not run. Reason: not now<|end|><|start|>assistant"
+    )
+    check_stream(turn)
+
+
+def test_third_turn_replays_call_then_result_then_answer(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    second, _, _ = _second_turn(encoding, [first], approve=True)
+    text = encoding.decode(render_prompt(_request("thanks"), [first, second], OPTIONS, encoding).token_ids)
+    assert CALL + "<|start|>calc.add to=assistant<|channel|>commentary<|message|>3<|end|>" in text
+    assert text.endswith("1 + 2 = 3.<|end|><|start|>user<|message|>thanks<|end|><|start|>assistant")
+
+
+def test_reused_list_needs_no_new_listing(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    assert set(listed_tools([first])) == {"calc"}
+
+
+def test_unknown_approval_request_id_is_bad_request() -> None:
+    with pytest.raises(BadRequest) as raised:
+        find_approval([], _request(_answer("mcpr_nope", True)).input_items())
+    assert raised.value.param == "input[0].approval_request_id"
+
+
+def test_answering_approval_twice_is_bad_request(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    second, _, _ = _second_turn(encoding, [first], approve=True)
+    with pytest.raises(BadRequest) as raised:
+        find_approval([first, second], _request(_answer(first.items[-1]["id"], True)).input_items())
+    assert "already been answered" in raised.value.message
+
+
+def test_approval_response_before_other_items_is_bad_request(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    items = _request(_answer(first.items[-1]["id"], True) + [{"role": "user", "content": "go"}]).input_items()
+    with pytest.raises(BadRequest) as raised:
+        find_approval([first], items)
+    assert raised.value.param == "input[0]"
+
+
+def test_approval_request_in_input_replays_pending_call(encoding) -> None:
+    request_item = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc", "name": "add", "arguments": '{"a":1,"b":2}'}
+    request = _request([{"role": "user", "content": "Add 1 and 2"}, request_item, *_answer("mcpr_1", True)])
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    assert rendered.approval.recipient == "calc.add" and rendered.approval.approval_request_id == "mcpr_1"
+    assert encoding.decode(rendered.token_ids).endswith("Add 1 and 2<|end|>" + CALL)
+
+
+def test_approval_for_answered_call_in_input_is_bad_request(encoding) -> None:
+    request_item = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc", "name": "add", "arguments": "{}"}
+    request = _request([request_item, {"role": "user", "content": "hm"}, *_answer("mcpr_1", True)])
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(request, [], OPTIONS, encoding)
+    assert "not awaiting" in raised.value.message
+
+
+def test_approval_request_is_the_same_whatever_the_chunking(encoding) -> None:
+    whole = new_turn(encoding, approval_required=_always)
+    whole.add(whole.translator.feed(encoding.encode(THINK_AND_CALL, allowed_special="all")))
+    whole.add(whole.translator.finish("stop"))
+    _, split = _first_turn(encoding)
+    assert whole.response.output[-1].arguments == split.response.output[-1].arguments == '{"a":1,"b":2}'
