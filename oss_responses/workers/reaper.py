@@ -103,7 +103,7 @@ class Reaper:
         error = response.error.model_dump() if response.error else None
         with self.db.session() as session:
             ended = save_turn(
-                session, response_id, status="failed", response=response.model_dump(mode="json"),
+                session, response_id, status="failed", response=response.model_dump(mode="json", by_alias=True),
                 output_messages=[], error=error,
             )
             if ended and not store:

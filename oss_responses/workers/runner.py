@@ -4,7 +4,8 @@
     take the lease ─ held by another worker? skip
     register for cancel, then check the cancel flag ─ set? cancelled, stream closed, nothing generated
     queued → in_progress (SQL)
-    tools ready, prompt rendered, generation (engine loop) ─ any exception fails the response
+    tools resolved, in_progress event, tool lists streamed, prompt rendered, an answered approval
+    run or declined, generation (engine loop) ─ any exception fails the response
     drain the events (the terminal one included) → save the turn (SQL) → close the stream
     release the lease
 
@@ -15,14 +16,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 from openai.types.responses import Response
 
 from oss_responses.engine.base import SamplingSettings
 from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.render import RenderedPrompt, render_prompt
-from oss_responses.harmony.translator import ResponseTranslator
+from oss_responses.harmony.translator import ApprovalPolicy, ResponseTranslator
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.storage import delete_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
@@ -31,7 +34,7 @@ from oss_responses.workers.generation import Generation, StopCause
 from oss_responses.workers.job import Job, load_job, render_options
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import next_sequence_number
-from oss_responses.workers.tooling import prepare_tools
+from oss_responses.workers.tooling import approval_policy, list_new_tools, prepare_tools
 
 log = logging.getLogger(__name__)
 
@@ -127,19 +130,20 @@ def _execute(run: _Run) -> Outcome:
     return _finish(run)
 
 
-def _translator(run: _Run, rendered: RenderedPrompt | None) -> ResponseTranslator:
+def _translator(run: _Run, approval_required: ApprovalPolicy | None = None) -> ResponseTranslator:
+    """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows."""
     return ResponseTranslator(
         Response.model_validate(run.job.record.response),
         encoding=run.ctx.encoding,
         first_sequence_number=run.first_sequence_number,
-        mcp_labels=rendered.mcp_labels if rendered else None,
-        input_tokens=len(rendered.token_ids) if rendered else 0,
+        approval_required=approval_required,
+        max_tool_calls=run.job.record.request.get("max_tool_calls"),
     )
 
 
 def _fail(run: _Run, message: str) -> None:
     if run.translator is None:  # failed before generating: in_progress first, then failed
-        run.translator = _translator(run, None)
+        run.translator = _translator(run)
         events = run.translator.start() + run.translator.fail(message)
     else:
         events = run.translator.fail(message)
@@ -152,18 +156,23 @@ async def _append(ctx: WorkerContext, response_id: str, events: list) -> None:  
 
 
 async def _generate(run: _Run, request: CreateResponseRequest) -> None:
-    """On the engine loop: tools, prompt, translator, then the generation itself."""
+    """On the engine loop: tools resolved, translator started, tools listed, prompt, then generation."""
     ctx, job = run.ctx, run.job
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
-    options = render_options(ctx.settings, job.record, tools.mcp_tools)
-    run.rendered = render_prompt(request, job.history, options, ctx.encoding)
-    run.translator = _translator(run, run.rendered)
+    known = listed_tools(job.history, request.input_items())  # grows with this response's listings
+    run.translator = _translator(run, approval_policy(tools.servers, known))
+    emit = partial(ctx.writer.append, job.response_id)
+    emit(run.translator.start())
+    listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
+    known.update(listed)
+    run.rendered = render_prompt(request, job.history, render_options(ctx.settings, job.record, listed), ctx.encoding)
+    run.translator.use_prompt(mcp_labels=run.rendered.mcp_labels, input_tokens=len(run.rendered.token_ids))
     run.generation = Generation(
         job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request)
     )
     if run.stop_cause is not None:
         run.generation.stop(run.stop_cause)
-    await run.generation.run(run.rendered.token_ids)
+    await run.generation.run(run.rendered.token_ids, run.rendered.approval)
 
 
 def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSettings:
@@ -198,7 +207,7 @@ def _save(run: _Run) -> bool:
     with run.ctx.db.session() as session:
         ended = save_turn(
             session, job.response_id, status=response.status or "failed",  # type: ignore[arg-type]
-            response=response.model_dump(mode="json"),
+            response=response.model_dump(mode="json", by_alias=True),
             output_messages=translator.output_messages,
             function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
             input_messages=rendered.new_messages if rendered else None,

@@ -1,0 +1,345 @@
+"""API side of the event log: one multiplexed blocking read per process, relayed to many clients.
+
+An :class:`EventHub` owns ONE reader task and ONE dedicated Redis connection doing
+``XREAD COUNT n BLOCK ms STREAMS k1 k2 ... id1 id2 ...`` over every stream that has subscribers, and
+puts each read's entries (one shared list per stream) on the subscribers' queues.
+
+A subscription:
+1. catches up from history with XRANGE pages (the first page also tells a missing stream: 404);
+2. attaches to the hub with the id it has seen. A stream new to the hub is read from exactly that id,
+   so nothing falls between history and live. If the hub already reads the stream from further on,
+   the subscriber catches up again with XRANGE; entries it sees twice are dropped by id;
+3. follows live batches until the end marker (field ``end``), then detaches.
+A subscriber that falls ``max_pending_batches`` behind is detached and goes back to step 1 from its
+own cursor, so a slow client costs Redis reads, not unbounded memory.
+
+Waking the blocked read: every XREAD also reads the hub's own wake stream
+(``redis_keys.hub_wake``); subscribing to a new stream XADDs to it from a side connection. Unlike
+CLIENT UNBLOCK, this has no race: a wake sent before the XREAD reaches Redis still ends it at once.
+Races with the reader are settled by object identity: a read's entries are dispatched only to the
+very stream record the read was issued for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from oss_responses import redis_keys
+
+log = logging.getLogger(__name__)
+
+EntryId = tuple[int, int]
+Entry = tuple[bytes, dict[bytes, bytes]]  # (stream entry id, fields)
+
+FIRST: EntryId = (0, 0)  # before event 0 (entry id 0-1)
+WAKE_TTL_SECONDS = 86_400
+
+
+class StreamNotFound(LookupError):
+    """No event stream for this response: unknown id, or ended and expired."""
+
+
+class EventHubStopped(RuntimeError):
+    """The hub stopped while a subscriber was following a stream."""
+
+
+def parse_id(entry_id: bytes) -> EntryId:
+    ms, _, seq = entry_id.partition(b"-")
+    return int(ms), int(seq)
+
+
+def cursor_after(after: int | None) -> EntryId:
+    """The entry id a subscriber has 'seen' when it wants the events after sequence number ``after``."""
+    return FIRST if after is None else (0, after + 1)
+
+
+def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], EntryId, bool]:
+    """The frames of entries after ``cursor``, the new cursor, and whether the end marker came."""
+    if not entries or parse_id(entries[-1][0]) <= cursor:
+        return [], cursor, False
+    if parse_id(entries[0][0]) <= cursor:
+        entries = [e for e in entries if parse_id(e[0]) > cursor]
+    frames = []
+    for entry_id, fields in entries:
+        data = fields.get(b"f")
+        if data is None:
+            return frames, parse_id(entry_id), True
+        frames.append(data)
+    return frames, parse_id(entries[-1][0]), False
+
+
+class _Subscriber:
+    __slots__ = ("batches", "ready", "attached", "stopped")
+
+    def __init__(self) -> None:
+        self.batches: deque[list[Entry]] = deque()
+        self.ready = asyncio.Event()
+        self.attached = False
+        self.stopped = False
+
+    def wake(self) -> None:
+        self.ready.set()
+
+
+class _Stream:
+    __slots__ = ("cursor", "subscribers")
+
+    def __init__(self, cursor: EntryId) -> None:
+        self.cursor = cursor  # last entry id the reader dispatched
+        self.subscribers: set[_Subscriber] = set()
+
+
+class EventHub:
+    """One per API process: ``start()``, then ``subscribe``/``open`` any number of times, ``stop()``."""
+
+    def __init__(
+        self,
+        redis_url: str,
+        *,
+        block_ms: int = 5_000,
+        count: int = 1_000,
+        max_pending_batches: int = 1_000,
+        side_connections: int = 16,
+    ) -> None:
+        self._redis_url = redis_url
+        self._block_ms = block_ms
+        self._count = count
+        self._max_pending = max_pending_batches
+        self._side_connections = side_connections
+        self._wake_key = redis_keys.hub_wake(uuid.uuid4().hex)
+        self._wake_cursor = b"0-0"
+        self._streams: dict[str, _Stream] = {}
+        self._reading = False  # an XREAD is on its way: waking it takes a wake-stream XADD
+        self._wake_sent = False
+        self._idle = asyncio.Event()  # set to start a read when there was nothing to read
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reader_task: asyncio.Task[None] | None = None
+        self._reader: Redis | None = None
+        self._side: Redis | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        # The reader's socket must outlive a whole BLOCK; the side pool serves catch-up and wakes.
+        timeout = self._block_ms / 1000 + 10
+        self._reader = Redis.from_url(self._redis_url, single_connection_client=True, socket_timeout=timeout)
+        # Bounded and blocking: a burst of new subscribers queues for a connection, never fails.
+        pool = BlockingConnectionPool.from_url(self._redis_url, max_connections=self._side_connections, timeout=30)
+        self._side = Redis(connection_pool=pool)
+        await self._reader.ping()
+        self._reader_task = asyncio.create_task(self._read_forever(), name="event-hub-reader")
+
+    async def stop(self) -> None:
+        if self._reader_task is not None:
+            self._reader_task.cancel()
+            await asyncio.gather(self._reader_task, *self._tasks, return_exceptions=True)
+            self._reader_task = None
+        for stream in self._streams.values():
+            for sub in stream.subscribers:
+                sub.stopped = True
+                sub.wake()
+        self._streams.clear()
+        if self._side is not None:
+            await self._side.delete(self._wake_key)
+            await self._side.aclose()
+        if self._reader is not None:
+            await self._reader.aclose()
+
+    # --- public interface ----------------------------------------------------------------------
+    def subscribe(self, response_id: str, *, after: int | None = None) -> AsyncIterator[bytes]:
+        """Frames after sequence number ``after`` (all with None), in order, until the end marker.
+
+        Lazy: a missing stream raises :class:`StreamNotFound` on the first iteration.
+        """
+        return self._frames(redis_keys.events(response_id), cursor_after(after), None, chunked=False)
+
+    async def open(
+        self, response_id: str, *, after: int | None = None, chunked: bool = False
+    ) -> AsyncIterator[bytes]:
+        """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent.
+
+        With ``chunked``, each item is the frames of one read joined (fewer socket writes).
+        """
+        key = redis_keys.events(response_id)
+        cursor = cursor_after(after)
+        page = await self._first_page(key, cursor)
+        return self._frames(key, cursor, page, chunked=chunked)
+
+    async def last_sequence(self, response_id: str) -> int | None:
+        """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
+        entries = await self._side_client.xrevrange(redis_keys.events(response_id), count=2)
+        if not entries:
+            raise StreamNotFound(response_id)
+        for entry_id, fields in entries:
+            if b"f" in fields:
+                return parse_id(entry_id)[1] - 1
+        return None
+
+    @property
+    def stream_count(self) -> int:
+        """Streams the reader follows now (for tests and metrics)."""
+        return len(self._streams)
+
+    def subscriber_count(self, response_id: str) -> int:
+        """Live subscribers of this response's stream in this process (for tests and metrics)."""
+        stream = self._streams.get(redis_keys.events(response_id))
+        return 0 if stream is None else len(stream.subscribers)
+
+    # --- one subscription -----------------------------------------------------------------------
+    async def _frames(
+        self, key: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool
+    ) -> AsyncIterator[bytes]:
+        if page is None:
+            page = await self._first_page(key, cursor)
+        async for frames in self._follow(key, cursor, page):
+            if chunked:
+                yield b"".join(frames)
+            else:
+                for data in frames:
+                    yield data
+
+    async def _follow(self, key: str, cursor: EntryId, page: list[Entry]) -> AsyncIterator[list[bytes]]:
+        sub = _Subscriber()
+        try:
+            while True:
+                frames, cursor, ended = take_frames(page, cursor)
+                if frames:
+                    yield frames
+                if ended:
+                    return
+                if len(page) == self._count:  # more history
+                    page = await self._range(key, cursor)
+                    continue
+                if not sub.attached and not self._attach(key, sub, cursor):
+                    # The reader is already past us: one more history pass (now attached, whatever is
+                    # read from here on is queued as well) closes the gap.
+                    page = await self._range(key, cursor)
+                    continue
+                async for frames, cursor, ended in self._live(sub, cursor):
+                    if frames:
+                        yield frames
+                    if ended:
+                        return
+                page = await self._range(key, cursor)  # fell behind and was detached
+        finally:
+            self._detach(key, sub)
+
+    async def _live(self, sub: _Subscriber, cursor: EntryId) -> AsyncIterator[tuple[list[bytes], EntryId, bool]]:
+        while True:
+            if sub.batches:
+                frames, cursor, ended = take_frames(sub.batches.popleft(), cursor)
+                yield frames, cursor, ended
+                continue
+            if sub.stopped:
+                raise EventHubStopped("the event hub stopped")
+            if not sub.attached:
+                return
+            sub.ready.clear()
+            await sub.ready.wait()
+
+    async def _first_page(self, key: str, cursor: EntryId) -> list[Entry]:
+        async with self._side_client.pipeline(transaction=False) as pipe:
+            pipe.exists(key)
+            pipe.xrange(key, _exclusive(cursor), "+", count=self._count)
+            exists, page = await pipe.execute()
+        if not exists:
+            raise StreamNotFound(key)
+        return page
+
+    async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
+        return await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count)
+
+    # --- the shared reader ----------------------------------------------------------------------
+    def _attach(self, key: str, sub: _Subscriber, cursor: EntryId) -> bool:
+        """Register ``sub`` as having seen ``cursor``; False if the reader already went past it."""
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream(cursor)
+            self._wake_reader()
+        sub.attached = True
+        stream.subscribers.add(sub)
+        return stream.cursor <= cursor
+
+    def _detach(self, key: str, sub: _Subscriber) -> None:
+        stream = self._streams.get(key)
+        if stream is not None:
+            stream.subscribers.discard(sub)
+            if not stream.subscribers:
+                del self._streams[key]
+
+    def _wake_reader(self) -> None:
+        if not self._reading:
+            self._idle.set()
+        elif not self._wake_sent:
+            self._wake_sent = True
+            task = asyncio.create_task(self._send_wake())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_wake(self) -> None:
+        async with self._side_client.pipeline(transaction=False) as pipe:
+            pipe.xadd(self._wake_key, {"w": "1"}, maxlen=1, approximate=False)
+            pipe.expire(self._wake_key, WAKE_TTL_SECONDS)
+            await pipe.execute()
+
+    async def _read_forever(self) -> None:
+        reader = self._reader
+        assert reader is not None
+        while True:
+            if not self._streams:
+                self._idle.clear()
+                await self._idle.wait()
+                continue
+            reading = dict(self._streams)
+            request: dict[Any, Any] = {key: "%d-%d" % s.cursor for key, s in reading.items()}
+            request[self._wake_key] = self._wake_cursor
+            self._reading, self._wake_sent = True, False
+            try:
+                reply = await reader.xread(request, count=self._count, block=self._block_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("event hub read failed; retrying")
+                await asyncio.sleep(0.5)
+                continue
+            finally:
+                self._reading = False
+            for raw_key, entries in reply or ():
+                self._dispatch(raw_key.decode(), entries, reading)
+
+    def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, _Stream]) -> None:
+        if key == self._wake_key:
+            self._wake_cursor = entries[-1][0]
+            return
+        stream = reading[key]
+        if self._streams.get(key) is not stream:
+            return  # unsubscribed (or replaced) while the read was on its way
+        stream.cursor = parse_id(entries[-1][0])
+        if b"end" in entries[-1][1]:
+            del self._streams[key]  # ended: every subscriber stops at the end marker
+        overflowed = []
+        for sub in stream.subscribers:
+            sub.batches.append(entries)
+            if len(sub.batches) > self._max_pending:
+                overflowed.append(sub)
+            sub.wake()
+        for sub in overflowed:  # it reads its backlog from history instead
+            sub.batches.clear()
+            sub.attached = False
+            self._detach(key, sub)
+
+    @property
+    def _side_client(self) -> Redis:
+        if self._side is None:
+            raise RuntimeError("EventHub.start() was not awaited")
+        return self._side
+
+
+def _exclusive(cursor: EntryId) -> str:
+    return "(%d-%d" % cursor

@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from oss_responses.eventlog import EventHub, EventWriter, StreamNotFound, parse_frame, write_events
+
+pytestmark = pytest.mark.anyio
+
+
+async def collect(frames, limit: int | None = None) -> list[int]:
+    """Sequence numbers of the frames (until the iterator ends, or ``limit`` of them)."""
+    numbers = []
+    async for data in frames:
+        numbers.append(parse_frame(data)["sequence_number"])
+        if len(numbers) == limit:
+            break
+    return numbers
+
+
+async def until(predicate, timeout: float = 5.0) -> None:
+    """Let other tasks run until ``predicate()`` holds (hub state that has no event to await)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0)
+
+
+async def test_subscribe_from_start_yields_every_frame_until_end(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(5)), close="completed", ttl_seconds=60)
+    assert await collect(hub.subscribe("resp_a", after=None)) == [0, 1, 2, 3, 4]
+
+
+async def test_subscribe_after_n_yields_only_later_frames(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(5)), close="completed", ttl_seconds=60)
+    assert await collect(hub.subscribe("resp_a", after=2)) == [3, 4]
+
+
+async def test_subscribe_pages_through_long_history(redis_url, redis, aredis, make_events) -> None:
+    hub = EventHub(redis_url, count=7)
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(50)), close="completed", ttl_seconds=60)
+        assert await collect(hub.subscribe("resp_a", after=10)) == list(range(11, 50))
+    finally:
+        await hub.stop()
+
+
+async def test_subscribers_follow_a_concurrent_writer_without_gap_or_duplicate(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+    writer = EventWriter(aredis, ttl_seconds=60)
+    total = 400
+
+    async def produce() -> None:
+        for n in range(1, total):
+            writer.append("resp_a", make_events(range(n, n + 1)))
+            if n % 3 == 0:
+                await writer.flush()
+        writer.close("resp_a", "completed")
+        await writer.drain("resp_a")
+
+    async def subscribe_late(after: int | None, delay_events: int) -> list[int]:
+        while await hub.last_sequence("resp_a") < delay_events:
+            await asyncio.sleep(0)
+        return await collect(hub.subscribe("resp_a", after=after))
+
+    starts = [(None, 0), (5, 0), (None, 50), (100, 150), (None, 300), (390, 200)]
+    results = await asyncio.gather(produce(), *(subscribe_late(a, d) for a, d in starts))
+    for (after, _), numbers in zip(starts, results[1:]):
+        first = 0 if after is None else after + 1
+        assert numbers == list(range(first, total))
+
+
+async def test_two_subscribers_of_one_stream_share_one_read(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    first, second = hub.subscribe("resp_a"), hub.subscribe("resp_a")
+    assert await collect(first, 2) == [0, 1]
+    assert await collect(second, 2) == [0, 1]
+    rest = [asyncio.create_task(collect(s)) for s in (first, second)]
+    await until(lambda: hub.subscriber_count("resp_a") == 2)
+    assert hub.stream_count == 1
+    await write_events(aredis, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=60)
+    assert await asyncio.gather(*rest) == [[2, 3], [2, 3]]
+
+
+async def test_one_reader_follows_200_streams(hub, aredis, make_events) -> None:
+    ids = [f"resp_{n}" for n in range(200)]
+    for response_id in ids:
+        await write_events(aredis, response_id, make_events(range(1)), ttl_seconds=60)
+    subscriptions = [hub.subscribe(response_id) for response_id in ids]
+    assert [await collect(s, 1) for s in subscriptions] == [[0]] * 200
+    rest = [asyncio.create_task(collect(s)) for s in subscriptions]
+    await until(lambda: hub.stream_count == 200)
+    writer = EventWriter(aredis, ttl_seconds=60)
+    for response_id in ids:
+        writer.append(response_id, make_events(range(1, 3)))
+        writer.close(response_id, "completed")
+    assert await asyncio.gather(*rest) == [[1, 2]] * 200
+    assert hub.stream_count == 0
+
+
+async def test_new_subscriber_does_not_wait_for_the_blocking_read(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+    await write_events(aredis, "resp_b", make_events(range(1)), ttl_seconds=60)
+    waiting = hub.subscribe("resp_a")
+    assert await collect(waiting, 1) == [0]
+    pending = asyncio.create_task(collect(waiting, 1))
+    await until(lambda: hub.stream_count == 1)
+    await asyncio.sleep(0.05)  # the reader is now blocked (10 s) on resp_a alone
+    late = hub.subscribe("resp_b")
+    assert await collect(late, 1) == [0]
+    started = time.monotonic()
+    await write_events(aredis, "resp_b", make_events(range(1, 2)), ttl_seconds=60)
+    assert await collect(late, 1) == [1]
+    assert time.monotonic() - started < 1.0
+    pending.cancel()
+
+
+async def test_closing_a_subscription_unsubscribes_it(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+    frames = hub.subscribe("resp_a")
+    assert await collect(frames, 1) == [0]
+    following = asyncio.create_task(frames.__anext__())
+    await until(lambda: hub.stream_count == 1)
+    following.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await following
+    await frames.aclose()
+    assert hub.stream_count == 0
+
+
+async def test_subscribe_unknown_stream_raises_stream_not_found(hub) -> None:
+    with pytest.raises(StreamNotFound):
+        await collect(hub.subscribe("resp_missing"))
+
+
+async def test_open_unknown_stream_raises_before_iteration(hub) -> None:
+    with pytest.raises(StreamNotFound):
+        await hub.open("resp_missing", after=None)
+
+
+async def test_open_chunked_joins_frames_of_one_read(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(3)), close="completed", ttl_seconds=60)
+    chunks = [chunk async for chunk in await hub.open("resp_a", chunked=True)]
+    assert len(chunks) == 1 and chunks[0].count(b"\n\n") == 3
+
+
+async def test_slow_subscriber_catches_up_from_history(redis_url, redis, aredis, make_events) -> None:
+    hub = EventHub(redis_url, max_pending_batches=1)
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+        slow, fast = hub.subscribe("resp_a"), hub.subscribe("resp_a")
+        assert await collect(slow, 1) == [0] and await collect(fast, 1) == [0]
+        slow_next = asyncio.create_task(slow.__anext__())  # attached, then never read again
+        await until(lambda: hub.subscriber_count("resp_a") == 1)
+        for n in range(1, 30):  # one read each: the slow one falls more than one batch behind
+            await write_events(aredis, "resp_a", make_events(range(n, n + 1)), ttl_seconds=60)
+            assert await collect(fast, 1) == [n]
+        await write_events(aredis, "resp_a", [], close="completed", ttl_seconds=60)
+        assert parse_frame(await slow_next)["sequence_number"] == 1
+        assert await collect(slow) == list(range(2, 30))
+    finally:
+        await hub.stop()
+
+
+async def test_last_sequence_reads_the_last_event(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(4)), close="completed", ttl_seconds=60)
+    assert await hub.last_sequence("resp_a") == 3
+    with pytest.raises(StreamNotFound):
+        await hub.last_sequence("resp_missing")

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+import asyncio
+import struct
+import pytest
+import redis as redis_lib
+from oss_responses import redis_keys
+from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
+
+pytestmark = pytest.mark.anyio
+
+
+def round_trips(redis: redis_lib.Redis) -> int:
+    """Commands the writer's flushes cost on the server (one EVALSHA per flush of <= 1,000 writes)."""
+    stats = redis.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+
+
+async def test_writer_sends_one_step_of_many_responses_in_one_round_trip(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append("warm_up", make_events(range(1)))  # loads the script on the server
+    await writer.flush()
+    redis.config_resetstat()
+    step = asyncio.Event()
+
+    async def response(n: int) -> None:  # each response task wakes on the same engine step
+        await step.wait()
+        writer.append(f"resp_{n}", make_events(range(n, n + 1)))
+
+    tasks = [asyncio.create_task(response(n)) for n in range(50)]
+    await asyncio.sleep(0)
+    step.set()
+    await asyncio.gather(*tasks)
+    await writer.flush()
+    assert round_trips(redis) == 1
+    assert all(redis.xlen(redis_keys.events(f"resp_{n}")) == 1 for n in range(50))
+
+
+async def test_append_uses_sequence_numbers_as_entry_ids(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    events = make_events(range(2, 5))
+    writer.append("resp_a", events)
+    await writer.drain("resp_a")
+    entries = redis.xrange(redis_keys.events("resp_a"))
+    assert [(i, f[b"f"]) for i, f in entries] == [(b"0-3", frame(events[0])), (b"0-4", frame(events[1])), (b"0-5", frame(events[2]))]
+
+
+async def test_close_writes_end_marker_and_ttl(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(0, 2)))
+    writer.close("resp_a", "completed")
+    await writer.drain("resp_a")
+    last_id, fields = redis.xrange(redis_keys.events("resp_a"))[-1]
+    assert fields == {b"end": b"completed"}
+    assert 0 < redis.ttl(redis_keys.events("resp_a")) <= 60
+
+
+async def test_append_progress_appends_packed_token_ids(aredis, redis) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append_progress("resp_a", [1, 200_000])
+    writer.append_progress("resp_a", [3])
+    await writer.drain("resp_a")
+    assert redis.get(redis_keys.progress("resp_a")) == struct.pack("<3I", 1, 200_000, 3)
+
+
+async def test_writes_buffered_during_a_flush_keep_their_order(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    for n in range(300):
+        writer.append("resp_a", make_events(range(n, n + 1)))
+        if n % 7 == 0:
+            await asyncio.sleep(0)
+    await writer.flush()
+    ids = [i for i, _ in redis.xrange(redis_keys.events("resp_a"))]
+    assert ids == [f"0-{n + 1}".encode() for n in range(300)]
+
+
+async def test_drain_raises_when_a_write_failed(aredis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(5, 6)))
+    writer.append("resp_a", make_events(range(3, 4)))  # id below the stream's top: XADD fails
+    writer.append("resp_b", make_events(range(0, 1)))
+    with pytest.raises(EventWriteError):
+        await writer.drain("resp_a")
+    with pytest.raises(EventWriteError):
+        writer.append("resp_a", make_events(range(6, 7)))
+    await writer.drain("resp_b")
+
+
+async def test_write_events_writes_and_closes_in_one_call(aredis, redis: redis_lib.Redis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(0, 2)), close="cancelled", ttl_seconds=60)
+    entries = redis.xrange(redis_keys.events("resp_a"))
+    assert [i for i, _ in entries[:2]] == [b"0-1", b"0-2"]
+    assert entries[-1][1] == {b"end": b"cancelled"}
+    assert redis.ttl(redis_keys.events("resp_a")) > 0
