@@ -1,0 +1,14 @@
+# The two commands: `make run` (the whole stack locally) and `make test` (the test suite).
+.PHONY: run test bootstrap bench
+
+bootstrap:
+	bash scripts/bootstrap.sh
+
+run: bootstrap
+	.venv/bin/python -m oss_responses.devstack
+
+test: bootstrap
+	.venv/bin/python -m pytest
+
+bench: bootstrap
+	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done

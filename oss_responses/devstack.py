@@ -1,0 +1,76 @@
+"""``make run``: the whole stack on one machine with embedded defaults.
+
+A local redis-server (started here unless ``OSS_RESPONSES_REDIS_URL`` already answers), a SQLite
+file, one worker with the scripted engine (unless ``OSS_RESPONSES_ENGINE`` says otherwise) and the
+API on ``OSS_RESPONSES_API_HOST:OSS_RESPONSES_API_PORT``. Ctrl-C stops everything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+
+from oss_responses.config import get_settings
+from oss_responses.storage import migrate
+
+
+def _redis_answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def _start_redis(url: str, folder: Path) -> subprocess.Popen[bytes]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        sys.exit("redis-server not found: install it (apt-get install redis-server) or set OSS_RESPONSES_REDIS_URL")
+    folder.mkdir(parents=True, exist_ok=True)
+    port = str(urlparse(url).port or 6379)
+    proc = subprocess.Popen(
+        [binary, "--port", port, "--bind", "127.0.0.1", "--dir", str(folder), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while not _redis_answers(url):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            sys.exit(f"redis-server did not start on {url}")
+        time.sleep(0.05)
+    return proc
+
+
+def main() -> None:
+    settings = get_settings()
+    var = Path("var")
+    var.mkdir(exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    if not _redis_answers(settings.redis_url):
+        procs.append(_start_redis(settings.redis_url, var / "redis"))
+    migrate(settings.database_url)
+    env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
+    procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env))
+    procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.api"], env=env))
+    print(f"oss-responses: http://{settings.api_host}:{settings.api_port}/v1 (model {settings.models[0]})", flush=True)
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for p in reversed(procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

