@@ -3,8 +3,9 @@
 A :class:`Generation` streams the engine's outputs into the translator and buffers the events (and
 the generated token ids, the response's progress) in the shared :class:`EventWriter`. A message to an
 MCP tool pauses generation: the tool runs, its result goes back into the translator, and generation
-continues on prompt + generated + the tool message. A function call ends the response (the client
-runs it). Cancel and a lost lease abort the engine request; the loop then ends within a step.
+continues on prompt + generated + the tool message. A function call (the client runs it), an
+approval request or the ``max_tool_calls`` limit ends the response. An answered approval (the prompt
+then ends after the pending call) is run or declined before the first generation. Cancel and a lost lease abort the engine request; the loop then ends within a step.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Literal
 
 from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
+from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import PendingToolCall, ResponseTranslator
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 
@@ -60,10 +62,19 @@ class Generation:
         if events:
             self.writer.append(self.response_id, events)
 
-    async def run(self, prompt_token_ids: list[int]) -> None:
-        """Generate to the end; the translator then holds the final Response (unless lease_lost)."""
+    async def run(self, prompt_token_ids: list[int], approval: ApprovalAnswer | None = None) -> None:
+        """Generate to the end; the translator then holds the final Response (unless lease_lost).
+
+        With ``approval`` (the input answers an approval request; the prompt ends after that call)
+        the call is run or declined first, and generation continues after its tool message.
+        """
         self.emit(self.translator.start())
         tokens = list(prompt_token_ids)
+        if approval is not None:
+            if not await self._answer(approval):
+                self._finish_stopped()
+                return
+            tokens += self.translator.continuation_token_ids()
         while True:
             result = await self._generate(tokens)
             if self.stop_cause is not None or self._is_terminal():
@@ -128,6 +139,15 @@ class Generation:
             if self._is_terminal() and not output.finished:  # invalid harmony: stop generating
                 await self.engine.abort(self._request_id or "")
         return result
+
+    async def _answer(self, approval: ApprovalAnswer) -> bool:
+        """An approved call runs now (an mcp_call item); a declined one only tells the model so."""
+        if not approval.approve:
+            self.emit(self.translator.decline_call(approval))
+            return True
+        self.emit(self.translator.open_approved_call(approval))
+        call = self.translator.pending_tool_call
+        return call is not None and await self._run_tool(call)
 
     async def _run_tool(self, call: PendingToolCall) -> bool:
         """Run an MCP call and feed its result; False if stopped meanwhile."""

@@ -7,6 +7,7 @@ from datetime import UTC
 from typing import Any
 
 from oss_responses.config import Settings
+from oss_responses.harmony.history import turn_items
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import Database, ResponseRecord, get_chain
@@ -40,8 +41,14 @@ def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] 
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
         return None
-    history = [ConversationTurn(r.input_messages + r.output_messages, dict(r.function_calls)) for r in chain[:-1]]
+    history = [_turn(record) for record in chain[:-1]]
     return Job(record=chain[-1], history=history, secrets=dict(secrets or {}))
+
+
+def _turn(record: ResponseRecord) -> ConversationTurn:
+    """A stored turn: its messages, function calls, and items (its tool lists and approval requests)."""
+    items = turn_items(record.request.get("input"), record.response.get("output", []))
+    return ConversationTurn(record.input_messages + record.output_messages, dict(record.function_calls), items)
 
 
 def render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:

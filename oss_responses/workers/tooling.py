@@ -1,24 +1,33 @@
 """A response's MCP tools, made ready on the engine loop before its prompt is rendered.
 
-The servers are resolved from the request's tools (with the credentials that came with the task),
-each non-built-in server's tool list is fetched (the model is shown it), and the runner gets a
-:class:`~oss_responses.tools.executor.ToolExecutor` for the model's calls. A worker without an MCP
-session pool gets :class:`NoToolExecutor`: every call fails with a clear error the model reads.
+The servers are resolved from the request's tools (with the credentials that came with the task).
+Each server whose tool list the conversation does not hold yet is listed, with its
+``mcp_list_tools`` item streamed as it goes (a later turn reuses the stored list); a server that
+cannot be listed gets a failed item and the response goes on without its tools. The runner gets a
+:class:`~oss_responses.tools.executor.ToolExecutor` for the model's calls and the approval policy
+the translator asks. A worker without an MCP session pool gets :class:`NoToolExecutor`: every call
+fails with a clear error the model reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from openai.types.responses import WebSearchPreviewTool
 from openai.types.responses.tool import CodeInterpreter, Mcp
+from pydantic import BaseModel
 
 from oss_responses.config import Settings
-from oss_responses.harmony.render import McpToolSpec
+from oss_responses.harmony.mcp_tools import McpToolSpec
+from oss_responses.harmony.translator import ApprovalPolicy, ResponseTranslator
 from oss_responses.requests import CreateResponseRequest
+from oss_responses.tools import mcp_client
 from oss_responses.tools.executor import McpToolExecutor, ToolExecutor, ToolOutcome
-from oss_responses.tools.mcp_client import McpSessionPool
-from oss_responses.tools.policy import resolve_servers
+from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
+from oss_responses.tools.policy import ResolvedServer, requires_approval, resolve_servers
+
+Emit = Callable[[list[BaseModel]], None]
 
 
 class NoToolExecutor:
@@ -29,7 +38,7 @@ class NoToolExecutor:
 @dataclass(slots=True)
 class PreparedTools:
     executor: ToolExecutor
-    mcp_tools: dict[str, list[McpToolSpec]] = field(default_factory=dict)
+    servers: list[ResolvedServer] = field(default_factory=list)
 
 
 def uses_mcp(request: CreateResponseRequest) -> bool:
@@ -39,14 +48,47 @@ def uses_mcp(request: CreateResponseRequest) -> bool:
 async def prepare_tools(
     pool: McpSessionPool | None, request: CreateResponseRequest, settings: Settings
 ) -> PreparedTools:
-    """The executor and the listed tools (raises McpUnavailable / BadRequest: the response fails)."""
+    """The response's servers and their executor (raises BadRequest: the response fails)."""
     if pool is None or not uses_mcp(request) or request.tool_choice == "none":
         return PreparedTools(NoToolExecutor())
     servers = await resolve_servers(request.tools, settings)
-    executor = McpToolExecutor(pool, servers, timeout=settings.mcp_call_timeout_seconds)
+    return PreparedTools(McpToolExecutor(pool, servers, timeout=settings.mcp_call_timeout_seconds), servers)
+
+
+async def list_new_tools(
+    tools: PreparedTools, stored: Mapping[str, list[McpToolSpec]], translator: ResponseTranslator, emit: Emit
+) -> dict[str, list[McpToolSpec]]:
+    """List every server without a stored list, streaming its mcp_list_tools item; label → tools."""
+    assert isinstance(tools.executor, McpToolExecutor)
     listed: dict[str, list[McpToolSpec]] = {}
-    for server in servers:
-        if server.builtin is None:
-            specs = await executor.list_tools(server.label)
-            listed[server.label] = [McpToolSpec(s.name, s.description or "", s.input_schema) for s in specs]
-    return PreparedTools(executor, listed)
+    for server in tools.servers:
+        if server.label in stored:
+            continue
+        emit(translator.list_tools_started(server.label))
+        try:
+            specs = [_harmony_spec(spec) for spec in await tools.executor.list_tools(server.label)]
+        except McpUnavailable as exc:
+            emit(translator.list_tools_failed(server.label, str(exc)))
+            continue
+        listed[server.label] = specs
+        emit(translator.list_tools_completed(server.label, specs))
+    return listed
+
+
+def approval_policy(servers: Sequence[ResolvedServer], tools: Mapping[str, list[McpToolSpec]]) -> ApprovalPolicy:
+    """(server_label, tool) → whether the call needs an mcp_approval_request (the tool's hints count)."""
+    by_label = {server.label: server for server in servers}
+
+    def needs_approval(server_label: str, tool: str) -> bool:
+        server = by_label.get(server_label)
+        if server is None:
+            return False  # no such server: the call fails when run, nothing to approve
+        spec = next((s for s in tools.get(server_label, []) if s.name == tool), None)
+        annotations = spec.annotations if spec is not None else None
+        return requires_approval(server, mcp_client.McpToolSpec(tool, None, {}, annotations))
+
+    return needs_approval
+
+
+def _harmony_spec(spec: mcp_client.McpToolSpec) -> McpToolSpec:
+    return McpToolSpec(spec.name, spec.description or "", spec.input_schema, spec.annotations)

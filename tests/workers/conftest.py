@@ -1,5 +1,5 @@
 """Worker fixtures: settings on the session's redis-server and a per-test database, a database
-handle, and an in-process worker (scripted engine, no reaper)."""
+handle, an in-process worker (scripted engine, no reaper), and the MCP servers of the tool tests."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import redis as redis_lib
 
 sys.path.insert(0, str(Path(__file__).parent))  # ``worker_support`` importable in every import mode
 
+from tool_env import ToolEnv, tool_settings  # noqa: E402
+from tool_support import MISBEHAVING, mcp_server  # noqa: E402
 from worker_support import worker_settings  # noqa: E402
 
 from oss_responses.config import Settings  # noqa: E402
@@ -38,3 +40,23 @@ def worker(settings: Settings) -> Iterator[WorkerContext]:
         yield ctx
 
 
+
+@pytest.fixture(scope="session")
+def calculator_url() -> Iterator[str]:
+    with mcp_server("-m", "oss_responses.tools.servers.calculator") as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def misbehaving_url() -> Iterator[str]:
+    """A slow tool, a crashing tool, and a tool that echoes the Authorization header."""
+    with mcp_server(str(MISBEHAVING)) as url:
+        yield url
+
+
+@pytest.fixture
+def tools(database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_url: str, misbehaving_url: str) -> Iterator[ToolEnv]:
+    settings = tool_settings(database_url, redis_url, calculator_url, misbehaving_url)
+    env = ToolEnv(settings, Database(settings.database_url), redis)
+    yield env
+    env.db.dispose()

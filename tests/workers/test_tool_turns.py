@@ -1,70 +1,137 @@
-"""Tool turns against a real MCP server (the demo calculator): the call's result goes back to the
-model, which continues the same response."""
+"""Tool turns in the worker against real MCP servers (the demo calculator and a misbehaving one):
+tool lists, calls, results back to the model, failures the model reads, limits, cancel.
+
+Every stream is checked by ``ToolEnv.stored``: openai's event types and the SDK's accumulator."""
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
+import json
 import time
-from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
-import pytest
-import redis as redis_lib
-from support.servers import free_port
-from worker_support import REPO, accept, assert_contiguous, events_of, worker_settings
+from tool_env import BAD, CALC, ToolEnv, error_text, final_text, item, types_of
+from tool_support import RecordingEngine, SequenceEngine
+from worker_support import wait_for_event
 
-from oss_responses.storage import Database, get_response
+from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.harmony.vocab import load_encoding
+from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
 
-
-@pytest.fixture(scope="module")
-def calculator_url() -> Iterator[str]:
-    port = free_port()
-    command = [sys.executable, "-m", "oss_responses.tools.servers.calculator", "--port", str(port)]
-    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(timeout=10)
+CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
 
 
-def run_with_tools(database_url: str, redis_url: str, redis: redis_lib.Redis, url: str, **body) -> dict:  # type: ignore[no-untyped-def, type-arg]
-    settings = worker_settings(
-        database_url, redis_url, tool_servers={"code_interpreter": url, "calc": url}, mcp_allow_private_urls=True
-    )
-    db = Database(settings.database_url)
-    response_id = accept(db, redis, settings, **body)
-    with local_worker(settings) as worker:
-        assert run_response_now(response_id, worker=worker) == "completed"
-    assert_contiguous(events_of(redis, response_id))
-    record = db.run(get_response, response_id)
-    db.dispose()
-    return record.response  # type: ignore[union-attr]
+def test_code_interpreter_call_runs_on_its_label_server(tools: ToolEnv) -> None:
+    response = tools.run(input="call python 123*456", tools=[CODE_INTERPRETER])
+    assert types_of(response) == ["mcp_list_tools", "reasoning", "mcp_call", "reasoning", "message"]
+    assert response["status"] == "completed"
+    assert item(response, "mcp_list_tools")["server_label"] == "code_interpreter"
+    call = item(response, "mcp_call")
+    assert (call["server_label"], call["name"], call["arguments"]) == ("code_interpreter", "python", "123*456")
+    assert call["output"].strip() == "56088"  # python's output: what the program printed
+    assert "56088" in final_text(response)
 
 
-def test_mcp_call_result_is_quoted_in_final_answer(
-    database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_url: str
-) -> None:
-    tool = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
-    response = run_with_tools(
-        database_url, redis_url, redis, calculator_url, input='call calc.calculate {"expression": "6*7"}', tools=[tool]
-    )
-    types = [item["type"] for item in response["output"]]
-    assert types == ["reasoning", "mcp_call", "reasoning", "message"]
-    assert response["output"][1]["output"] == "42"
-    assert response["output"][-1]["content"][0]["text"] == "The tool calc.calculate returned: 42"
+def test_list_tools_item_holds_the_server_tools(tools: ToolEnv) -> None:
+    response = tools.run(input="hello", tools=[CALC])
+    listing = item(response, "mcp_list_tools")
+    assert [tool["name"] for tool in listing["tools"]] == ["calculate", "python"]
+    assert listing["tools"][0]["annotations"]["read_only_hint"] is True
+    assert listing.get("error") is None
 
 
-def test_python_builtin_call_runs_on_code_interpreter_server(
-    database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_url: str
-) -> None:
-    tool = {"type": "code_interpreter", "container": {"type": "auto"}}
-    response = run_with_tools(database_url, redis_url, redis, calculator_url, input="call python 123*456", tools=[tool])
-    assert "56088" in response["output"][-1]["content"][0]["text"]
+def test_mcp_call_result_is_quoted_in_final_answer(tools: ToolEnv) -> None:
+    response = tools.run(input='call calc.calculate {"expression": "6*7"}', tools=[CALC])
+    assert types_of(response) == ["mcp_list_tools", "reasoning", "mcp_call", "reasoning", "message"]
+    assert item(response, "mcp_call")["output"] == "42"
+    assert final_text(response) == "The tool calc.calculate returned: 42"
+
+
+def test_second_turn_reuses_stored_tool_list(tools: ToolEnv) -> None:
+    encoding = load_encoding(tools.settings.tiktoken_dir)
+    engine = RecordingEngine(ScriptedEngine.from_settings(tools.settings, encoding), encoding)
+    with local_worker(tools.settings, engine=engine) as worker:
+        first = tools.run(worker, input="hello", tools=[CALC])
+        second = tools.run(
+            worker, input='call calc.calculate {"expression": "2+3"}', tools=[CALC], previous_response_id=first["id"]
+        )
+    assert "mcp_list_tools" not in types_of(second)
+    assert item(second, "mcp_call")["output"] == "5"
+    assert "namespace calc" in engine.prompt_text() and "type calculate" in engine.prompt_text()
+
+
+def test_tool_error_fails_the_call_and_the_model_continues(tools: ToolEnv) -> None:
+    response = tools.run(input="call bad.crash {}", tools=[BAD])
+    call = item(response, "mcp_call")
+    assert "Error executing tool crash" in error_text(call)
+    assert response["status"] == "completed"
+    assert "Error executing tool crash" in final_text(response)
+
+
+def test_slow_tool_times_out_as_failed_call(tools: ToolEnv) -> None:
+    tools.settings = tools.settings.model_copy(update={"mcp_call_timeout_seconds": 0.5})
+    started = time.monotonic()
+    response = tools.run(input='call bad.sleep {"seconds": 10}', tools=[BAD])
+    assert time.monotonic() - started < 5
+    call = item(response, "mcp_call")
+    assert "timed out" in error_text(call)
+    assert response["status"] == "completed"
+
+
+def test_unreachable_server_fails_listing_and_call(tools: ToolEnv) -> None:
+    gone = {"type": "mcp", "server_label": "gone", "require_approval": "never"}
+    response = tools.run(input='call gone.anything {"a": 1}', tools=[gone])
+    assert types_of(response) == ["mcp_list_tools", "reasoning", "mcp_call", "reasoning", "message"]
+    assert "cannot connect" in item(response, "mcp_list_tools")["error"]
+    call = item(response, "mcp_call")
+    assert "unreachable" in error_text(call)
+    assert response["status"] == "completed"
+
+
+def test_list_tools_failure_streams_failed_event(tools: ToolEnv) -> None:
+    gone = {"type": "mcp", "server_label": "gone", "require_approval": "never"}
+    response_id, _ = tools.accept(input="hello", tools=[gone])
+    run_response_now(response_id, tools.settings)
+    assert "response.mcp_list_tools.failed" in tools.event_types(response_id)
+    assert tools.stored(response_id)["status"] == "completed"
+
+
+def test_allowed_tools_filters_list_and_refuses_other_calls(tools: ToolEnv) -> None:
+    calc = CALC | {"allowed_tools": ["calculate"]}
+    response = tools.run(input='call calc.python {"code": "1+1"}', tools=[calc])
+    assert [tool["name"] for tool in item(response, "mcp_list_tools")["tools"]] == ["calculate"]
+    call = item(response, "mcp_call")
+    assert "not allowed" in error_text(call)
+
+
+def test_max_tool_calls_refuses_the_call_beyond_it(tools: ToolEnv) -> None:
+    encoding = load_encoding(tools.settings.tiktoken_dir)
+    call = '<|channel|>commentary to=calc.calculate <|constrain|>json<|message|>{"expression": "1+1"}<|call|>'
+    engine = SequenceEngine(encoding, [call, call, "<|channel|>final<|message|>never<|return|>"])
+    with local_worker(tools.settings, engine=engine) as worker:
+        response = tools.run(worker, input="twice", tools=[CALC], max_tool_calls=1)
+    calls = [i for i in response["output"] if i["type"] == "mcp_call"]
+    assert [c["status"] for c in calls] == ["completed", "failed"]
+    assert "max_tool_calls" in error_text(calls[1])
+    assert response["status"] == "completed" and engine.generations == 2
+
+
+def test_cancel_during_tool_call_ends_within_one_second(tools: ToolEnv) -> None:
+    response_id, secrets = tools.accept(input='call bad.sleep {"seconds": 30}', tools=[BAD], background=True)
+    with local_worker(tools.settings) as worker, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_response_now, response_id, worker=worker, secrets=secrets)
+        wait_for_event(tools.redis, response_id, "response.mcp_call_arguments.done")
+        asked = time.monotonic()
+        worker.loop.run(request_cancel(worker.redis, response_id))
+        assert running.result(timeout=5) == "cancelled"
+        assert time.monotonic() - asked < 1.0
+    response = tools.stored(response_id)
+    assert response["status"] == "cancelled"
+
+
+def test_function_tools_and_mcp_tools_render_together(tools: ToolEnv) -> None:
+    function = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+    response = tools.run(input='call functions.get_weather {"city": "Paris"}', tools=[function, CALC])
+    assert types_of(response) == ["mcp_list_tools", "reasoning", "function_call"]
+    assert json.loads(item(response, "function_call")["arguments"]) == {"city": "Paris"}
+

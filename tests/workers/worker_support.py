@@ -36,6 +36,13 @@ def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Sett
 
 def accept(db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any) -> str:
     """What the API does when it accepts a request (without sending the task); the response id."""
+    return accept_with_secrets(db, redis, settings, **body)[0]
+
+
+def accept_with_secrets(
+    db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """``accept``, and the MCP credentials the API hands to the task instead of storing them."""
     queued = build_queued(parse_create_request({"model": MODEL, **body}), settings)
     response = queued.response
     record = ResponseRecord(
@@ -48,7 +55,7 @@ def accept(db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any
         for command in event_commands(response.id, opening_events(response)):
             pipe.execute_command(*command)
         pipe.execute()
-    return response.id
+    return response.id, queued.secrets
 
 
 def stream_entries(redis: redis_lib.Redis, response_id: str) -> list[tuple[str, dict[bytes, bytes]]]:

@@ -1,0 +1,48 @@
+"""MCP credentials (``authorization``, ``headers``) come to the worker with the task, not from SQL:
+they reach the server, and are written to no row, event, Redis key or log line."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import pytest
+import redis as redis_lib
+from sqlalchemy import text
+from tool_env import BAD, ToolEnv, item
+
+
+def all_rows(tools: ToolEnv) -> str:
+    with tools.db.engine.connect() as connection:
+        return repr([connection.execute(text(f"SELECT * FROM {table}")).all() for table in ("responses", "input_items")])  # noqa: S608
+
+
+def all_redis(client: redis_lib.Redis) -> str:
+    values: list[object] = []
+    for key in client.scan_iter():
+        kind = client.type(key).decode()
+        values.append(key)
+        if kind == "stream":
+            values.append(client.xrange(key))
+        elif kind == "string":
+            values.append(client.get(key))
+    return repr(values)
+
+
+def test_authorization_reaches_the_server(tools: ToolEnv) -> None:
+    token = f"tok-{uuid.uuid4().hex}"
+    response = tools.run(input="call bad.authorization {}", tools=[BAD | {"authorization": token}])
+    assert item(response, "mcp_call")["output"] == f"Bearer {token}"
+
+
+def test_secrets_are_never_stored_nor_logged(tools: ToolEnv, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    token, key = f"tok-{uuid.uuid4().hex}", f"key-{uuid.uuid4().hex}"
+    bad = BAD | {"authorization": token, "headers": {"X-Api-Key": key}}
+    with_secrets = tools.run(input='call bad.sleep {"seconds": 0}', tools=[bad])
+    assert item(with_secrets, "mcp_call")["output"] == "awake"
+    tools.run(input="call bad.crash {}", tools=[bad], previous_response_id=with_secrets["id"])
+    rows, streams = all_rows(tools), all_redis(tools.redis)
+    assert "awake" in rows and "awake" in streams  # the dumps do hold the responses
+    for dump in (rows, streams, caplog.text):
+        assert token not in dump and key not in dump
