@@ -1,0 +1,49 @@
+"""The app factory: nothing is built at import time; the lifespan opens and closes the services."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from redis.asyncio import Redis
+
+from oss_responses.api.errors import install_error_handlers
+from oss_responses.api.routes import health, models, responses
+from oss_responses.api.services import Services, TaskQueue
+from oss_responses.config import Settings, get_settings
+from oss_responses.eventlog.hub import EventHub
+from oss_responses.storage import AsyncDatabase
+
+
+@asynccontextmanager
+async def _open_services(settings: Settings) -> AsyncIterator[Services]:
+    db = AsyncDatabase(settings.database_url)
+    redis = Redis.from_url(settings.redis_url)
+    hub = EventHub(settings.redis_url)
+    tasks = TaskQueue(settings.celery_broker_url)
+    await hub.start()
+    try:
+        yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks)
+    finally:
+        await hub.stop()
+        tasks.close()
+        await redis.aclose()
+        await db.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with _open_services(settings) as services:
+            app.state.services = services
+            yield
+
+    app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)
+    install_error_handlers(app)
+    app.include_router(responses.router)
+    app.include_router(models.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,35 @@
+"""Dependencies of the routes, as ``Annotated`` aliases: signatures read ``(services: ServicesDep, ...)``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from redis.asyncio import Redis
+
+from oss_responses.api.services import Services
+from oss_responses.config import Settings
+from oss_responses.storage import AsyncDatabase
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+def get_settings(request: Request) -> Settings:
+    return get_services(request).settings
+
+
+def get_db(request: Request) -> AsyncDatabase:
+    return get_services(request).db
+
+
+def get_redis(request: Request) -> Redis:
+    return get_services(request).redis
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+DatabaseDep = Annotated[AsyncDatabase, Depends(get_db)]
+RedisDep = Annotated[Redis, Depends(get_redis)]

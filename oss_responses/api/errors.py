@@ -1,0 +1,64 @@
+"""Exception handlers: every failure leaves the API in OpenAI's error shape, never as a traceback.
+
+- ``ServiceError`` (BadRequest, NotFound, ...) → its own status and body.
+- FastAPI's request validation (query/path parameters) and JSON decode errors → 400.
+- Starlette's HTTP errors (404 unknown route, 405 wrong method) → that status, OpenAI's shape.
+- Anything else → 500 ``server_error``, logged with its traceback on the server side only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from oss_responses.errors import BadRequest, ServiceError
+
+log = logging.getLogger(__name__)
+
+
+def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    return JSONResponse(exc.to_body(), status_code=exc.status_code)
+
+
+def _param_of(loc: tuple[Any, ...]) -> str | None:
+    # FastAPI locations start with where the value came from: ("query", "limit"), ("body", ...).
+    parts = [str(p) for p in loc[1:]]
+    return ".".join(parts) or None
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "Invalid request."}
+    param = _param_of(tuple(first.get("loc", ())))
+    message = f"Invalid value for '{param}': {first['msg']}" if param else str(first["msg"])
+    return JSONResponse(BadRequest(message, param=param, code="invalid_value").to_body(), status_code=400)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
+    return JSONResponse(error_body(str(exc.detail), type=kind), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    body = error_body("The server had an error while processing your request.", type="server_error")
+    return JSONResponse(body, status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

@@ -1,0 +1,85 @@
+"""A request's input, as the stored input items that ``GET /v1/responses/{id}/input_items`` returns.
+
+Each item gets an id (OpenAI's list endpoint always has one) and a status; messages take the shape
+of OpenAI's input message item (user/system/developer) or output message (assistant), whatever
+shorthand the request used (``"input": "hi"``, ``{"role": "user", "content": "hi"}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openai.types.responses import (
+    EasyInputMessage,
+    ResponseInputMessageItem,
+    ResponseItem,
+    ResponseOutputMessage,
+)
+from openai.types.responses.response_input_item import ItemReference, Message
+from pydantic import BaseModel, TypeAdapter
+
+from oss_responses.harmony.ids import new_id
+
+_response_item = TypeAdapter(ResponseItem)
+
+# Id prefixes of items the request may send without an id.
+_ID_PREFIXES = {
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "mcp_approval_response": "mcpr",
+}
+
+
+def _text_parts(content: str | list[Any], part_type: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        content = [{"type": part_type, "text": content}]
+    parts = [part.model_dump(mode="json", exclude_none=True) if isinstance(part, BaseModel) else part for part in content]
+    if part_type == "output_text":
+        return [{"type": "output_text", "text": p.get("text", ""), "annotations": []} for p in parts]
+    return parts
+
+
+def _message_item(item: EasyInputMessage | Message) -> BaseModel:
+    if item.role == "assistant":
+        return ResponseOutputMessage(
+            id=new_id("msg"),
+            type="message",
+            role="assistant",
+            status="completed",
+            content=_text_parts(item.content, "output_text"),  # type: ignore[arg-type]
+        )
+    return ResponseInputMessageItem(
+        id=new_id("msg"),
+        type="message",
+        role=item.role,
+        status="completed",
+        content=_text_parts(item.content, "input_text"),  # type: ignore[arg-type]
+    )
+
+
+def _other_item(item: BaseModel) -> BaseModel | dict[str, Any]:
+    data = item.model_dump(mode="json", exclude_none=True)
+    item_type = data["type"]
+    if not data.get("id"):
+        data["id"] = new_id(_ID_PREFIXES.get(item_type, "item"))
+    if item_type in ("function_call", "function_call_output"):
+        data.setdefault("status", "completed")
+    return _response_item.validate_python(data)
+
+
+def stored_item(item: BaseModel) -> dict[str, Any]:
+    """One parsed request input item → the JSON of the item as the list endpoint returns it."""
+    if isinstance(item, (EasyInputMessage, Message)):
+        stored: BaseModel | dict[str, Any] = _message_item(item)
+    elif isinstance(item, ItemReference):
+        # A reference names an item of an earlier response; it is kept as the reference itself.
+        stored = item.model_dump(mode="json", exclude_none=True)
+    else:
+        stored = _other_item(item)
+    if isinstance(stored, BaseModel):
+        return stored.model_dump(mode="json", exclude_none=True)
+    return stored
+
+
+def stored_items(items: list[BaseModel]) -> list[dict[str, Any]]:
+    return [stored_item(item) for item in items]

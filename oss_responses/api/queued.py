@@ -1,0 +1,107 @@
+"""A validated request → what the API writes when it accepts it: the queued ``Response`` (echoing
+the request's settings, as OpenAI does), the request as stored, the input items, and the secrets.
+
+MCP tools' ``authorization`` and ``headers`` are credentials: they are neither echoed nor stored,
+only handed to the worker's task (``secrets``, keyed by server label).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from openai.types.responses import Response
+from pydantic import ValidationError
+
+from oss_responses.api.items import stored_items
+from oss_responses.config import Settings
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.ids import response_id
+from oss_responses.requests import CreateResponseRequest
+
+SECRET_TOOL_FIELDS = ("authorization", "headers")
+_FIELD = re.compile(r"[a-z_][a-z0-9_]*|\d+")  # a field name or index, not a union member's tag
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedResponse:
+    response: Response
+    request: dict[str, Any]  # the request as stored: secrets stripped
+    input_items: list[dict[str, Any]]
+    secrets: dict[str, dict[str, Any]]  # {server_label: {"authorization": ..., "headers": {...}}}
+
+
+def split_secrets(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Tools without their credentials, and the credentials by MCP server label."""
+    clean: list[dict[str, Any]] = []
+    secrets: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        found = {key: tool[key] for key in SECRET_TOOL_FIELDS if tool.get(key) is not None}
+        if tool.get("type") == "mcp" and found:
+            secrets[tool["server_label"]] = found
+        clean.append({key: value for key, value in tool.items() if key not in SECRET_TOOL_FIELDS})
+    return clean, secrets
+
+
+def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
+    reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
+    reasoning.setdefault("effort", settings.default_reasoning_effort)
+    text = request.text.model_dump(exclude_none=True) if request.text else {}
+    text.setdefault("format", {"type": "text"})
+    return {
+        "object": "response",
+        "model": request.model,
+        "instructions": request.instructions,
+        "tools": tools,
+        "tool_choice": request.tool_choice,
+        "parallel_tool_calls": request.parallel_tool_calls,
+        "max_tool_calls": request.max_tool_calls,
+        "metadata": request.metadata or {},
+        "temperature": request.temperature if request.temperature is not None else 1.0,
+        "top_p": request.top_p if request.top_p is not None else 1.0,
+        "max_output_tokens": request.max_output_tokens,
+        "previous_response_id": request.previous_response_id,
+        "background": request.background,
+        "reasoning": reasoning,
+        "text": text,
+        "truncation": request.truncation or "disabled",
+        "user": request.user,
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+        "top_logprobs": request.top_logprobs,
+        "store": request.store,
+    }
+
+
+def _response(fields: dict[str, Any]) -> Response:
+    try:
+        return Response.model_validate(fields)
+    except ValidationError as exc:
+        # The request model accepts some fields loosely (tool_choice, text.format); the Response
+        # type is the stricter judge of what can be echoed.
+        first = exc.errors()[0]
+        param = ".".join(str(p) for p in first["loc"] if _FIELD.fullmatch(str(p))) or None
+        raise BadRequest(f"Invalid value for '{param}': {first['msg']}", param=param, code="invalid_value") from exc
+
+
+def build_queued(request: CreateResponseRequest, settings: Settings) -> QueuedResponse:
+    stored_request = request.model_dump(mode="json", exclude_none=True)
+    tools, secrets = split_secrets(stored_request.get("tools", []))
+    stored_request["tools"] = tools
+    fields = _echo(request, tools, settings) | {
+        "id": response_id(),
+        "created_at": int(time.time()),
+        "status": "queued",
+        "output": [],
+        "error": None,
+        "incomplete_details": None,
+        "usage": None,
+    }
+    return QueuedResponse(
+        response=_response(fields),
+        request=stored_request,
+        input_items=stored_items(request.input_items()),
+        secrets=secrets,
+    )

@@ -1,0 +1,31 @@
+"""``/v1/models``: the models this deployment serves (each has a Celery queue)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from openai.types import Model
+
+from oss_responses.api.deps import SettingsDep
+from oss_responses.errors import NotFound
+
+router = APIRouter(prefix="/v1/models", tags=["models"])
+
+OWNER = "oss-responses"
+
+
+def _model(name: str) -> dict[str, Any]:
+    return Model(id=name, object="model", created=0, owned_by=OWNER).model_dump(mode="json")
+
+
+@router.get("")
+async def list_models(settings: SettingsDep) -> dict[str, Any]:
+    return {"object": "list", "data": [_model(name) for name in settings.models]}
+
+
+@router.get("/{model:path}")
+async def retrieve_model(model: str, settings: SettingsDep) -> dict[str, Any]:
+    if model not in settings.models:
+        raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+    return _model(model)

@@ -1,0 +1,123 @@
+"""``/v1/responses``: create, retrieve (JSON or a replayed stream), cancel, delete, input items."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from oss_responses.api import jobs
+from oss_responses.api.deps import ServicesDep
+from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
+from oss_responses.api.queued import build_queued
+from oss_responses.api.relay import relay
+from oss_responses.api.services import Services
+from oss_responses.errors import BadRequest, NotFound
+from oss_responses.eventlog.hub import StreamNotFound
+from oss_responses.requests import CreateResponseRequest, parse_create_request
+from oss_responses.storage import list_input_items
+
+router = APIRouter(prefix="/v1/responses", tags=["responses"])
+
+CANCEL_WAIT_SECONDS = 10.0
+DISCONNECTED = 499  # nginx's "client closed request": nobody reads it, the logs do
+
+
+async def _json_body(request: Request) -> Any:
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise BadRequest("The request body must be JSON, sent with Content-Type: application/json.")
+    raw = await request.body()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
+
+
+def _check_create(services: Services, body: CreateResponseRequest) -> None:
+    if body.model not in services.settings.models:
+        raise NotFound(f"The model '{body.model}' does not exist.", param="model", code="model_not_found")
+    if body.background and not body.store:
+        raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
+                         param="background", code="invalid_value")
+
+
+@router.post("")
+async def create_response(request: Request, services: ServicesDep) -> Response:
+    body = parse_create_request(await _json_body(request))
+    _check_create(services, body)
+    await jobs.check_previous(services, body.previous_response_id)
+    queued = build_queued(body, services.settings)
+    response_id = queued.response.id
+    opening = await jobs.accept(services, queued)
+    if body.stream:
+        return await relay(
+            services, response_id, head=opening, after=len(opening) - 1, cancel_on_disconnect=not body.background
+        )
+    if body.background:
+        return JSONResponse(jobs.queued_json(queued))
+    try:
+        last = await unless_disconnected(request, jobs.wait_for_end(services, response_id, after=len(opening) - 1))
+    except ClientDisconnected:
+        await jobs.cancel_if_running(services, response_id)
+        return Response(status_code=DISCONNECTED)
+    return JSONResponse(await jobs.final_response(services, response_id, last))
+
+
+@router.get("/{response_id}")
+async def retrieve_response(
+    response_id: str,
+    services: ServicesDep,
+    stream: bool = False,
+    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+) -> Response:
+    record = await jobs.load_visible(services, response_id)
+    if not stream:
+        return JSONResponse(jobs.public_json(record))
+    try:
+        return await relay(services, response_id, after=starting_after)
+    except StreamNotFound as exc:
+        raise NotFound(f"The event stream of response '{response_id}' has expired; retrieve it without stream.",
+                       param="stream") from exc
+
+
+@router.post("/{response_id}/cancel")
+async def cancel_response(response_id: str, services: ServicesDep) -> JSONResponse:
+    record = await jobs.load_visible(services, response_id)
+    if not record.background:
+        raise BadRequest("Only responses created with background=true can be cancelled.", param="response_id")
+    if record.is_terminal:
+        return JSONResponse(jobs.public_json(record))
+    if await jobs.request_cancel(services, record):
+        return JSONResponse(jobs.public_json(await jobs.load_visible(services, response_id)))
+    # A worker holds it: the response is cancelled once the worker confirms by ending the stream.
+    return JSONResponse(await jobs.wait_and_read(services, response_id, after=None, timeout=CANCEL_WAIT_SECONDS))
+
+
+@router.delete("/{response_id}")
+async def delete_response(response_id: str, services: ServicesDep) -> dict[str, Any]:
+    record = await jobs.load_visible(services, response_id)
+    await jobs.remove(services, record)
+    return {"id": response_id, "object": "response", "deleted": True}
+
+
+@router.get("/{response_id}/input_items")
+async def list_response_input_items(
+    response_id: str,
+    services: ServicesDep,
+    after: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+) -> dict[str, Any]:
+    await jobs.load_visible(services, response_id)
+    items, has_more = await services.db.run(list_input_items, response_id, after=after, limit=limit, order=order)
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": has_more,
+    }
+

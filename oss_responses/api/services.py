@@ -1,0 +1,43 @@
+"""What the API's routes use, opened once per process by the app's lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from celery import Celery
+from redis.asyncio import Redis
+
+from oss_responses.config import Settings
+from oss_responses.eventlog.hub import EventHub
+from oss_responses.storage import AsyncDatabase
+
+RUN_RESPONSE_TASK = "oss_responses.run_response"
+
+
+class TaskQueue:
+    """Celery, as a producer only: tasks are sent by name, so no worker code is imported here."""
+
+    def __init__(self, broker_url: str) -> None:
+        self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
+        self._celery.conf.update(task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True)
+
+    async def run_response(self, response_id: str, secrets: dict[str, Any], queue: str) -> None:
+        # send_task does blocking socket I/O: keep it off the event loop.
+        await anyio.to_thread.run_sync(self._send, response_id, secrets, queue)
+
+    def _send(self, response_id: str, secrets: dict[str, Any], queue: str) -> None:
+        self._celery.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets), queue=queue, routing_key=queue)
+
+    def close(self) -> None:
+        self._celery.close()
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: AsyncDatabase
+    redis: Redis
+    hub: EventHub
+    tasks: TaskQueue

@@ -1,0 +1,46 @@
+"""An API server per test: the real app under uvicorn (in a thread) on a free port, its own database
+(SQLite and PostgreSQL, from ``database_url``) and the session's redis-server; clients are the
+official ``openai`` SDK and a raw ``httpx2`` client for what the SDK would never send.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from openai import OpenAI
+
+sys.path.insert(0, str(Path(__file__).parent))  # ``api_server`` importable in every import mode
+
+from api_server import MODEL, ApiServer, serve_in_thread  # noqa: E402
+
+from oss_responses.config import Settings  # noqa: E402
+from oss_responses.storage import Database  # noqa: E402
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL, "gpt-oss-120b"])
+
+
+@pytest.fixture
+def api(settings: Settings, redis) -> Iterator[ApiServer]:  # type: ignore[no-untyped-def]
+    db = Database(settings.database_url)
+    for base_url in serve_in_thread(settings):
+        yield ApiServer(settings=settings, base_url=base_url, db=db)
+    db.dispose()
+
+
+@pytest.fixture
+def client(api: ApiServer) -> Iterator[OpenAI]:
+    with OpenAI(base_url=f"{api.base_url}/v1", api_key="test", max_retries=0, timeout=20) as sdk:
+        yield sdk
+
+
+@pytest.fixture
+def http(api: ApiServer) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=api.base_url, timeout=20) as raw:
+        yield raw

@@ -1,0 +1,94 @@
+"""POST /v1/responses without a worker: what is written when a request is accepted."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import redis as redis_lib
+from api_server import MODEL, ApiServer
+from openai import OpenAI
+
+from oss_responses import redis_keys
+from oss_responses.eventlog import parse_frame
+from oss_responses.storage import get_response, list_input_items
+
+
+def _queued_task(redis: redis_lib.Redis, queue: str) -> dict:
+    [message] = redis.lrange(queue, 0, -1)
+    envelope = json.loads(message)
+    return {"headers": envelope["headers"], "body": json.loads(base64.b64decode(envelope["body"]))}
+
+
+def test_create_response_background_returns_queued_response(client: OpenAI) -> None:
+    response = client.responses.create(model=MODEL, input="hello", background=True, metadata={"k": "v"},
+                                       instructions="be brief", temperature=0.5, max_output_tokens=64)
+    assert response.id.startswith("resp_")
+    assert response.status == "queued"
+    assert response.background is True
+    assert (response.model, response.instructions, response.metadata) == (MODEL, "be brief", {"k": "v"})
+    assert (response.temperature, response.max_output_tokens, response.output) == (0.5, 64, [])
+
+
+def test_create_response_background_stores_row_and_input_items(client: OpenAI, api: ApiServer) -> None:
+    response = client.responses.create(
+        model=MODEL, background=True,
+        input=[{"role": "developer", "content": "rules"}, {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+    )
+    record = api.db.run(get_response, response.id)
+    assert record is not None and record.status == "queued" and record.background and record.store
+    assert record.response["id"] == response.id
+    items, has_more = api.db.run(list_input_items, response.id, order="asc")
+    assert [(i["role"], i["content"][0]["text"]) for i in items] == [("developer", "rules"), ("user", "hi")]
+    assert all(i["id"].startswith("msg_") for i in items) and not has_more
+
+
+def test_create_response_background_writes_opening_events(client: OpenAI, redis: redis_lib.Redis) -> None:
+    response = client.responses.create(model=MODEL, input="hello", background=True)
+    entries = redis.xrange(redis_keys.events(response.id))
+    events = [parse_frame(fields[b"f"]) for _, fields in entries]
+    assert [(e["type"], e["sequence_number"]) for e in events] == [("response.created", 0), ("response.queued", 1)]
+    assert [entry_id for entry_id, _ in entries] == [b"0-1", b"0-2"]
+    assert events[0]["response"]["status"] == "queued"
+
+
+def test_create_response_enqueues_task_on_model_queue(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis
+) -> None:
+    response = client.responses.create(model="gpt-oss-120b", input="hello", background=True)
+    task = _queued_task(redis, api.settings.queue_for("gpt-oss-120b"))
+    assert task["headers"]["task"] == "oss_responses.run_response"
+    assert task["body"][0] == [response.id, {}]
+
+
+def test_create_response_strips_mcp_secrets(client: OpenAI, api: ApiServer, redis: redis_lib.Redis) -> None:
+    tool = {"type": "mcp", "server_label": "calc", "server_url": "https://calc.example/mcp",
+            "authorization": "sk-secret", "headers": {"X-Key": "secret"}, "require_approval": "never"}
+    response = client.responses.create(model=MODEL, input="hi", background=True, tools=[tool])
+    echoed = response.tools[0].model_dump()
+    assert echoed["server_label"] == "calc" and echoed.get("authorization") is None and echoed.get("headers") is None
+    record = api.db.run(get_response, response.id)
+    assert "secret" not in json.dumps([record.request, record.response])
+    assert "secret" not in b"".join(f[b"f"] for _, f in redis.xrange(redis_keys.events(response.id))).decode()
+    task = _queued_task(redis, api.settings.queue_for(MODEL))
+    assert task["body"][0][1] == {"calc": {"authorization": "sk-secret", "headers": {"X-Key": "secret"}}}
+
+
+def test_create_response_echoes_request_settings(client: OpenAI) -> None:
+    response = client.responses.create(
+        model=MODEL, input="hi", background=True, top_p=0.9, parallel_tool_calls=False,
+        reasoning={"effort": "low"}, text={"format": {"type": "json_object"}}, tool_choice="none",
+        tools=[{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}],
+    )
+    assert (response.top_p, response.parallel_tool_calls, response.tool_choice) == (0.9, False, "none")
+    assert response.reasoning.effort == "low" and response.text.format.type == "json_object"
+    assert response.tools[0].name == "f"
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_create_response_enable_response_messages_adds_message_lists(client: OpenAI, flag: bool) -> None:
+    response = client.responses.create(model=MODEL, input="hi", background=True,
+                                       extra_body={"enable_response_messages": flag})
+    extra = response.model_extra or {}
+    assert ("input_messages" in extra) is flag and ("output_messages" in extra) is flag

@@ -1,0 +1,216 @@
+"""The whole service, as a user sees it: two API processes, a Celery worker process with the scripted
+engine, the official SDK as the client, on SQLite and on PostgreSQL.
+
+The processes live for the module (one set per database), so each test uses its own responses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import pytest
+from api_server import MODEL, start_api_process, start_worker_process, stop_process
+from openai import OpenAI, Stream
+from openai.types.responses import Response, ResponseStreamEvent
+from sqlalchemy import select
+
+from oss_responses.config import Settings
+from oss_responses.storage import Database, ResponseRow, get_response
+
+TOKENS_PER_SECOND = 400.0  # fast enough for short answers, slow enough to act mid-generation
+LONG = "tokens 4000"  # about ten seconds of answer at that speed
+POLL_S = 0.02
+DEADLINE_S = 20.0
+_databases = itertools.count(1)
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    db: Database
+    client: OpenAI  # API process 1
+    other: OpenAI  # API process 2
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("e2e") / "oss-responses.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    cluster = request.getfixturevalue("postgres_cluster")
+    name = f"e2e_{next(_databases)}"
+    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
+    cluster.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def stack(stack_database_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    settings = Settings(database_url=stack_database_url, redis_url=redis_url, models=[MODEL],
+                        scripted_tokens_per_second=TOKENS_PER_SECOND)
+    logs = tmp_path_factory.mktemp("e2e-logs")
+    processes = []
+    try:
+        processes.append(start_worker_process(settings, logs / "worker.log"))
+        api1, url1 = start_api_process(settings, logs / "api1.log")
+        processes.append(api1)
+        api2, url2 = start_api_process(settings, logs / "api2.log")
+        processes.append(api2)
+        db = Database(settings.database_url)
+        with _sdk(url1) as client, _sdk(url2) as other:
+            yield Stack(settings=settings, db=db, client=client, other=other)
+        db.dispose()
+    finally:
+        for process in reversed(processes):
+            stop_process(process)
+        _show_logs(Path(logs))
+
+
+def _sdk(base_url: str) -> OpenAI:
+    return OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=30)
+
+
+def _show_logs(folder: Path) -> None:
+    for path in sorted(folder.glob("*.log")):
+        print(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
+
+
+def _poll_until_ended(client: OpenAI, response_id: str) -> Response:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress"):
+            return response
+        assert time.monotonic() < deadline, f"{response_id} still {response.status}"
+        time.sleep(POLL_S)
+
+
+def _read_until_text(stream: Stream[ResponseStreamEvent]) -> str:
+    """Read a stream up to its first text delta; the response's id."""
+    response_id = ""
+    for event in stream:
+        if event.type == "response.created":
+            response_id = event.response.id
+        if event.type == "response.output_text.delta":
+            return response_id
+    raise AssertionError("the stream ended before any text")
+
+
+def _wait_for_status(stack: Stack, response_id: str, expected: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while (status := stack.db.run(get_response, response_id).status) in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, f"{response_id} still {status}"
+        time.sleep(POLL_S)
+    assert status == expected
+
+
+def _newest_response_id(stack: Stack) -> str | None:
+    query = select(ResponseRow.id).order_by(ResponseRow.created_at.desc()).limit(1)
+    with stack.db.session() as session:
+        return session.execute(query).scalar_one_or_none()
+
+
+def test_create_response_stream_emits_events_in_order(stack: Stack) -> None:
+    events = list(stack.client.responses.create(model=MODEL, input="hello there", stream=True))
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert "hello there" in text and text == events[-1].response.output_text
+
+
+def test_create_response_without_stream_returns_final_response(stack: Stack) -> None:
+    response = stack.client.responses.create(model=MODEL, input="what is up")
+    assert response.status == "completed" and "what is up" in response.output_text
+    assert response.usage is not None and response.usage.output_tokens > 0
+    assert stack.client.responses.retrieve(response.id).model_dump() == response.model_dump()
+
+
+def test_create_response_background_poll_until_completed(stack: Stack) -> None:
+    created = stack.client.responses.create(model=MODEL, input="poll me", background=True)
+    assert created.status == "queued"
+    final = _poll_until_ended(stack.other, created.id)
+    assert final.status == "completed" and "poll me" in final.output_text
+
+
+def test_retrieve_stream_resumes_on_second_process_with_missing_events_only(stack: Stack) -> None:
+    stream = stack.client.responses.create(model=MODEL, input="tokens 200", background=True, stream=True)
+    first = []
+    for event in stream:
+        first.append(event)
+        if event.type == "response.output_text.delta":
+            break
+    stream.close()  # the client drops; a background response runs on
+    response_id = first[0].response.id
+    rest = list(stack.other.responses.retrieve(response_id, stream=True, starting_after=first[-1].sequence_number))
+    full = list(stack.client.responses.retrieve(response_id, stream=True))
+    assert [e.sequence_number for e in first + rest] == list(range(len(full)))
+    assert [e.model_dump() for e in first + rest] == [e.model_dump() for e in full]
+    assert full[-1].type == "response.completed"
+
+
+def test_responses_stream_helper_by_response_id(stack: Stack) -> None:
+    created = stack.client.responses.create(model=MODEL, input="helper", background=True)
+    with stack.other.responses.stream(response_id=created.id) as stream:
+        final = stream.get_final_response()
+    assert final.id == created.id and final.status == "completed" and "helper" in final.output_text
+
+
+def test_cancel_response_mid_generation_stops_it(stack: Stack) -> None:
+    stream = stack.client.responses.create(model=MODEL, input=LONG, background=True, stream=True)
+    response_id = _read_until_text(stream)
+    started = time.monotonic()
+    cancelled = stack.other.responses.cancel(response_id)
+    assert cancelled.status == "cancelled" and time.monotonic() - started < 2.0
+    remaining = list(stream)  # the open stream ends too
+    assert not any(e.type == "response.completed" for e in remaining)
+    assert stack.db.run(get_response, response_id).status == "cancelled"
+
+
+def test_three_turns_chained_by_previous_response_id(stack: Stack) -> None:
+    one = stack.client.responses.create(model=MODEL, input="first apple")
+    two = stack.other.responses.create(model=MODEL, input="second banana", previous_response_id=one.id)
+    three = stack.client.responses.create(model=MODEL, input="third cherry", previous_response_id=two.id)
+    assert three.status == "completed" and three.previous_response_id == two.id
+    text = three.output_text
+    assert "third cherry" in text
+    assert text.index("first apple") < text.index("second banana")
+
+
+def test_create_response_store_false_runs_but_is_not_retrievable(stack: Stack) -> None:
+    response = stack.client.responses.create(model=MODEL, input="forget me", store=False)
+    assert response.status == "completed" and "forget me" in response.output_text
+    with pytest.raises(openai.NotFoundError):
+        stack.other.responses.retrieve(response.id)
+    with pytest.raises(openai.NotFoundError):
+        stack.client.responses.create(model=MODEL, input="again", previous_response_id=response.id)
+
+
+def test_create_response_stream_client_disconnect_cancels_it(stack: Stack) -> None:
+    stream = stack.client.responses.create(model=MODEL, input=LONG, stream=True)
+    response_id = _read_until_text(stream)
+    stream.close()
+    _wait_for_status(stack, response_id, "cancelled")
+
+
+def test_create_response_enable_response_messages_returns_harmony_messages(stack: Stack) -> None:
+    response = stack.client.responses.create(model=MODEL, input="show messages",
+                                             extra_body={"enable_response_messages": True})
+    extra = response.model_extra or {}
+    assert extra["input_messages"] and extra["output_messages"]
+    assert any("show messages" in str(m) for m in extra["input_messages"])
+
+
+def test_create_response_wait_client_disconnect_cancels_it(stack: Stack) -> None:
+    before = _newest_response_id(stack)
+    with pytest.raises(openai.APITimeoutError):
+        stack.client.with_options(timeout=1.0).responses.create(model=MODEL, input=LONG)
+    response_id = _newest_response_id(stack)
+    assert response_id != before
+    _wait_for_status(stack, response_id, "cancelled")

@@ -1,0 +1,112 @@
+"""GET /v1/responses/{id}, its input items, DELETE, and cancel of a response no worker took yet."""
+
+from __future__ import annotations
+
+import httpx2
+import openai
+import pytest
+import redis as redis_lib
+from api_server import MODEL, ApiServer
+from openai import OpenAI
+
+from oss_responses import redis_keys
+from oss_responses.eventlog import parse_frame
+from oss_responses.storage import get_response
+
+
+def test_retrieve_response_returns_stored_response(client: OpenAI) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True, metadata={"a": "b"})
+    fetched = client.responses.retrieve(created.id)
+    assert fetched.model_dump() == created.model_dump()
+
+
+def test_retrieve_response_stream_replays_log_from_created(client: OpenAI) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    client.responses.cancel(created.id)  # closes the log, so the replay ends
+    events = list(client.responses.retrieve(created.id, stream=True))
+    assert [(e.type, e.sequence_number) for e in events] == [("response.created", 0), ("response.queued", 1)]
+
+
+def test_retrieve_response_stream_starting_after_skips_seen_events(client: OpenAI) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    client.responses.cancel(created.id)
+    events = list(client.responses.retrieve(created.id, stream=True, starting_after=0))
+    assert [e.type for e in events] == ["response.queued"]
+
+
+def test_retrieve_response_stream_without_log_is_404(client: OpenAI, redis: redis_lib.Redis) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    redis.delete(redis_keys.events(created.id))
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id, stream=True)
+
+
+def test_list_input_items_pages_with_sdk(client: OpenAI) -> None:
+    texts = [f"message {i}" for i in range(7)]
+    created = client.responses.create(model=MODEL, background=True,
+                                      input=[{"role": "user", "content": text} for text in texts])
+    page = client.responses.input_items.list(created.id, limit=3, order="asc")
+    assert len(page.data) == 3 and page.has_more
+    assert [item.content[0].text for item in page] == texts  # auto-paging follows ``after``
+
+
+def test_list_input_items_default_order_is_newest_first(client: OpenAI, http: httpx2.Client) -> None:
+    created = client.responses.create(model=MODEL, background=True,
+                                      input=[{"role": "user", "content": "first"}, {"role": "user", "content": "second"}])
+    body = http.get(f"/v1/responses/{created.id}/input_items").json()
+    assert body["object"] == "list" and body["has_more"] is False
+    assert [item["content"][0]["text"] for item in body["data"]] == ["second", "first"]
+    assert (body["first_id"], body["last_id"]) == (body["data"][0]["id"], body["data"][-1]["id"])
+
+
+def test_list_input_items_string_input_is_one_user_message(client: OpenAI) -> None:
+    created = client.responses.create(model=MODEL, input="just text", background=True)
+    [item] = client.responses.input_items.list(created.id).data
+    assert (item.type, item.role, item.content[0].text) == ("message", "user", "just text")
+
+
+def test_list_input_items_unknown_response_is_404(client: OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_missing")
+
+
+def test_delete_response_then_retrieve_is_404(client: OpenAI, http: httpx2.Client, api: ApiServer) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    body = http.delete(f"/v1/responses/{created.id}").json()
+    assert body == {"id": created.id, "object": "response", "deleted": True}
+    assert api.db.run(get_response, created.id) is None
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(created.id)
+
+
+def test_delete_response_with_sdk(client: OpenAI) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    assert client.responses.delete(created.id) is None
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(created.id)
+
+
+def test_cancel_response_queued_is_cancelled_at_once(client: OpenAI, api: ApiServer, redis: redis_lib.Redis) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    cancelled = client.responses.cancel(created.id)
+    assert cancelled.status == "cancelled"
+    assert api.db.run(get_response, created.id).status == "cancelled"
+    assert redis.get(redis_keys.cancel(created.id)) == b"1"
+    entries = redis.xrange(redis_keys.events(created.id))
+    assert entries[-1][1] == {b"end": b"cancelled"}
+    assert [parse_frame(f[b"f"])["type"] for _, f in entries[:-1]] == ["response.created", "response.queued"]
+
+
+def test_cancel_response_twice_is_idempotent(client: OpenAI, redis: redis_lib.Redis) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    first = client.responses.cancel(created.id)
+    second = client.responses.cancel(created.id)
+    assert first.model_dump() == second.model_dump()
+    assert sum(1 for _, f in redis.xrange(redis_keys.events(created.id)) if b"end" in f) == 1
+
+
+def test_cancel_response_unknown_is_404(client: OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client.responses.cancel("resp_missing")
