@@ -143,9 +143,12 @@ class TextConfig(BaseModel):
 
 
 class CreateResponseRequest(BaseModel):
-    """``POST /v1/responses``. Unknown top-level fields are refused (OpenAI answers 400 too)."""
+    """``POST /v1/responses``. Unknown top-level fields are refused (OpenAI answers 400 too).
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: ``"stream": "yes"`` or ``"max_output_tokens": "5"`` are type errors, as OpenAI answers.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str
     input: str | list[InputItem] = Field(default_factory=list)
@@ -179,16 +182,18 @@ class CreateResponseRequest(BaseModel):
     @field_validator("input", mode="before")
     @classmethod
     def _input(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [parse_input_item(item, f"input[{i}]") for i, item in enumerate(value)]
-        return value
+        if isinstance(value, str):
+            return value
+        if not isinstance(value, list):
+            raise BadRequest("Invalid type for 'input': expected a string or an array of input items.", param="input")
+        return [parse_input_item(item, f"input[{i}]") for i, item in enumerate(value)]
 
     @field_validator("tools", mode="before")
     @classmethod
     def _tools(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
-        return value
+        if not isinstance(value, list):
+            raise BadRequest("Invalid type for 'tools': expected an array of tools.", param="tools")
+        return [parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
 
     @field_validator("metadata")
     @classmethod

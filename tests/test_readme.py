@@ -1,0 +1,21 @@
+"""README.md stays true: its configuration table lists every setting, and its commands exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oss_responses.config import Settings
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+MAKEFILE = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+
+
+def test_readme_lists_every_setting() -> None:
+    missing = [name for name in Settings.model_fields if f"`OSS_RESPONSES_{name.upper()}`" not in README]
+    assert missing == []
+
+
+def test_readme_commands_are_make_targets() -> None:
+    for target in ("run", "test"):
+        assert f"`make {target}`" in README
+        assert f"\n{target}:" in MAKEFILE
