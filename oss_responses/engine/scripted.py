@@ -12,7 +12,8 @@ What it answers (always an ``analysis`` message first, then one of):
    ``call functions.get_weather {"city": "Paris"}`` (a function call), ``call calc.add {"a":1,"b":2}``
    (an MCP tool ``add`` of the server labelled ``calc``), ``call python 123*456`` (the built-in
    python tool). JSON arguments get ``<|constrain|>json``. Functions and MCP tools are called on the
-   ``commentary`` channel; the built-in ``python``/``browser`` tools on ``analysis``, as gpt-oss does;
+   ``commentary`` channel; the built-in ``python``/``browser`` tools on ``analysis``, as gpt-oss does.
+   Several ``call`` directives are made in order, one per turn (after k tool results, the k+1-th);
 3. the last user message contains ``tokens N`` → a ``final`` answer of exactly N content tokens;
 4. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
    of the conversation in order (so chained turns via ``previous_response_id`` are visible).
@@ -44,7 +45,7 @@ from oss_responses.engine.base import EngineOutput, SamplingSettings
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 BUILTIN_TOOLS = ("python", "browser")
-_CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*)", re.DOTALL)
+_CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
 _FILLER_WORDS = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
 
@@ -78,10 +79,13 @@ class ScriptWriter:
         last_user = user_texts[-1] if user_texts else ""
         last = messages[-1] if messages else None
         analysis = self._text(f"<|channel|>analysis<|message|>The user said: {json.dumps(last_user[:200])}.<|end|>")
-        if last is not None and last.author.role == Role.TOOL:
+        calls = _CALL.findall(last_user)
+        answered = _tool_results_since_user(messages)
+        if last is not None and last.author.role == Role.TOOL and answered >= len(calls):
             return analysis + self._final(f"The tool {last.author.name} returned: {text_of(last)}")
-        if call := _CALL.search(last_user):
-            return analysis + self._tool_call(call.group(1), call.group(2).strip())
+        if answered < len(calls):
+            recipient, arguments = calls[answered]
+            return analysis + self._tool_call(recipient, arguments.strip())
         if count := _TOKENS.search(last_user):
             return analysis + self._final_tokens(int(count.group(1)))
         return analysis + self._final(self._echo(user_texts))
@@ -106,6 +110,15 @@ class ScriptWriter:
         constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == "python" else "")
         header = f"<|start|>assistant<|channel|>{channel} to={recipient}{constrain}<|message|>"
         return self._text(header) + self._text(arguments) + [CALL]
+
+
+def _tool_results_since_user(messages: list[Message]) -> int:
+    count = 0
+    for message in reversed(messages):
+        if message.author.role == Role.USER:
+            break
+        count += message.author.role == Role.TOOL
+    return count
 
 
 def _is_json(text: str) -> bool:

@@ -1,0 +1,153 @@
+"""The vLLM engine: one v1 ``AsyncLLM`` per worker process, fed token ids rendered by harmony.
+
+All methods run on the worker's engine loop (one asyncio loop in its own thread): ``AsyncLLM``
+binds its output handler to the loop that first drives it. vLLM is imported lazily (it takes about
+6 s), so the worker can import this module in any environment and pay for vLLM only when it starts it.
+
+vLLM spawns an EngineCore process and a worker process; a script that builds this engine needs an
+``if __name__ == "__main__"`` guard. It writes ZMQ sockets under ``VLLM_RPC_BASE_PATH`` (default
+/tmp) and a cache under ``VLLM_CACHE_ROOT``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from oss_responses.config import Settings
+from oss_responses.engine.base import EngineOutput, FinishReason, SamplingSettings
+
+if TYPE_CHECKING:
+    from vllm import RequestOutput, SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+log = logging.getLogger(__name__)
+
+# vLLM's "error" (a retryable internal failure) is raised, not mapped; "repetition" (opt-in
+# hallucination detection) ends the output like a stop.
+_FINISH_REASONS: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "repetition": "stop",
+}
+
+
+class EngineRequestError(RuntimeError):
+    """vLLM finished a request with an internal error."""
+
+
+def engine_args(settings: Settings) -> AsyncEngineArgs:
+    """The ``AsyncEngineArgs`` for ``settings``; ``vllm_engine_args`` overrides the named fields."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    fields: dict[str, Any] = {
+        "model": settings.vllm_model,
+        "dtype": settings.vllm_dtype,
+        "tensor_parallel_size": settings.vllm_tensor_parallel_size,
+        "max_model_len": settings.vllm_max_model_len,
+        # One sequence slot per Celery thread: every running response is batched.
+        "max_num_seqs": settings.worker_concurrency,
+        "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
+        "enable_prefix_caching": settings.vllm_enable_prefix_caching,
+        # Prompts arrive as harmony token ids and outputs leave as token ids.
+        "skip_tokenizer_init": True,
+        "disable_log_stats": True,
+    }
+    fields.update(settings.vllm_engine_args)
+    return AsyncEngineArgs(**fields)
+
+
+def sampling_params(sampling: SamplingSettings) -> SamplingParams:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    optional = {
+        name: value
+        for name, value in (("temperature", sampling.temperature), ("top_p", sampling.top_p))
+        if value is not None
+    }
+    return SamplingParams(
+        max_tokens=sampling.max_tokens,
+        seed=sampling.seed,
+        stop_token_ids=list(sampling.stop_token_ids),
+        detokenize=False,
+        output_kind=RequestOutputKind.DELTA,
+        extra_args=dict(sampling.extra) or None,
+        **optional,
+    )
+
+
+def engine_output(output: RequestOutput, first: bool) -> EngineOutput:
+    completion = output.outputs[0] if output.outputs else None
+    reason = None
+    if output.finished:
+        raw = str(completion.finish_reason) if completion and completion.finish_reason else "abort"
+        if raw not in _FINISH_REASONS:
+            raise EngineRequestError(f"vLLM finished request {output.request_id} with {raw!r}")
+        reason = _FINISH_REASONS[raw]
+    return EngineOutput(
+        token_ids=list(completion.token_ids) if completion else [],
+        finished=output.finished,
+        finish_reason=reason,
+        cached_tokens=output.num_cached_tokens if first else None,
+    )
+
+
+class VllmEngine:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._llm: AsyncLLM | None = None
+        # request id -> abort requested; for the ids whose generate() is running
+        self._running: dict[str, bool] = {}
+
+    @property
+    def llm(self) -> AsyncLLM:
+        if self._llm is None:
+            raise RuntimeError("VllmEngine.start() has not run")
+        return self._llm
+
+    async def start(self) -> None:
+        """Build the AsyncLLM (about 25 s for a tiny model on CPU); raises if vLLM cannot start."""
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        if self._llm is not None:
+            return
+        args = engine_args(self._settings)
+        log.info("starting vLLM: model=%s max_num_seqs=%s", args.model, args.max_num_seqs)
+        # Built on the engine loop on purpose: AsyncLLM starts its output handler on the running loop.
+        self._llm = AsyncLLM.from_engine_args(args)
+
+    async def generate(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        from vllm.inputs import TokensPrompt
+
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_token_ids))
+        self._running[request_id] = False
+        first, finished = True, False
+        try:
+            async for output in self.llm.generate(prompt, sampling_params(sampling), request_id):
+                if self._running[request_id] and not output.finished:
+                    # abort() arrived before vLLM had registered the request: repeat it now.
+                    await self.llm.abort(request_id)
+                yield engine_output(output, first)
+                first, finished = False, output.finished
+        finally:
+            self._running.pop(request_id, None)
+        if not finished:
+            # vLLM closed the stream without a final output: end it as aborted.
+            yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request; its ``generate`` ends with finish_reason "abort". Unknown ids are ignored."""
+        if request_id in self._running:
+            self._running[request_id] = True
+        await self.llm.abort(request_id)
+
+    async def shutdown(self) -> None:
+        if self._llm is not None:
+            llm, self._llm = self._llm, None
+            llm.shutdown()

