@@ -2,7 +2,8 @@
 wait for the end, and read it back.
 
 Ordering that matters:
-- accept: the row and its input items are committed before the opening events are written and the
+- accept: the request's MCP servers are resolved first (a refused one is a 400 and nothing is
+  stored); the row and its input items are committed before the opening events are written and the
   task is sent, so a worker (or a GET on another replica) never sees a task without its row.
 - cancel: the flag is set and published *before* the queued → cancelled compare-and-set; a worker
   that takes the task in between sees the flag, and one that took it before is reached by the
@@ -31,6 +32,7 @@ from oss_responses.storage import (
     transition,
     utcnow,
 )
+from oss_responses.tools.policy import resolve_servers
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,10 @@ async def check_previous(services: Services, previous_response_id: str | None) -
 
 
 async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
-    """Store, open the event log, enqueue; the opening frames (the client's first events)."""
+    """Check its tool servers, store, open the event log, enqueue; the opening frames (the client's first events)."""
     response = queued.response
+    # The worker resolves them again (with the credentials); here a refusal is the client's 400, not a failed response.
+    await resolve_servers(response.tools, services.settings)
     record = ResponseRecord(
         id=response.id,
         model=response.model,

@@ -23,7 +23,9 @@ from oss_responses.storage import Database  # noqa: E402
 
 @pytest.fixture
 def settings(database_url: str, redis_url: str) -> Settings:
-    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL, "gpt-oss-120b"])
+    # The API resolves MCP servers when it accepts a request: "calc" is configured (nothing listens there).
+    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL, "gpt-oss-120b"],
+                    tool_servers={"calc": "https://calc.example/mcp"})
 
 
 @pytest.fixture

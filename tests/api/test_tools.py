@@ -1,0 +1,274 @@
+"""Tool turns end to end, as a user sees them: the API process, a Celery worker process (scripted
+engine, whose ``call RECIPIENT ARGS`` makes the model call a tool), the demo calculator and a
+misbehaving MCP server as processes, the official SDK as the client; on SQLite and PostgreSQL.
+
+Streamed responses go through the SDK's ``responses.stream`` (its accumulator must accept every
+event); background ones are polled, then their stream is replayed and checked the same way.
+The processes live for the module (one set per database); each test uses its own responses.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from api_server import MODEL
+from openai.types.responses import Response
+from sqlalchemy import func, select
+from tool_fixtures import (
+    CALL_TIMEOUT_S,
+    MISBEHAVING,
+    REFUSED_PREFIX,
+    ToolStack,
+    check_events,
+    item,
+    mcp_server,
+    poll_response,
+    start_api,
+    stream_response,
+    types_of,
+    wait_ended,
+)
+
+from oss_responses.config import Settings
+from oss_responses.storage import Database, ResponseRow
+
+CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
+SEEDS_INPUT = "Multiply 123*456 using the mcp code_interpreter tool. call python 123*456"
+CALC = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
+ASK = CALC | {"require_approval": "always"}
+BAD = {"type": "mcp", "server_label": "bad", "require_approval": "never"}
+CALCULATE = 'call calc.calculate {"expression": "6*7"}'
+WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+_databases = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[dict[str, str]]:
+    with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator, \
+            mcp_server(str(MISBEHAVING)) as misbehaving:
+        yield {"code_interpreter": calculator, "calc": calculator, "bad": misbehaving}
+
+
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def tools_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("tools") / "oss-responses.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
+        return
+    cluster = request.getfixturevalue("postgres_cluster")
+    name = f"tools_{next(_databases)}"
+    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
+    cluster.drop_database(name)
+
+
+@pytest.fixture(scope="module")
+def stack(tools_database_url: str, redis_url: str, servers: dict[str, str],
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolStack]:
+    settings = Settings(database_url=tools_database_url, redis_url=redis_url, models=[MODEL],
+                        scripted_tokens_per_second=2000.0, tool_servers=servers,
+                        mcp_url_allowlist=[REFUSED_PREFIX], mcp_call_timeout_seconds=CALL_TIMEOUT_S)
+    logs = tmp_path_factory.mktemp("tools-logs")
+    db = Database(settings.database_url)
+    stack = None
+    try:
+        api, base_url = start_api(settings, logs / "api.log")
+        with openai.OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=30) as client:
+            stack = ToolStack(settings=settings, db=db, client=client, logs=logs, processes=[api])
+            stack.start_worker()
+            yield stack
+    finally:
+        if stack is not None:
+            stack.stop()
+        db.dispose()
+        for path in sorted(logs.glob("*.log")):
+            print(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
+
+
+def run(stack: ToolStack, mode: str, **body: Any) -> Response:
+    if mode == "stream":
+        return stream_response(stack.client, model=MODEL, **body)[1]
+    return poll_response(stack.client, model=MODEL, **body)
+
+
+def error_text(call: Any) -> str:
+    assert call.status == "failed" and call.error.type == "mcp_tool_execution_error"
+    return "".join(str(part["text"]) for part in call.error.content)
+
+
+def row_count(stack: ToolStack) -> int:
+    with stack.db.session() as session:
+        return session.execute(select(func.count()).select_from(ResponseRow)).scalar_one()
+
+
+# --- the seeds' scenario ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["stream", "background"])
+def test_code_interpreter_multiplies_on_calculator(stack: ToolStack, mode: str) -> None:
+    response = run(stack, mode, input=SEEDS_INPUT, tools=[CODE_INTERPRETER])
+    assert response.status == "completed"
+    assert types_of(response) == ["mcp_list_tools", "reasoning", "mcp_call", "reasoning", "message"]
+    call = item(response, "mcp_call")
+    assert (call.server_label, call.name, call.arguments, call.output.strip()) == (
+        "code_interpreter", "python", "123*456", "56088")
+    assert "56088" in response.output_text
+
+
+def test_code_interpreter_stream_reports_call_progress(stack: ToolStack) -> None:
+    events, _ = stream_response(stack.client, model=MODEL, input=SEEDS_INPUT, tools=[CODE_INTERPRETER])
+    kinds = [event.type for event in events]
+    order = ["response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
+             "response.mcp_call_arguments.done", "response.mcp_call.in_progress", "response.mcp_call.completed",
+             "response.output_text.done", "response.completed"]
+    assert [kinds.index(kind) for kind in order] == sorted(kinds.index(kind) for kind in order)
+
+
+# --- tool lists --------------------------------------------------------------------------------
+
+
+def test_list_tools_item_lists_server_tools(stack: ToolStack) -> None:
+    response = run(stack, "stream", input="hello", tools=[CALC])
+    listing = item(response, "mcp_list_tools")
+    assert listing.server_label == "calc" and listing.error is None
+    assert [tool.name for tool in listing.tools] == ["calculate", "python"]
+
+
+def test_second_turn_does_not_list_tools_again(stack: ToolStack) -> None:
+    first = run(stack, "stream", input="hello", tools=[CALC])
+    second = run(stack, "background", input=CALCULATE, tools=[CALC], previous_response_id=first.id)
+    assert types_of(second) == ["reasoning", "mcp_call", "reasoning", "message"]
+    assert item(second, "mcp_call").output == "42"
+
+
+def test_allowed_tools_hides_other_tools(stack: ToolStack) -> None:
+    calc = CALC | {"allowed_tools": ["calculate"]}
+    response = run(stack, "stream", input='call calc.python {"code": "1+1"}', tools=[calc])
+    assert [tool.name for tool in item(response, "mcp_list_tools").tools] == ["calculate"]
+    assert "not allowed" in error_text(item(response, "mcp_call"))
+    assert response.status == "completed"
+
+
+def test_mcp_authorization_reaches_server_but_is_not_stored(stack: ToolStack) -> None:
+    bad = BAD | {"authorization": "tok-e2e-secret"}
+    response = run(stack, "background", input="call bad.authorization {}", tools=[bad])
+    assert item(response, "mcp_call").output == "Bearer tok-e2e-secret"
+    with stack.db.session() as session:
+        request = session.execute(select(ResponseRow.request).where(ResponseRow.id == response.id)).scalar_one()
+    assert "tok-e2e-secret" not in str(request) and response.tools[0].authorization is None
+
+
+# --- approvals ---------------------------------------------------------------------------------
+
+
+def _approval(request: Any, approve: bool = True) -> list[dict[str, Any]]:
+    return [{"type": "mcp_approval_response", "approval_request_id": request.id, "approve": approve}]
+
+
+def test_approval_round_trip_runs_call_in_second_response(stack: ToolStack) -> None:
+    first = run(stack, "stream", input=CALCULATE, tools=[ASK])
+    assert first.status == "completed"
+    assert types_of(first) == ["mcp_list_tools", "reasoning", "mcp_approval_request"]
+    request = item(first, "mcp_approval_request")
+    assert (request.server_label, request.name) == ("calc", "calculate")
+    second = run(stack, "stream", input=_approval(request), tools=[ASK], previous_response_id=first.id)
+    assert types_of(second) == ["mcp_call", "reasoning", "message"]
+    call = item(second, "mcp_call")
+    assert (call.approval_request_id, call.status, call.output) == (request.id, "completed", "42")
+    assert "42" in second.output_text
+
+
+def test_approval_survives_worker_restart(stack: ToolStack) -> None:
+    first = run(stack, "background", input=CALCULATE, tools=[ASK])
+    stack.restart_worker()
+    second = run(stack, "background", input=_approval(item(first, "mcp_approval_request")), tools=[ASK],
+                 previous_response_id=first.id)
+    assert second.status == "completed" and item(second, "mcp_call").output == "42"
+
+
+# --- function calls ----------------------------------------------------------------------------
+
+
+def test_function_call_round_trip_continues_with_output(stack: ToolStack) -> None:
+    first = run(stack, "stream", input='call functions.get_weather {"city": "Paris"}', tools=[WEATHER])
+    assert first.status == "completed" and types_of(first) == ["reasoning", "function_call"]
+    call = item(first, "function_call")
+    assert (call.name, call.arguments) == ("get_weather", '{"city": "Paris"}') and call.call_id
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp": 21}'}
+    second = run(stack, "background", input=[output], tools=[WEATHER], previous_response_id=first.id)
+    assert second.status == "completed" and '{"temp": 21}' in second.output_text
+
+
+# --- failures and limits -----------------------------------------------------------------------
+
+
+def test_tool_error_fails_call_and_model_continues(stack: ToolStack) -> None:
+    response = run(stack, "stream", input="call bad.crash {}", tools=[BAD])
+    assert "Error executing tool crash" in error_text(item(response, "mcp_call"))
+    assert response.status == "completed" and "Error executing tool crash" in response.output_text
+
+
+def test_slow_tool_times_out_as_failed_call(stack: ToolStack) -> None:
+    started = time.monotonic()
+    response = run(stack, "background", input='call bad.sleep {"seconds": 30}', tools=[BAD])
+    assert time.monotonic() - started < CALL_TIMEOUT_S + 3
+    assert "timed out" in error_text(item(response, "mcp_call"))
+    assert response.status == "completed"
+
+
+def test_max_tool_calls_refuses_call_beyond_limit(stack: ToolStack) -> None:
+    twice = 'call calc.calculate {"expression": "1+1"} call calc.calculate {"expression": "2+2"}'
+    response = run(stack, "stream", input=twice, tools=[CALC], max_tool_calls=1)
+    calls = [i for i in response.output if i.type == "mcp_call"]
+    assert [c.status for c in calls] == ["completed", "failed"]
+    assert calls[0].output == "2" and "max_tool_calls" in error_text(calls[1])
+    assert response.status == "completed" and response.max_tool_calls == 1
+
+
+# --- refused servers: a 400 before anything is stored -------------------------------------------
+
+
+@pytest.mark.parametrize(("tool", "param", "says"), [
+    ({"type": "mcp", "server_label": "other", "server_url": f"{REFUSED_PREFIX}mcp"}, "tools[0].server_url",
+     "loopback or private"),
+    ({"type": "mcp", "server_label": "elsewhere", "server_url": "https://mcp.example.com/mcp"},
+     "tools[0].server_url", "allow-list"),
+    ({"type": "mcp", "server_label": "unknown"}, "tools[0].server_url", "no MCP server is configured"),
+    ({"type": "web_search_preview"}, "tools[0].type", "no tool server is configured"),
+])
+def test_refused_tool_server_is_bad_request_and_stores_nothing(
+    stack: ToolStack, tool: dict[str, Any], param: str, says: str
+) -> None:
+    before = row_count(stack)
+    with pytest.raises(openai.BadRequestError) as raised:
+        stack.client.responses.create(model=MODEL, input="hello", tools=[tool], background=True)
+    error = raised.value.body
+    assert isinstance(error, dict) and error["param"] == param and says in error["message"]
+    assert row_count(stack) == before
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+
+def test_cancel_during_tool_call_ends_stream(stack: ToolStack) -> None:
+    stream = stack.client.responses.create(model=MODEL, input='call bad.sleep {"seconds": 30}', tools=[BAD],
+                                           background=True, stream=True)
+    events = []
+    for event in stream:
+        events.append(event)
+        if event.type == "response.mcp_call.in_progress":
+            break
+    asked = time.monotonic()
+    cancelled = stack.client.responses.cancel(events[0].response.id)
+    assert cancelled.status == "cancelled" and time.monotonic() - asked < 1.5
+    events += list(stream)  # the open stream ends too
+    assert not any(e.type in ("response.completed", "response.failed") for e in events)
+    check_events(stack.client, events, None)
+    assert wait_ended(stack.client, cancelled.id).status == "cancelled"
