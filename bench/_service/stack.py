@@ -1,0 +1,92 @@
+"""The whole service on loopback for a bench: redis-server, a migrated SQLite file, ONE API process
+and (switchable) one Celery worker process, through the tests' own starters (tests/api/api_server.py,
+tests/support/servers.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis as redis_lib
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "api")]
+
+from api_server import _wait_until, service_env, start_api_process, stop_process  # noqa: E402
+from support.servers import RedisServer, start_redis  # noqa: E402
+
+from oss_responses import redis_keys  # noqa: E402
+from oss_responses.config import Settings  # noqa: E402
+from oss_responses.storage import migrate  # noqa: E402
+
+SERVED = "gpt-oss-20b"  # a worker listens on its queue
+UNSERVED = "gpt-oss-120b"  # configured, but no worker: its responses stay queued
+
+
+@dataclass
+class Stack:
+    directory: Path
+    redis: RedisServer
+    settings: Settings
+    api: subprocess.Popen[bytes]
+    host: str
+    port: int
+    worker: subprocess.Popen[bytes] | None = None
+    trace_file: Path | None = None
+    _workers_started: int = field(default=0)
+
+    def start_worker(self, concurrency: int, step_interval: float = 0.0) -> None:
+        """The worker for SERVED, scripted at full speed (or stepped), its events traced."""
+        self.stop_worker()
+        self._workers_started += 1
+        self.trace_file = self.directory / f"trace-{self._workers_started}.txt"
+        env = service_env(
+            self.settings,
+            OSS_RESPONSES_WORKER_CONCURRENCY=str(concurrency),
+            OSS_RESPONSES_SCRIPTED_STEP_INTERVAL_SECONDS=str(step_interval),
+            OSS_RESPONSES_SCRIPTED_TOKENS_PER_SECOND="0",
+            BENCH_TRACE_FILE=str(self.trace_file),
+        )
+        client = redis_lib.Redis.from_url(self.settings.redis_url)
+        before = set(client.scan_iter(redis_keys.worker_ready("*")))
+        with (self.directory / f"worker-{self._workers_started}.log").open("wb") as log:
+            self.worker = subprocess.Popen(
+                [sys.executable, "-m", "bench._service.traced_worker", "--loglevel=WARNING"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        ready = lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before)  # noqa: E731
+        _wait_until(ready, self.worker, "the worker")
+        client.close()
+
+    def stop_worker(self) -> None:
+        if self.worker is not None:
+            stop_process(self.worker)
+            self.worker = None
+
+    def stop(self) -> None:
+        self.stop_worker()
+        try:
+            stop_process(self.api)
+        finally:
+            self.redis.stop()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_stack() -> Stack:
+    directory = Path(tempfile.mkdtemp(prefix="oss-bench-service-"))
+    redis = start_redis()
+    try:
+        database_url = f"sqlite:///{directory / 'oss-responses.db'}"
+        migrate(database_url)
+        settings = Settings(database_url=database_url, redis_url=redis.url, models=[SERVED, UNSERVED])
+        api, base_url = start_api_process(settings, directory / "api.log")
+    except BaseException:
+        redis.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    host, port = base_url.removeprefix("http://").split(":")
+    return Stack(directory=directory, redis=redis, settings=settings, api=api, host=host, port=int(port))

@@ -1,0 +1,110 @@
+"""``python -m oss_responses.workers``, plus a trace of when the scripted engine emitted each event.
+
+Bench-only, no production code changes: before the worker starts, this patches (in this process)
+- ``StepClock._run``: notes the time of each step tick (the moment every running response's token
+  is released, as one continuous-batching step);
+- ``ScriptedEngine._wait_turn``: puts the time of the tick this response's token was released on
+  into a context variable of the response's task (without a clock: the time its turn came);
+- ``EventWriter.append``: records ``E response_id sequence_number emitted_at`` for each event built
+  from that token;
+- ``EventWriter._send``: records ``W response_id sequence_number sent replied`` for each event XADD
+  of a flush (when the pipeline was sent, and when its reply was read);
+a thread appends the records to ``$BENCH_TRACE_FILE`` every 0.1 s. The bench uses them to split the
+added latency into the worker's part and the rest (Redis, API, client).
+Times are ``time.monotonic()`` (CLOCK_MONOTONIC, one clock for every process on the machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from oss_responses.engine import scripted
+from oss_responses.eventlog import writer as writer_module
+
+EMITTED_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("emitted_at", default=None)
+_records: deque[tuple[str, int, float]] = deque()
+_writes: deque[tuple[str, int, float, float]] = deque()
+_tick_times: dict[Any, float] = {}
+
+
+async def _run(self: scripted.StepClock) -> None:  # StepClock._run, noting each tick's time
+    while self._tick is not None and not self._tick.done():
+        await asyncio.sleep(self.interval)
+        tick, self._tick = self._tick, None
+        if tick is not None and not tick.done():
+            _tick_times[tick] = time.monotonic()
+            if len(_tick_times) > 64:
+                del _tick_times[next(iter(_tick_times))]
+            tick.set_result(None)
+
+
+async def _wait_turn(self: scripted.ScriptedEngine, request: Any) -> bool:  # same logic, timed
+    if self.delay > 0:
+        await asyncio.wait({request.aborted}, timeout=self.delay)
+    if self.clock is not None and not request.aborted.done():
+        tick = self.clock.next_tick()
+        await asyncio.wait({request.aborted, tick}, return_when=asyncio.FIRST_COMPLETED)
+        EMITTED_AT.set(_tick_times.get(tick, time.monotonic()))
+        return request.aborted.done()
+    if self.delay == 0 and self.clock is None:
+        await asyncio.sleep(0)
+    EMITTED_AT.set(time.monotonic())
+    return request.aborted.done()
+
+
+_append = writer_module.EventWriter.append
+
+
+def _traced_append(self: writer_module.EventWriter, response_id: str, events: Any) -> None:
+    events = list(events)
+    emitted_at = EMITTED_AT.get()
+    if emitted_at is not None:
+        _records.extend((response_id, e.sequence_number, emitted_at) for e in events)
+    _append(self, response_id, events)
+
+
+_send = writer_module.EventWriter._send
+
+
+async def _traced_send(self: writer_module.EventWriter, batch: Any) -> None:
+    sent = [(cmd[1], cmd[2]) for cmd in batch.commands if cmd[0] == "XADD" and cmd[2] != "*"]
+    before = time.monotonic()
+    await _send(self, batch)
+    after = time.monotonic()
+    _writes.extend((key, int(entry_id.split("-")[1]) - 1, before, after) for key, entry_id in sent)
+
+
+def _dump_forever(path: str) -> None:
+    with open(path, "a", buffering=1 << 16) as out:
+        while True:
+            time.sleep(0.1)
+            lines = []
+            while _records:
+                rid, seq, at = _records.popleft()
+                lines.append(f"E {rid} {seq} {at:.6f}\n")
+            while _writes:
+                key, seq, before, after = _writes.popleft()
+                lines.append(f"W {key.rsplit(':', 1)[-1]} {seq} {before:.6f} {after:.6f}\n")
+            out.write("".join(lines))
+            out.flush()
+
+
+def main() -> None:
+    scripted.StepClock._run = _run  # type: ignore[method-assign]
+    scripted.ScriptedEngine._wait_turn = _wait_turn  # type: ignore[method-assign]
+    writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
+    writer_module.EventWriter._send = _traced_send  # type: ignore[method-assign]
+    threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"],), daemon=True).start()
+    from oss_responses.workers.__main__ import main as worker_main
+
+    worker_main()
+
+
+if __name__ == "__main__":
+    main()

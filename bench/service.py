@@ -1,0 +1,373 @@
+"""The whole service, measured: issue 4's performance targets (a)-(d), end to end over HTTP.
+
+Starts its own stack on loopback (bench/_service/stack.py: redis-server, SQLite in a temp dir,
+migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery worker process
+``python -m oss_responses.workers`` with the scripted engine, wrapped to trace emit times), then:
+  (a) POST stream=true → ``response.created`` and → first delta at the client, 200 sequential requests,
+      scripted engine at full speed;
+  (b) added latency per event, engine emit → client receive, 100 concurrent streams × 50 tokens/s
+      (scripted engine stepping every 20 ms: one token for every running response per step). "Engine
+      emit" is the step tick that released the token, noted in the worker by
+      bench/_service/traced_worker.py (a bench-only wrapper; no production code is changed), which
+      also notes when the worker's flush of each event was sent to Redis (the split printed below);
+  (c) events/s the API process relays: live (200 streams of ``tokens 2000`` as fast as the worker
+      produces) and, since one worker cannot produce that fast, replay of pre-filled streams (written
+      with ``eventlog.write_events``) through GET ?stream=true to 200 concurrent clients;
+  (d) memory per open idle stream: 500 GET ?stream=true of queued responses of a model no worker
+      serves, API RSS delta / 500.
+Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything shares this
+machine's cores; each phase prints the CPU seconds of every process.
+Usage: python bench/service.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvloop
+from openai.types.responses import ResponseTextDeltaEvent
+from redis.asyncio import Redis
+
+from _service import client as http  # bench/ is on sys.path when run as a script
+from _service.stack import SERVED, UNSERVED, Stack, start_stack
+
+from oss_responses.eventlog import write_events
+
+TICK = os.sysconf("SC_CLK_TCK")
+A_REQUESTS, A_WARMUP = 200, 10
+B_STREAMS, B_TOKENS, B_STEP = 100, 250, 0.02
+C_LIVE_STREAMS, C_LIVE_WARMUP_S, C_LIVE_WINDOW_S = 200, 1.5, 4.0
+C_REPLAY_STREAMS, C_REPLAY_EVENTS = 200, 2000
+D_STREAMS = 500
+RESPONSE_ID = re.compile(rb'"id":"(resp_[^"]+)"')
+
+
+# --- process accounting -------------------------------------------------------------------------
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def self_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds of the API, the worker, redis-server and this client over a window."""
+
+    stack: Stack
+    start: dict[str, float] = field(default_factory=dict)
+    wall: float = 0.0
+
+    def _now(self) -> dict[str, float]:
+        pids = {"api": self.stack.api.pid, "redis": self.stack.redis.process.pid}
+        if self.stack.worker is not None:
+            pids["worker"] = self.stack.worker.pid
+        now = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        now["client"] = self_cpu()
+        return now
+
+    def begin(self) -> None:
+        self.start, self.wall = self._now(), time.monotonic()
+
+    def end(self) -> tuple[float, dict[str, float]]:
+        now, wall = self._now(), time.monotonic() - self.wall
+        return wall, {name: now[name] - self.start.get(name, 0.0) for name in now}
+
+
+def split(wall: float, used: dict[str, float]) -> str:
+    parts = ", ".join(f"{name} {sec / wall:.0%}" for name, sec in used.items())
+    return f"CPU (of one core, over {wall:.1f} s): {parts}; total {sum(used.values()) / wall:.0%} of 200%"
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * q))]
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+# --- requests -----------------------------------------------------------------------------------
+async def post_json(stack: Stack, path: str, body: dict[str, Any]) -> bytes:
+    chunks: list[bytes] = []
+    req = await http.request(stack.host, stack.port, "POST", path, body, on_data=lambda d, t: chunks.append(d))
+    await req.wait()
+    return b"".join(chunks)
+
+
+async def create_background(stack: Stack, count: int, model: str) -> list[str]:
+    """``count`` queued background responses (no stream), 16 requests at a time."""
+    ids: list[str] = []
+    sem = asyncio.Semaphore(16)
+
+    async def one() -> None:
+        async with sem:
+            body = await post_json(stack, "/v1/responses", {"model": model, "input": "hi", "background": True})
+            match = RESPONSE_ID.search(body)
+            assert match, body[:300]
+            ids.append(match.group(1).decode())
+
+    await asyncio.gather(*(one() for _ in range(count)))
+    return ids
+
+
+@dataclass
+class StreamRecord:
+    started: float
+    created: float | None = None
+    first_delta: float | None = None
+    first_text: float | None = None
+    response_id: str | None = None
+    deltas: list[tuple[int, float]] = field(default_factory=list)
+
+    def on_frame(self, frame: bytes, t: float) -> None:
+        kind = http.event_type(frame)
+        if kind == b"response.created":
+            self.created = t
+            match = RESPONSE_ID.search(frame)
+            self.response_id = match.group(1).decode() if match else None
+        elif kind.endswith(b".delta"):
+            self.deltas.append((http.sequence_number(frame), t))
+            if self.first_delta is None:
+                self.first_delta = t
+            if self.first_text is None and kind == b"response.output_text.delta":
+                self.first_text = t
+
+
+async def stream_post(stack: Stack, text: str) -> tuple[StreamRecord, http.Request]:
+    record = StreamRecord(started=time.monotonic())
+    body = {"model": SERVED, "input": text, "stream": True}
+    req = await http.request(stack.host, stack.port, "POST", "/v1/responses", body,
+                             on_data=http.FrameSplitter(record.on_frame))
+    return record, req
+
+
+# --- (a) ----------------------------------------------------------------------------------------
+async def bench_a(stack: Stack, meter: CpuMeter) -> float:
+    created, first_delta, first_text = [], [], []
+    for n in range(A_WARMUP + A_REQUESTS):
+        if n == A_WARMUP:
+            meter.begin()
+        record, req = await stream_post(stack, "Hello there, how are you?")
+        await req.wait()
+        assert record.created and record.first_delta and record.first_text, "stream without the expected events"
+        if n >= A_WARMUP:
+            created.append((record.created - record.started) * 1e3)
+            first_delta.append((record.first_delta - record.started) * 1e3)
+            first_text.append((record.first_text - record.started) * 1e3)
+    wall, used = meter.end()
+    p50 = pct(created, 0.5)
+    print(f"(a) POST stream=true, {A_REQUESTS} sequential requests, scripted engine at full speed")
+    print(f"    → response.created          p50 {p50:6.1f} ms  p99 {pct(created, 0.99):6.1f} ms   "
+          f"target p50 ≤ 30 ms: {verdict(p50 <= 30)}")
+    print(f"    → first delta (reasoning)   p50 {pct(first_delta, 0.5):6.1f} ms  p99 {pct(first_delta, 0.99):6.1f} ms")
+    print(f"    → first output_text.delta   p50 {pct(first_text, 0.5):6.1f} ms  p99 {pct(first_text, 0.99):6.1f} ms")
+    print(f"    {split(wall, used)}")
+    return p50
+
+
+# --- (b) ----------------------------------------------------------------------------------------
+@dataclass
+class Trace:
+    emitted: dict[tuple[str, int], float]  # (response id, sequence number) -> engine step tick
+    written: dict[tuple[str, int], tuple[float, float]]  # -> the worker's flush: sent, reply read
+
+
+def read_trace(stack: Stack) -> Trace:
+    assert stack.trace_file is not None
+    trace = Trace({}, {})
+    with stack.trace_file.open() as f:
+        for line in f:
+            kind, rid, seq, *times = line.split()
+            if kind == "E":
+                trace.emitted[(rid, int(seq))] = float(times[0])
+            else:
+                trace.written[(rid, int(seq))] = (float(times[0]), float(times[1]))
+    return trace
+
+
+async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
+    meter.begin()
+    started = [stream_post(stack, f"tokens {B_TOKENS}") for _ in range(B_STREAMS)]
+    streams = await asyncio.gather(*started)
+    await asyncio.gather(*(req.wait() for _, req in streams))
+    wall, used = meter.end()
+    await asyncio.sleep(0.4)  # the trace thread writes every 0.1 s
+    trace = read_trace(stack)
+    all_running = max(r.first_delta or 0.0 for r, _ in streams)  # every stream is generating from here
+    latencies, steady, in_worker, after_write, missing = [], [], [], [], 0
+    for record, _ in streams:
+        for seq, received in record.deltas:
+            key = (record.response_id or "", seq)
+            at = trace.emitted.get(key)
+            if at is None:
+                missing += 1
+                continue
+            latencies.append((received - at) * 1e3)
+            if at > all_running:
+                steady.append((received - at) * 1e3)
+                sent, _ = trace.written[key]
+                in_worker.append((sent - at) * 1e3)
+                after_write.append((received - sent) * 1e3)
+    p50, p99 = pct(steady, 0.5), pct(steady, 0.99)
+    print(f"(b) added latency per event, engine step tick → client receive, {B_STREAMS} streams × "
+          f"{1 / B_STEP:.0f} tokens/s ({len(steady)} deltas once all streams ran; {missing} untraced)")
+    print(f"    steady state                p50 {p50:6.2f} ms  p99 {p99:6.2f} ms   "
+          f"target p50 ≤ 5 ms, p99 ≤ 25 ms: {verdict(p50 <= 5 and p99 <= 25)}")
+    print(f"    all deltas (incl. ramp-up)  p50 {pct(latencies, 0.5):6.2f} ms  p99 {pct(latencies, 0.99):6.2f} ms")
+    print(f"    of which tick → worker's flush sent   p50 {pct(in_worker, 0.5):6.2f} ms  p99 {pct(in_worker, 0.99):6.2f} ms")
+    print(f"    of which flush sent → client receive  p50 {pct(after_write, 0.5):6.2f} ms  "
+          f"p99 {pct(after_write, 0.99):6.2f} ms")
+    print(f"    {split(wall, used)}")
+    return p50, p99
+
+
+# --- (c) ----------------------------------------------------------------------------------------
+async def bench_c_live(stack: Stack, meter: CpuMeter) -> float:
+    counters = [http.FrameCounter() for _ in range(C_LIVE_STREAMS)]
+    body = {"model": SERVED, "input": "tokens 2000", "stream": True}
+    reqs = await asyncio.gather(*(
+        http.request(stack.host, stack.port, "POST", "/v1/responses", body, on_data=c) for c in counters
+    ))
+    await asyncio.sleep(C_LIVE_WARMUP_S)
+    n0 = sum(c.frames for c in counters)
+    meter.begin()
+    await asyncio.sleep(C_LIVE_WINDOW_S)
+    n1 = sum(c.frames for c in counters)
+    wall, used = meter.end()
+    for req in reqs:  # hang up: the API cancels the (non-background) responses
+        req.close()
+    rate = (n1 - n0) / wall
+    print(f"(c) live: {C_LIVE_STREAMS} streams of 'tokens 2000' as fast as one worker produces, {wall:.1f} s window")
+    print(f"    {rate:9,.0f} events/s received; API CPU {used['api'] / max(1, n1 - n0) * 1e6:.1f} µs/event; "
+          f"worker CPU {used.get('worker', 0) / max(1, n1 - n0) * 1e6:.1f} µs/event")
+    print(f"    {split(wall, used)}")
+    return rate
+
+
+def filler(seq: int) -> ResponseTextDeltaEvent:
+    return ResponseTextDeltaEvent(
+        type="response.output_text.delta", item_id="msg_0123456789abcdef0123456789abcdef", output_index=0,
+        content_index=0, delta=" lorem", logprobs=[], sequence_number=seq,
+    )
+
+
+async def prefill(stack: Stack, ids: list[str]) -> None:
+    """After each queued response's two opening events: C_REPLAY_EVENTS deltas, then the end marker."""
+    redis = Redis.from_url(stack.settings.redis_url)
+    events = [filler(seq) for seq in range(2, 2 + C_REPLAY_EVENTS)]
+    for rid in ids:
+        await write_events(redis, rid, events, close="completed", ttl_seconds=3600)
+    await redis.aclose()
+
+
+async def bench_c_replay(stack: Stack, meter: CpuMeter) -> float:
+    ids = await create_background(stack, C_REPLAY_STREAMS, UNSERVED)
+    await prefill(stack, ids)
+    counters = [http.FrameCounter() for _ in ids]
+    meter.begin()
+    reqs = await asyncio.gather(*(
+        http.request(stack.host, stack.port, "GET", f"/v1/responses/{rid}?stream=true", on_data=c)
+        for rid, c in zip(ids, counters)
+    ))
+    await asyncio.gather(*(req.wait() for req in reqs))
+    wall, used = meter.end()
+    events = sum(c.frames for c in counters)
+    expected = len(ids) * (C_REPLAY_EVENTS + 2)
+    assert events == expected, f"replayed {events} events, expected {expected}"
+    rate = events / wall
+    print(f"(c) replay: {len(ids)} concurrent GET ?stream=true of pre-filled streams, "
+          f"{C_REPLAY_EVENTS + 2} events each ({events:,} events in {wall:.2f} s)")
+    print(f"    {rate:9,.0f} events/s; API CPU {used['api'] / events * 1e6:.1f} µs/event   "
+          f"target ≥ 20,000 events/s: {verdict(rate >= 20_000)}")
+    print(f"    {split(wall, used)}")
+    return rate
+
+
+# --- (d) ----------------------------------------------------------------------------------------
+async def open_idle(stack: Stack, ids: list[str]) -> tuple[list[http.Request], list[http.FrameCounter]]:
+    counters = [http.FrameCounter() for _ in ids]
+    reqs = await asyncio.gather(*(
+        http.request(stack.host, stack.port, "GET", f"/v1/responses/{rid}?stream=true", on_data=c)
+        for rid, c in zip(ids, counters)
+    ))
+    while sum(c.frames for c in counters) < 2 * len(ids):  # response.created + response.queued each
+        await asyncio.sleep(0.05)
+    return reqs, counters
+
+
+async def bench_d(stack: Stack) -> float:
+    ids = await create_background(stack, D_STREAMS + 50, UNSERVED)
+    warm, _ = await open_idle(stack, ids[D_STREAMS:])  # first-use allocations are not per stream
+    for req in warm:
+        req.close()
+    await asyncio.sleep(0.5)
+    before = rss_kb(stack.api.pid)
+    reqs, _ = await open_idle(stack, ids[:D_STREAMS])
+    await asyncio.sleep(1.0)
+    after = rss_kb(stack.api.pid)
+    for req in reqs:
+        req.close()
+    per_stream = (after - before) / D_STREAMS
+    print(f"(d) memory per open idle stream: {D_STREAMS} GET ?stream=true of queued responses (no worker)")
+    print(f"    API RSS {before / 1024:.1f} → {after / 1024:.1f} MiB: {per_stream:.1f} KB per stream   "
+          f"target ≤ 50 KB: {verdict(per_stream <= 50)}")
+    return per_stream
+
+
+# --- main ---------------------------------------------------------------------------------------
+async def timed(name: str, step: Callable[[], Awaitable[Any]]) -> Any:
+    t0 = time.monotonic()
+    result = await step()
+    print(f"    [{name}: {time.monotonic() - t0:.1f} s]\n")
+    return result
+
+
+async def run(stack: Stack) -> float:
+    meter = CpuMeter(stack)
+    stack.start_worker(concurrency=256)
+    await timed("a", lambda: bench_a(stack, meter))
+    await timed("c live", lambda: bench_c_live(stack, meter))
+    stack.start_worker(concurrency=128, step_interval=B_STEP)
+    await timed("b", lambda: bench_b(stack, meter))
+    stack.stop_worker()
+    rate = await timed("c replay", lambda: bench_c_replay(stack, meter))
+    await timed("d", lambda: bench_d(stack))
+    return rate
+
+
+def main() -> None:
+    t0 = time.monotonic()
+    print(f"oss-responses service bench: {os.cpu_count()} cores shared by redis-server, the API process, "
+          "the worker process and this client (each phase shows the CPU split)\n")
+    stack = start_stack()
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            rate = runner.run(run(stack))
+    finally:
+        stack.stop()
+    print(f"total {time.monotonic() - t0:.0f} s")
+    print(f"service_relay_events_per_second: {rate:.0f} events/s")
+
+
+if __name__ == "__main__":
+    main()
