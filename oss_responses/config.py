@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Any other AsyncEngineArgs, as JSON (e.g. {\"enforce_eager\": true})"
     )
+    vllm_force_scripted: bool = Field(
+        False,
+        description="Tests/demos on random-weight models only: vLLM samples the scripted engine's answer "
+        "(a forcing logits processor), so its output is valid, deterministic harmony",
+    )
 
     # --- harmony rendering --------------------------------------------------
     tiktoken_dir: Path = Field(

@@ -7,11 +7,19 @@ binds its output handler to the loop that first drives it. vLLM is imported lazi
 vLLM spawns an EngineCore process and a worker process; a script that builds this engine needs an
 ``if __name__ == "__main__"`` guard. It writes ZMQ sockets under ``VLLM_RPC_BASE_PATH`` (default
 /tmp) and a cache under ``VLLM_CACHE_ROOT``.
+
+With ``vllm_force_scripted`` (tests and demos on random-weight models) the engine registers the
+forcing logits processor (:mod:`oss_responses.engine.forced`) and gives every request the scripted
+engine's answer to its prompt as ``forced_token_ids``: vLLM still schedules, batches, samples and
+stops as in production, but the sampled tokens are the script's, i.e. valid harmony. A prompt whose
+last user message contains the word ``unscripted`` gets no script and samples freely.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +27,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, FinishReason, SamplingSettings
 
 if TYPE_CHECKING:
+    from openai_harmony import HarmonyEncoding
     from vllm import RequestOutput, SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -35,8 +44,15 @@ _FINISH_REASONS: dict[str, FinishReason] = {
 }
 
 
+_UNSCRIPTED = re.compile(r"\bunscripted\b")
+
+
 class EngineRequestError(RuntimeError):
     """vLLM finished a request with an internal error."""
+
+
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for output within ``max_model_len``."""
 
 
 def engine_args(settings: Settings) -> AsyncEngineArgs:
@@ -57,6 +73,16 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
         "disable_log_stats": True,
     }
     fields.update(settings.vllm_engine_args)
+    if fields["max_num_seqs"] != settings.worker_concurrency:
+        raise ValueError(
+            f"vllm_engine_args max_num_seqs={fields['max_num_seqs']} disagrees with worker_concurrency="
+            f"{settings.worker_concurrency}: set worker_concurrency (it sets both)"
+        )
+    if settings.vllm_force_scripted:
+        from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR
+
+        processors = list(fields.get("logits_processors") or [])
+        fields["logits_processors"] = processors + [p for p in [FORCED_LOGITS_PROCESSOR] if p not in processors]
     return AsyncEngineArgs(**fields)
 
 
@@ -96,9 +122,33 @@ def engine_output(output: RequestOutput, first: bool) -> EngineOutput:
     )
 
 
+class ScriptedAnswers:
+    """The scripted engine's answer to a prompt, as a token script to force (``vllm_force_scripted``)."""
+
+    def __init__(self, encoding: HarmonyEncoding) -> None:
+        from oss_responses.engine.scripted import ScriptWriter
+
+        self.encoding = encoding
+        self.writer = ScriptWriter(encoding)
+
+    def script_for(self, prompt_token_ids: Sequence[int]) -> list[int] | None:
+        """The script, or None when the last user message asks for ``unscripted`` (random) output."""
+        from openai_harmony import Role
+
+        from oss_responses.engine.scripted import parse_prompt, text_of
+
+        messages = parse_prompt(self.encoding, prompt_token_ids)
+        users = [text_of(m) for m in messages if m.author.role == Role.USER]
+        if users and _UNSCRIPTED.search(users[-1]):
+            return None
+        return self.writer.tokens_for(messages)
+
+
 class VllmEngine:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, encoding: HarmonyEncoding | None = None) -> None:
         self._settings = settings
+        self._encoding = encoding
+        self._scripts: ScriptedAnswers | None = None
         self._llm: AsyncLLM | None = None
         # request id -> abort requested; for the ids whose generate() is running
         self._running: dict[str, bool] = {}
@@ -116,6 +166,11 @@ class VllmEngine:
         if self._llm is not None:
             return
         args = engine_args(self._settings)
+        if self._settings.vllm_force_scripted:
+            from oss_responses.harmony.vocab import load_encoding
+
+            self._scripts = ScriptedAnswers(self._encoding or load_encoding(self._settings.tiktoken_dir))
+            log.warning("vllm_force_scripted: outputs are the scripted engine's answers (tests/demos only)")
         log.info("starting vLLM: model=%s max_num_seqs=%s", args.model, args.max_num_seqs)
         # Built on the engine loop on purpose: AsyncLLM starts its output handler on the running loop.
         self._llm = AsyncLLM.from_engine_args(args)
@@ -125,7 +180,10 @@ class VllmEngine:
     ) -> AsyncIterator[EngineOutput]:
         from vllm.inputs import TokensPrompt
 
+        self._check_length(prompt_token_ids)
         prompt = TokensPrompt(prompt_token_ids=list(prompt_token_ids))
+        if self._scripts is not None:
+            sampling = self._forced(prompt_token_ids, sampling)
         self._running[request_id] = False
         first, finished = True, False
         try:
@@ -140,6 +198,24 @@ class VllmEngine:
         if not finished:
             # vLLM closed the stream without a final output: end it as aborted.
             yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
+
+    def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
+        # vLLM rejects it too, but with its own wording; this says what the user can do about it.
+        limit = self.llm.model_config.max_model_len
+        if len(prompt_token_ids) >= limit:
+            raise PromptTooLongError(
+                f"The prompt is {len(prompt_token_ids)} tokens, the model's context is {limit} tokens: "
+                "shorten the input or the conversation."
+            )
+
+    def _forced(self, prompt_token_ids: Sequence[int], sampling: SamplingSettings) -> SamplingSettings:
+        from oss_responses.engine.forced import FORCED_TOKENS_KEY
+
+        assert self._scripts is not None
+        script = self._scripts.script_for(prompt_token_ids)
+        if script is None:
+            return sampling
+        return dataclasses.replace(sampling, extra={**sampling.extra, FORCED_TOKENS_KEY: script})
 
     async def abort(self, request_id: str) -> None:
         """Stop a request; its ``generate`` ends with finish_reason "abort". Unknown ids are ignored."""

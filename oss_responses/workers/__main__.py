@@ -10,6 +10,7 @@ import sys
 
 from oss_responses.config import get_settings
 from oss_responses.workers.celery_app import make_celery
+from oss_responses.workers.tasks import start_error
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> None:
         *(sys.argv[1:] if argv is None else argv),
     ]
     app.worker_main(args)
+    if (error := start_error()) is not None:
+        # Celery logs the failure but exits 0; a supervisor must see the worker did not serve.
+        sys.exit(f"oss-responses worker not started: {error}")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def build_engine(settings: Settings, encoding: HarmonyEncoding) -> Engine:
         return ScriptedEngine.from_settings(settings, encoding)
     from oss_responses.engine.vllm import VllmEngine  # imports vLLM: only on vLLM workers
 
-    return VllmEngine(settings)
+    return VllmEngine(settings, encoding)
 
 
 @dataclass

@@ -14,13 +14,19 @@ from celery import Celery, bootsteps
 
 from oss_responses.config import Settings
 from oss_responses.workers import runner
-from oss_responses.workers.context import WorkerContext, start_worker
+from oss_responses.workers.context import EngineStartError, WorkerContext, start_worker
 
 log = logging.getLogger(__name__)
 
 RUN_RESPONSE_TASK = "oss_responses.run_response"
 
 _context: WorkerContext | None = None
+_start_error: EngineStartError | None = None
+
+
+def start_error() -> EngineStartError | None:
+    """Why the engine failed to start in this process (Celery itself then exits with status 0)."""
+    return _start_error
 
 
 def current_context() -> WorkerContext:
@@ -43,8 +49,12 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
         label = "oss-responses engine"
 
         def start(self, worker: Any) -> None:
-            global _context
-            _context = start_worker(settings)
+            global _context, _start_error
+            try:
+                _context = start_worker(settings)
+            except EngineStartError as exc:
+                _start_error = exc
+                raise
 
         def stop(self, worker: Any) -> None:
             global _context

