@@ -195,6 +195,23 @@ class CreateResponseRequest(BaseModel):
             raise BadRequest("Invalid type for 'tools': expected an array of tools.", param="tools")
         return [parse_tool(tool, f"tools[{i}]") for i, tool in enumerate(value)]
 
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, value: Any) -> Any:
+        # gpt-oss decides by itself whether to call a tool; nothing in harmony can force a call,
+        # so "required" and named choices would be silently ignored: refuse them instead.
+        if value in ("auto", "none"):
+            return value
+        if value == "required" or isinstance(value, dict):
+            raise BadRequest(
+                "gpt-oss cannot be forced to call a tool: tool_choice must be 'auto' (the model decides) "
+                "or 'none' (no tools are shown to the model).",
+                param="tool_choice",
+                code="unsupported_value",
+            )
+        raise BadRequest("Invalid value for 'tool_choice': expected 'auto' or 'none'.", param="tool_choice",
+                         code="invalid_value")
+
     @field_validator("metadata")
     @classmethod
     def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:

@@ -1,0 +1,49 @@
+"""The create-request body: what is accepted, and the 400s that name the parameter."""
+
+from __future__ import annotations
+
+import pytest
+
+from oss_responses.errors import BadRequest
+from oss_responses.requests import parse_create_request
+
+
+def _refusal(body: dict) -> BadRequest:
+    with pytest.raises(BadRequest) as caught:
+        parse_create_request({"model": "m", "input": "hi", **body})
+    return caught.value
+
+
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_parse_request_tool_choice_auto_or_none_accepted(choice: str) -> None:
+    assert parse_create_request({"model": "m", "tool_choice": choice}).tool_choice == choice
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "f"}, {"type": "mcp", "server_label": "calc"}])
+def test_parse_request_tool_choice_forcing_a_call_refused(choice: object) -> None:
+    error = _refusal({"tool_choice": choice})
+    assert (error.param, error.code) == ("tool_choice", "unsupported_value")
+    assert "cannot be forced" in error.message
+
+
+def test_parse_request_unknown_field_refused() -> None:
+    error = _refusal({"bogus": 1})
+    assert error.param == "bogus" and "Unrecognized request argument" in error.message
+
+
+def test_parse_request_string_for_boolean_refused() -> None:
+    assert _refusal({"stream": "yes"}).param == "stream"
+
+
+def test_parse_request_input_of_wrong_type_names_input() -> None:
+    assert _refusal({"input": 42}).param == "input"
+
+
+def test_parse_request_unsupported_item_type_names_the_item() -> None:
+    error = _refusal({"input": [{"type": "computer_call_output", "call_id": "c"}]})
+    assert (error.param, error.code) == ("input[0].type", "unsupported_value")
+
+
+def test_parse_request_string_input_is_one_user_message() -> None:
+    (item,) = parse_create_request({"model": "m", "input": "hello"}).input_items()
+    assert (item.role, item.content) == ("user", "hello")
