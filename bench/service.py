@@ -2,7 +2,7 @@
 
 Starts its own stack on loopback (bench/_service/stack.py: redis-server, SQLite in a temp dir,
 migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery worker process
-``python -m oss_responses.workers`` with the scripted engine, wrapped to trace emit times), then:
+``python -m oss_responses.workers`` with the scripted engine; for (b) wrapped to trace emit times), then:
   (a) POST stream=true → ``response.created`` and → first delta at the client, 200 sequential requests,
       scripted engine at full speed;
   (b) added latency per event, engine emit → client receive, 100 concurrent streams × 50 tokens/s
@@ -17,11 +17,13 @@ migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery 
       serves, API RSS delta / 500.
 Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything shares this
 machine's cores; each phase prints the CPU seconds of every process.
-Usage: python bench/service.py
+Usage: python bench/service.py [--phases a,c,b,r,d]   (r = (c) replay; default: all, in that order)
+A failed run prints the tail of the API's and the worker's logs.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import re
@@ -61,6 +63,19 @@ def rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of each thread of ``pid`` by thread id."""
+    out: dict[str, float] = {}
+    for task in os.scandir(f"/proc/{pid}/task"):
+        try:
+            with open(f"{task.path}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[task.name] = (int(fields[11]) + int(fields[12])) / TICK
+    return out
 
 
 def self_cpu() -> float:
@@ -249,17 +264,26 @@ async def bench_c_live(stack: Stack, meter: CpuMeter) -> float:
         http.request(stack.host, stack.port, "POST", "/v1/responses", body, on_data=c) for c in counters
     ))
     await asyncio.sleep(C_LIVE_WARMUP_S)
-    n0 = sum(c.frames for c in counters)
+    per_stream0 = [c.frames for c in counters]
+    n0 = sum(per_stream0)
+    assert stack.worker is not None
+    threads0 = thread_cpu(stack.worker.pid)
     meter.begin()
     await asyncio.sleep(C_LIVE_WINDOW_S)
     n1 = sum(c.frames for c in counters)
     wall, used = meter.end()
+    threads1 = thread_cpu(stack.worker.pid)
     for req in reqs:  # hang up: the API cancels the (non-background) responses
         req.close()
     rate = (n1 - n0) / wall
-    print(f"(c) live: {C_LIVE_STREAMS} streams of 'tokens 2000' as fast as one worker produces, {wall:.1f} s window")
+    active = sum(c.frames > before for c, before in zip(counters, per_stream0))
+    print(f"(c) live: {C_LIVE_STREAMS} streams of 'tokens 2000' as fast as one worker produces, {wall:.1f} s window "
+          f"({active} streams received events in it)")
     print(f"    {rate:9,.0f} events/s received; API CPU {used['api'] / max(1, n1 - n0) * 1e6:.1f} µs/event; "
           f"worker CPU {used.get('worker', 0) / max(1, n1 - n0) * 1e6:.1f} µs/event")
+    shares = sorted(((threads1[n] - threads0.get(n, 0.0)) / wall for n in threads1), reverse=True)
+    print("    worker's busiest threads (the engine loop first): " + ", ".join(f"{share:.0%}" for share in shares[:3])
+          + f"; {len(shares) - 3} others {sum(shares[3:]):.0%}")
     print(f"    {split(wall, used)}")
     return rate
 
@@ -342,31 +366,51 @@ async def timed(name: str, step: Callable[[], Awaitable[Any]]) -> Any:
     return result
 
 
-async def run(stack: Stack) -> float:
+async def run(stack: Stack, phases: set[str]) -> float | None:
     meter = CpuMeter(stack)
-    stack.start_worker(concurrency=256)
-    await timed("a", lambda: bench_a(stack, meter))
-    await timed("c live", lambda: bench_c_live(stack, meter))
-    stack.start_worker(concurrency=128, step_interval=B_STEP)
-    await timed("b", lambda: bench_b(stack, meter))
+    rate = None
+    if phases & {"a", "c"}:
+        stack.start_worker(concurrency=256, traced=False)  # (a) and (c) need no trace
+    if "a" in phases:
+        await timed("a", lambda: bench_a(stack, meter))
+    if "c" in phases:
+        await timed("c live", lambda: bench_c_live(stack, meter))
+    if "b" in phases:
+        stack.start_worker(concurrency=128, step_interval=B_STEP)
+        await timed("b", lambda: bench_b(stack, meter))
     stack.stop_worker()
-    rate = await timed("c replay", lambda: bench_c_replay(stack, meter))
-    await timed("d", lambda: bench_d(stack))
+    if "r" in phases:
+        rate = await timed("c replay", lambda: bench_c_replay(stack, meter))
+    if "d" in phases:
+        await timed("d", lambda: bench_d(stack))
     return rate
 
 
+def print_log_tails(stack: Stack, lines: int = 40) -> None:
+    for log in sorted(stack.directory.glob("*.log")):
+        print(f"--- last {lines} lines of {log.name}")
+        print("\n".join(log.read_text(errors="replace").splitlines()[-lines:]))
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--phases", default="a,c,b,r,d", help="comma-separated subset of a,c,b,r,d")
+    phases = set(parser.parse_args().phases.split(","))
     t0 = time.monotonic()
     print(f"oss-responses service bench: {os.cpu_count()} cores shared by redis-server, the API process, "
           "the worker process and this client (each phase shows the CPU split)\n")
     stack = start_stack()
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            rate = runner.run(run(stack))
+            rate = runner.run(run(stack, phases))
+    except BaseException:
+        print_log_tails(stack)
+        raise
     finally:
         stack.stop()
     print(f"total {time.monotonic() - t0:.0f} s")
-    print(f"service_relay_events_per_second: {rate:.0f} events/s")
+    if rate is not None:
+        print(f"service_relay_events_per_second: {rate:.0f} events/s")
 
 
 if __name__ == "__main__":

@@ -39,8 +39,9 @@ class Stack:
     trace_file: Path | None = None
     _workers_started: int = field(default=0)
 
-    def start_worker(self, concurrency: int, step_interval: float = 0.0) -> None:
-        """The worker for SERVED, scripted at full speed (or stepped), its events traced."""
+    def start_worker(self, concurrency: int, step_interval: float = 0.0, traced: bool = True) -> None:
+        """The worker for SERVED, scripted at full speed (or stepped), its events traced (or not: the
+        production worker, without the trace's own per-event cost)."""
         self.stop_worker()
         self._workers_started += 1
         self.trace_file = self.directory / f"trace-{self._workers_started}.txt"
@@ -55,7 +56,8 @@ class Stack:
         before = set(client.scan_iter(redis_keys.worker_ready("*")))
         with (self.directory / f"worker-{self._workers_started}.log").open("wb") as log:
             self.worker = subprocess.Popen(
-                [sys.executable, "-m", "bench._service.traced_worker", "--loglevel=WARNING"],
+                [sys.executable, "-m", "bench._service.traced_worker" if traced else "oss_responses.workers",
+                 "--loglevel=WARNING"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         ready = lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before)  # noqa: E731

@@ -47,12 +47,13 @@ async def _run(self: scripted.StepClock) -> None:  # StepClock._run, noting each
 async def _wait_turn(self: scripted.ScriptedEngine, request: Any) -> bool:  # same logic, timed
     if self.delay > 0:
         await asyncio.wait({request.aborted}, timeout=self.delay)
-    if self.clock is not None and not request.aborted.done():
-        tick = self.clock.next_tick()
-        await asyncio.wait({request.aborted, tick}, return_when=asyncio.FIRST_COMPLETED)
-        EMITTED_AT.set(_tick_times.get(tick, time.monotonic()))
-        return request.aborted.done()
-    if self.delay == 0 and self.clock is None:
+    if self.clock is not None:
+        if not request.aborted.done():
+            tick = self.clock.next_tick()
+            await tick
+            EMITTED_AT.set(_tick_times.get(tick, time.monotonic()))
+            return request.aborted.done()
+    elif self.delay == 0:
         await asyncio.sleep(0)
     EMITTED_AT.set(time.monotonic())
     return request.aborted.done()

@@ -154,6 +154,8 @@ class StepClock:
     def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
+        if self._tick is not None and not self._tick.done():
+            self._tick.set_result(None)  # release the waiters (they see their requests aborted)
 
 
 @dataclass(slots=True)
@@ -203,39 +205,40 @@ class ScriptedEngine:
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
+        # One generator level per token (not a nested one): this runs once per token per response.
         script = self.writer.tokens_for(parse_prompt(self.encoding, prompt_token_ids))
         request = _Request(aborted=asyncio.get_running_loop().create_future())
         self._requests[request_id] = request
+        stops = set(sampling.stop_token_ids) or {RETURN, CALL}
         try:
-            async for output in self._emit(request, script, sampling):
-                yield output
+            for index, token in enumerate(script):
+                if await self._wait_turn(request):
+                    yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
+                    return
+                cached = 0 if index == 0 else None
+                if token in stops:
+                    yield EngineOutput(token_ids=[token], finished=True, finish_reason="stop", cached_tokens=cached)
+                    return
+                if index + 1 >= sampling.max_tokens:
+                    yield EngineOutput(token_ids=[token], finished=True, finish_reason="length", cached_tokens=cached)
+                    return
+                yield EngineOutput(token_ids=[token], cached_tokens=cached)
+            yield EngineOutput(token_ids=[], finished=True, finish_reason="stop")
         finally:
             self._requests.pop(request_id, None)
 
-    async def _emit(
-        self, request: _Request, script: list[int], sampling: SamplingSettings
-    ) -> AsyncIterator[EngineOutput]:
-        stops = set(sampling.stop_token_ids) or {RETURN, CALL}
-        for index, token in enumerate(script):
-            if await self._wait_turn(request):
-                yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
-                return
-            cached = 0 if index == 0 else None
-            if token in stops:
-                yield EngineOutput(token_ids=[token], finished=True, finish_reason="stop", cached_tokens=cached)
-                return
-            if index + 1 >= sampling.max_tokens:
-                yield EngineOutput(token_ids=[token], finished=True, finish_reason="length", cached_tokens=cached)
-                return
-            yield EngineOutput(token_ids=[token], cached_tokens=cached)
-        yield EngineOutput(token_ids=[], finished=True, finish_reason="stop")
-
     async def _wait_turn(self, request: _Request) -> bool:
-        """Wait for this request's next token slot; True when it was aborted meanwhile."""
+        """Wait for this request's next token slot; True when it was aborted meanwhile.
+
+        On the step clock every running request awaits the one shared tick future (a plain await:
+        an ``asyncio.wait`` per token and request cost more than the rest of the step); an abort
+        then takes effect at the next step, as in a continuous-batching engine.
+        """
         if self.delay > 0:
             await asyncio.wait({request.aborted}, timeout=self.delay)
-        if self.clock is not None and not request.aborted.done():
-            await asyncio.wait({request.aborted, self.clock.next_tick()}, return_when=asyncio.FIRST_COMPLETED)
-        if self.delay == 0 and self.clock is None:
+        if self.clock is not None:
+            if not request.aborted.done():
+                await self.clock.next_tick()
+        elif self.delay == 0:
             await asyncio.sleep(0)
         return request.aborted.done()

@@ -3,8 +3,9 @@
 One :class:`EventWriter` lives on the worker's engine loop. ``append``/``close``/``append_progress``
 only buffer commands; the first buffered command of a loop iteration starts a flush task, which runs
 on the next iteration and sends everything buffered by then (all running responses' events of one
-engine step) in ONE round trip (``bulk.run_commands``: a pipeline of scripts, one per 1,000 commands,
-so the client's cost is packing arguments, not a reply per command). Flushes never overlap: stream ids must reach Redis in
+engine step) in ONE round trip (``bulk.run_commands``: one write of scripts, one per 1,000 commands,
+so the client's cost is packing arguments, not a reply per command). A response's progress (token
+ids) is one APPEND per flush, however many engine outputs it holds. Flushes never overlap: stream ids must reach Redis in
 order, so what is buffered while a flush is in flight goes in the next one (batches grow under load).
 
 A failed write poisons its response: later ``append`` calls and ``drain`` raise
@@ -35,7 +36,17 @@ class _Batch:
     commands: list[Command] = field(default_factory=list)
     owners: list[str] = field(default_factory=list)  # response id of each command
     closing: set[str] = field(default_factory=set)
+    # Token ids per response, sent as ONE APPEND per response per flush (not one per engine output).
+    progress: dict[str, list[int]] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take_progress(self) -> None:
+        """Put the progress APPENDs first: before a close's EXPIRE of the same key in this batch."""
+        if self.progress:
+            appends = [("APPEND", redis_keys.progress(rid), pack_token_ids(ids)) for rid, ids in self.progress.items()]
+            self.commands[:0] = appends
+            self.owners[:0] = list(self.progress)
+            self.progress = {}
 
 
 def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Command]:
@@ -98,12 +109,19 @@ class EventWriter:
         self._buffer(response_id, close_commands(response_id, status, self._ttl_seconds), closing=True)
 
     def append_progress(self, response_id: str, token_ids: Iterable[int]) -> None:
-        self._buffer(response_id, [("APPEND", redis_keys.progress(response_id), pack_token_ids(token_ids))])
+        self._raise_if_failed(response_id)
+        batch = self._pending
+        ids = batch.progress.get(response_id)
+        if ids is None:
+            batch.progress[response_id] = ids = []
+        ids += token_ids
+        self._last_batch[response_id] = batch
+        self._start_flusher()
 
     async def flush(self) -> None:
         """Wait until everything buffered so far is in Redis (errors are per response: see drain)."""
         batch = self._pending
-        if batch.commands:
+        if batch.commands or batch.progress:
             self._start_flusher()
             await batch.done.wait()
         elif self._flusher is not None:
@@ -149,8 +167,9 @@ class EventWriter:
 
     async def _flush_all(self) -> None:
         try:
-            while self._pending.commands:
+            while self._pending.commands or self._pending.progress:
                 batch, self._pending = self._pending, _Batch()
+                batch.take_progress()
                 await self._send(batch)
         finally:
             self._flusher = None
