@@ -16,7 +16,7 @@ import redis as redis_lib
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "api")]
 
-from api_server import _wait_until, service_env, start_api_process, stop_process  # noqa: E402
+from api_server import service_env, start_api_process, stop_process, wait_until  # noqa: E402
 from support.servers import RedisServer, start_redis  # noqa: E402
 
 from oss_responses import redis_keys  # noqa: E402
@@ -61,7 +61,7 @@ class Stack:
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
         ready = lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before)  # noqa: E731
-        _wait_until(ready, self.worker, "the worker")
+        wait_until(ready, self.worker, "the worker")
         client.close()
 
     def stop_worker(self) -> None:

@@ -93,7 +93,7 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _wait_until(check: Callable[[], bool], process: subprocess.Popen[bytes], what: str) -> None:
+def wait_until(check: Callable[[], bool], process: subprocess.Popen[bytes], what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while not check():
         if process.poll() is not None:
@@ -103,10 +103,18 @@ def _wait_until(check: Callable[[], bool], process: subprocess.Popen[bytes], wha
         time.sleep(0.05)
 
 
-def start_api_process(settings: Settings, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m oss_responses.api`` on a free port; returns once /healthz answers."""
+def start_api_process(
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m oss_responses.api`` on a free port; returns once /healthz answers.
+
+    ``env`` defaults to :func:`service_env` of ``settings``; the port and host are added to it.
+    """
     port = free_port()
-    env = service_env(settings, OSS_RESPONSES_API_PORT=str(port), OSS_RESPONSES_API_HOST="127.0.0.1")
+    env = (service_env(settings) if env is None else env) | {
+        "OSS_RESPONSES_API_PORT": str(port),
+        "OSS_RESPONSES_API_HOST": "127.0.0.1",
+    }
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "oss_responses.api"], cwd=REPO, env=env,
                                    stdout=log, stderr=subprocess.STDOUT)
@@ -118,7 +126,7 @@ def start_api_process(settings: Settings, log_path: Path) -> tuple[subprocess.Po
         except httpx2.HTTPError:
             return False
 
-    _wait_until(healthy, process, "the API process")
+    wait_until(healthy, process, "the API process")
     return process, base_url
 
 
@@ -129,6 +137,6 @@ def start_worker_process(settings: Settings, log_path: Path) -> subprocess.Popen
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "oss_responses.workers", "--loglevel=WARNING"], cwd=REPO,
                                    env=service_env(settings), stdout=log, stderr=subprocess.STDOUT)
-    _wait_until(lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before), process, "the worker")
+    wait_until(lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before), process, "the worker")
     client.close()
     return process

@@ -16,9 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import redis as redis_lib
-from api_server import REPO, START_TIMEOUT_S, service_env, stop_process
+from api_server import REPO, service_env, start_api_process, stop_process, wait_until
 from openai import OpenAI
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
@@ -34,16 +33,6 @@ REFUSED_PREFIX = "http://127.0.0.1:1/"  # allow-listed, yet loopback: refused as
 POLL_S = 0.02
 DEADLINE_S = 20.0
 _events = TypeAdapter(ResponseStreamEvent)
-
-
-def _wait(check: Any, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not check():
-        if process.poll() is not None:
-            raise RuntimeError(f"{what} exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not start within {START_TIMEOUT_S}s")
-        time.sleep(0.02)
 
 
 def _listening(port: int) -> bool:
@@ -62,7 +51,7 @@ def mcp_server(*command: str) -> Iterator[str]:
                                env={**os.environ, "PYTHONPATH": str(REPO)},
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _wait(lambda: _listening(port), process, f"the MCP server {command}")
+        wait_until(lambda: _listening(port), process, f"the MCP server {command}")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         stop_process(process)
@@ -94,7 +83,7 @@ class ToolStack:
         self.worker = subprocess.Popen([sys.executable, "-m", "oss_responses.workers", "--loglevel=WARNING"],
                                        cwd=REPO, env=tool_env(self.settings), stdout=log, stderr=subprocess.STDOUT)
         self.processes.append(self.worker)
-        _wait(lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before), self.worker, "the worker")
+        wait_until(lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before), self.worker, "the worker")
         client.close()
 
     def restart_worker(self) -> None:
@@ -110,21 +99,7 @@ class ToolStack:
 
 
 def start_api(settings: Settings, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = tool_env(settings) | {"OSS_RESPONSES_API_PORT": str(port), "OSS_RESPONSES_API_HOST": "127.0.0.1"}
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "oss_responses.api"], cwd=REPO, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx2.get(f"{base_url}/healthz", timeout=1).status_code == 200
-        except httpx2.HTTPError:
-            return False
-
-    _wait(healthy, process, "the API process")
-    return process, base_url
+    return start_api_process(settings, log_path, env=tool_env(settings))
 
 
 # --- running responses and checking their streams ----------------------------------------------------

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
-import httpx2
-from api_server import REPO, START_TIMEOUT_S, service_env, stop_process
+from api_server import REPO, service_env, start_api_process, stop_process
 from support.servers import free_port
 from tiny_engine import MAX_MODEL_LEN
 
@@ -44,27 +43,8 @@ def vllm_worker_env(settings: Settings, model: Path, **extra: str) -> dict[str, 
 
 def start_api(settings: Settings, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
     """``python -m oss_responses.api`` with the tool servers configured; returns once /healthz answers."""
-    port = free_port()
-    env = service_env(settings, OSS_RESPONSES_API_PORT=str(port), OSS_RESPONSES_API_HOST="127.0.0.1",
-                      OSS_RESPONSES_TOOL_SERVERS=json.dumps(settings.tool_servers))
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "oss_responses.api"], cwd=REPO, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _healthy(base_url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_process(process)
-            raise RuntimeError(f"the API process did not start:\n{log_path.read_text()[-3000:]}")
-        time.sleep(0.05)
-    return process, base_url
-
-
-def _healthy(base_url: str) -> bool:
-    try:
-        return httpx2.get(f"{base_url}/healthz", timeout=1).status_code == 200
-    except httpx2.HTTPError:
-        return False
+    env = service_env(settings, OSS_RESPONSES_TOOL_SERVERS=json.dumps(settings.tool_servers))
+    return start_api_process(settings, log_path, env=env)
 
 
 def ready_workers(redis_url: str) -> set[bytes]:
