@@ -8,6 +8,13 @@ Bench-only, no production code changes: before the worker starts, this patches (
 - ``EventWriter._send``: once the pipelined write to Redis returned, records
   ``written_at - engine_output_at`` for every event of the batch (seconds), appended to
   ``$BENCH_TRACE_FILE`` by a thread every 0.1 s. Times are ``time.monotonic()``.
+
+With ``$BENCH_STAGE_FILE`` it also writes ``stage response_id t`` lines: when each response's task
+message reached the worker (``received``), its task thread started (``started``), its row and chain
+were loaded (``loaded``), it was in_progress (``in_progress``), the engine's ``generate`` ran
+(``generate``), vLLM got the request (``submitted``), vLLM's first output came (``first_output``)
+and that output's first event was written to Redis (``first_written``): the split of the time to
+first token on the worker's side.
 """
 
 from __future__ import annotations
@@ -27,6 +34,14 @@ OUTPUT_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("output
 _pending: dict[tuple[str, str], float] = {}
 _latencies: deque[float] = deque()
 
+_stages: deque[str] = deque()
+_first_written: set[str] = set()
+
+
+def _stage(name: str, response_id: str) -> None:
+    _stages.append(f"{name} {response_id.split(':')[0]} {time.monotonic():.6f}\n")
+
+
 _engine_output = vllm_module.engine_output
 _append = writer_module.EventWriter.append
 _send = writer_module.EventWriter._send
@@ -34,6 +49,8 @@ _send = writer_module.EventWriter._send
 
 def _traced_engine_output(output: Any, first: bool) -> Any:
     OUTPUT_AT.set(time.monotonic())
+    if first:
+        _stage("first_output", output.request_id)
     return _engine_output(output, first)
 
 
@@ -55,23 +72,68 @@ async def _traced_send(self: writer_module.EventWriter, batch: Any) -> None:
         output_at = _pending.pop(entry, None)
         if output_at is not None:
             _latencies.append(written_at - output_at)
+            if entry[0] not in _first_written:
+                _first_written.add(entry[0])
+                _stage("first_written", entry[0].rsplit(":", 1)[-1])
 
 
-def _dump_forever(path: str) -> None:
-    with open(path, "a") as out:
+def _dump_forever(path: str, stage_path: str | None) -> None:
+    with open(path, "a") as out, open(stage_path or os.devnull, "a") as stages:
         while True:
             time.sleep(0.1)
             values = [_latencies.popleft() for _ in range(len(_latencies))]
             if values:
                 out.write("".join(f"{value:.6f}\n" for value in values))
                 out.flush()
+            lines = [_stages.popleft() for _ in range(len(_stages))]
+            if lines:
+                stages.write("".join(lines))
+                stages.flush()
+
+
+def _trace_stages() -> None:
+    """Wraps the worker's steps from task message to vLLM request (see the module docstring)."""
+    from celery import signals
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from oss_responses.workers import runner
+
+    signals.task_received.connect(lambda request, **_: _stage("received", request.args[0]), weak=False)
+    run_response, load_job, execute = runner.run_response, runner.load_job, runner._execute
+
+    def traced_run_response(ctx: Any, response_id: str, secrets: Any = None) -> Any:
+        _stage("started", response_id)
+        return run_response(ctx, response_id, secrets)
+
+    def traced_load_job(db: Any, response_id: str, secrets: Any = None) -> Any:
+        job = load_job(db, response_id, secrets)
+        _stage("loaded", response_id)
+        return job
+
+    def traced_execute(run: Any) -> Any:
+        _stage("in_progress", run.job.response_id)
+        return execute(run)
+
+    def wrap_generator(original: Any, name: str) -> Any:
+        async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+            _stage(name, kwargs.get("request_id", args[0] if name == "generate" else args[2]))
+            async for output in original(self, *args, **kwargs):
+                yield output
+        return traced
+
+    runner.run_response, runner.load_job, runner._execute = traced_run_response, traced_load_job, traced_execute
+    vllm_module.VllmEngine.generate = wrap_generator(vllm_module.VllmEngine.generate, "generate")  # type: ignore[method-assign]
+    AsyncLLM.generate = wrap_generator(AsyncLLM.generate, "submitted")  # type: ignore[method-assign]
 
 
 def main() -> None:
     vllm_module.engine_output = _traced_engine_output  # type: ignore[assignment]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
     writer_module.EventWriter._send = _traced_send  # type: ignore[method-assign]
-    threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"],), daemon=True).start()
+    stage_file = os.environ.get("BENCH_STAGE_FILE")
+    if stage_file:
+        _trace_stages()
+    threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"], stage_file), daemon=True).start()
     from oss_responses.workers.__main__ import main as worker_main
 
     worker_main()
