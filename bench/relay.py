@@ -49,7 +49,7 @@ class StubDelta:
     sequence_number: int
     type: str = "response.output_text.delta"
 
-    def model_dump_json(self) -> str:
+    def model_dump_json(self, **_options: object) -> str:
         return ('{"content_index":0,"delta":" token","item_id":"msg_0123456789abcdef0123456789abcdef",'
                 '"logprobs":[],"output_index":0,"sequence_number":%d,"type":"%s"}' % (self.sequence_number, self.type))
 
@@ -128,6 +128,17 @@ async def wait_attached(hub: EventHub, count: int) -> None:
         await asyncio.sleep(0.001)
 
 
+async def gather_while_producing(tasks: list[asyncio.Task[None]], proc: mp.Process) -> None:
+    """Wait for the subscribers; fail (instead of waiting forever) if the producer process died."""
+    followers = asyncio.gather(*tasks)
+    while not followers.done():
+        await asyncio.wait({followers}, timeout=0.5)
+        if proc.exitcode not in (None, 0):
+            followers.cancel()
+            raise RuntimeError(f"the producer process exited with {proc.exitcode}")
+    followers.result()
+
+
 def start_producer(url: str, ids: list[str], mode: str, rate: float, seconds: float) -> tuple[mp.Process, mp.Event]:
     go = mp.get_context("fork").Event()
     proc = mp.get_context("fork").Process(target=produce, args=(url, ids, mode, rate, seconds, go))
@@ -154,7 +165,7 @@ async def bench_latency(url: str, mode: str, streams: int, rate: float, seconds:
     proc, go = start_producer(url, ids, mode, rate, seconds)
     warm_until = time.perf_counter() + 0.5
     go.set()
-    await asyncio.gather(*tasks)
+    await gather_while_producing(tasks, proc)
     proc.join()
     await hub.stop()
     samples.sort()
@@ -184,7 +195,7 @@ async def bench_throughput(url: str, streams: int, seconds: float) -> tuple[floa
     n0, t0, c0 = counts["events"], time.perf_counter(), time.process_time()
     await asyncio.sleep(seconds - 1.5)
     n1, t1, c1 = counts["events"], time.perf_counter(), time.process_time()
-    await asyncio.gather(*tasks)
+    await gather_while_producing(tasks, proc)
     proc.join()
     await hub.stop()
     rate = (n1 - n0) / (t1 - t0)
@@ -212,6 +223,8 @@ async def bench_backlog(url: str, streams: int, per_stream: int) -> tuple[float,
     proc, go = start_producer(url, ids, "backlog", per_stream, 0.0)
     go.set()
     proc.join()  # blocks this loop: the backlog piles up in Redis
+    if proc.exitcode != 0:
+        raise RuntimeError(f"the producer process exited with {proc.exitcode}")
     t0, c0 = time.perf_counter(), time.process_time()
     await asyncio.gather(*tasks)
     t1, c1 = time.perf_counter(), time.process_time()
