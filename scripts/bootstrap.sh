@@ -15,7 +15,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 stamp=.venv/.installed
-want=$(cat requirements.txt requirements-dev.txt requirements-engine.txt 2>/dev/null | sha256sum | cut -c1-16)
+# The stamp covers the requirement files and whether vLLM was skipped, so a later run without
+# OSS_RESPONSES_SKIP_ENGINE=1 still installs it.
+want=$( (cat requirements.txt requirements-dev.txt requirements-engine.txt; echo "skip-engine=${OSS_RESPONSES_SKIP_ENGINE:-0}") | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
