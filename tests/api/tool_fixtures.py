@@ -26,6 +26,7 @@ from support.servers import free_port
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database
+from support.sdk import without_parsed
 
 MISBEHAVING = REPO / "tests" / "tools" / "misbehaving_server.py"
 CALL_TIMEOUT_S = 2.0  # the slow tool's timeout; cancel tests act well within it
@@ -144,15 +145,9 @@ def check_events(client: OpenAI, events: list[ResponseStreamEvent], final: Respo
     if final is None:
         return
     stored = client.responses.with_raw_response.retrieve(final.id).http_response.json()
-    assert [_unparsed(item.to_dict()) for item in final.output] == stored["output"]
+    assert [without_parsed(item.to_dict()) for item in final.output] == stored["output"]
 
 
-def _unparsed(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _unparsed(v) for k, v in value.items() if k not in ("parsed", "parsed_arguments")}
-    if isinstance(value, list):
-        return [_unparsed(v) for v in value]
-    return value
 
 
 def types_of(response: Response) -> list[str]:

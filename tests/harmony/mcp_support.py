@@ -14,6 +14,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.translator import ResponseTranslator, opening_events
+from support.sdk import without_parsed
 
 LABELS = {"python": "code_interpreter", "calc": "calc"}
 CALC_TOOLS = [
@@ -84,12 +85,6 @@ def check_stream(turn: Turn) -> None:
         state.handle_event(event)
     rebuilt = state._completed_response
     assert rebuilt is not None
-    assert [_unparsed(item.to_dict()) for item in rebuilt.output] == [item.to_dict() for item in turn.response.output]
+    assert [without_parsed(item.to_dict()) for item in rebuilt.output] == [item.to_dict() for item in turn.response.output]
 
 
-def _unparsed(value):
-    if isinstance(value, dict):
-        return {k: _unparsed(v) for k, v in value.items() if k not in ("parsed", "parsed_arguments")}
-    if isinstance(value, list):
-        return [_unparsed(v) for v in value]
-    return value

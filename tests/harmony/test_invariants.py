@@ -11,6 +11,7 @@ from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
+from support.sdk import without_parsed
 
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 _events_adapter = TypeAdapter(ResponseStreamEvent)
@@ -103,16 +104,9 @@ def test_sdk_accumulator_rebuilds_response(scenario_run: Run) -> None:
     if final.status == "completed":
         rebuilt = state._completed_response
         assert rebuilt is not None
-        assert [_unparsed(item.to_dict()) for item in rebuilt.output] == [item.to_dict() for item in final.output]
+        assert [without_parsed(item.to_dict()) for item in rebuilt.output] == [item.to_dict() for item in final.output]
 
 
-def _unparsed(value):
-    """The SDK's Parsed* copies add ``parsed``/``parsed_arguments``: drop them to compare the rest."""
-    if isinstance(value, dict):
-        return {k: _unparsed(v) for k, v in value.items() if k not in ("parsed", "parsed_arguments")}
-    if isinstance(value, list):
-        return [_unparsed(v) for v in value]
-    return value
 
 
 def _chunker(cuts: list[int]):

@@ -23,6 +23,7 @@ from worker_support import REPO
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
+from support.sdk import without_parsed
 
 MISBEHAVING = REPO / "tests" / "tools" / "misbehaving_server.py"
 _events = TypeAdapter(ResponseStreamEvent)
@@ -122,13 +123,7 @@ def check_stream(events: list[dict[str, Any]], response: dict[str, Any]) -> None
         return
     rebuilt = state._completed_response
     assert rebuilt is not None
-    assert [_unparsed(item.to_dict()) for item in rebuilt.output] == response["output"]
+    assert [without_parsed(item.to_dict()) for item in rebuilt.output] == response["output"]
 
 
-def _unparsed(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _unparsed(v) for k, v in value.items() if k not in ("parsed", "parsed_arguments")}
-    if isinstance(value, list):
-        return [_unparsed(v) for v in value]
-    return value
 
