@@ -5,19 +5,17 @@ tests' process starters (tests/api/api_server.py)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import redis as redis_lib
 
 from api_server import REPO, service_env, start_api_process, stop_process
-from support.servers import free_port
 from tiny_engine import MAX_MODEL_LEN
+from tool_fixtures import mcp_server
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -78,26 +76,8 @@ def start_vllm_worker(
     return process
 
 
-@contextmanager
-def calculator_server() -> Iterator[str]:
+def calculator_server() -> AbstractContextManager[str]:
     """The demo calculator MCP server (Streamable HTTP) on a free loopback port; its URL."""
-    port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "oss_responses.tools.servers.calculator", "--port", str(port)],
-                               cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 20
-        while not _listening(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the calculator MCP server did not start")
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop_process(process)
+    return mcp_server("-m", "oss_responses.tools.servers.calculator")
 
 
-def _listening(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        return True
-    except OSError:
-        return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import time
 from pathlib import Path
 from typing import Any
@@ -71,8 +73,8 @@ def is_closed(redis: redis_lib.Redis, response_id: str) -> bool:
     return bool(entries) and b"end" in entries[-1][1]
 
 
-def wait_for_end(redis: redis_lib.Redis, response_id: str, timeout: float = 20.0) -> list[dict[str, Any]]:
-    """Follow the stream (blocking reads) until its end marker; every event, in order."""
+def _follow(redis: redis_lib.Redis, response_id: str, timeout: float) -> Iterator[dict[bytes, bytes]]:
+    """The fields of each stream entry as it arrives (blocking reads), until ``timeout``."""
     deadline = time.monotonic() + timeout
     last = "0-0"
     key = redis_keys.events(response_id)
@@ -80,21 +82,21 @@ def wait_for_end(redis: redis_lib.Redis, response_id: str, timeout: float = 20.0
         for _, entries in redis.xread({key: last}, block=200) or []:
             for entry_id, fields in entries:
                 last = entry_id.decode()
-                if b"end" in fields:
-                    return events_of(redis, response_id)
+                yield fields
+
+
+def wait_for_end(redis: redis_lib.Redis, response_id: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Follow the stream (blocking reads) until its end marker; every event, in order."""
+    for fields in _follow(redis, response_id, timeout):
+        if b"end" in fields:
+            return events_of(redis, response_id)
     raise TimeoutError(f"the stream of {response_id} did not end within {timeout}s")
 
 
 def wait_for_event(redis: redis_lib.Redis, response_id: str, event_type: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    last = "0-0"
-    key = redis_keys.events(response_id)
-    while time.monotonic() < deadline:
-        for _, entries in redis.xread({key: last}, block=200) or []:
-            for entry_id, fields in entries:
-                last = entry_id.decode()
-                if b"f" in fields and parse_frame(fields[b"f"])["type"] == event_type:
-                    return
+    for fields in _follow(redis, response_id, timeout):
+        if b"f" in fields and parse_frame(fields[b"f"])["type"] == event_type:
+            return
     raise TimeoutError(f"no {event_type} for {response_id} within {timeout}s")
 
 
