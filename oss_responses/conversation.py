@@ -23,14 +23,19 @@ class BrokenChain(Exception):
 
 
 def check_chain(chain: list[ResponseRecord]) -> None:
-    """Raise BrokenChain unless ``chain`` (oldest first) reaches the conversation's first response."""
-    if not chain or chain[0].previous_response_id is None:
+    """Raise BrokenChain unless ``chain`` (oldest first) reaches the conversation's first response.
+
+    Deleting a response sets its successor's link to NULL, so the link the request named (kept in
+    the stored request) is what tells a cut chain from a conversation's first turn.
+    """
+    if not chain:
+        return
+    named = chain[0].request.get("previous_response_id")
+    if named is None:
         return
     if len(chain) > MAX_CHAIN_DEPTH:
         raise BrokenChain(f"the conversation is longer than {MAX_CHAIN_DEPTH} responses")
-    raise BrokenChain(
-        f"response '{chain[0].previous_response_id}', an earlier turn of this conversation, was deleted"
-    )
+    raise BrokenChain(f"response '{named}', an earlier turn of this conversation, was deleted")
 
 
 def turn_of(record: ResponseRecord) -> ConversationTurn:

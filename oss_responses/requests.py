@@ -98,6 +98,24 @@ def _output_part(part: dict[str, Any]) -> dict[str, Any]:
     return {"annotations": [], **part} if part["type"] == "output_text" else part
 
 
+_TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
+
+
+def _check_text_parts(content: Any, param: str) -> None:
+    """gpt-oss reads text only: an image, file or audio part is refused by name, not by a union error."""
+    if not isinstance(content, list):
+        return
+    for index, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in _TEXT_PARTS:
+            raise BadRequest(
+                f"Invalid value for '{param}.content[{index}].type': {kind!r} content is not supported by gpt-oss, "
+                "which reads text only.",
+                param=f"{param}.content[{index}]",
+                code="unsupported_value",
+            )
+
+
 def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
     """Fill what OpenAI lets a client leave out of replayed history, so one model describes each item.
 
@@ -133,6 +151,7 @@ def parse_input_item(value: Any, param: str) -> BaseModel:
     value = normalise_input_item(value)
     item_type = value.get("type", "message")
     if item_type == "message":
+        _check_text_parts(value.get("content"), param)
         return _validate_one(_message_model(value), value, param)
     model = _ITEM_MODELS.get(item_type)
     if model is None:

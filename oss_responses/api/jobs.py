@@ -20,20 +20,20 @@ import anyio
 
 from oss_responses import redis_keys
 from oss_responses.api.queued import QueuedResponse
-from oss_responses.api.references import resolve_references
+from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
 from oss_responses.conversation import BrokenChain, history_of, render_options
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import StreamNotFound
 from oss_responses.eventlog.writer import write_events
-from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.storage import (
     ResponseRecord,
     delete_response,
+    find_input_items,
     get_chain,
     get_response,
     insert_response,
@@ -41,6 +41,7 @@ from oss_responses.storage import (
     utcnow,
 )
 from oss_responses.tools.policy import resolve_servers
+from oss_responses.wire import response_json
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,8 @@ async def load_visible(services: Services, response_id: str) -> ResponseRecord:
     return record
 
 
-async def load_history(services: Services, previous_response_id: str | None) -> list[ConversationTurn]:
-    """The conversation a request continues: 404 if its previous response is unknown, 400 if unfinished or cut."""
+async def load_chain(services: Services, previous_response_id: str | None) -> list[ResponseRecord]:
+    """The conversation a request continues: 404 if its previous response is unknown, 400 if unfinished."""
     if previous_response_id is None:
         return []
     chain = await services.db.run(get_chain, previous_response_id)
@@ -72,24 +73,28 @@ async def load_history(services: Services, previous_response_id: str | None) -> 
             f"Previous response with id '{previous_response_id}' is still {previous.status}.",
             param="previous_response_id",
         )
-    try:
-        return history_of(chain)
-    except BrokenChain as exc:
-        raise BadRequest(
-            f"The conversation of previous response '{previous_response_id}' cannot be continued: {exc}.",
-            param="previous_response_id",
-        ) from exc
+    return chain
 
 
 async def check_conversation(
-    services: Services, request: CreateResponseRequest, history: list[ConversationTurn]
+    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord]
 ) -> ConversationPlan:
     """Everything the worker would refuse, refused now (a 400), before anything is stored.
 
     Item references are replaced by the items they name. Planning is pure CPU work (a long input
     takes a while), so it runs off the event loop.
     """
-    request.input = resolve_references(request.input_items(), history)
+    try:
+        history = history_of(chain)
+    except BrokenChain as exc:
+        raise BadRequest(
+            f"The conversation of previous response '{request.previous_response_id}' cannot be continued: {exc}.",
+            param="previous_response_id",
+        ) from exc
+    references = referenced_ids(request.input_items())
+    if references:
+        stored = await services.db.run(find_input_items, [record.id for record in chain], references)
+        request.input = resolve_references(request.input_items(), conversation_items(history) | stored)
     options = render_options(services.settings, utcnow())
     return await anyio.to_thread.run_sync(plan_conversation, request, history, options)
 
@@ -106,7 +111,7 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
         background=bool(response.background),
         store=bool(queued.request.get("store", True)),
         request=queued.request,
-        response=response.model_dump(mode="json"),
+        response=response_json(response),
         previous_response_id=response.previous_response_id,
         # Stored now, so the turn's input stays part of the conversation even if it never runs.
         input_messages=queued.input_messages,
@@ -198,7 +203,7 @@ def public_json(record: ResponseRecord) -> dict[str, Any]:
 
 
 def queued_json(queued: QueuedResponse) -> dict[str, Any]:
-    body = queued.response.model_dump(mode="json")
+    body = response_json(queued.response)
     if queued.request.get("enable_response_messages"):
         body |= {"input_messages": [], "output_messages": []}
     return body

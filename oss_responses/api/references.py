@@ -1,13 +1,14 @@
 """``item_reference`` input items, replaced by the items they name.
 
-A reference names an item of the conversation the request continues (an input or output item of an
-earlier turn, by id). It is resolved once, when the request is accepted, and the named item is what
-is stored and rendered; a reference to nothing in the conversation is a 400 naming it.
+A reference names an item of the conversation the request continues (an input item or an output item
+of an earlier turn, by id). It is resolved once, when the request is accepted, and the named item is
+what is stored and rendered; a reference to nothing in the conversation is a 400 naming it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from openai.types.responses.response_input_item import ItemReference
 from pydantic import BaseModel
@@ -17,18 +18,24 @@ from oss_responses.harmony.history import ConversationTurn
 from oss_responses.requests import parse_input_item
 
 
-def resolve_references(items: Sequence[BaseModel], history: Sequence[ConversationTurn]) -> list[BaseModel]:
-    if not any(isinstance(item, ItemReference) for item in items):
-        return list(items)
-    known = {item["id"]: item for turn in history for item in turn.items if item.get("id")}
+def referenced_ids(items: Sequence[BaseModel]) -> list[str]:
+    return [item.id for item in items if isinstance(item, ItemReference)]
+
+
+def conversation_items(history: Sequence[ConversationTurn]) -> dict[str, dict[str, Any]]:
+    """The earlier turns' items that carry an id (their output items; request input rarely has ids)."""
+    return {item["id"]: item for turn in history for item in turn.items if item.get("id")}
+
+
+def resolve_references(items: Sequence[BaseModel], known: Mapping[str, dict[str, Any]]) -> list[BaseModel]:
     return [_resolve(item, index, known) if isinstance(item, ItemReference) else item for index, item in enumerate(items)]
 
 
-def _resolve(reference: ItemReference, index: int, known: dict[str, dict]) -> BaseModel:  # type: ignore[type-arg]
-    param = f"input[{index}].id"
+def _resolve(reference: ItemReference, index: int, known: Mapping[str, dict[str, Any]]) -> BaseModel:
     found = known.get(reference.id)
     if found is None:
         raise BadRequest(
-            f"Item with id '{reference.id}' not found in the conversation of previous_response_id.", param=param
+            f"Item with id '{reference.id}' not found in the conversation of previous_response_id.",
+            param=f"input[{index}].id",
         )
     return parse_input_item(found, f"input[{index}]")

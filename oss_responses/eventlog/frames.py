@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from oss_responses.wire import event_json
+
 
 class StreamEvent(Protocol):
     """What :func:`frame` needs of an ``openai.types.responses`` event."""
@@ -21,7 +23,7 @@ class StreamEvent(Protocol):
 
 def frame(event: StreamEvent) -> bytes:
     """``event: TYPE\\ndata: JSON\\n\\n`` for one event."""
-    return b"event: " + event.type.encode() + b"\ndata: " + event.model_dump_json(by_alias=True).encode() + b"\n\n"
+    return b"event: " + event.type.encode() + b"\ndata: " + event_json(event).encode() + b"\n\n"  # type: ignore[arg-type]
 
 
 def parse_frame(data: bytes) -> dict[str, Any]:

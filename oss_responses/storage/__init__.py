@@ -5,7 +5,7 @@ Data access is plain sync functions taking a ``Session``; run them with ``Databa
 """
 
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
-from oss_responses.storage.input_items import list_input_items
+from oss_responses.storage.input_items import find_input_items, list_input_items
 from oss_responses.storage.migrations import migrate
 from oss_responses.storage.models import Base, InputItemRow, ResponseRow
 from oss_responses.storage.records import (
@@ -43,6 +43,7 @@ __all__ = [
     "get_response",
     "insert_response",
     "list_in_progress_ids",
+    "find_input_items",
     "list_input_items",
     "migrate",
     "save_turn",

@@ -1,7 +1,8 @@
-"""Paging through a response's input items, as ``GET /v1/responses/{id}/input_items`` does."""
+"""A response's stored input items: paged as ``GET /v1/responses/{id}/input_items`` does, or found by id."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import select
@@ -41,3 +42,13 @@ def _position_of(session: Session, response_id: str, item_id: str) -> int:
     if position is None:
         raise BadRequest(f"No input item with id '{item_id}' in response '{response_id}'.", param="after")
     return position
+
+
+def find_input_items(session: Session, response_ids: Sequence[str], item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """item id → stored input item, among the input items of ``response_ids``."""
+    if not response_ids or not item_ids:
+        return {}
+    query = select(InputItemRow.item_id, InputItemRow.item).where(
+        InputItemRow.response_id.in_(list(response_ids)), InputItemRow.item_id.in_(list(item_ids))
+    )
+    return {item_id: item for item_id, item in session.execute(query)}

@@ -23,6 +23,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.workers.stream_tail import next_from_tail
 from oss_responses.storage import Database, delete_response, get_response, list_in_progress_ids, save_turn
+from oss_responses.wire import response_json
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,7 @@ class Reaper:
         error = response.error.model_dump() if response.error else None
         with self.db.session() as session:
             ended = save_turn(
-                session, response_id, status="failed", response=response.model_dump(mode="json", by_alias=True),
+                session, response_id, status="failed", response=response_json(response),
                 output_messages=[], error=error,
             )
             if ended and not store:

@@ -35,6 +35,7 @@ from oss_responses.workers.job import Job, job_render_options, load_job
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import approval_policy, list_new_tools, prepare_tools
+from oss_responses.wire import response_json
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ def _save(run: _Run) -> bool:
     with run.ctx.db.session() as session:
         ended = save_turn(
             session, job.response_id, status=response.status or "failed",  # type: ignore[arg-type]
-            response=response.model_dump(mode="json", by_alias=True),
+            response=response_json(response),
             output_messages=translator.output_messages,
             function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
             input_messages=rendered.new_messages if rendered else None,

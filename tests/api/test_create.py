@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
+import httpx2
 import pytest
 import redis as redis_lib
 from api_server import MODEL, ApiServer
@@ -12,7 +13,8 @@ from openai import OpenAI
 
 from oss_responses import redis_keys
 from oss_responses.eventlog import parse_frame
-from oss_responses.storage import get_response, list_input_items
+from oss_responses.conversation import history_of
+from oss_responses.storage import get_chain, get_response, list_input_items
 
 
 def _queued_task(redis: redis_lib.Redis, queue: str) -> dict:
@@ -92,3 +94,61 @@ def test_create_response_enable_response_messages_adds_message_lists(client: Ope
                                        extra_body={"enable_response_messages": flag})
     extra = response.model_extra or {}
     assert ("input_messages" in extra) is flag and ("output_messages" in extra) is flag
+
+
+def test_create_response_echoes_effort_as_requested_and_hides_client_metadata(client: OpenAI) -> None:
+    response = client.responses.create(
+        model=MODEL, input="hi", background=True, reasoning={"effort": "xhigh", "summary": "auto"},
+        service_tier="flex", prompt_cache_key="k", extra_body={"client_metadata": {"session_id": "s"}},
+    )
+    assert (response.reasoning.effort, response.reasoning.summary) == ("xhigh", "auto")
+    assert (response.service_tier, response.prompt_cache_key) == ("default", "k")
+    assert "client_metadata" not in response.model_dump()
+
+
+def test_create_response_timestamps_are_integers(http: httpx2.Client) -> None:
+    body = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()
+    assert isinstance(body["created_at"], int)
+
+
+def test_create_response_stream_not_background_starts_in_progress(client: OpenAI) -> None:
+    with client.responses.create(model=MODEL, input="hi", stream=True) as stream:
+        created = next(iter(stream))
+    assert (created.type, created.response.status) == ("response.created", "in_progress")
+
+
+def test_create_response_stores_input_as_harmony_messages(client: OpenAI, api: ApiServer) -> None:
+    response = client.responses.create(model=MODEL, input="remember me", background=True)
+    record = api.db.run(get_response, response.id)
+    assert [(m["role"], m["content"][0]["text"]) for m in record.input_messages] == [("user", "remember me")]
+
+
+def test_create_response_continues_conversation_after_cancelled_queued_turn(client: OpenAI, api: ApiServer) -> None:
+    cancelled = client.responses.create(model=MODEL, input="never ran", background=True)
+    client.responses.cancel(cancelled.id)
+    later = client.responses.create(model=MODEL, input="next", background=True, previous_response_id=cancelled.id)
+    history = history_of(api.db.run(get_chain, cancelled.id))
+    assert "never ran" in json.dumps(history[0].messages)
+    assert later.previous_response_id == cancelled.id
+
+
+def test_create_response_resolves_item_reference_from_conversation(client: OpenAI, api: ApiServer) -> None:
+    first = client.responses.create(model=MODEL, input="original words", background=True)
+    client.responses.cancel(first.id)
+    [stored] = api.db.run(list_input_items, first.id, order="asc")[0]
+    second = client.responses.create(model=MODEL, background=True, previous_response_id=first.id,
+                                     input=[{"type": "item_reference", "id": stored["id"]}])
+    [resolved] = api.db.run(list_input_items, second.id, order="asc")[0]
+    assert (resolved["type"], resolved["content"][0]["text"]) == ("message", "original words")
+
+
+def test_create_response_after_deleted_earlier_turn_is_400(client: OpenAI, http: httpx2.Client) -> None:
+    first = client.responses.create(model=MODEL, input="one", background=True)
+    client.responses.cancel(first.id)
+    second = client.responses.create(model=MODEL, input="two", background=True, previous_response_id=first.id)
+    client.responses.cancel(second.id)
+    client.responses.delete(first.id)
+    response = http.post("/v1/responses", json={"model": MODEL, "input": "three", "previous_response_id": second.id})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == "previous_response_id" and first.id in error["message"]

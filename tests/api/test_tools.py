@@ -44,6 +44,9 @@ CALC = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
 ASK = CALC | {"require_approval": "always"}
 BAD = {"type": "mcp", "server_label": "bad", "require_approval": "never"}
 CALCULATE = 'call calc.calculate {"expression": "6*7"}'
+AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
+          "tools": [{"type": "function", "name": "spawn_agent", "description": "Start a sub-agent",
+                     "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}]}
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 _databases = itertools.count(1)
@@ -52,8 +55,9 @@ _databases = itertools.count(1)
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, str]]:
     with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator, \
+            mcp_server("-m", "oss_responses.tools.servers.documents") as documents, \
             mcp_server(str(MISBEHAVING)) as misbehaving:
-        yield {"code_interpreter": calculator, "calc": calculator, "bad": misbehaving}
+        yield {"code_interpreter": calculator, "calc": calculator, "web_search": documents, "bad": misbehaving}
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -206,7 +210,34 @@ def test_function_call_round_trip_continues_with_output(stack: ToolStack) -> Non
     assert second.status == "completed" and '{"temp": 21}' in second.output_text
 
 
+def test_namespace_function_call_round_trip_keeps_namespace(stack: ToolStack) -> None:
+    first = run(stack, "stream", input='call multi_agent_v1.spawn_agent {"task": "lint"}', tools=[AGENTS])
+    call = item(first, "function_call")
+    assert (call.namespace, call.name, call.arguments) == ("multi_agent_v1", "spawn_agent", '{"task": "lint"}')
+    output = {"type": "function_call_output", "call_id": call.call_id, "output": "agent 7 started"}
+    second = run(stack, "background", input=[output], tools=[AGENTS], previous_response_id=first.id)
+    assert second.status == "completed" and "agent 7 started" in second.output_text
+
+
+# --- built-in tools ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["stream", "background"])
+def test_web_search_is_served_by_browser_backend(stack: ToolStack, mode: str) -> None:
+    tool = {"type": "web_search", "external_web_access": False}
+    response = run(stack, mode, input='call browser.search {"query": "harmony"}', tools=[tool])
+    call = item(response, "mcp_call")
+    assert (call.server_label, call.name, call.status) == ("web_search", "search", "completed")
+    assert call.output and response.status == "completed"
+
+
 # --- failures and limits -----------------------------------------------------------------------
+
+
+def test_call_to_tool_nobody_offered_is_answered_with_error(stack: ToolStack) -> None:
+    response = run(stack, "stream", input='call nowhere.tool {"x": 1}', tools=[WEATHER])
+    assert response.status == "completed" and types_of(response) == ["reasoning", "reasoning", "message"]
+    assert "There is no tool 'nowhere.tool'" in response.output_text
 
 
 def test_tool_error_fails_call_and_model_continues(stack: ToolStack) -> None:

@@ -48,8 +48,8 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
 async def create_response(request: Request, services: ServicesDep) -> Response:
     body = parse_create_request(await _json_body(request))
     _check_create(services, body)
-    history = await jobs.load_history(services, body.previous_response_id)
-    plan = await jobs.check_conversation(services, body, history)
+    chain = await jobs.load_chain(services, body.previous_response_id)
+    plan = await jobs.check_conversation(services, body, chain)
     queued = build_queued(body, services.settings, plan)
     response_id = queued.response.id
     opening = await jobs.accept(services, queued)

@@ -1,0 +1,135 @@
+"""Request shapes taken from OpenAI's API reference and from real clients (Codex CLI, the Agents SDK,
+framework integrations replaying history): every one is accepted; what gpt-oss cannot use is a 400
+that names the field, with nothing stored (no row, no event stream, no task).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+import redis as redis_lib
+from api_server import MODEL, ApiServer
+from sqlalchemy import func, select
+
+from oss_responses.config import Settings
+from oss_responses.storage import ResponseRow
+
+USER = {"role": "user", "content": "hi"}
+CALL = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+NAMESPACE = {
+    "type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents",
+    "tools": [{"type": "function", "name": "spawn_agent", "description": "Spawn", "strict": False,
+               "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}],
+}
+SCHEMA = {"type": "json_schema", "name": "answer", "strict": True,
+          "schema": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+                     "additionalProperties": False}}
+
+ACCEPTED: dict[str, dict[str, Any]] = {
+    "string input": {"input": "hi"},
+    "developer message with parts": {"input": [{"role": "developer", "content": [{"type": "input_text", "text": "be brief"}]}, USER]},
+    "system message": {"input": [{"role": "system", "content": "be brief"}, USER]},
+    "typed user message with status": {"input": [{"type": "message", "role": "user", "status": "completed",
+                                                  "content": [{"type": "input_text", "text": "hi"}]}]},
+    "assistant output_text without id or status": {"input": [
+        USER, {"role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}, USER]},
+    "assistant output_text with annotations, no id": {"input": [
+        USER, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello", "annotations": []}]}, USER]},
+    "assistant output message as returned": {"input": [
+        USER, {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+               "content": [{"type": "output_text", "text": "hello", "annotations": []}]}, USER]},
+    "assistant string content": {"input": [USER, {"role": "assistant", "content": "hello"}, USER]},
+    "reasoning without id": {"input": [
+        USER, {"type": "reasoning", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+        {"role": "assistant", "content": "hello"}, USER]},
+    "reasoning with summary only": {"input": [
+        USER, {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "thought"}]}, USER]},
+    "function call and output without ids": {"tools": [WEATHER], "input": [
+        USER, CALL, {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}]},
+    "function call output as parts": {"tools": [WEATHER], "input": [
+        USER, CALL | {"id": "fc_1", "status": "completed"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "sunny"}]}]},
+    "namespaced function call replayed": {"tools": [NAMESPACE], "input": [
+        USER, {"type": "function_call", "call_id": "call_2", "namespace": "multi_agent_v1", "name": "spawn_agent",
+               "arguments": '{"task": "x"}'},
+        {"type": "function_call_output", "call_id": "call_2", "output": "spawned"}]},
+    "namespace tool": {"tools": [NAMESPACE]},
+    "web_search tool": {"tools": [{"type": "web_search", "external_web_access": False}]},
+    "web_search_preview tool": {"tools": [{"type": "web_search_preview"}]},
+    "reasoning effort none": {"reasoning": {"effort": "none"}},
+    "reasoning effort minimal": {"reasoning": {"effort": "minimal"}},
+    "reasoning effort xhigh": {"reasoning": {"effort": "xhigh"}},
+    "reasoning summary auto": {"reasoning": {"summary": "auto"}},
+    "reasoning summary detailed with effort": {"reasoning": {"effort": "high", "summary": "detailed"}},
+    "text verbosity": {"text": {"verbosity": "low"}},
+    "json_schema strict": {"text": {"format": SCHEMA}},
+    "json_object": {"text": {"format": {"type": "json_object"}}},
+    "client_metadata": {"client_metadata": {"installation_id": "i", "session_id": "s"}},
+    "prompt cache fields": {"prompt_cache_key": "k", "prompt_cache_retention": "24h"},
+    "identity fields": {"user": "u", "safety_identifier": "s"},
+    "service_tier": {"service_tier": "auto"},
+    "stream_options": {"stream_options": {"include_obfuscation": False}},
+    "include values": {"include": ["message.output_text.logprobs", "web_search_call.action.sources"]},
+    "sampling and limits": {"temperature": 0.2, "top_p": 0.9, "max_output_tokens": 100, "max_tool_calls": 3,
+                            "top_logprobs": 0, "truncation": "auto", "seed": 7},
+    "parallel_tool_calls and tool_choice": {"tools": [WEATHER], "parallel_tool_calls": True, "tool_choice": "auto"},
+    "codex first request": {
+        "instructions": None, "input": [{"type": "message", "id": "msg_u", "role": "developer",
+                                         "content": [{"type": "input_text", "text": "sandbox"}]},
+                                        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        "tools": [WEATHER | {"strict": False}, NAMESPACE, {"type": "web_search", "external_web_access": False}],
+        "tool_choice": "auto", "parallel_tool_calls": True, "reasoning": {"summary": "auto"},
+        "include": ["reasoning.encrypted_content"], "prompt_cache_key": "019-session",
+        "client_metadata": {"installation_id": "i", "session_id": "s", "turn_id": "t"}, "stream": False,
+    },
+}
+
+REFUSED: dict[str, tuple[dict[str, Any], str]] = {
+    "image input": ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
+                    "input[0].content[0]"),
+    "output for an unknown call": ({"input": [USER, {"type": "function_call_output", "call_id": "nope", "output": "x"}]},
+                                   "input[1].call_id"),
+    "reference to an unknown item": ({"input": [{"type": "item_reference", "id": "msg_unknown"}]}, "input[0].id"),
+    "approval answer not last": ({"input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_1",
+                                             "approve": True}, USER]}, "input[0]"),
+    "computer use tool": ({"tools": [{"type": "computer_use_preview", "display_width": 1, "display_height": 1,
+                                      "environment": "linux"}]}, "tools[0].type"),
+    "namespace named functions": ({"tools": [NAMESPACE | {"name": "functions"}]}, "tools[0].name"),
+    "namespace with a custom tool": ({"tools": [NAMESPACE | {"tools": [{"type": "custom", "name": "patch"}]}]},
+                                     "tools[0].tools[0].type"),
+    "unknown effort": ({"reasoning": {"effort": "ultra"}}, "reasoning.effort"),
+    "conversations": ({"conversation": "conv_1"}, "conversation"),
+}
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    # A browser backend is configured (nothing listens there: these requests never reach a worker).
+    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL],
+                    tool_servers={"web_search_preview": "https://docs.example/mcp"})
+
+
+def _stored(api: ApiServer, redis: redis_lib.Redis) -> tuple[int, int, int]:
+    rows = api.db.run(lambda session: session.execute(select(func.count()).select_from(ResponseRow)).scalar_one())
+    return rows, len(redis.keys("oss:events:*")), redis.llen(api.settings.queue_for(MODEL))
+
+
+@pytest.mark.parametrize("body", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_create_response_accepts_request_shape(http: httpx2.Client, body: dict[str, Any]) -> None:
+    response = http.post("/v1/responses", json={"model": MODEL, "background": True} | body)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "queued"
+
+
+@pytest.mark.parametrize(("body", "param"), REFUSED.values(), ids=REFUSED.keys())
+def test_create_response_refuses_unusable_shape_storing_nothing(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis, body: dict[str, Any], param: str
+) -> None:
+    before = _stored(api, redis)
+    response = http.post("/v1/responses", json={"model": MODEL, "background": True} | body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
+    assert _stored(api, redis) == before
