@@ -33,6 +33,7 @@ from oss_responses.storage import (
     utcnow,
 )
 from oss_responses.tools.policy import resolve_servers
+from oss_responses.wire import wire_json
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
         background=bool(response.background),
         store=bool(queued.request.get("store", True)),
         request=queued.request,
-        response=response.model_dump(mode="json"),
+        response=wire_json(response),
         previous_response_id=response.previous_response_id,
     )
     await services.db.run(insert_response, record, queued.input_items)
@@ -159,7 +160,7 @@ def public_json(record: ResponseRecord) -> dict[str, Any]:
 
 
 def queued_json(queued: QueuedResponse) -> dict[str, Any]:
-    body = queued.response.model_dump(mode="json")
+    body = wire_json(queued.response)
     if queued.request.get("enable_response_messages"):
         body |= {"input_messages": [], "output_messages": []}
     return body

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from oss_responses.harmony import ids
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.wire import wire_json
 
 TerminalStatus = Literal["completed", "incomplete", "failed", "cancelled"]
 
@@ -42,7 +43,7 @@ _TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
 def new_response(request: Any, *, response_id: str | None = None, created_at: float | None = None) -> Response:
     """The ``Response`` a validated ``CreateResponseRequest`` starts as (queued if background)."""
     reasoning = {"effort": request.reasoning.effort, "summary": None} if request.reasoning else None
-    text = request.text.model_dump(exclude_none=True) if request.text else None
+    text = wire_json(request.text, exclude_none=True) if request.text else None
     return Response.model_validate(
         {
             "id": response_id or ids.response_id(),
@@ -52,7 +53,7 @@ def new_response(request: Any, *, response_id: str | None = None, created_at: fl
             "model": request.model,
             "output": [],
             "instructions": request.instructions,
-            "tools": [tool.model_dump(exclude_none=True) for tool in request.tools],
+            "tools": [wire_json(tool, exclude_none=True) for tool in request.tools],
             "tool_choice": request.tool_choice,
             "parallel_tool_calls": request.parallel_tool_calls,
             "max_output_tokens": request.max_output_tokens,
@@ -68,6 +69,24 @@ def new_response(request: Any, *, response_id: str | None = None, created_at: fl
             "user": request.user,
             "safety_identifier": request.safety_identifier,
             "prompt_cache_key": request.prompt_cache_key,
+        }
+    )
+
+
+def placeholder_response(response_id: str, model: str, created_at: float, *, background: bool = False) -> Response:
+    """The least ``Response`` there can be: for failing a response whose stored JSON cannot be read."""
+    return Response.model_validate(
+        {
+            "id": response_id,
+            "object": "response",
+            "created_at": created_at,
+            "status": "in_progress",
+            "model": model,
+            "output": [],
+            "tools": [],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
+            "background": background,
         }
     )
 
