@@ -57,9 +57,15 @@ from oss_responses.harmony.history import (
 from oss_responses.harmony.input_items import InputConverter
 from oss_responses.harmony.mcp_tools import McpToolSpec
 
-__all__ = ["ConversationTurn", "McpToolSpec", "RenderOptions", "RenderedPrompt", "drop_closed_analysis", "render_prompt"]
+__all__ = [
+    "JSON_OBJECT_FORMAT", "RESPONSE_FORMATS_HEADING", "ConversationTurn", "McpToolSpec", "RenderOptions", "RenderedPrompt",
+    "drop_closed_analysis", "render_prompt",
+]
 
 _EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
+# The developer message section a requested text.format becomes (engines read it back from the prompt).
+RESPONSE_FORMATS_HEADING = "# Response Formats\n\n"
+JSON_OBJECT_FORMAT = "Respond with a single JSON object."
 
 
 @dataclass(slots=True)
@@ -216,7 +222,7 @@ def _response_format(request: Any) -> str | None:
     if text_format is None or text_format.type == "text":
         return None
     if text_format.type == "json_object":
-        return "# Response Formats\n\nRespond with a single JSON object."
+        return RESPONSE_FORMATS_HEADING + JSON_OBJECT_FORMAT
     extra = text_format.model_extra or {}
     schema = extra.get("schema", {})
-    return f"# Response Formats\n\n## {extra.get('name', 'response')}\n\n{json.dumps(schema, separators=(',', ':'))}"
+    return f"{RESPONSE_FORMATS_HEADING}## {extra.get('name', 'response')}\n\n{json.dumps(schema, separators=(',', ':'))}"
