@@ -1,4 +1,8 @@
-"""The response format a rendered prompt asks for, read back from its developer message.
+"""A request's response format (``text.format``): as engines receive it, and read back from a prompt.
+
+The worker passes it to the engine in ``SamplingSettings.extra`` (:func:`structured_output_spec`,
+for vLLM's structured-output logits processor, ``engine/structured.py``). The scripted engine reads it
+back from the prompt instead, as any model would.
 
 Engines see only prompt tokens; the render puts ``text.format`` in the developer message's
 ``# Response Formats`` section (``harmony/render.py``): ``## NAME`` then the schema as one line of
@@ -15,6 +19,18 @@ from typing import Any, Literal
 from openai_harmony import Message, Role
 
 from oss_responses.harmony.render import JSON_OBJECT_FORMAT, RESPONSE_FORMATS_HEADING
+
+
+STRUCTURED_OUTPUT_KEY = "structured_output"
+
+
+def structured_output_spec(text_format: Any) -> dict[str, Any] | None:
+    """The ``SamplingSettings.extra[STRUCTURED_OUTPUT_KEY]`` for a request's ``text.format`` (None: free text)."""
+    if text_format is None or text_format.type == "text":
+        return None
+    if text_format.type == "json_object":
+        return {"type": "json_object"}
+    return {"type": "json_schema", "schema": (text_format.model_extra or {}).get("schema", {})}
 
 
 @dataclass(frozen=True, slots=True)

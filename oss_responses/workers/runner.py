@@ -18,9 +18,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.render import RenderedPrompt, render_prompt
@@ -182,7 +183,13 @@ def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSet
         temperature=request.temperature,
         top_p=request.top_p,
         seed=request.seed,
+        extra=_structured_output(request),
     )
+
+
+def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
+    spec = structured_output_spec(request.text.format if request.text else None)
+    return {} if spec is None else {STRUCTURED_OUTPUT_KEY: spec}
 
 
 def _finish(run: _Run) -> Outcome:
