@@ -8,13 +8,12 @@ response at once (failed event, stream closed, SQL terminal) instead of dying wi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
 from typing import Any
 
 from openai.types.responses import Response
 
 from oss_responses.config import Settings
-from oss_responses.harmony.history import turn_items
+from oss_responses.conversation import check_chain, render_options, turn_of
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
@@ -56,15 +55,20 @@ def with_secrets(tool: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> di
 
 
 def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Job | None:
-    """The response and its earlier turns (None if the row is gone: deleted, or never committed)."""
+    """The response and its earlier turns (None if the row is gone: deleted, or never committed).
+
+    A row that cannot be loaded, a chain broken by a deleted earlier turn (BrokenChain) included, is
+    a Job with ``load_error`` set: the runner fails it.
+    """
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
         return None
     record = chain[-1]
     try:
+        check_chain(chain)
         if not isinstance(record.request, dict):
             raise TypeError(f"the stored request is a {type(record.request).__name__}, not an object")
-        history = [_turn(earlier) for earlier in chain[:-1]]
+        history = [turn_of(earlier) for earlier in chain[:-1]]
         response = Response.model_validate(record.response)
     except Exception as exc:
         error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
@@ -84,17 +88,5 @@ def placeholder_of(record: ResponseRecord) -> Response:
     return placeholder_response(record.id, record.model, int(record.created_at.timestamp()), background=record.background)
 
 
-def _turn(record: ResponseRecord) -> ConversationTurn:
-    """A stored turn: its messages, function calls, and items (its tool lists and approval requests)."""
-    items = turn_items(record.request.get("input"), record.response.get("output", []))
-    return ConversationTurn(record.input_messages + record.output_messages, dict(record.function_calls), items)
-
-
-def render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:
-    return RenderOptions(
-        conversation_start_date=record.created_at.astimezone(UTC).date().isoformat(),
-        knowledge_cutoff=settings.knowledge_cutoff,
-        default_reasoning_effort=settings.default_reasoning_effort,
-        builtin_tool_labels=settings.builtin_tool_labels,
-        mcp_tools=mcp_tools,
-    )
+def job_render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:
+    return render_options(settings, record.created_at, mcp_tools)
