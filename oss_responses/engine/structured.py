@@ -55,6 +55,17 @@ def _spec_of(params: SamplingParams) -> dict[str, Any] | None:
     return spec
 
 
+def _check_schema(schema: dict[str, Any]) -> None:
+    """Refuse (before the request reaches the engine core) a schema xgrammar cannot turn into a grammar."""
+    import xgrammar
+
+    try:
+        xgrammar.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=_SEPARATORS)
+    except RuntimeError as exc:
+        reason = str(exc).rsplit(": ", 1)[-1].strip() if ": " in str(exc) else str(exc).strip()
+        raise ValueError(f"text.format.schema cannot be used for constrained decoding: {reason}") from exc
+
+
 class Grammars:
     """The vocabulary as xgrammar sees it, and compiled grammars by spec."""
 
@@ -146,7 +157,9 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        _spec_of(sampling_params)
+        spec = _spec_of(sampling_params)
+        if spec is not None and spec["type"] == "json_schema":
+            _check_schema(spec["schema"])
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -163,7 +176,13 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):
 
             self._grammars = Grammars(self._vocab_size)
             self._bitmask = xgrammar.allocate_token_bitmask(self._max_rows, self._vocab_size)
-        return _Constrained(self._grammars.matcher(spec), generated, self._grammars.final_token)
+        try:
+            matcher = self._grammars.matcher(spec)
+        except RuntimeError:
+            # validate_params refuses such schemas first; never let one take the engine core down.
+            log.exception("structured output: the schema did not compile; the request runs unconstrained")
+            return None
+        return _Constrained(matcher, generated, self._grammars.final_token)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         rows = [row for row, request in self._by_row.items() if request.advance()]

@@ -28,6 +28,7 @@ from forced_harmony import (
 )
 from openai_harmony import HarmonyEncoding
 from tiny_engine import EngineLoop, tiny_settings
+from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import RequestOutputKind
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
@@ -259,3 +260,13 @@ def test_generate_with_json_schema_samples_freely_before_final_header(
     constrained = engine_loop.run(collect(engine, "free-structured", prompt, structured))
 
     assert tokens_of(constrained) == tokens_of(unconstrained)
+
+
+def test_generate_refuses_schema_the_grammar_cannot_express(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    spec = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {"type": "tuple"}}}
+    sampling = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=spec)
+
+    with pytest.raises(VLLMValidationError, match="cannot be used for constrained decoding"):
+        engine_loop.run(collect(engine, "bad-schema", prompt_for(encoding, "hi"), sampling))
