@@ -19,6 +19,7 @@ from openai.types.responses.response_input_item import ItemReference, Message
 from pydantic import BaseModel, TypeAdapter
 
 from oss_responses.harmony.ids import new_id
+from oss_responses.wire import wire_json
 
 _response_item = TypeAdapter(ResponseItem)
 
@@ -33,7 +34,7 @@ _ID_PREFIXES = {
 def _text_parts(content: str | list[Any], part_type: str) -> list[dict[str, Any]]:
     if isinstance(content, str):
         content = [{"type": part_type, "text": content}]
-    parts = [part.model_dump(mode="json", exclude_none=True) if isinstance(part, BaseModel) else part for part in content]
+    parts = [wire_json(part, exclude_none=True) if isinstance(part, BaseModel) else part for part in content]
     if part_type == "output_text":
         return [{"type": "output_text", "text": p.get("text", ""), "annotations": []} for p in parts]
     return parts
@@ -58,7 +59,7 @@ def _message_item(item: EasyInputMessage | Message) -> BaseModel:
 
 
 def _other_item(item: BaseModel) -> BaseModel | dict[str, Any]:
-    data = item.model_dump(mode="json", exclude_none=True)
+    data = wire_json(item, exclude_none=True)
     item_type = data["type"]
     if not data.get("id"):
         data["id"] = new_id(_ID_PREFIXES.get(item_type, "item"))
@@ -73,11 +74,11 @@ def stored_item(item: BaseModel) -> dict[str, Any]:
         stored: BaseModel | dict[str, Any] = _message_item(item)
     elif isinstance(item, ItemReference):
         # A reference names an item of an earlier response; it is kept as the reference itself.
-        stored = item.model_dump(mode="json", exclude_none=True)
+        stored = wire_json(item, exclude_none=True)
     else:
         stored = _other_item(item)
     if isinstance(stored, BaseModel):
-        return stored.model_dump(mode="json", exclude_none=True)
+        return wire_json(stored, exclude_none=True)
     return stored
 
 

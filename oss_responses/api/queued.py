@@ -21,6 +21,7 @@ from oss_responses.errors import BadRequest
 from oss_responses.harmony.ids import response_id
 from oss_responses.harmony.render import ConversationPlan
 from oss_responses.requests import CreateResponseRequest
+from oss_responses.wire import wire_json
 
 SECRET_TOOL_FIELDS = ("authorization", "headers")
 _FIELD = re.compile(r"[a-z_][a-z0-9_]*|\d+")  # a field name or index, not a union member's tag
@@ -49,9 +50,9 @@ def split_secrets(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], di
 
 
 def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
-    reasoning = request.reasoning.model_dump(exclude_none=True) if request.reasoning else {}
+    reasoning = wire_json(request.reasoning, exclude_none=True) if request.reasoning else {}
     reasoning.setdefault("effort", settings.default_reasoning_effort)
-    text = request.text.model_dump(exclude_none=True) if request.text else {}
+    text = wire_json(request.text, exclude_none=True) if request.text else {}
     text.setdefault("format", {"type": "text"})
     return {
         "object": "response",
@@ -95,7 +96,7 @@ def _response(fields: dict[str, Any]) -> Response:
 def build_queued(
     request: CreateResponseRequest, settings: Settings, plan: ConversationPlan | None = None
 ) -> QueuedResponse:
-    stored_request = request.model_dump(mode="json", exclude_none=True)
+    stored_request = wire_json(request, exclude_none=True)
     tools, secrets = split_secrets(stored_request.get("tools", []))
     stored_request["tools"] = tools
     fields = _echo(request, tools, settings) | {

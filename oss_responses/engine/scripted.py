@@ -14,8 +14,12 @@ What it answers (always an ``analysis`` message first, then one of):
    python tool). JSON arguments get ``<|constrain|>json``. Functions and MCP tools are called on the
    ``commentary`` channel; the built-in ``python``/``browser`` tools on ``analysis``, as gpt-oss does.
    Several ``call`` directives are made in order, one per turn (after k tool results, the k+1-th);
-3. the last user message contains ``tokens N`` → a ``final`` answer of exactly N content tokens;
-4. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
+3. the request asks for structured output (``text.format``, read back from the developer message's
+   ``# Response Formats`` section) → a ``final`` answer that is the JSON: for ``json_schema`` a
+   deterministic instance of the schema (:mod:`oss_responses.engine.json_instance`, free strings
+   taken from the last user message), for ``json_object`` ``{"answer": LAST_USER_MESSAGE}``;
+4. the last user message contains ``tokens N`` → a ``final`` answer of exactly N content tokens;
+5. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
    of the conversation in order (so chained turns via ``previous_response_id`` are visible).
 
 Like vLLM it emits one token per output, includes the stop token (``<|return|>`` or ``<|call|>``) in
@@ -42,6 +46,8 @@ from openai_harmony import HarmonyEncoding, Message, Role
 
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.json_instance import instance_of
+from oss_responses.engine.response_format import ResponseFormat, requested_format
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 BUILTIN_TOOLS = ("python", "browser")
@@ -86,6 +92,8 @@ class ScriptWriter:
         if answered < len(calls):
             recipient, arguments = calls[answered]
             return analysis + self._tool_call(recipient, arguments.strip())
+        if response_format := requested_format(messages):
+            return analysis + self._final(_formatted(response_format, last_user))
         if count := _TOKENS.search(last_user):
             return analysis + self._final_tokens(int(count.group(1)))
         return analysis + self._final(self._echo(user_texts))
@@ -110,6 +118,15 @@ class ScriptWriter:
         constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == "python" else "")
         header = f"<|start|>assistant<|channel|>{channel} to={recipient}{constrain}<|message|>"
         return self._text(header) + self._text(arguments) + [CALL]
+
+
+def _formatted(response_format: ResponseFormat, last_user: str) -> str:
+    """The JSON answer to a requested format (compact, as structured outputs are)."""
+    if response_format.type == "json_object":
+        value: object = {"answer": last_user}
+    else:
+        value = instance_of(response_format.schema, text=last_user)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def _tool_results_since_user(messages: list[Message]) -> int:

@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, FinishReason, SamplingSettings
+from oss_responses.harmony.vocab import ensure_vocabulary
+
+STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"  # loaded by name in vLLM
 
 if TYPE_CHECKING:
     from openai_harmony import HarmonyEncoding
@@ -78,11 +81,15 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
             f"vllm_engine_args max_num_seqs={fields['max_num_seqs']} disagrees with worker_concurrency="
             f"{settings.worker_concurrency}: set worker_concurrency (it sets both)"
         )
+    # Structured outputs are ours: vLLM's need a tokenizer (see engine/structured.py).
+    wanted = [STRUCTURED_LOGITS_PROCESSOR]
     if settings.vllm_force_scripted:
         from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR
 
-        processors = list(fields.get("logits_processors") or [])
-        fields["logits_processors"] = processors + [p for p in [FORCED_LOGITS_PROCESSOR] if p not in processors]
+        # Forcing first: the grammar then checks (and masks nothing but) the forced token.
+        wanted.insert(0, FORCED_LOGITS_PROCESSOR)
+    processors = list(fields.get("logits_processors") or [])
+    fields["logits_processors"] = processors + [p for p in wanted if p not in processors]
     return AsyncEngineArgs(**fields)
 
 
@@ -166,6 +173,9 @@ class VllmEngine:
         if self._llm is not None:
             return
         args = engine_args(self._settings)
+        # The structured-output processor reads the vocabulary in vLLM's engine process through
+        # TIKTOKEN_ENCODINGS_BASE, which this sets before vLLM spawns it.
+        ensure_vocabulary(self._settings.tiktoken_dir)
         if self._settings.vllm_force_scripted:
             from oss_responses.harmony.vocab import load_encoding
 

@@ -37,6 +37,24 @@ _TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
 }
 
 
+def placeholder_response(response_id: str, model: str, created_at: float, *, background: bool = False) -> Response:
+    """The least ``Response`` there can be: for failing a response whose stored JSON cannot be read."""
+    return Response.model_validate(
+        {
+            "id": response_id,
+            "object": "response",
+            "created_at": created_at,
+            "status": "in_progress",
+            "model": model,
+            "output": [],
+            "tools": [],
+            "tool_choice": "auto",
+            "parallel_tool_calls": True,
+            "background": background,
+        }
+    )
+
+
 def opening_events(response: Response) -> list[BaseModel]:
     """``response.created`` (sequence 0) and, for background responses, ``response.queued`` (1)."""
     emitter = EventEmitter(0)

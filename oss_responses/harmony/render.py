@@ -65,6 +65,8 @@ from oss_responses.harmony.input_items import InputConverter
 from oss_responses.harmony.mcp_tools import McpToolSpec
 
 __all__ = [
+    "JSON_OBJECT_FORMAT",
+    "RESPONSE_FORMATS_HEADING",
     "ConversationPlan",
     "ConversationTurn",
     "McpToolSpec",
@@ -85,6 +87,9 @@ _EFFORTS = {
     "xhigh": ReasoningEffort.HIGH,
     "max": ReasoningEffort.HIGH,
 }
+# The developer message section a requested text.format becomes (engines read it back from the prompt).
+RESPONSE_FORMATS_HEADING = "# Response Formats\n\n"
+JSON_OBJECT_FORMAT = "Respond with a single JSON object."
 
 
 @dataclass(slots=True)
@@ -305,7 +310,7 @@ def _response_format(request: Any) -> str | None:
     if text_format is None or text_format.type == "text":
         return None
     if text_format.type == "json_object":
-        return "# Response Formats\n\nRespond with a single JSON object."
+        return RESPONSE_FORMATS_HEADING + JSON_OBJECT_FORMAT
     extra = text_format.model_extra or {}
     schema = extra.get("schema", {})
-    return f"# Response Formats\n\n## {extra.get('name', 'response')}\n\n{json.dumps(schema, separators=(',', ':'))}"
+    return f"{RESPONSE_FORMATS_HEADING}## {extra.get('name', 'response')}\n\n{json.dumps(schema, separators=(',', ':'))}"

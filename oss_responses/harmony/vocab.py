@@ -7,6 +7,7 @@ its sha256, and point harmony at it. A missing or wrong file is a start-up error
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import os
@@ -63,3 +64,14 @@ def load_encoding(folder: Path | None = None) -> HarmonyEncoding:
         folder = get_settings().tiktoken_dir
     ensure_vocabulary(folder)
     return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+def token_bytes(folder: Path, vocab_size: int) -> list[bytes]:
+    """Each token id's bytes (``b""`` for harmony's special tokens, which the file does not hold)."""
+    vocabulary = [b""] * vocab_size
+    with ensure_vocabulary(folder).open("rb") as lines:
+        for line in lines:
+            token, rank = line.split()
+            if int(rank) < vocab_size:
+                vocabulary[int(rank)] = base64.b64decode(token)
+    return vocabulary

@@ -1,22 +1,36 @@
-"""What a worker reads from SQL to run one response: its row, the chain of earlier turns, the request."""
+"""What a worker reads from SQL to run one response: its row, the chain of earlier turns, the request.
+
+A row that was read but cannot be loaded (its stored Response or an earlier turn does not validate)
+still makes a :class:`Job`, carrying the error and a placeholder Response: the runner then fails the
+response at once (failed event, stream closed, SQL terminal) instead of dying with the client waiting.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from openai.types.responses import Response
+
 from oss_responses.config import Settings
 from oss_responses.conversation import check_chain, render_options, turn_of
+from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import Database, ResponseRecord, get_chain
+
+
+class JobLoadError(RuntimeError):
+    """The response's row was read, but it (or an earlier turn of its chain) cannot be loaded."""
 
 
 @dataclass(slots=True)
 class Job:
     record: ResponseRecord
     history: list[ConversationTurn]
+    response: Response  # the stored Response as loaded (a placeholder when load_error is set)
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    load_error: JobLoadError | None = None
 
     @property
     def response_id(self) -> str:
@@ -24,9 +38,14 @@ class Job:
 
     def request(self) -> CreateResponseRequest:
         """The stored request, with the MCP credentials (never stored) put back into its tools."""
+        if self.load_error is not None:
+            raise self.load_error
         body = dict(self.record.request)
         body["tools"] = [with_secrets(tool, self.secrets) for tool in body.get("tools", [])]
-        return parse_create_request(body)
+        try:
+            return parse_create_request(body)
+        except Exception as exc:
+            raise JobLoadError(f"The stored request of {self.response_id} cannot be loaded: {exc}") from exc
 
 
 def with_secrets(tool: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -38,14 +57,35 @@ def with_secrets(tool: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> di
 def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Job | None:
     """The response and its earlier turns (None if the row is gone: deleted, or never committed).
 
-    Raises BrokenChain when an earlier turn was deleted after this response was accepted.
+    A row that cannot be loaded, a chain broken by a deleted earlier turn (BrokenChain) included, is
+    a Job with ``load_error`` set: the runner fails it.
     """
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
         return None
-    check_chain(chain)
-    history = [turn_of(record) for record in chain[:-1]]
-    return Job(record=chain[-1], history=history, secrets=dict(secrets or {}))
+    record = chain[-1]
+    try:
+        check_chain(chain)
+        if not isinstance(record.request, dict):
+            raise TypeError(f"the stored request is a {type(record.request).__name__}, not an object")
+        history = [turn_of(earlier) for earlier in chain[:-1]]
+        response = Response.model_validate(record.response)
+    except Exception as exc:
+        error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
+        return Job(record, [], placeholder_of(record), dict(secrets or {}), load_error=error)
+    return Job(record, history, response, dict(secrets or {}))
+
+
+def stored_response(record: ResponseRecord) -> Response:
+    """The stored Response, or a placeholder when the stored JSON does not validate."""
+    try:
+        return Response.model_validate(record.response)
+    except Exception:
+        return placeholder_of(record)
+
+
+def placeholder_of(record: ResponseRecord) -> Response:
+    return placeholder_response(record.id, record.model, int(record.created_at.timestamp()), background=record.background)
 
 
 def job_render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:

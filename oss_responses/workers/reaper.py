@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any
 
 from openai.types.responses import Response, ResponseError, ResponseFailedEvent
 from redis import Redis
@@ -22,8 +21,16 @@ from redis import Redis
 from oss_responses import redis_keys
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.workers.stream_tail import next_from_tail
-from oss_responses.storage import Database, delete_response, get_response, list_in_progress_ids, save_turn
-from oss_responses.wire import response_json
+from oss_responses.storage import (
+    Database,
+    ResponseRecord,
+    delete_response,
+    get_response,
+    list_in_progress_ids,
+    save_turn,
+)
+from oss_responses.workers.job import stored_response
+from oss_responses.wire import response_json, wire_json
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +39,10 @@ WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped bef
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
-def failed_response(stored: dict[str, Any], message: str = WORKER_LOST_MESSAGE) -> Response:
+def failed_response(record: ResponseRecord, message: str = WORKER_LOST_MESSAGE) -> Response:
+    """The record's Response failed; a stored JSON that does not validate still fails (as a placeholder)."""
     error = ResponseError(code="server_error", message=message)
-    return Response.model_validate(stored).model_copy(update={"status": "failed", "error": error})
+    return stored_response(record).model_copy(update={"status": "failed", "error": error})
 
 
 def next_sequence_number(redis: Redis, response_id: str) -> int | None:
@@ -93,7 +101,7 @@ class Reaper:
         record = self.db.run(get_response, response_id)
         if record is None or record.status != "in_progress":
             return False
-        response = failed_response(record.response)
+        response = failed_response(record)
         if not self._store_failure(response_id, record.store, response):
             return False
         log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
@@ -101,7 +109,7 @@ class Reaper:
         return True
 
     def _store_failure(self, response_id: str, store: bool, response: Response) -> bool:
-        error = response.error.model_dump() if response.error else None
+        error = wire_json(response.error) if response.error else None
         with self.db.session() as session:
             ended = save_turn(
                 session, response_id, status="failed", response=response_json(response),

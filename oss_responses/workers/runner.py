@@ -4,8 +4,9 @@
     take the lease ─ held by another worker? skip
     register for cancel, then check the cancel flag ─ set? cancelled, stream closed, nothing generated
     queued → in_progress (SQL)
-    tools resolved, in_progress event, tool lists streamed, prompt rendered, an answered approval
-    run or declined, generation (engine loop) ─ any exception fails the response
+    stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
+    in_progress event, tool lists streamed, prompt rendered, an answered approval run or declined,
+    generation (engine loop) ─ any exception fails the response
     drain the events (the terminal one included) → save the turn (SQL) → close the stream
     release the lease
 
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from openai.types.responses import Response
 
 from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.render import RenderedPrompt, render_prompt
@@ -31,11 +32,11 @@ from oss_responses.storage import delete_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.generation import Generation, StopCause
-from oss_responses.workers.job import Job, job_render_options, load_job
+from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import approval_policy, list_new_tools, prepare_tools
-from oss_responses.wire import response_json
+from oss_responses.wire import response_json, wire_json
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def _execute(run: _Run) -> Outcome:
         ctx.loop.run(_generate(run, job.request()))
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
-        _fail(run, f"The response failed in the worker: {type(exc).__name__}: {exc}")
+        _fail(run, str(exc) if isinstance(exc, JobLoadError) else f"The response failed in the worker: {type(exc).__name__}: {exc}")
     if run.generation is not None and run.generation.stop_cause == "lease_lost":
         return "lease_lost"
     return _finish(run)
@@ -134,11 +135,11 @@ def _execute(run: _Run) -> Outcome:
 def _translator(run: _Run, approval_required: ApprovalPolicy | None = None) -> ResponseTranslator:
     """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows."""
     return ResponseTranslator(
-        Response.model_validate(run.job.record.response),
+        run.job.response,
         encoding=run.ctx.encoding,
         first_sequence_number=run.first_sequence_number,
         approval_required=approval_required,
-        max_tool_calls=run.job.record.request.get("max_tool_calls"),
+        max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
     )
 
 
@@ -187,7 +188,13 @@ def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSet
         temperature=request.temperature,
         top_p=request.top_p,
         seed=request.seed,
+        extra=_structured_output(request),
     )
+
+
+def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
+    spec = structured_output_spec(request.text.format if request.text else None)
+    return {} if spec is None else {STRUCTURED_OUTPUT_KEY: spec}
 
 
 def _finish(run: _Run) -> Outcome:
@@ -216,7 +223,7 @@ def _save(run: _Run) -> bool:
             output_messages=translator.output_messages,
             function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
             input_messages=rendered.new_messages if rendered else None,
-            error=response.error.model_dump(mode="json") if response.error else None,
+            error=wire_json(response.error) if response.error else None,
             state=_state(job, rendered),
         )
         if ended and not job.record.store:

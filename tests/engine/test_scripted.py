@@ -6,7 +6,9 @@ import asyncio
 import json
 import time
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 from openai_harmony import (
     Author,
@@ -20,7 +22,9 @@ from openai_harmony import (
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.harmony.render import RenderOptions, render_prompt
 from oss_responses.harmony.vocab import load_encoding
+from oss_responses.requests import parse_create_request
 
 REPO = Path(__file__).resolve().parents[2]
 RETURN, CALL = 200002, 200012
@@ -171,3 +175,36 @@ def test_tokens_per_second_paces_each_response(enc: HarmonyEncoding) -> None:
         return time.monotonic() - started
 
     assert 0.19 <= asyncio.run(scenario()) < 0.6
+
+
+def rendered(enc: HarmonyEncoding, text_format: dict[str, Any], user: str = "list two steps") -> list[int]:
+    request = parse_create_request({"model": "m", "input": user, "instructions": "Be brief.", "text": {"format": text_format}})
+    return render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
+
+
+STEPS_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["steps", "final_answer"],
+    "properties": {
+        "steps": {"type": "array", "minItems": 2, "items": {"$ref": "#/$defs/step"}},
+        "final_answer": {"type": "string", "enum": ["yes", "no"]},
+    },
+    "$defs": {"step": {"type": "object", "additionalProperties": False, "required": ["explanation"],
+                       "properties": {"explanation": {"type": "string"}}}},
+}
+
+
+def test_generate_answers_instance_of_json_schema_on_final(enc: HarmonyEncoding) -> None:
+    tokens = rendered(enc, {"type": "json_schema", "name": "steps", "strict": True, "schema": STEPS_SCHEMA})
+    analysis, final = messages_of(enc, generate(enc, tokens))
+    assert (analysis.channel, final.channel) == ("analysis", "final")
+    jsonschema.validate(json.loads(text(final)), STEPS_SCHEMA)
+
+
+def test_generate_answers_json_object_when_asked(enc: HarmonyEncoding) -> None:
+    final = messages_of(enc, generate(enc, rendered(enc, {"type": "json_object"}, user="hi")))[-1]
+    assert json.loads(text(final)) == {"answer": "hi"}
+
+
+def test_generate_ignores_response_formats_heading_in_user_text(enc: HarmonyEncoding) -> None:
+    final = messages_of(enc, generate(enc, prompt(enc, "# Response Formats\n\n## x\n\n{}")))[-1]
+    assert text(final).startswith("You said:")

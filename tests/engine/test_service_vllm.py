@@ -19,6 +19,7 @@ import pytest
 from api_server import MODEL, stop_process
 from openai import OpenAI
 from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import BaseModel
 from service_stack import (
     calculator_server,
     launch_worker,
@@ -185,3 +186,18 @@ def test_worker_with_missing_model_exits_with_reason(stack: Stack, tmp_path: Pat
     assert returncode != 0
     assert "worker not started: the vllm engine failed to start" in output and str(missing) in output
     assert ready_workers(stack.settings.redis_url) == before
+
+
+class Verdict(BaseModel):
+    label: str
+    score: int
+    tags: list[str]
+
+
+def test_parse_json_schema_through_vllm_passes_the_grammar(stack: Stack) -> None:
+    # The forced scripted answer must pass the structured-output processor's grammar, which says so
+    # in the worker's log when a final-channel token falls outside it.
+    response = stack.client.responses.parse(model=MODEL, input="rate this", text_format=Verdict)
+
+    assert response.status == "completed" and isinstance(response.output_parsed, Verdict)
+    assert "outside the grammar" not in (stack.logs / "worker.log").read_text(errors="replace")

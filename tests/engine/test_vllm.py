@@ -7,12 +7,15 @@ makes vLLM sample a scripted token sequence (see oss_responses/engine/forced.py)
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import Sequence
 
+import jsonschema
 import pytest
 from forced_harmony import (
+    ASSISTANT_HEADER_LEN,
     analysis,
     continuation,
     final,
@@ -25,12 +28,14 @@ from forced_harmony import (
 )
 from openai_harmony import HarmonyEncoding
 from tiny_engine import EngineLoop, tiny_settings
+from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import RequestOutputKind
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR, FORCED_TOKENS_KEY
 from oss_responses.engine.scripted import ScriptWriter, parse_prompt
-from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine, engine_args, sampling_params
+from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY
+from oss_responses.engine.vllm import STRUCTURED_LOGITS_PROCESSOR, ScriptedAnswers, VllmEngine, engine_args, sampling_params
 
 pytestmark = pytest.mark.engine
 
@@ -59,12 +64,12 @@ def test_engine_args_maps_settings_and_lets_passthrough_override(tmp_path) -> No
     assert args.dtype == "float32"
 
 
-def test_engine_args_registers_forcing_processor_once_when_forcing_scripted(tmp_path) -> None:
+def test_engine_args_registers_forcing_then_structured_processor_once(tmp_path) -> None:
     settings = tiny_settings(tmp_path).model_copy(update={"vllm_force_scripted": True})
     plain = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"enforce_eager": True}})
 
-    assert engine_args(settings).logits_processors == [FORCED_LOGITS_PROCESSOR]
-    assert not engine_args(plain).logits_processors
+    assert engine_args(settings).logits_processors == [FORCED_LOGITS_PROCESSOR, STRUCTURED_LOGITS_PROCESSOR]
+    assert engine_args(plain).logits_processors == [STRUCTURED_LOGITS_PROCESSOR]
 
 
 def test_engine_args_rejects_max_num_seqs_other_than_worker_concurrency(tmp_path) -> None:
@@ -213,3 +218,55 @@ def test_generate_reports_cached_tokens_for_repeated_prefix(
     assert cold[0].cached_tokens == 0
     assert 0 < warm[0].cached_tokens <= len(prompt)
     assert all(output.cached_tokens is None for output in warm[1:])
+
+
+CHOICE_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["color", "sure"],
+    "properties": {"color": {"type": "string", "enum": ["red", "green", "blue"]}, "sure": {"type": "boolean"}},
+}
+STRUCTURED = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": CHOICE_SCHEMA}}
+
+
+def up_to_final_content(encoding: HarmonyEncoding, thought: str) -> list[int]:
+    """The output tokens of an analysis message and a final header, up to its <|message|>."""
+    tokens = encoding.render(analysis(thought)) + encoding.render(final(""))[:-1]  # drop <|end|>
+    return tokens[ASSISTANT_HEADER_LEN:]
+
+
+def test_generate_constrains_only_final_message_to_json_schema(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    header = up_to_final_content(encoding, "Pick a color.")
+    forcing = forced(encoding, header, temperature=1.0, seed=11)
+    sampling = SamplingSettings(max_tokens=len(header) + 40, stop_token_ids=forcing.stop_token_ids,
+                                temperature=1.0, seed=11, extra=forcing.extra | STRUCTURED)
+
+    outputs = engine_loop.run(collect(engine, "structured", prompt_for(encoding, "A color?"), sampling))
+
+    assert outputs[-1].finish_reason == "stop" and tokens_of(outputs)[-1] == 200002
+    thought, answer = parse(encoding, tokens_of(outputs))
+    assert (thought.channel, answer.channel) == ("analysis", "final")
+    jsonschema.validate(json.loads(answer.content[0].text), CHOICE_SCHEMA)  # type: ignore[union-attr]
+
+
+def test_generate_with_json_schema_samples_freely_before_final_header(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    prompt = prompt_for(encoding, "Think first.")
+    free = SamplingSettings(max_tokens=12, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), seed=5)
+    structured = SamplingSettings(max_tokens=12, stop_token_ids=free.stop_token_ids, seed=5, extra=STRUCTURED)
+
+    unconstrained = engine_loop.run(collect(engine, "free", prompt, free))
+    constrained = engine_loop.run(collect(engine, "free-structured", prompt, structured))
+
+    assert tokens_of(constrained) == tokens_of(unconstrained)
+
+
+def test_generate_refuses_schema_the_grammar_cannot_express(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    spec = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {"type": "tuple"}}}
+    sampling = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=spec)
+
+    with pytest.raises(VLLMValidationError, match="cannot be used for constrained decoding"):
+        engine_loop.run(collect(engine, "bad-schema", prompt_for(encoding, "hi"), sampling))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import redis as redis_lib
-from worker_support import accept, assert_contiguous, events_of, is_closed
+from worker_support import accept, assert_contiguous, events_of, is_closed, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -58,3 +58,17 @@ def test_reaper_deletes_lost_response_when_store_is_false(
     assert reaper(db, redis, settings).reap_once() == [response_id]
     assert db.run(get_response, response_id) is None
     assert events_of(redis, response_id)[-1]["type"] == "response.failed"
+
+
+def test_reaper_fails_lost_response_whose_stored_json_does_not_validate(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    overwrite_row(db, response_id, response={"id": response_id, "tools": "broken"})
+    assert reaper(db, redis, settings).reap_once() == [response_id]
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.response["id"] == response_id and record.response["model"] == record.model
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)

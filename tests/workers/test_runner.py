@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import redis as redis_lib
-from worker_support import accept, assert_contiguous, events_of, is_closed
+from openai.types.responses import Response
+from worker_support import accept, assert_contiguous, events_of, is_closed, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -117,3 +118,69 @@ def test_run_response_cancelled_while_queued_generates_nothing(
     assert db.run(get_response, response_id).status == "cancelled"  # type: ignore[union-attr]
     assert [e["type"] for e in events_of(redis, response_id)] == ["response.created", "response.queued"]
     assert is_closed(redis, response_id)
+
+
+PERSON_FORMAT = {
+    "type": "json_schema",
+    "name": "person",
+    "strict": True,
+    "schema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+               "additionalProperties": False},
+}
+
+
+def test_accept_stores_json_schema_response_that_round_trips(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi", text={"format": PERSON_FORMAT})
+    stored = db.run(get_response, response_id).response  # type: ignore[union-attr]
+    assert stored["text"]["format"]["schema"] == PERSON_FORMAT["schema"]
+    assert Response.model_validate(stored).model_dump(mode="json", by_alias=True) == stored
+
+
+def test_run_response_completes_json_schema_request(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi", text={"format": PERSON_FORMAT})
+    assert run_response_now(response_id, worker=worker) == "completed"
+    record = db.run(get_response, response_id)
+    assert record.response["text"]["format"]["schema"] == PERSON_FORMAT["schema"]  # type: ignore[union-attr]
+
+
+def assert_failed_at_once(db: Database, redis: redis_lib.Redis, response_id: str, message: str) -> None:
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed" and record.completed_at is not None
+    assert message in record.error["message"]  # type: ignore[index]
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.failed" and message in events[-1]["response"]["error"]["message"]
+    assert is_closed(redis, response_id)
+
+
+def test_run_response_fails_response_whose_stored_json_does_not_validate(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, response_id, response={"id": response_id, "status": 42})
+    assert run_response_now(response_id, worker=worker) == "failed"
+    assert_failed_at_once(db, redis, response_id, "cannot be loaded")
+
+
+def test_run_response_fails_response_whose_stored_request_does_not_validate(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi")
+    overwrite_row(db, response_id, request={"model": 42, "input": "hi"})
+    assert run_response_now(response_id, worker=worker) == "failed"
+    assert_failed_at_once(db, redis, response_id, "stored request")
+
+
+def test_run_response_fails_response_whose_earlier_turn_does_not_load(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    first = accept(db, redis, settings, input="one")
+    assert run_response_now(first, worker=worker) == "completed"
+    overwrite_row(db, first, response={"output": 42})
+    second = accept(db, redis, settings, input="two", previous_response_id=first)
+    assert run_response_now(second, worker=worker) == "failed"
+    assert_failed_at_once(db, redis, second, "cannot be loaded")

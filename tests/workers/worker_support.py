@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import redis as redis_lib
+from sqlalchemy import update
 
 from oss_responses import redis_keys
 from oss_responses.api.queued import build_queued
@@ -17,7 +18,8 @@ from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.writer import event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
-from oss_responses.storage import Database, ResponseRecord, insert_response
+from oss_responses.storage import Database, ResponseRecord, ResponseRow, insert_response
+from oss_responses.wire import wire_json
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "gpt-oss-20b"
@@ -50,7 +52,7 @@ def accept_with_secrets(
     record = ResponseRecord(
         id=response.id, model=response.model, status="queued", background=bool(response.background),
         store=bool(queued.request.get("store", True)), request=queued.request,
-        response=response.model_dump(mode="json"), previous_response_id=response.previous_response_id,
+        response=wire_json(response), previous_response_id=response.previous_response_id,
     )
     db.run(insert_response, record, queued.input_items)
     with redis.pipeline(transaction=False) as pipe:
@@ -58,6 +60,12 @@ def accept_with_secrets(
             pipe.execute_command(*command)
         pipe.execute()
     return response.id, queued.secrets
+
+
+def overwrite_row(db: Database, response_id: str, **columns: Any) -> None:
+    """Write columns of a stored response directly (a row damaged by a bug or by hand)."""
+    with db.session() as session:
+        session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**columns))
 
 
 def stream_entries(redis: redis_lib.Redis, response_id: str) -> list[tuple[str, dict[bytes, bytes]]]:

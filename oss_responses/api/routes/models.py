@@ -9,6 +9,7 @@ from openai.types import Model
 
 from oss_responses.api.deps import SettingsDep
 from oss_responses.errors import NotFound
+from oss_responses.wire import wire_json
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
@@ -16,7 +17,7 @@ OWNER = "oss-responses"
 
 
 def _model(name: str) -> dict[str, Any]:
-    return Model(id=name, object="model", created=0, owned_by=OWNER).model_dump(mode="json")
+    return wire_json(Model(id=name, object="model", created=0, owned_by=OWNER))
 
 
 @router.get("")
