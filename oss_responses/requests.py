@@ -48,6 +48,9 @@ InputItem = (
 )
 RequestTool = FunctionTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
 
+# The ``include`` value asking for reasoning items' sealed harmony messages (stateless multi-turn).
+REASONING_ENCRYPTED_CONTENT = "reasoning.encrypted_content"
+
 _TOOL_MODELS: dict[str, type[BaseModel]] = {
     "function": FunctionTool,
     "mcp": Mcp,

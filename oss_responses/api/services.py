@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
 
 RUN_RESPONSE_TASK = "oss_responses.run_response"
@@ -41,3 +42,4 @@ class Services:
     redis: Redis
     hub: EventHub
     tasks: TaskQueue
+    sealer: Sealer | None = None  # None: no encryption keys configured

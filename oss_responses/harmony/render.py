@@ -54,7 +54,7 @@ from oss_responses.harmony.history import (
     listed_tools,
     stored_approval_ids,
 )
-from oss_responses.harmony.input_items import InputConverter
+from oss_responses.harmony.input_items import InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 
 __all__ = ["ConversationTurn", "McpToolSpec", "RenderOptions", "RenderedPrompt", "drop_closed_analysis", "render_prompt"]
@@ -69,6 +69,7 @@ class RenderOptions:
     default_reasoning_effort: str = "medium"
     builtin_tool_labels: Mapping[str, str] = field(default_factory=dict)  # server label -> python | browser
     mcp_tools: Mapping[str, list[McpToolSpec]] = field(default_factory=dict)  # server label -> full tool list
+    unseal: Unseal | None = None  # opens reasoning items' encrypted_content (None: no keys configured)
 
 
 @dataclass(slots=True)
@@ -101,7 +102,8 @@ def render_prompt(
     tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
     known_calls = {call_id: name for turn in history for call_id, name in turn.function_calls.items()}
     converter = InputConverter(
-        known_calls, _label_namespaces(options), frozenset(("python", "browser")), stored_approval_ids(history)
+        known_calls, _label_namespaces(options), frozenset(("python", "browser")), stored_approval_ids(history),
+        options.unseal,
     )
     new_messages = converter.convert(items)
     replayed = drop_closed_analysis([message for turn in history for message in turn.messages] + new_messages)

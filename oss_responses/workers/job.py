@@ -10,6 +10,7 @@ from oss_responses.config import Settings
 from oss_responses.harmony.history import turn_items
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
+from oss_responses.sealing import Sealer
 from oss_responses.storage import Database, ResponseRecord, get_chain
 
 
@@ -51,11 +52,14 @@ def _turn(record: ResponseRecord) -> ConversationTurn:
     return ConversationTurn(record.input_messages + record.output_messages, dict(record.function_calls), items)
 
 
-def render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:
+def render_options(
+    settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]], sealer: Sealer | None = None
+) -> RenderOptions:
     return RenderOptions(
         conversation_start_date=record.created_at.astimezone(UTC).date().isoformat(),
         knowledge_cutoff=settings.knowledge_cutoff,
         default_reasoning_effort=settings.default_reasoning_effort,
         builtin_tool_labels=settings.builtin_tool_labels,
         mcp_tools=mcp_tools,
+        unseal=sealer.opening("reasoning") if sealer is not None else None,
     )

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import jobs
+from oss_responses.api import jobs, sealed
 from oss_responses.api.deps import ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.queued import build_queued
@@ -42,6 +42,8 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
     if body.background and not body.store:
         raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
                          param="background", code="invalid_value")
+    sealed.check_include(body, services.sealer)
+    sealed.check_sealed_input(body, services.sealer)
 
 
 @router.post("")

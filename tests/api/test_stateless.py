@@ -1,0 +1,105 @@
+"""Stateless multi-turn as Codex CLI does it: ``store: false`` with
+``include: ["reasoning.encrypted_content"]``, every turn replaying the whole conversation.
+
+The whole service (an API process, a Celery worker process with the scripted engine, SQLite) and the
+official SDK. The store=false rows' removal is storage-independent and already runs on PostgreSQL in
+test_end_to_end.py, so this module runs on SQLite only.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from api_server import MODEL, start_api_process, start_worker_process, stop_process
+from openai import OpenAI
+from openai.types.responses import Response
+
+from oss_responses.config import Settings
+from oss_responses.sealing import new_key
+from oss_responses.storage import Database, get_response
+
+INCLUDE = ["reasoning.encrypted_content"]
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weather of a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+ASK = {"type": "message", "role": "user", "content": 'call functions.get_weather {"city": "Paris"}'}
+TOOL_ANSWER = '{"temperature": 21, "sky": "clear"}'
+
+
+@dataclass
+class Stack:
+    db: Database
+    client: OpenAI
+
+
+@pytest.fixture(scope="module")
+def stack(sqlite_template: Path, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("stateless")
+    shutil.copyfile(sqlite_template, folder / "oss-responses.db")
+    settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url, models=[MODEL],
+                        encryption_keys=[new_key()])
+    processes = []
+    try:
+        processes.append(start_worker_process(settings, folder / "worker.log"))
+        api, url = start_api_process(settings, folder / "api.log")
+        processes.append(api)
+        db = Database(settings.database_url)
+        with OpenAI(base_url=f"{url}/v1", api_key="test", max_retries=0, timeout=30) as client:
+            yield Stack(db=db, client=client)
+        db.dispose()
+    finally:
+        for process in reversed(processes):
+            stop_process(process)
+
+
+def _turn(stack: Stack, input_items: list[dict[str, Any]]) -> Response:
+    return stack.client.responses.create(
+        model=MODEL, input=input_items, tools=[WEATHER_TOOL], store=False, include=INCLUDE  # type: ignore[arg-type, list-item]
+    )
+
+
+def _replay(response: Response) -> list[dict[str, Any]]:
+    return [item.model_dump(mode="json", exclude_none=True) for item in response.output]
+
+
+def _tool_output(response: Response) -> dict[str, Any]:
+    call = response.output[-1]
+    assert call.type == "function_call"
+    return {"type": "function_call_output", "call_id": call.call_id, "output": TOOL_ANSWER}
+
+
+@pytest.fixture(scope="module")
+def first(stack: Stack) -> Response:
+    return _turn(stack, [ASK])
+
+
+def test_stateless_first_turn_reasoning_has_encrypted_content(first: Response) -> None:
+    assert [item.type for item in first.output] == ["reasoning", "function_call"]
+    assert first.output[0].encrypted_content
+
+
+def test_stateless_second_turn_replaying_first_completes_with_tool_output(stack: Stack, first: Response) -> None:
+    second = _turn(stack, [ASK, *_replay(first), _tool_output(first)])
+    assert second.status == "completed" and TOOL_ANSWER in second.output_text
+    assert second.output[0].type == "reasoning" and second.output[0].encrypted_content
+
+
+def test_stateless_turns_store_nothing(stack: Stack, first: Response) -> None:
+    second = _turn(stack, [ASK, *_replay(first), _tool_output(first)])
+    assert stack.db.run(get_response, first.id) is None and stack.db.run(get_response, second.id) is None
+    with pytest.raises(openai.NotFoundError):
+        stack.client.responses.retrieve(second.id)
+
+
+def test_stateless_second_turn_with_tampered_reasoning_is_bad_request(stack: Stack, first: Response) -> None:
+    replayed = _replay(first)
+    blob = replayed[0]["encrypted_content"]
+    replayed[0]["encrypted_content"] = blob[:-8] + ("A" * 8 if not blob.endswith("A" * 8) else "B" * 8)
+    with pytest.raises(openai.BadRequestError) as raised:
+        _turn(stack, [ASK, *replayed, _tool_output(first)])
+    assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
