@@ -13,6 +13,7 @@ from typing import Any, Literal
 from openai.types.responses import (
     EasyInputMessage,
     FunctionTool,
+    ResponseCompactionItemParam,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseReasoningItem,
@@ -45,6 +46,7 @@ InputItem = (
     | McpApprovalRequest
     | McpApprovalResponse
     | ItemReference
+    | ResponseCompactionItemParam
 )
 RequestTool = FunctionTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
 
@@ -69,6 +71,7 @@ _ITEM_MODELS: dict[str, type[BaseModel]] = {
     "mcp_approval_request": McpApprovalRequest,
     "mcp_approval_response": McpApprovalResponse,
     "item_reference": ItemReference,
+    "compaction": ResponseCompactionItemParam,
 }
 
 

@@ -65,8 +65,6 @@ class Sealer:
     def sealing(self, kind: SealedKind) -> Callable[[list[dict[str, Any]]], str]:
         return lambda messages: self.seal(kind, messages)
 
-    def opening(self, kind: SealedKind) -> Callable[[str], list[dict[str, Any]] | None]:
-        return lambda blob: self.open(kind, blob)
 
 
 def build_sealer(keys: Sequence[str]) -> Sealer | None:

@@ -2,14 +2,17 @@
 
 - ``include: ["reasoning.encrypted_content"]`` needs encryption keys: without them it is a 400
   naming ``include`` and the setting, instead of a response whose reasoning cannot be replayed.
-- Every sealed reasoning item of the input must open under this server's keys; a tampered or
+- Every sealed reasoning or compaction item of the input must open under this server's keys; a tampered or
   foreign blob is a 400 naming ``input[i].encrypted_content`` here, at POST time, not a failed
   response later in the worker (which opens it again to render).
 """
 
 from __future__ import annotations
 
-from openai.types.responses import ResponseReasoningItem
+from collections.abc import Sequence
+
+from openai.types.responses import ResponseCompactionItemParam, ResponseReasoningItem
+from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.input_items import open_sealed
@@ -27,8 +30,11 @@ def check_include(request: CreateResponseRequest, sealer: Sealer | None) -> None
         )
 
 
-def check_sealed_input(request: CreateResponseRequest, sealer: Sealer | None) -> None:
-    unseal = sealer.opening("reasoning") if sealer is not None else None
-    for index, item in enumerate(request.input_items()):
+def check_sealed_input(items: Sequence[BaseModel], sealer: Sealer | None) -> None:
+    unseal = sealer.open if sealer is not None else None
+    for index, item in enumerate(items):
+        param = f"input[{index}].encrypted_content"
         if isinstance(item, ResponseReasoningItem) and item.encrypted_content is not None:
-            open_sealed(item.encrypted_content, unseal, f"input[{index}].encrypted_content")
+            open_sealed("reasoning", item.encrypted_content, unseal, param)
+        elif isinstance(item, ResponseCompactionItemParam):
+            open_sealed("compaction", item.encrypted_content, unseal, param)

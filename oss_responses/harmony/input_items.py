@@ -8,15 +8,22 @@ call message, unless a stored turn already holds it; ``mcp_list_tools`` items ad
 shows their tools in the developer message) and ``mcp_approval_response`` items add none either: the
 answer becomes the tool message the translator writes (``open_approved_call`` / ``decline_call``).
 A reasoning item with ``encrypted_content`` replays the analysis message sealed in it, exactly (its
-``content``/``summary`` are then ignored); a blob that does not open is a 400 naming it.
+``content``/``summary`` are then ignored); a ``compaction`` item replays the summary message sealed in
+it (see ``compaction.py``); a blob that does not open is a 400 naming it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
-from openai.types.responses import EasyInputMessage, ResponseFunctionToolCall, ResponseOutputMessage, ResponseReasoningItem
+from openai.types.responses import (
+    EasyInputMessage,
+    ResponseCompactionItemParam,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+)
 from openai.types.responses.response_input_item import (
     FunctionCallOutput,
     McpApprovalRequest,
@@ -30,8 +37,9 @@ from pydantic import BaseModel
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
 
-# Opens an ``encrypted_content`` blob into the harmony messages sealed in it; None if it does not open.
-Unseal = Callable[[str], list[dict[str, Any]] | None]
+# Opens an ``encrypted_content`` blob of a kind ("reasoning" | "compaction") into the harmony messages
+# sealed in it; None if it does not open.
+Unseal = Callable[[Literal["reasoning", "compaction"], str], list[dict[str, Any]] | None]
 
 FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function (or MCP tool) call's header
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
@@ -65,6 +73,7 @@ class InputConverter:
             McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
             McpApprovalRequest: self._approval_request,
             McpApprovalResponse: lambda item, param: [],  # answered by the translator (see module doc)
+            ResponseCompactionItemParam: self._compaction,
         }
 
     def convert(self, items: list[BaseModel]) -> list[dict[str, Any]]:
@@ -93,9 +102,12 @@ class InputConverter:
 
     def _reasoning(self, item: ResponseReasoningItem, param: str) -> list[dict[str, Any]]:
         if item.encrypted_content is not None:
-            return open_sealed(item.encrypted_content, self._unseal, f"{param}.encrypted_content")
+            return open_sealed("reasoning", item.encrypted_content, self._unseal, f"{param}.encrypted_content")
         parts = item.content or item.summary
         return [text_message("assistant", "".join(part.text for part in parts), channel="analysis")]
+
+    def _compaction(self, item: ResponseCompactionItemParam, param: str) -> list[dict[str, Any]]:
+        return open_sealed("compaction", item.encrypted_content, self._unseal, f"{param}.encrypted_content")
 
     def _function_call(self, item: ResponseFunctionToolCall, param: str) -> list[dict[str, Any]]:
         self.function_calls[item.call_id] = item.name
@@ -135,7 +147,9 @@ class InputConverter:
         )
 
 
-def open_sealed(blob: str, unseal: Unseal | None, param: str) -> list[dict[str, Any]]:
+def open_sealed(
+    kind: Literal["reasoning", "compaction"], blob: str, unseal: Unseal | None, param: str
+) -> list[dict[str, Any]]:
     """The sealed harmony messages, exactly as this server sealed them; a 400 naming ``param`` if not ours."""
     if unseal is None:
         raise BadRequest(
@@ -144,7 +158,7 @@ def open_sealed(blob: str, unseal: Unseal | None, param: str) -> list[dict[str, 
             param=param,
             code="invalid_encrypted_content",
         )
-    messages = unseal(blob)
+    messages = unseal(kind, blob)
     if messages is None:
         raise BadRequest(
             f"Invalid value for '{param}': the encrypted content could not be verified; it was not produced "

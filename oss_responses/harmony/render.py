@@ -69,7 +69,7 @@ class RenderOptions:
     default_reasoning_effort: str = "medium"
     builtin_tool_labels: Mapping[str, str] = field(default_factory=dict)  # server label -> python | browser
     mcp_tools: Mapping[str, list[McpToolSpec]] = field(default_factory=dict)  # server label -> full tool list
-    unseal: Unseal | None = None  # opens reasoning items' encrypted_content (None: no keys configured)
+    unseal: Unseal | None = None  # opens reasoning and compaction items' encrypted_content (None: no keys)
 
 
 @dataclass(slots=True)

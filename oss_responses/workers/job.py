@@ -61,5 +61,5 @@ def render_options(
         default_reasoning_effort=settings.default_reasoning_effort,
         builtin_tool_labels=settings.builtin_tool_labels,
         mcp_tools=mcp_tools,
-        unseal=sealer.opening("reasoning") if sealer is not None else None,
+        unseal=sealer.open if sealer is not None else None,
     )

@@ -36,3 +36,16 @@ def test_create_response_foreign_encrypted_content_is_bad_request_and_stores_not
         client.responses.create(model=MODEL, input=[{"role": "user", "content": "hi"}, _reasoning(foreign)], store=False)
     assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
     assert _stored_rows(api) == 0
+
+
+def test_compact_without_keys_is_bad_request_and_stores_nothing(client: OpenAI, api: ApiServer) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.compact(model=MODEL, input="hi")
+    assert "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message
+    assert _stored_rows(api) == 0
+
+
+def test_compact_unknown_model_is_not_found(client: OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.compact(model="gpt-oss-7b", input="hi")
+    assert raised.value.param == "model"  # type: ignore[attr-defined]

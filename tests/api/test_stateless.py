@@ -103,3 +103,54 @@ def test_stateless_second_turn_with_tampered_reasoning_is_bad_request(stack: Sta
     with pytest.raises(openai.BadRequestError) as raised:
         _turn(stack, [ASK, *replayed, _tool_output(first)])
     assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
+
+
+# --- POST /v1/responses/compact ------------------------------------------------------------------
+
+CONVERSATION = [
+    {"type": "message", "role": "user", "content": "first apple"},
+    {"type": "message", "role": "assistant", "content": "Noted the apple."},
+    {"type": "message", "role": "user", "content": "second banana"},
+]
+
+
+def _user_texts(output: list[Any]) -> list[str]:
+    return [item.content[0].text for item in output if item.type == "message" and item.role == "user"]
+
+
+@pytest.fixture(scope="module")
+def compacted(stack: Stack) -> Any:
+    return stack.client.responses.compact(model=MODEL, input=CONVERSATION)  # type: ignore[arg-type]
+
+
+def test_compact_returns_user_messages_then_one_compaction_item(compacted: Any) -> None:
+    assert compacted.object == "response.compaction"
+    assert [item.type for item in compacted.output] == ["message", "message", "compaction"]
+    assert _user_texts(compacted.output) == ["first apple", "second banana"]
+    assert compacted.output[-1].encrypted_content and compacted.usage.output_tokens > 0
+
+
+def test_create_response_with_compaction_item_shows_summary_to_model(stack: Stack, compacted: Any) -> None:
+    # As received: the SDK types user messages of the output as assistant messages (openai's union has no user one).
+    replayed = [item.to_dict(mode="json", warnings=False) for item in compacted.output]
+    later = _turn(stack, [*replayed, {"type": "message", "role": "user", "content": "third cherry"}])
+    # The scripted engine lists the earlier user messages: the summary is one, and it lists the first two.
+    assert later.status == "completed" and "Summary of the earlier conversation" in later.output_text
+    assert "first apple" in later.output_text.split("Summary of the earlier conversation")[1]
+
+
+def test_compact_previous_response_id_includes_stored_user_messages(stack: Stack) -> None:
+    stored = stack.client.responses.create(model=MODEL, input="first apple")
+    compacted = stack.client.responses.compact(
+        model=MODEL, previous_response_id=stored.id, input=[{"type": "message", "role": "user", "content": "second banana"}]
+    )
+    assert _user_texts(compacted.output) == ["first apple", "second banana"]
+    assert compacted.output[-1].type == "compaction"
+
+
+def test_create_response_with_tampered_compaction_is_bad_request(stack: Stack, compacted: Any) -> None:
+    item = compacted.output[-1].model_dump(mode="json", exclude_none=True)
+    item["encrypted_content"] = item["encrypted_content"][:-8] + "AAAAAAAA"
+    with pytest.raises(openai.BadRequestError) as raised:
+        _turn(stack, [item, {"type": "message", "role": "user", "content": "go on"}])
+    assert raised.value.param == "input[0].encrypted_content"  # type: ignore[attr-defined]

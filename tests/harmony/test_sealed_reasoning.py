@@ -8,13 +8,14 @@ from harmony_transcripts import golden_tokens, make_response
 from openai.types.responses import ResponseOutputItemAddedEvent, ResponseOutputItemDoneEvent
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.messages import text_message
 from oss_responses.harmony.render import ConversationTurn, RenderOptions, render_prompt
 from oss_responses.harmony.translator import ResponseTranslator
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import Sealer, new_key
 
 SEALER = Sealer([new_key()])
-OPTIONS = RenderOptions(conversation_start_date="2026-11-23", unseal=SEALER.opening("reasoning"))
+OPTIONS = RenderOptions(conversation_start_date="2026-11-23", unseal=SEALER.open)
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 QUESTION = {"type": "message", "role": "user", "content": "What is the weather in Paris?"}
 
@@ -95,3 +96,25 @@ def test_render_encrypted_content_without_keys_is_bad_request(encoding) -> None:
     with pytest.raises(BadRequest) as raised:
         render_prompt(_request([QUESTION, _replayed_output(translator)[0]]), [], no_keys, encoding)
     assert raised.value.param == "input[1].encrypted_content" and "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message
+
+
+def _compaction(blob: str) -> dict:
+    return {"type": "compaction", "id": "cmp_1", "encrypted_content": blob}
+
+
+def test_render_compaction_item_renders_sealed_summary_where_it_stands(encoding) -> None:
+    summary = text_message("user", "Summary of the earlier conversation: the user wants Paris weather.")
+    request = _request([_compaction(SEALER.seal("compaction", [summary])), {"role": "user", "content": "go on"}])
+    text = encoding.decode(render_prompt(request, [], OPTIONS, encoding).token_ids)
+    assert text.endswith(
+        "<|start|>user<|message|>Summary of the earlier conversation: the user wants Paris weather.<|end|>"
+        "<|start|>user<|message|>go on<|end|><|start|>assistant"
+    )
+
+
+def test_render_reasoning_blob_as_compaction_is_bad_request(encoding) -> None:
+    translator, _ = _first_turn(encoding)
+    blob = _replayed_output(translator)[0]["encrypted_content"]
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(_request([_compaction(blob)]), [], OPTIONS, encoding)
+    assert raised.value.param == "input[0].encrypted_content"
