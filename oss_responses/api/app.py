@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
+from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.routes import health, models, responses
 from oss_responses.api.services import Services, TaskQueue
@@ -26,7 +27,8 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     tasks = TaskQueue(settings.celery_broker_url)
     await hub.start()
     try:
-        yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks, sealer=sealer)
+        yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
+                       encoding=LazyEncoding(settings.tiktoken_dir), sealer=sealer)
     finally:
         await hub.stop()
         tasks.close()

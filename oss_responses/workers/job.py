@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from oss_responses.config import Settings
@@ -42,21 +42,22 @@ def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] 
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
         return None
-    history = [_turn(record) for record in chain[:-1]]
+    history = [conversation_turn(record) for record in chain[:-1]]
     return Job(record=chain[-1], history=history, secrets=dict(secrets or {}))
 
 
-def _turn(record: ResponseRecord) -> ConversationTurn:
+def conversation_turn(record: ResponseRecord) -> ConversationTurn:
     """A stored turn: its messages, function calls, and items (its tool lists and approval requests)."""
     items = turn_items(record.request.get("input"), record.response.get("output", []))
     return ConversationTurn(record.input_messages + record.output_messages, dict(record.function_calls), items)
 
 
 def render_options(
-    settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]], sealer: Sealer | None = None
+    settings: Settings, started: datetime, mcp_tools: dict[str, list[McpToolSpec]], sealer: Sealer | None = None
 ) -> RenderOptions:
+    """``started``: when the conversation's response was created (its date is in the system message)."""
     return RenderOptions(
-        conversation_start_date=record.created_at.astimezone(UTC).date().isoformat(),
+        conversation_start_date=started.astimezone(UTC).date().isoformat(),
         knowledge_cutoff=settings.knowledge_cutoff,
         default_reasoning_effort=settings.default_reasoning_effort,
         builtin_tool_labels=settings.builtin_tool_labels,

@@ -175,7 +175,8 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     emit(run.translator.start())
     listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
     known.update(listed)
-    run.rendered = render_prompt(request, job.history, render_options(ctx.settings, job.record, listed, ctx.sealer), ctx.encoding)
+    options = render_options(ctx.settings, job.record.created_at, listed, ctx.sealer)
+    run.rendered = render_prompt(request, job.history, options, ctx.encoding)
     run.translator.use_prompt(mcp_labels=run.rendered.mcp_labels, input_tokens=len(run.rendered.token_ids))
     run.generation = Generation(
         job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request)

@@ -1,5 +1,6 @@
 """Stateless multi-turn as Codex CLI does it: ``store: false`` with
-``include: ["reasoning.encrypted_content"]``, every turn replaying the whole conversation.
+``include: ["reasoning.encrypted_content"]``, every turn replaying the whole conversation; and the
+endpoints such clients use beside it: ``/v1/responses/compact`` and ``/v1/responses/input_tokens``.
 
 The whole service (an API process, a Celery worker process with the scripted engine, SQLite) and the
 official SDK. The store=false rows' removal is storage-independent and already runs on PostgreSQL in
@@ -67,6 +68,11 @@ def _replay(response: Response) -> list[dict[str, Any]]:
     return [item.model_dump(mode="json", exclude_none=True) for item in response.output]
 
 
+def _tamper(blob: str) -> str:
+    """The blob with its last 8 characters (part of the authentication tag) changed."""
+    return blob[:-8] + ("A" * 8 if not blob.endswith("A" * 8) else "B" * 8)
+
+
 def _tool_output(response: Response) -> dict[str, Any]:
     call = response.output[-1]
     assert call.type == "function_call"
@@ -98,8 +104,7 @@ def test_stateless_turns_store_nothing(stack: Stack, first: Response) -> None:
 
 def test_stateless_second_turn_with_tampered_reasoning_is_bad_request(stack: Stack, first: Response) -> None:
     replayed = _replay(first)
-    blob = replayed[0]["encrypted_content"]
-    replayed[0]["encrypted_content"] = blob[:-8] + ("A" * 8 if not blob.endswith("A" * 8) else "B" * 8)
+    replayed[0]["encrypted_content"] = _tamper(replayed[0]["encrypted_content"])
     with pytest.raises(openai.BadRequestError) as raised:
         _turn(stack, [ASK, *replayed, _tool_output(first)])
     assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
@@ -150,7 +155,31 @@ def test_compact_previous_response_id_includes_stored_user_messages(stack: Stack
 
 def test_create_response_with_tampered_compaction_is_bad_request(stack: Stack, compacted: Any) -> None:
     item = compacted.output[-1].model_dump(mode="json", exclude_none=True)
-    item["encrypted_content"] = item["encrypted_content"][:-8] + "AAAAAAAA"
+    item["encrypted_content"] = _tamper(item["encrypted_content"])
     with pytest.raises(openai.BadRequestError) as raised:
         _turn(stack, [item, {"type": "message", "role": "user", "content": "go on"}])
     assert raised.value.param == "input[0].encrypted_content"  # type: ignore[attr-defined]
+
+
+# --- POST /v1/responses/input_tokens ---------------------------------------------------------------
+
+def test_count_input_tokens_equals_worker_prompt(stack: Stack) -> None:
+    counted = stack.client.responses.input_tokens.count(model=MODEL, input="count me", tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    response = stack.client.responses.create(model=MODEL, input="count me", tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    assert counted.object == "response.input_tokens"
+    assert response.usage is not None and counted.input_tokens == response.usage.input_tokens
+
+
+def test_count_input_tokens_with_previous_response_counts_stored_turns(stack: Stack) -> None:
+    first = stack.client.responses.create(model=MODEL, input="first apple")
+    counted = stack.client.responses.input_tokens.count(model=MODEL, input="second banana", previous_response_id=first.id)
+    second = stack.client.responses.create(model=MODEL, input="second banana", previous_response_id=first.id)
+    assert second.usage is not None and counted.input_tokens == second.usage.input_tokens
+
+
+def test_count_input_tokens_tampered_reasoning_is_bad_request(stack: Stack, first: Response) -> None:
+    replayed = _replay(first)
+    replayed[0]["encrypted_content"] = _tamper(replayed[0]["encrypted_content"])
+    with pytest.raises(openai.BadRequestError) as raised:
+        stack.client.responses.input_tokens.count(model=MODEL, input=[ASK, *replayed])  # type: ignore[list-item]
+    assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import compaction, jobs, sealed
+from oss_responses.api import compaction, jobs, sealed, token_count
 from oss_responses.api.deps import ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.queued import build_queued
@@ -95,6 +95,14 @@ async def compact_conversation(request: Request, services: ServicesDep) -> Respo
         return Response(status_code=DISCONNECTED)
     chain = await services.db.run(get_chain, body.previous_response_id) if body.previous_response_id else []
     return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body), sealer))
+
+
+@router.post("/input_tokens")
+async def count_input_tokens(request: Request, services: ServicesDep) -> JSONResponse:
+    body = token_count.parse_count_request(await _json_body(request), services.settings.models[0])
+    _check_model(services, body.model)
+    await jobs.check_previous(services, body.previous_response_id)
+    return JSONResponse(await token_count.count_input_tokens(services, body))
 
 
 @router.get("/{response_id}")
