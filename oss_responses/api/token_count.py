@@ -11,18 +11,19 @@ The harmony encoding is loaded once per API process, on the first count, off the
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 from openai.types.responses import InputTokenCountResponse
 
+from oss_responses.api.references import resolve_references
 from oss_responses.api.services import Services
+from oss_responses.conversation import render_options
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.render import render_prompt
 from oss_responses.requests import CreateResponseRequest, parse_create_request
-from oss_responses.storage import get_chain
-from oss_responses.workers.job import conversation_turn, render_options
+from oss_responses.storage import utcnow
 
 # The create-request fields that change the prompt (InputTokenCountParams has these and conversation).
 COUNT_FIELDS = (
@@ -40,10 +41,11 @@ def parse_count_request(body: Any, default_model: str) -> CreateResponseRequest:
     return parse_create_request({"model": default_model} | fields)
 
 
-async def count_input_tokens(services: Services, request: CreateResponseRequest) -> dict[str, Any]:
-    chain = await services.db.run(get_chain, request.previous_response_id) if request.previous_response_id else []
-    history = [conversation_turn(record) for record in chain]
-    options = render_options(services.settings, datetime.now(UTC), {}, services.sealer)
+async def count_input_tokens(
+    services: Services, request: CreateResponseRequest, history: list[ConversationTurn]
+) -> dict[str, Any]:
+    request.input = resolve_references(request.input_items(), history)
+    options = render_options(services.settings, utcnow(), sealer=services.sealer)
     encoding = await services.encoding.get()
     rendered = await anyio.to_thread.run_sync(render_prompt, request, history, options, encoding)
     return InputTokenCountResponse(input_tokens=len(rendered.token_ids), object="response.input_tokens").model_dump()

@@ -35,7 +35,13 @@ from openai.types.responses.response_input_item import (
 from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
+from oss_responses.harmony.messages import (
+    Recipient,
+    function_recipient,
+    qualified_function_name,
+    text_message,
+    tool_result_message,
+)
 
 # Opens an ``encrypted_content`` blob of a kind ("reasoning" | "compaction") into the harmony messages
 # sealed in it; None if it does not open.
@@ -110,8 +116,9 @@ class InputConverter:
         return open_sealed("compaction", item.encrypted_content, self._unseal, f"{param}.encrypted_content")
 
     def _function_call(self, item: ResponseFunctionToolCall, param: str) -> list[dict[str, Any]]:
-        self.function_calls[item.call_id] = item.name
-        recipient = f"{FUNCTIONS_NAMESPACE}.{item.name}"
+        name = qualified_function_name(item.namespace, item.name)
+        self.function_calls[item.call_id] = name
+        recipient = function_recipient(name)
         return [
             text_message(
                 "assistant", item.arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
@@ -124,7 +131,7 @@ class InputConverter:
             raise BadRequest(
                 f"No tool call found for function call output with call_id {item.call_id}.", param=f"{param}.call_id"
             )
-        return [tool_result_message(f"{FUNCTIONS_NAMESPACE}.{name}", _text_of(item.output, param), "commentary")]
+        return [tool_result_message(function_recipient(name), _text_of(item.output, param), "commentary")]
 
     def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
         call = self._mcp_call_message(item.server_label, item.name, item.arguments)

@@ -47,15 +47,15 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
         raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
                          param="background", code="invalid_value")
     sealed.check_include(body, services.sealer)
-    sealed.check_sealed_input(body.input_items(), services.sealer)
 
 
 @router.post("")
 async def create_response(request: Request, services: ServicesDep) -> Response:
     body = parse_create_request(await _json_body(request))
     _check_create(services, body)
-    await jobs.check_previous(services, body.previous_response_id)
-    queued = build_queued(body, services.settings)
+    history = await jobs.load_history(services, body.previous_response_id)
+    plan = await jobs.check_conversation(services, body, history)
+    queued = build_queued(body, services.settings, plan)
     response_id = queued.response.id
     opening = await jobs.accept(services, queued)
     if body.stream:
@@ -85,10 +85,11 @@ async def compact_conversation(request: Request, services: ServicesDep) -> Respo
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
     body = compaction.parse_compact_request(await _json_body(request))
     _check_model(services, body.model)
-    await jobs.check_previous(services, body.previous_response_id)
-    sealed.check_sealed_input(body.input_items(), services.sealer)
     sealer = compaction.require_sealer(services.sealer)
-    queued = build_queued(compaction.summarising_request(body), services.settings)
+    history = await jobs.load_history(services, body.previous_response_id)
+    summarising = compaction.summarising_request(body)
+    plan = await jobs.check_conversation(services, summarising, history)
+    queued = build_queued(summarising, services.settings, plan)
     opening = await jobs.accept(services, queued)
     final = await _final_unless_disconnected(request, services, queued.response.id, after=len(opening) - 1)
     if final is None:
@@ -101,8 +102,8 @@ async def compact_conversation(request: Request, services: ServicesDep) -> Respo
 async def count_input_tokens(request: Request, services: ServicesDep) -> JSONResponse:
     body = token_count.parse_count_request(await _json_body(request), services.settings.models[0])
     _check_model(services, body.model)
-    await jobs.check_previous(services, body.previous_response_id)
-    return JSONResponse(await token_count.count_input_tokens(services, body))
+    history = await jobs.load_history(services, body.previous_response_id)
+    return JSONResponse(await token_count.count_input_tokens(services, body, history))
 
 
 @router.get("/{response_id}")
