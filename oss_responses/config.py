@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -89,9 +89,21 @@ class Settings(BaseSettings):
     mcp_allow_private_urls: bool = Field(False, description="Allow loopback/private server_url addresses")
     mcp_call_timeout_seconds: float = Field(30.0, description="Timeout of one MCP tool call")
 
+    # --- sealed items (store=false clients) -----------------------------------
+    encryption_keys: list[SecretStr] = Field(
+        default_factory=list,
+        description="Keys sealing reasoning.encrypted_content and compaction items, as a JSON list: the first "
+        "seals, every one opens (rotate by prepending). Each: python -c \"from oss_responses.sealing import new_key; "
+        "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] is a 400",
+    )
+
     # --- API ------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")
     api_port: int = Field(8000, description="Port of the API")
+
+    @property
+    def encryption_key_values(self) -> list[str]:
+        return [key.get_secret_value() for key in self.encryption_keys]
 
     @property
     def celery_broker_url(self) -> str:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from oss_responses.config import Settings
 from oss_responses.harmony.history import ConversationTurn, turn_items
 from oss_responses.harmony.render import McpToolSpec, RenderOptions
+from oss_responses.sealing import Sealer
 from oss_responses.storage import ResponseRecord
 from oss_responses.storage.responses import MAX_CHAIN_DEPTH
 
@@ -50,7 +51,10 @@ def history_of(chain: list[ResponseRecord]) -> list[ConversationTurn]:
 
 
 def render_options(
-    settings: Settings, created_at: datetime, mcp_tools: Mapping[str, list[McpToolSpec]] | None = None
+    settings: Settings,
+    created_at: datetime,
+    mcp_tools: Mapping[str, list[McpToolSpec]] | None = None,
+    sealer: Sealer | None = None,
 ) -> RenderOptions:
     return RenderOptions(
         conversation_start_date=created_at.astimezone(UTC).date().isoformat(),
@@ -58,4 +62,5 @@ def render_options(
         default_reasoning_effort=settings.default_reasoning_effort,
         builtin_tool_labels=settings.builtin_tool_labels,
         mcp_tools=dict(mcp_tools or {}),
+        unseal=sealer.open if sealer is not None else None,
     )

@@ -3,10 +3,15 @@
 A local redis-server (started here unless ``OSS_RESPONSES_REDIS_URL`` already answers), a SQLite
 file, one worker with the scripted engine (unless ``OSS_RESPONSES_ENGINE`` says otherwise) and the
 API on ``OSS_RESPONSES_API_HOST:OSS_RESPONSES_API_PORT``. Ctrl-C stops everything.
+
+Unless ``OSS_RESPONSES_ENCRYPTION_KEYS`` is set, both get a key made once and kept in
+``var/encryption-key``, so store=false clients (Codex CLI) work out of the box and their replayed
+reasoning still opens after a restart.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -19,6 +24,7 @@ from urllib.parse import urlparse
 import redis
 
 from oss_responses.config import get_settings
+from oss_responses.sealing import new_key
 from oss_responses.storage import migrate
 
 
@@ -47,6 +53,15 @@ def _start_redis(url: str, folder: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _encryption_keys(var: Path) -> str:
+    """The JSON list for OSS_RESPONSES_ENCRYPTION_KEYS: the local key, made on first use."""
+    path = var / "encryption-key"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(new_key())
+    return json.dumps([path.read_text().strip()])
+
+
 def main() -> None:
     settings = get_settings()
     var = Path("var")
@@ -56,6 +71,8 @@ def main() -> None:
         procs.append(_start_redis(settings.redis_url, var / "redis"))
     migrate(settings.database_url)
     env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
+    if not settings.encryption_keys:
+        env["OSS_RESPONSES_ENCRYPTION_KEYS"] = _encryption_keys(var)
     procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env))
     procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.api"], env=env))
     print(f"oss-responses: http://{settings.api_host}:{settings.api_port}/v1 (model {settings.models[0]})", flush=True)

@@ -14,6 +14,7 @@ from openai.types.responses import (
     EasyInputMessage,
     ResponseIncludable,
     FunctionTool,
+    ResponseCompactionItemParam,
     NamespaceTool,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -48,8 +49,12 @@ InputItem = (
     | McpApprovalRequest
     | McpApprovalResponse
     | ItemReference
+    | ResponseCompactionItemParam
 )
 RequestTool = FunctionTool | NamespaceTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
+
+# The ``include`` value asking for reasoning items' sealed harmony messages (stateless multi-turn).
+REASONING_ENCRYPTED_CONTENT = "reasoning.encrypted_content"
 
 _TOOL_MODELS: dict[str, type[BaseModel]] = {
     "function": FunctionTool,
@@ -70,6 +75,7 @@ _ITEM_MODELS: dict[str, type[BaseModel]] = {
     "mcp_approval_request": McpApprovalRequest,
     "mcp_approval_response": McpApprovalResponse,
     "item_reference": ItemReference,
+    "compaction": ResponseCompactionItemParam,
 }
 
 

@@ -8,23 +8,27 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
+from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.routes import health, models, responses
 from oss_responses.api.services import Services, TaskQueue
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.sealing import build_sealer
 from oss_responses.storage import AsyncDatabase
 
 
 @asynccontextmanager
 async def _open_services(settings: Settings) -> AsyncIterator[Services]:
+    sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
     db = AsyncDatabase(settings.database_url)
     redis = Redis.from_url(settings.redis_url)
     hub = EventHub(settings.redis_url)
     tasks = TaskQueue(settings.celery_broker_url)
     await hub.start()
     try:
-        yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks)
+        yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
+                       encoding=LazyEncoding(settings.tiktoken_dir), sealer=sealer)
     finally:
         await hub.stop()
         tasks.close()

@@ -27,6 +27,7 @@ from oss_responses.errors import BadRequest, NotFound
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import StreamNotFound
 from oss_responses.eventlog.writer import write_events
+from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
 from oss_responses.requests import CreateResponseRequest
@@ -81,9 +82,17 @@ async def check_conversation(
 ) -> ConversationPlan:
     """Everything the worker would refuse, refused now (a 400), before anything is stored.
 
-    Item references are replaced by the items they name. Planning is pure CPU work (a long input
-    takes a while), so it runs off the event loop.
+    Planning is pure CPU work (a long input takes a while), so it runs off the event loop.
     """
+    history = await resolve_conversation(services, request, chain)
+    options = render_options(services.settings, utcnow(), sealer=services.sealer)
+    return await anyio.to_thread.run_sync(plan_conversation, request, history, options)
+
+
+async def resolve_conversation(
+    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord]
+) -> list[ConversationTurn]:
+    """The chain's turns (400 if it was cut), with the request's item references replaced by the items they name."""
     try:
         history = history_of(chain)
     except BrokenChain as exc:
@@ -95,8 +104,7 @@ async def check_conversation(
     if references:
         stored = await services.db.run(find_input_items, [record.id for record in chain], references)
         request.input = resolve_references(request.input_items(), conversation_items(history) | stored)
-    options = render_options(services.settings, utcnow())
-    return await anyio.to_thread.run_sync(plan_conversation, request, history, options)
+    return history
 
 
 async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:

@@ -9,8 +9,10 @@ import anyio
 from celery import Celery
 from redis.asyncio import Redis
 
+from oss_responses.api.encoding import LazyEncoding
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
 
 RUN_RESPONSE_TASK = "oss_responses.run_response"
@@ -41,3 +43,5 @@ class Services:
     redis: Redis
     hub: EventHub
     tasks: TaskQueue
+    encoding: LazyEncoding  # harmony, for counting input tokens; loaded on first use
+    sealer: Sealer | None = None  # None: no encryption keys configured

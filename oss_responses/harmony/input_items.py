@@ -7,14 +7,23 @@ found from the call_id among this turn's items and the earlier turns' calls; an 
 call message, unless a stored turn already holds it; ``mcp_list_tools`` items add no message (render
 shows their tools in the developer message) and ``mcp_approval_response`` items add none either: the
 answer becomes the tool message the translator writes (``open_approved_call`` / ``decline_call``).
+A reasoning item with ``encrypted_content`` replays the analysis message sealed in it, exactly (its
+``content``/``summary`` are then ignored); a ``compaction`` item replays the summary message sealed in
+it (see ``compaction.py``); a blob that does not open is a 400 naming it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
-from openai.types.responses import EasyInputMessage, ResponseFunctionToolCall, ResponseOutputMessage, ResponseReasoningItem
+from openai.types.responses import (
+    EasyInputMessage,
+    ResponseCompactionItemParam,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseReasoningItem,
+)
 from openai.types.responses.response_input_item import (
     FunctionCallOutput,
     McpApprovalRequest,
@@ -34,6 +43,10 @@ from oss_responses.harmony.messages import (
     tool_result_message,
 )
 
+# Opens an ``encrypted_content`` blob of a kind ("reasoning" | "compaction") into the harmony messages
+# sealed in it; None if it does not open.
+Unseal = Callable[[Literal["reasoning", "compaction"], str], list[dict[str, Any]] | None]
+
 FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function (or MCP tool) call's header
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
 
@@ -47,8 +60,10 @@ class InputConverter:
         namespaces: Mapping[str, str],
         builtin_namespaces: frozenset[str],
         stored_approvals: frozenset[str] = frozenset(),
+        unseal: Unseal | None = None,
     ):
         self.function_calls: dict[str, str] = {}
+        self._unseal = unseal  # None: no key configured, sealed items cannot be opened
         self._known_calls = known_calls
         self._stored_approvals = stored_approvals  # approval request ids whose call message is stored
         self._namespaces = namespaces  # MCP server_label -> harmony namespace
@@ -64,6 +79,7 @@ class InputConverter:
             McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
             McpApprovalRequest: self._approval_request,
             McpApprovalResponse: lambda item, param: [],  # answered by the translator (see module doc)
+            ResponseCompactionItemParam: self._compaction,
         }
 
     def convert(self, items: list[BaseModel]) -> list[dict[str, Any]]:
@@ -91,8 +107,13 @@ class InputConverter:
         return [text_message("assistant", text, channel=channel)]
 
     def _reasoning(self, item: ResponseReasoningItem, param: str) -> list[dict[str, Any]]:
+        if item.encrypted_content is not None:
+            return open_sealed("reasoning", item.encrypted_content, self._unseal, f"{param}.encrypted_content")
         parts = item.content or item.summary
         return [text_message("assistant", "".join(part.text for part in parts), channel="analysis")]
+
+    def _compaction(self, item: ResponseCompactionItemParam, param: str) -> list[dict[str, Any]]:
+        return open_sealed("compaction", item.encrypted_content, self._unseal, f"{param}.encrypted_content")
 
     def _function_call(self, item: ResponseFunctionToolCall, param: str) -> list[dict[str, Any]]:
         name = qualified_function_name(item.namespace, item.name)
@@ -131,6 +152,28 @@ class InputConverter:
         return text_message(
             "assistant", arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
         )
+
+
+def open_sealed(
+    kind: Literal["reasoning", "compaction"], blob: str, unseal: Unseal | None, param: str
+) -> list[dict[str, Any]]:
+    """The sealed harmony messages, exactly as this server sealed them; a 400 naming ``param`` if not ours."""
+    if unseal is None:
+        raise BadRequest(
+            f"Invalid value for '{param}': this server has no encryption keys configured "
+            "(OSS_RESPONSES_ENCRYPTION_KEYS), so it cannot open encrypted content.",
+            param=param,
+            code="invalid_encrypted_content",
+        )
+    messages = unseal(kind, blob)
+    if messages is None:
+        raise BadRequest(
+            f"Invalid value for '{param}': the encrypted content could not be verified; it was not produced "
+            "by this server's keys or it was modified.",
+            param=param,
+            code="invalid_encrypted_content",
+        )
+    return messages
 
 
 def _text_of(content: Any, param: str) -> str:

@@ -13,6 +13,7 @@ always 0 (gpt-oss writes one text per message) and can never leak from one item 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from openai.types.responses import (
@@ -142,14 +143,25 @@ class _OnePartBuilder(ItemBuilder):
 
 
 class ReasoningBuilder(_OnePartBuilder):
+    """With ``seal`` (text → blob), the done item carries ``encrypted_content``: its message, sealed."""
+
     id_prefix_factory = staticmethod(ids.reasoning_id)
+
+    def __init__(self, emitter: EventEmitter, output_index: int, seal: Callable[[str], str] | None = None) -> None:
+        super().__init__(emitter, output_index)
+        self._seal = seal
 
     def _part(self, text: str, done: bool) -> BaseModel:
         return (DoneReasoningPart if done else AddedReasoningPart)(type="reasoning_text", text=text)
 
     def _item(self, text: str, status: str) -> BaseModel:
-        content = [ReasoningContent(type="reasoning_text", text=text)] if status != "in_progress" else []
-        return ResponseReasoningItem(type="reasoning", id=self.item_id, summary=[], content=content, status=status)
+        if status == "in_progress":
+            return ResponseReasoningItem(type="reasoning", id=self.item_id, summary=[], content=[], status=status)
+        content = [ReasoningContent(type="reasoning_text", text=text)]
+        sealed = self._seal(text) if self._seal is not None else None
+        return ResponseReasoningItem(
+            type="reasoning", id=self.item_id, summary=[], content=content, encrypted_content=sealed, status=status
+        )
 
     def _emit_delta(self, delta: str) -> None:
         self.emitter.emit(

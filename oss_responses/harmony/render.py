@@ -61,7 +61,7 @@ from oss_responses.harmony.history import (
     stored_approval_ids,
 )
 from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_NAMESPACES, PYTHON, RESERVED_NAMESPACES, TOOL_TYPES, builtin_of_type
-from oss_responses.harmony.input_items import InputConverter
+from oss_responses.harmony.input_items import InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 
 __all__ = [
@@ -99,6 +99,7 @@ class RenderOptions:
     default_reasoning_effort: str = "medium"
     builtin_tool_labels: Mapping[str, str] = field(default_factory=dict)  # server label -> python | browser
     mcp_tools: Mapping[str, list[McpToolSpec]] = field(default_factory=dict)  # server label -> full tool list
+    unseal: Unseal | None = None  # opens reasoning and compaction items' encrypted_content (None: no keys)
 
 
 @dataclass(slots=True)
@@ -148,7 +149,9 @@ def plan_conversation(request: Any, history: Sequence[ConversationTurn], options
     approval = find_approval(history, items)
     tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
     known_calls = {call_id: name for turn in history for call_id, name in turn.function_calls.items()}
-    converter = InputConverter(known_calls, _label_namespaces(options), BUILTIN_NAMESPACES, stored_approval_ids(history))
+    converter = InputConverter(
+        known_calls, _label_namespaces(options), BUILTIN_NAMESPACES, stored_approval_ids(history), options.unseal
+    )
     new_messages = converter.convert(items)
     replayed = drop_closed_analysis([message for turn in history for message in turn.messages] + new_messages)
     messages = [_system_message(request, options, tools)]

@@ -7,7 +7,8 @@ Interface (what the worker calls)::
                            mcp_labels={"python": "code_interpreter", "calc": "calc"},
                            input_tokens=len(prompt),
                            approval_required=lambda server_label, tool: ...,  # None: never
-                           max_tool_calls=request.max_tool_calls)
+                           max_tool_calls=request.max_tool_calls,
+                           seal=messages -> blob)   # None: reasoning items carry no encrypted_content
     t.start()                      -> [response.in_progress]   (once; later calls return [])
     t.list_tools_started(label)    -> events   (mcp_list_tools item added + in_progress)
     t.list_tools_completed(label, tools) / t.list_tools_failed(label, message) -> events
@@ -139,8 +140,10 @@ class ResponseTranslator:
         approval_required: ApprovalPolicy | None = None,
         max_tool_calls: int | None = None,
         function_namespaces: frozenset[str] = frozenset(),
+        seal: Callable[[list[dict[str, Any]]], str] | None = None,
     ) -> None:
         self.response = response
+        self._seal = seal
         self.output_messages: list[dict[str, Any]] = []
         self.function_calls: dict[str, str] = {}
         self.pending_tool_call: PendingToolCall | None = None
@@ -344,7 +347,7 @@ class ResponseTranslator:
         index = len(self._items)
         if header.recipient is None:
             if header.channel == "analysis":
-                return ReasoningBuilder(self._emitter, index)
+                return ReasoningBuilder(self._emitter, index, self._reasoning_seal(header))
             return MessageBuilder(self._emitter, index, "commentary" if header.channel == "commentary" else "final_answer")
         target = Recipient.parse(header.recipient)
         if target.namespace == FUNCTIONS_NAMESPACE:
@@ -374,12 +377,15 @@ class ResponseTranslator:
         if header.recipient is not None:
             self._set_pending(builder, header)
 
+    def _reasoning_seal(self, header: _Header) -> Callable[[str], str] | None:
+        """Seals exactly the message ``_record_message`` stores, so a replay renders the same tokens."""
+        seal = self._seal
+        if seal is None:
+            return None
+        return lambda text: seal([_message_of(text, header)])
+
     def _record_message(self, builder: ItemBuilder, header: _Header) -> None:
-        self.output_messages.append(
-            text_message(
-                "assistant", builder.text, channel=header.channel, recipient=header.recipient, content_type=header.content_type
-            )
-        )
+        self.output_messages.append(_message_of(builder.text, header))
 
     def _set_pending(self, builder: ItemBuilder, header: _Header) -> None:
         recipient, channel = header.recipient or "", header.channel
@@ -435,6 +441,10 @@ class ResponseTranslator:
         output = [builder.done_item for builder in self._items if builder.done_item is not None]
         self.response = lifecycle.terminal_response(self.response, status, output, usage, error=error)
         lifecycle.emit_terminal(self._emitter, self.response)
+
+
+def _message_of(text: str, header: _Header) -> dict[str, Any]:
+    return text_message("assistant", text, channel=header.channel, recipient=header.recipient, content_type=header.content_type)
 
 
 def _recipient(answer: ApprovalAnswer) -> str:

@@ -25,6 +25,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.vocab import load_encoding
+from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.storage import Database
 from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.workers.cancel import CancelListener
@@ -68,6 +69,7 @@ class WorkerContext:
     writer: EventWriter
     cancels: CancelListener
     mcp_pool: McpSessionPool | None
+    sealer: Sealer | None = None  # None: no encryption keys configured
     reaper: Reaper | None = None
     _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
 
@@ -135,6 +137,7 @@ def start_worker(
             writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
             mcp_pool=McpSessionPool() if with_mcp else None,
+            sealer=build_sealer(settings.encryption_key_values),
         )
         loop.run(_start_on_loop(ctx))
     except BaseException:

@@ -17,6 +17,7 @@ from oss_responses.conversation import check_chain, render_options, turn_of
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
+from oss_responses.sealing import Sealer
 from oss_responses.storage import Database, ResponseRecord, get_chain
 
 
@@ -88,5 +89,7 @@ def placeholder_of(record: ResponseRecord) -> Response:
     return placeholder_response(record.id, record.model, int(record.created_at.timestamp()), background=record.background)
 
 
-def job_render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:
-    return render_options(settings, record.created_at, mcp_tools)
+def job_render_options(
+    settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]], sealer: Sealer | None = None
+) -> RenderOptions:
+    return render_options(settings, record.created_at, mcp_tools, sealer)

@@ -16,6 +16,7 @@ SQL runs here in the task thread; Redis and the engine only on the engine loop.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -27,7 +28,7 @@ from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.render import RenderedPrompt, render_prompt
 from oss_responses.harmony.translator import ApprovalPolicy, ResponseTranslator
-from oss_responses.requests import CreateResponseRequest
+from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.storage import delete_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
@@ -140,7 +141,16 @@ def _translator(run: _Run, approval_required: ApprovalPolicy | None = None) -> R
         first_sequence_number=run.first_sequence_number,
         approval_required=approval_required,
         max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
+        seal=_reasoning_seal(run),
     )
+
+
+def _reasoning_seal(run: _Run) -> Callable[[list[dict[str, Any]]], str] | None:
+    """Reasoning items carry encrypted_content only when the request's ``include`` asks for it."""
+    sealer = run.ctx.sealer
+    if sealer is None or REASONING_ENCRYPTED_CONTENT not in (run.job.record.request.get("include") or ()):
+        return None
+    return sealer.sealing("reasoning")
 
 
 def _fail(run: _Run, message: str) -> None:
@@ -167,7 +177,8 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     emit(run.translator.start())
     listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
     known.update(listed)
-    run.rendered = render_prompt(request, job.history, job_render_options(ctx.settings, job.record, listed), ctx.encoding)
+    options = job_render_options(ctx.settings, job.record, listed, ctx.sealer)
+    run.rendered = render_prompt(request, job.history, options, ctx.encoding)
     run.translator.use_prompt(
         mcp_labels=run.rendered.mcp_labels,
         input_tokens=len(run.rendered.token_ids),

@@ -80,6 +80,8 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "OSS_RESPONSES_SCRIPTED_TOKENS_PER_SECOND": str(settings.scripted_tokens_per_second),
         "OSS_RESPONSES_TIKTOKEN_DIR": str(REPO / "var" / "tiktoken"),
     }
+    if settings.encryption_keys:
+        env["OSS_RESPONSES_ENCRYPTION_KEYS"] = json.dumps(settings.encryption_key_values)
     return env | extra
 
 

@@ -14,6 +14,7 @@ from api_server import MODEL, ApiServer
 from sqlalchemy import func, select
 
 from oss_responses.config import Settings
+from oss_responses.sealing import new_key
 from oss_responses.storage import ResponseRow
 
 USER = {"role": "user", "content": "hi"}
@@ -107,9 +108,10 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
 
 @pytest.fixture
 def settings(database_url: str, redis_url: str) -> Settings:
-    # A browser backend is configured (nothing listens there: these requests never reach a worker).
+    # A browser backend is configured (nothing listens there: these requests never reach a worker),
+    # and a sealing key, as Codex asks for encrypted reasoning.
     return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL],
-                    tool_servers={"web_search_preview": "https://docs.example/mcp"})
+                    tool_servers={"web_search_preview": "https://docs.example/mcp"}, encryption_keys=[new_key()])
 
 
 def _stored(api: ApiServer, redis: redis_lib.Redis) -> tuple[int, int, int]:

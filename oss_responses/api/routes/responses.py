@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import jobs
+from oss_responses.api import compaction, jobs, sealed, token_count
 from oss_responses.api.deps import ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.queued import build_queued
@@ -36,12 +36,17 @@ async def _json_body(request: Request) -> Any:
         raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
 
 
+def _check_model(services: Services, model: str) -> None:
+    if model not in services.settings.models:
+        raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
+
+
 def _check_create(services: Services, body: CreateResponseRequest) -> None:
-    if body.model not in services.settings.models:
-        raise NotFound(f"The model '{body.model}' does not exist.", param="model", code="model_not_found")
+    _check_model(services, body.model)
     if body.background and not body.store:
         raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
                          param="background", code="invalid_value")
+    sealed.check_include(body, services.sealer)
 
 
 @router.post("")
@@ -59,12 +64,46 @@ async def create_response(request: Request, services: ServicesDep) -> Response:
         )
     if body.background:
         return JSONResponse(jobs.queued_json(queued))
+    final = await _final_unless_disconnected(request, services, response_id, after=len(opening) - 1)
+    return Response(status_code=DISCONNECTED) if final is None else JSONResponse(final)
+
+
+async def _final_unless_disconnected(
+    request: Request, services: Services, response_id: str, after: int
+) -> dict[str, Any] | None:
+    """The response once ended; None (and the response cancelled) if the client left first."""
     try:
-        last = await unless_disconnected(request, jobs.wait_for_end(services, response_id, after=len(opening) - 1))
+        last = await unless_disconnected(request, jobs.wait_for_end(services, response_id, after=after))
     except ClientDisconnected:
         await jobs.cancel_if_running(services, response_id)
+        return None
+    return await jobs.final_response(services, response_id, last)
+
+
+@router.post("/compact")
+async def compact_conversation(request: Request, services: ServicesDep) -> Response:
+    """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
+    body = compaction.parse_compact_request(await _json_body(request))
+    _check_model(services, body.model)
+    sealer = compaction.require_sealer(services.sealer)
+    chain = await jobs.load_chain(services, body.previous_response_id)
+    summarising = compaction.summarising_request(body)
+    plan = await jobs.check_conversation(services, summarising, chain)
+    queued = build_queued(summarising, services.settings, plan)
+    opening = await jobs.accept(services, queued)
+    final = await _final_unless_disconnected(request, services, queued.response.id, after=len(opening) - 1)
+    if final is None:
         return Response(status_code=DISCONNECTED)
-    return JSONResponse(await jobs.final_response(services, response_id, last))
+    return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body), sealer))
+
+
+@router.post("/input_tokens")
+async def count_input_tokens(request: Request, services: ServicesDep) -> JSONResponse:
+    body = token_count.parse_count_request(await _json_body(request), services.settings.models[0])
+    _check_model(services, body.model)
+    chain = await jobs.load_chain(services, body.previous_response_id)
+    history = await jobs.resolve_conversation(services, body, chain)
+    return JSONResponse(await token_count.count_input_tokens(services, body, history))
 
 
 @router.get("/{response_id}")

@@ -1,0 +1,50 @@
+"""``POST /v1/responses/input_tokens``: the prompt a create request would render, counted.
+
+The API renders it with harmony exactly as a worker would (system and developer messages, the stored
+turns of ``previous_response_id``, the input, sealed items opened), with one difference: an MCP
+server's tools are shown only if the conversation already holds a list of them (a worker lists a
+new server before rendering; counting does not connect to it), so such tools are not counted.
+
+The harmony encoding is loaded once per API process, on the first count, off the event loop
+(``api/encoding.py``); rendering runs in a thread too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from openai.types.responses import InputTokenCountResponse
+
+from oss_responses.api.services import Services
+from oss_responses.conversation import render_options
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.history import ConversationTurn
+from oss_responses.harmony.render import render_prompt
+from oss_responses.requests import CreateResponseRequest, parse_create_request
+from oss_responses.storage import utcnow
+
+# The create-request fields that change the prompt (InputTokenCountParams has these and conversation).
+COUNT_FIELDS = (
+    "model", "input", "instructions", "previous_response_id", "reasoning", "text", "tool_choice", "tools",
+    "parallel_tool_calls", "truncation",
+)
+
+
+def parse_count_request(body: Any, default_model: str) -> CreateResponseRequest:
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    if body.get("conversation") is not None:
+        raise BadRequest("Conversations are not supported by this server.", param="conversation", code="unsupported_value")
+    fields = {key: body[key] for key in COUNT_FIELDS if body.get(key) is not None}
+    return parse_create_request({"model": default_model} | fields)
+
+
+async def count_input_tokens(
+    services: Services, request: CreateResponseRequest, history: list[ConversationTurn]
+) -> dict[str, Any]:
+    """``history`` is the chain's turns, the request's item references already resolved against it."""
+    options = render_options(services.settings, utcnow(), sealer=services.sealer)
+    encoding = await services.encoding.get()
+    rendered = await anyio.to_thread.run_sync(render_prompt, request, history, options, encoding)
+    return InputTokenCountResponse(input_tokens=len(rendered.token_ids), object="response.input_tokens").model_dump()

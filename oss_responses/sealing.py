@@ -1,0 +1,72 @@
+"""Sealed blobs: the ``encrypted_content`` of reasoning and compaction items.
+
+A blob is a Fernet token (AES-128-CBC + HMAC-SHA256, authenticated) over a versioned JSON payload
+``{"v": 1, "kind": "reasoning" | "compaction", "messages": [harmony message dicts]}``: the exact
+harmony messages the item stands for, so a client that replays the item (``store: false``) renders
+byte-identical prompt tokens. The kind is inside the authenticated payload, so a compaction blob
+cannot be passed off as reasoning or the other way round.
+
+Keys rotate: the first configured key seals, every key opens (``MultiFernet``); prepend a new key,
+keep the old ones until the blobs sealed with them are no longer replayed, then drop them. A blob
+that does not open (tampered, sealed by another deployment, a dropped key, a kind mismatch, an
+unknown version) opens to ``None``; callers turn that into the client's 400.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+SealedKind = Literal["reasoning", "compaction"]
+PAYLOAD_VERSION = 1
+
+
+def new_key() -> str:
+    """A fresh key in the form ``OSS_RESPONSES_ENCRYPTION_KEYS`` takes (url-safe base64 of 32 bytes)."""
+    return Fernet.generate_key().decode("ascii")
+
+
+def check_key(key: str) -> str:
+    """``key`` if it is a usable key; ValueError (without the key in it) if not."""
+    try:
+        Fernet(key.encode("ascii"))
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise ValueError("an encryption key must be 32 url-safe base64-encoded bytes (see new_key())") from exc
+    return key
+
+
+class Sealer:
+    """Seals and opens harmony messages under the configured keys (the first one seals)."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        if not keys:
+            raise ValueError("a Sealer needs at least one key")
+        self._fernet = MultiFernet([Fernet(check_key(key).encode("ascii")) for key in keys])
+
+    def seal(self, kind: SealedKind, messages: list[dict[str, Any]]) -> str:
+        payload = {"v": PAYLOAD_VERSION, "kind": kind, "messages": messages}
+        data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        return self._fernet.encrypt(data).decode("ascii")
+
+    def open(self, kind: SealedKind, blob: str) -> list[dict[str, Any]] | None:
+        """The sealed messages, or None if the blob is not one of ours of this kind."""
+        try:
+            payload = json.loads(self._fernet.decrypt(blob.encode("ascii")))
+        except (InvalidToken, UnicodeEncodeError, ValueError):
+            return None
+        if not isinstance(payload, dict) or payload.get("v") != PAYLOAD_VERSION or payload.get("kind") != kind:
+            return None
+        messages = payload.get("messages")
+        return messages if isinstance(messages, list) else None
+
+    def sealing(self, kind: SealedKind) -> Callable[[list[dict[str, Any]]], str]:
+        return lambda messages: self.seal(kind, messages)
+
+
+
+def build_sealer(keys: Sequence[str]) -> Sealer | None:
+    """None when no key is configured: sealed items are then refused (see README)."""
+    return Sealer(keys) if keys else None

@@ -1,0 +1,51 @@
+"""What the API refuses about sealed content before storing anything (no worker runs here)."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+from api_server import MODEL, ApiServer
+from openai import OpenAI
+from sqlalchemy import func, select
+
+from oss_responses.harmony.messages import text_message
+from oss_responses.sealing import Sealer, new_key
+from oss_responses.storage import ResponseRow
+
+
+def _reasoning(blob: str) -> dict:
+    return {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": blob}
+
+
+def _stored_rows(api: ApiServer) -> int:
+    with api.db.session() as session:
+        return session.execute(select(func.count()).select_from(ResponseRow)).scalar_one()
+
+
+def test_create_response_include_encrypted_content_without_keys_is_bad_request(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input="hi", store=False, include=["reasoning.encrypted_content"])
+    assert raised.value.param == "include" and "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message  # type: ignore[attr-defined]
+
+
+def test_create_response_foreign_encrypted_content_is_bad_request_and_stores_nothing(
+    client: OpenAI, api: ApiServer
+) -> None:
+    foreign = Sealer([new_key()]).seal("reasoning", [text_message("assistant", "x", channel="analysis")])
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input=[{"role": "user", "content": "hi"}, _reasoning(foreign)], store=False)
+    assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
+    assert _stored_rows(api) == 0
+
+
+def test_compact_without_keys_is_bad_request_and_stores_nothing(client: OpenAI, api: ApiServer) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.compact(model=MODEL, input="hi")
+    assert "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message
+    assert _stored_rows(api) == 0
+
+
+def test_compact_unknown_model_is_not_found(client: OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as raised:
+        client.responses.compact(model="gpt-oss-7b", input="hi")
+    assert raised.value.param == "model"  # type: ignore[attr-defined]

@@ -1,0 +1,185 @@
+"""Stateless multi-turn as Codex CLI does it: ``store: false`` with
+``include: ["reasoning.encrypted_content"]``, every turn replaying the whole conversation; and the
+endpoints such clients use beside it: ``/v1/responses/compact`` and ``/v1/responses/input_tokens``.
+
+The whole service (an API process, a Celery worker process with the scripted engine, SQLite) and the
+official SDK. The store=false rows' removal is storage-independent and already runs on PostgreSQL in
+test_end_to_end.py, so this module runs on SQLite only.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from api_server import MODEL, start_api_process, start_worker_process, stop_process
+from openai import OpenAI
+from openai.types.responses import Response
+
+from oss_responses.config import Settings
+from oss_responses.sealing import new_key
+from oss_responses.storage import Database, get_response
+
+INCLUDE = ["reasoning.encrypted_content"]
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weather of a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+ASK = {"type": "message", "role": "user", "content": 'call functions.get_weather {"city": "Paris"}'}
+TOOL_ANSWER = '{"temperature": 21, "sky": "clear"}'
+
+
+@dataclass
+class Stack:
+    db: Database
+    client: OpenAI
+
+
+@pytest.fixture(scope="module")
+def stack(sqlite_template: Path, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("stateless")
+    shutil.copyfile(sqlite_template, folder / "oss-responses.db")
+    settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url, models=[MODEL],
+                        encryption_keys=[new_key()])
+    processes = []
+    try:
+        processes.append(start_worker_process(settings, folder / "worker.log"))
+        api, url = start_api_process(settings, folder / "api.log")
+        processes.append(api)
+        db = Database(settings.database_url)
+        with OpenAI(base_url=f"{url}/v1", api_key="test", max_retries=0, timeout=30) as client:
+            yield Stack(db=db, client=client)
+        db.dispose()
+    finally:
+        for process in reversed(processes):
+            stop_process(process)
+
+
+def _turn(stack: Stack, input_items: list[dict[str, Any]]) -> Response:
+    return stack.client.responses.create(
+        model=MODEL, input=input_items, tools=[WEATHER_TOOL], store=False, include=INCLUDE  # type: ignore[arg-type, list-item]
+    )
+
+
+def _replay(response: Response) -> list[dict[str, Any]]:
+    return [item.model_dump(mode="json", exclude_none=True) for item in response.output]
+
+
+def _tamper(blob: str) -> str:
+    """The blob with its last 8 characters (part of the authentication tag) changed."""
+    return blob[:-8] + ("A" * 8 if not blob.endswith("A" * 8) else "B" * 8)
+
+
+def _tool_output(response: Response) -> dict[str, Any]:
+    call = response.output[-1]
+    assert call.type == "function_call"
+    return {"type": "function_call_output", "call_id": call.call_id, "output": TOOL_ANSWER}
+
+
+@pytest.fixture(scope="module")
+def first(stack: Stack) -> Response:
+    return _turn(stack, [ASK])
+
+
+def test_stateless_first_turn_reasoning_has_encrypted_content(first: Response) -> None:
+    assert [item.type for item in first.output] == ["reasoning", "function_call"]
+    assert first.output[0].encrypted_content
+
+
+def test_stateless_second_turn_replaying_first_completes_with_tool_output(stack: Stack, first: Response) -> None:
+    second = _turn(stack, [ASK, *_replay(first), _tool_output(first)])
+    assert second.status == "completed" and TOOL_ANSWER in second.output_text
+    assert second.output[0].type == "reasoning" and second.output[0].encrypted_content
+
+
+def test_stateless_turns_store_nothing(stack: Stack, first: Response) -> None:
+    second = _turn(stack, [ASK, *_replay(first), _tool_output(first)])
+    assert stack.db.run(get_response, first.id) is None and stack.db.run(get_response, second.id) is None
+    with pytest.raises(openai.NotFoundError):
+        stack.client.responses.retrieve(second.id)
+
+
+def test_stateless_second_turn_with_tampered_reasoning_is_bad_request(stack: Stack, first: Response) -> None:
+    replayed = _replay(first)
+    replayed[0]["encrypted_content"] = _tamper(replayed[0]["encrypted_content"])
+    with pytest.raises(openai.BadRequestError) as raised:
+        _turn(stack, [ASK, *replayed, _tool_output(first)])
+    assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
+
+
+# --- POST /v1/responses/compact ------------------------------------------------------------------
+
+CONVERSATION = [
+    {"type": "message", "role": "user", "content": "first apple"},
+    {"type": "message", "role": "assistant", "content": "Noted the apple."},
+    {"type": "message", "role": "user", "content": "second banana"},
+]
+
+
+def _user_texts(output: list[Any]) -> list[str]:
+    return [item.content[0].text for item in output if item.type == "message" and item.role == "user"]
+
+
+@pytest.fixture(scope="module")
+def compacted(stack: Stack) -> Any:
+    return stack.client.responses.compact(model=MODEL, input=CONVERSATION)  # type: ignore[arg-type]
+
+
+def test_compact_returns_user_messages_then_one_compaction_item(compacted: Any) -> None:
+    assert compacted.object == "response.compaction"
+    assert [item.type for item in compacted.output] == ["message", "message", "compaction"]
+    assert _user_texts(compacted.output) == ["first apple", "second banana"]
+    assert compacted.output[-1].encrypted_content and compacted.usage.output_tokens > 0
+
+
+def test_create_response_with_compaction_item_shows_summary_to_model(stack: Stack, compacted: Any) -> None:
+    # As received: the SDK types user messages of the output as assistant messages (openai's union has no user one).
+    replayed = [item.to_dict(mode="json", warnings=False) for item in compacted.output]
+    later = _turn(stack, [*replayed, {"type": "message", "role": "user", "content": "third cherry"}])
+    # The scripted engine lists the earlier user messages: the summary is one, and it lists the first two.
+    assert later.status == "completed" and "Summary of the earlier conversation" in later.output_text
+    assert "first apple" in later.output_text.split("Summary of the earlier conversation")[1]
+
+
+def test_compact_previous_response_id_includes_stored_user_messages(stack: Stack) -> None:
+    stored = stack.client.responses.create(model=MODEL, input="first apple")
+    compacted = stack.client.responses.compact(
+        model=MODEL, previous_response_id=stored.id, input=[{"type": "message", "role": "user", "content": "second banana"}]
+    )
+    assert _user_texts(compacted.output) == ["first apple", "second banana"]
+    assert compacted.output[-1].type == "compaction"
+
+
+def test_create_response_with_tampered_compaction_is_bad_request(stack: Stack, compacted: Any) -> None:
+    item = compacted.output[-1].model_dump(mode="json", exclude_none=True)
+    item["encrypted_content"] = _tamper(item["encrypted_content"])
+    with pytest.raises(openai.BadRequestError) as raised:
+        _turn(stack, [item, {"type": "message", "role": "user", "content": "go on"}])
+    assert raised.value.param == "input[0].encrypted_content"  # type: ignore[attr-defined]
+
+
+# --- POST /v1/responses/input_tokens ---------------------------------------------------------------
+
+def test_count_input_tokens_equals_worker_prompt(stack: Stack) -> None:
+    counted = stack.client.responses.input_tokens.count(model=MODEL, input="count me", tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    response = stack.client.responses.create(model=MODEL, input="count me", tools=[WEATHER_TOOL])  # type: ignore[list-item]
+    assert counted.object == "response.input_tokens"
+    assert response.usage is not None and counted.input_tokens == response.usage.input_tokens
+
+
+def test_count_input_tokens_with_previous_response_counts_stored_turns(stack: Stack) -> None:
+    first = stack.client.responses.create(model=MODEL, input="first apple")
+    counted = stack.client.responses.input_tokens.count(model=MODEL, input="second banana", previous_response_id=first.id)
+    second = stack.client.responses.create(model=MODEL, input="second banana", previous_response_id=first.id)
+    assert second.usage is not None and counted.input_tokens == second.usage.input_tokens
+
+
+def test_count_input_tokens_tampered_reasoning_is_bad_request(stack: Stack, first: Response) -> None:
+    replayed = _replay(first)
+    replayed[0]["encrypted_content"] = _tamper(replayed[0]["encrypted_content"])
+    with pytest.raises(openai.BadRequestError) as raised:
+        stack.client.responses.input_tokens.count(model=MODEL, input=[ASK, *replayed])  # type: ignore[list-item]
+    assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]

@@ -1,0 +1,120 @@
+"""Stateless turns: reasoning items carry their sealed analysis message, and replaying them renders
+exactly the prompt that the stored conversation (previous_response_id) renders."""
+
+from __future__ import annotations
+
+import pytest
+from harmony_transcripts import golden_tokens, make_response
+from openai.types.responses import ResponseOutputItemAddedEvent, ResponseOutputItemDoneEvent
+
+from oss_responses.errors import BadRequest
+from oss_responses.harmony.messages import text_message
+from oss_responses.harmony.render import ConversationTurn, RenderOptions, render_prompt
+from oss_responses.harmony.translator import ResponseTranslator
+from oss_responses.requests import parse_create_request
+from oss_responses.sealing import Sealer, new_key
+
+SEALER = Sealer([new_key()])
+OPTIONS = RenderOptions(conversation_start_date="2026-11-23", unseal=SEALER.open)
+WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
+QUESTION = {"type": "message", "role": "user", "content": "What is the weather in Paris?"}
+
+
+def _request(input_items, **body):
+    return parse_create_request({"model": "gpt-oss-20b", "tools": [WEATHER_TOOL], "input": input_items, **body})
+
+
+def _first_turn(encoding, seal=SEALER.sealing("reasoning")):
+    """Turn 1: the model reasons, then calls get_weather (the function_call golden transcript)."""
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1, seal=seal)
+    events = translator.start() + translator.feed(golden_tokens(encoding, "function_call"))
+    events += translator.finish("stop")
+    return translator, events
+
+
+def _stored_history(encoding, translator):
+    rendered = render_prompt(_request([QUESTION]), [], OPTIONS, encoding)
+    return [ConversationTurn(rendered.new_messages + translator.output_messages, dict(translator.function_calls))]
+
+
+def _replayed_output(translator):
+    return [item.model_dump(mode="json", exclude_none=True) for item in translator.response.output]
+
+
+def _call_output(translator):
+    call = translator.response.output[1]
+    return {"type": "function_call_output", "call_id": call.call_id, "output": '{"temperature": 21}'}
+
+
+def test_translate_reasoning_done_item_carries_encrypted_content(encoding) -> None:
+    translator, events = _first_turn(encoding)
+    done = next(e for e in events if isinstance(e, ResponseOutputItemDoneEvent) and e.item.type == "reasoning")
+    assert SEALER.open("reasoning", done.item.encrypted_content) == [translator.output_messages[0]]
+    assert translator.response.output[0].encrypted_content == done.item.encrypted_content
+
+
+def test_translate_reasoning_added_item_has_no_encrypted_content(encoding) -> None:
+    _, events = _first_turn(encoding)
+    added = next(e for e in events if isinstance(e, ResponseOutputItemAddedEvent) and e.item.type == "reasoning")
+    assert added.item.encrypted_content is None
+
+
+def test_translate_without_seal_gives_no_encrypted_content(encoding) -> None:
+    translator, _ = _first_turn(encoding, seal=None)
+    assert translator.response.output[0].encrypted_content is None
+
+
+def test_render_replayed_sealed_turn_matches_stored_turn(encoding) -> None:
+    translator, _ = _first_turn(encoding)
+    stored = render_prompt(_request([_call_output(translator)]), _stored_history(encoding, translator), OPTIONS, encoding)
+    stateless = _request([QUESTION, *_replayed_output(translator), _call_output(translator)], store=False)
+    assert render_prompt(stateless, [], OPTIONS, encoding).token_ids == stored.token_ids
+
+
+def test_render_sealed_reasoning_preferred_over_content(encoding) -> None:
+    translator, _ = _first_turn(encoding)
+    reasoning = _replayed_output(translator)[0] | {
+        "content": [{"type": "reasoning_text", "text": "edited by the client"}], "summary": [],
+    }
+    rendered = render_prompt(_request([QUESTION, reasoning]), [], OPTIONS, encoding)
+    text = encoding.decode(rendered.token_ids)
+    assert "call get_weather for Paris" in text and "edited by the client" not in text
+
+
+def test_render_tampered_encrypted_content_is_bad_request(encoding) -> None:
+    translator, _ = _first_turn(encoding)
+    reasoning = _replayed_output(translator)[0]
+    reasoning["encrypted_content"] = reasoning["encrypted_content"][:-8] + "AAAAAAAA"
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(_request([QUESTION, reasoning]), [], OPTIONS, encoding)
+    assert raised.value.param == "input[1].encrypted_content"
+
+
+def test_render_encrypted_content_without_keys_is_bad_request(encoding) -> None:
+    translator, _ = _first_turn(encoding)
+    no_keys = RenderOptions(conversation_start_date="2026-11-23")
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(_request([QUESTION, _replayed_output(translator)[0]]), [], no_keys, encoding)
+    assert raised.value.param == "input[1].encrypted_content" and "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message
+
+
+def _compaction(blob: str) -> dict:
+    return {"type": "compaction", "id": "cmp_1", "encrypted_content": blob}
+
+
+def test_render_compaction_item_renders_sealed_summary_where_it_stands(encoding) -> None:
+    summary = text_message("user", "Summary of the earlier conversation: the user wants Paris weather.")
+    request = _request([_compaction(SEALER.seal("compaction", [summary])), {"role": "user", "content": "go on"}])
+    text = encoding.decode(render_prompt(request, [], OPTIONS, encoding).token_ids)
+    assert text.endswith(
+        "<|start|>user<|message|>Summary of the earlier conversation: the user wants Paris weather.<|end|>"
+        "<|start|>user<|message|>go on<|end|><|start|>assistant"
+    )
+
+
+def test_render_reasoning_blob_as_compaction_is_bad_request(encoding) -> None:
+    translator, _ = _first_turn(encoding)
+    blob = _replayed_output(translator)[0]["encrypted_content"]
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(_request([_compaction(blob)]), [], OPTIONS, encoding)
+    assert raised.value.param == "input[0].encrypted_content"
