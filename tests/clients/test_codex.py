@@ -21,8 +21,8 @@ if (reason := missing_codex()) is not None:
 
 
 def _explain(done: subprocess.CompletedProcess[str], service: Service) -> str:
-    return f"codex exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}\n" \
-           f"{service.log_tail()}"
+    return f"codex exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-3000:]}\n" \
+           f"{service.log_tail(1500)}"
 
 
 def test_codex_exec_prints_answer_to_plain_prompt(service: Service, tmp_path: Path) -> None:
@@ -42,3 +42,15 @@ def test_codex_exec_runs_called_command_and_answers_with_output(service: Service
     answer = done.stdout
     assert "The tool functions.exec_command returned:" in answer, _explain(done, service)
     assert "hello-from-42" in answer, _explain(done, service)
+
+
+def test_codex_exec_resume_replays_earlier_turn(service: Service, tmp_path: Path) -> None:
+    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+    first = codex_exec(home, tmp_path, "Remember the word marmalade")
+    assert first.returncode == 0, _explain(first, service)
+    # store=false: the service knows nothing of the first turn unless Codex replays it
+    # (its reasoning item, the assistant message) in the second request.
+    second = codex_exec(home, tmp_path, "Which word was it?", resume=True)
+    assert second.returncode == 0, _explain(second, service)
+    assert 'You said: "Which word was it?". Earlier you said:' in second.stdout, _explain(second, service)
+    assert '"Remember the word marmalade"' in second.stdout, _explain(second, service)
