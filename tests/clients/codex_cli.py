@@ -14,9 +14,9 @@ from api_server import MODEL, REPO
 LOCAL_CODEX = REPO / ".tools" / "bin" / "codex"
 EXEC_TIMEOUT_S = 120.0
 
-# The README's configuration, but with sandbox_mode danger-full-access: Codex's read-only sandbox
+# The README's configuration, but with sandbox_mode danger-full-access (Codex's read-only sandbox
 # needs bubblewrap and user namespaces, which CI containers may lack, and the only command these
-# tests make it run is an `echo`.
+# tests make it run is an `echo`) and no analytics (they would leave for OpenAI from CI).
 CONFIG = """\
 model = "{model}"
 model_provider = "oss"
@@ -27,6 +27,9 @@ sandbox_mode = "danger-full-access"
 name = "oss-responses"
 base_url = "{base_url}"
 wire_api = "responses"
+
+[analytics]
+enabled = false
 """
 
 
