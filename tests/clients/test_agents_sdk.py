@@ -15,7 +15,7 @@ from agents import Agent, HostedMCPTool, RunConfig, Runner, function_tool
 from agents.mcp import MCPServerStreamableHttp
 from agents.models.openai_responses import OpenAIResponsesModel
 from api_server import MODEL
-from conftest import CALCULATOR_LABEL, Service
+from client_stack import CALCULATOR_LABEL, Service
 from openai import AsyncOpenAI
 
 RUN = RunConfig(tracing_disabled=True)

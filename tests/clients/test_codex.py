@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from codex_cli import codex_exec, missing_codex, write_codex_home
-from conftest import Service
+from client_stack import Service
 
 if (reason := missing_codex()) is not None:
     pytest.skip(f"Codex CLI cannot run: {reason}", allow_module_level=True)
@@ -39,9 +39,8 @@ def test_codex_exec_runs_called_command_and_answers_with_output(service: Service
     assert done.returncode == 0, _explain(done, service)
     # Only the shell computes 42: the answer can quote it only if Codex ran the command and sent
     # its output back in the next request.
-    answer = done.stdout
-    assert "The tool functions.exec_command returned:" in answer, _explain(done, service)
-    assert "hello-from-42" in answer, _explain(done, service)
+    assert "The tool functions.exec_command returned:" in done.stdout, _explain(done, service)
+    assert "hello-from-42" in done.stdout, _explain(done, service)
 
 
 def test_codex_exec_resume_replays_earlier_turn(service: Service, tmp_path: Path) -> None:
