@@ -11,7 +11,15 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
-from agents import Agent, HostedMCPTool, RunConfig, Runner, function_tool
+from agents import (
+    Agent,
+    HostedMCPTool,
+    MCPToolApprovalFunctionResult,
+    MCPToolApprovalRequest,
+    RunConfig,
+    Runner,
+    function_tool,
+)
 from agents.mcp import MCPServerStreamableHttp
 from agents.models.openai_responses import OpenAIResponsesModel
 from api_server import MODEL
@@ -64,6 +72,23 @@ async def test_run_with_hosted_mcp_tool_answers_with_service_side_call(model: Op
                                             "require_approval": "never"})
     agent = Agent(name="hosted", model=model, tools=[calculator])
     result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
+    assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
+
+
+async def test_run_with_hosted_mcp_tool_calls_after_approval(model: OpenAIResponsesModel) -> None:
+    asked: list[str] = []
+
+    def approve(request: MCPToolApprovalRequest) -> MCPToolApprovalFunctionResult:
+        asked.append(request.data.name)
+        return {"approve": True}
+
+    # The service ends the first response with an mcp_approval_request; the SDK answers it with an
+    # mcp_approval_response in its next request, and the service then makes the call.
+    calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
+                                            "require_approval": "always"}, on_approval_request=approve)
+    agent = Agent(name="approving", model=model, tools=[calculator])
+    result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
+    assert asked == ["calculate"]
     assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
 
 
