@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from openai.types.responses import (
     EasyInputMessage,
+    ResponseIncludable,
     FunctionTool,
+    NamespaceTool,
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseReasoningItem,
@@ -32,6 +34,7 @@ from openai.types.responses.tool import CodeInterpreter, Mcp
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.ids import new_id
 
 InputItem = (
     EasyInputMessage
@@ -46,10 +49,11 @@ InputItem = (
     | McpApprovalResponse
     | ItemReference
 )
-RequestTool = FunctionTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
+RequestTool = FunctionTool | NamespaceTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
 
 _TOOL_MODELS: dict[str, type[BaseModel]] = {
     "function": FunctionTool,
+    "namespace": NamespaceTool,
     "mcp": Mcp,
     "code_interpreter": CodeInterpreter,
     "web_search_preview": WebSearchPreviewTool,
@@ -81,6 +85,35 @@ def _message_model(item: dict[str, Any]) -> type[BaseModel]:
     return EasyInputMessage
 
 
+_OUTPUT_PARTS = frozenset({"output_text", "refusal"})
+
+
+def _is_output_content(content: Any) -> bool:
+    return isinstance(content, list) and bool(content) and all(
+        isinstance(part, dict) and part.get("type") in _OUTPUT_PARTS for part in content
+    )
+
+
+def _output_part(part: dict[str, Any]) -> dict[str, Any]:
+    return {"annotations": [], **part} if part["type"] == "output_text" else part
+
+
+def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
+    """Fill what OpenAI lets a client leave out of replayed history, so one model describes each item.
+
+    Clients replay assistant messages as ``output_text`` parts without ``id``/``status``/``annotations``
+    and reasoning items without ``id``/``summary``; the filled form is what is stored.
+    """
+    kind = item.get("type", "message")
+    if kind == "message" and item.get("role") == "assistant" and _is_output_content(item.get("content")):
+        content = [_output_part(part) for part in item["content"]]
+        return {**item, "type": "message", "id": item.get("id") or new_id("msg"),
+                "status": item.get("status") or "completed", "content": content}
+    if kind == "reasoning":
+        return {**item, "id": item.get("id") or new_id("rs"), "summary": item.get("summary") or []}
+    return item
+
+
 def _loc(prefix: str, error: dict[str, Any]) -> str:
     parts = [prefix] + [f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]]
     return "".join(parts)
@@ -97,6 +130,7 @@ def _validate_one(model: type[BaseModel], value: Any, param: str) -> BaseModel:
 def parse_input_item(value: Any, param: str) -> BaseModel:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
+    value = normalise_input_item(value)
     item_type = value.get("type", "message")
     if item_type == "message":
         return _validate_one(_message_model(value), value, param)
@@ -124,9 +158,13 @@ def parse_tool(value: Any, param: str) -> BaseModel:
     return _validate_one(model, value, param)
 
 
+# OpenAI's efforts; gpt-oss has low, medium and high, and render maps the others to the nearest.
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+
+
 class Reasoning(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    effort: Literal["low", "medium", "high"] | None = None
+    effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
 
@@ -169,12 +207,16 @@ class CreateResponseRequest(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     background: bool = False
-    include: list[str] | None = None
+    include: list[ResponseIncludable] | None = None
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
-    service_tier: str | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority", "fast"] | None = None
+    prompt_cache_retention: Literal["in_memory", "24h"] | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    # Codex CLI's installation, session and turn ids: accepted, kept with the request, never echoed.
+    client_metadata: dict[str, str] | None = None
     top_logprobs: int | None = None
     # vLLM's extension: return the harmony messages as input_messages / output_messages.
     enable_response_messages: bool = False

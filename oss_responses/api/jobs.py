@@ -16,17 +16,25 @@ import asyncio
 import logging
 from typing import Any
 
+import anyio
+
 from oss_responses import redis_keys
 from oss_responses.api.queued import QueuedResponse
+from oss_responses.api.references import resolve_references
 from oss_responses.api.services import Services
+from oss_responses.conversation import BrokenChain, history_of, render_options
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import StreamNotFound
 from oss_responses.eventlog.writer import write_events
+from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
+from oss_responses.harmony.render import ConversationPlan, plan_conversation
+from oss_responses.requests import CreateResponseRequest
 from oss_responses.storage import (
     ResponseRecord,
     delete_response,
+    get_chain,
     get_response,
     insert_response,
     transition,
@@ -51,17 +59,39 @@ async def load_visible(services: Services, response_id: str) -> ResponseRecord:
     return record
 
 
-async def check_previous(services: Services, previous_response_id: str | None) -> None:
+async def load_history(services: Services, previous_response_id: str | None) -> list[ConversationTurn]:
+    """The conversation a request continues: 404 if its previous response is unknown, 400 if unfinished or cut."""
     if previous_response_id is None:
-        return
-    record = await services.db.run(get_response, previous_response_id)
-    if record is None or not record.store:
+        return []
+    chain = await services.db.run(get_chain, previous_response_id)
+    previous = chain[-1] if chain else None
+    if previous is None or previous.id != previous_response_id or not previous.store:
         raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id")
-    if not record.is_terminal:
+    if not previous.is_terminal:
         raise BadRequest(
-            f"Previous response with id '{previous_response_id}' is still {record.status}.",
+            f"Previous response with id '{previous_response_id}' is still {previous.status}.",
             param="previous_response_id",
         )
+    try:
+        return history_of(chain)
+    except BrokenChain as exc:
+        raise BadRequest(
+            f"The conversation of previous response '{previous_response_id}' cannot be continued: {exc}.",
+            param="previous_response_id",
+        ) from exc
+
+
+async def check_conversation(
+    services: Services, request: CreateResponseRequest, history: list[ConversationTurn]
+) -> ConversationPlan:
+    """Everything the worker would refuse, refused now (a 400), before anything is stored.
+
+    Item references are replaced by the items they name. Planning is pure CPU work (a long input
+    takes a while), so it runs off the event loop.
+    """
+    request.input = resolve_references(request.input_items(), history)
+    options = render_options(services.settings, utcnow())
+    return await anyio.to_thread.run_sync(plan_conversation, request, history, options)
 
 
 async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
@@ -78,6 +108,9 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
         request=queued.request,
         response=response.model_dump(mode="json"),
         previous_response_id=response.previous_response_id,
+        # Stored now, so the turn's input stays part of the conversation even if it never runs.
+        input_messages=queued.input_messages,
+        function_calls=queued.function_calls,
     )
     await services.db.run(insert_response, record, queued.input_items)
     events = opening_events(response)
@@ -150,10 +183,16 @@ async def remove(services: Services, record: ResponseRecord) -> None:
 
 
 def public_json(record: ResponseRecord) -> dict[str, Any]:
-    """The Response JSON a client gets; with vLLM's ``enable_response_messages``, the harmony messages."""
+    """The Response JSON a client gets; with vLLM's ``enable_response_messages``, the harmony messages.
+
+    Until it ends, the stored JSON is the snapshot taken at accept time: its status is the row's
+    (a response that is not background is never shown ``queued``, as on OpenAI).
+    """
     body = dict(record.response)
+    if not record.is_terminal:
+        body["status"] = "in_progress" if record.status == "queued" and not record.background else record.status
     if record.request.get("enable_response_messages"):
-        body["input_messages"] = record.input_messages
+        body["input_messages"] = (record.state or {}).get("prompt_messages", record.input_messages)
         body["output_messages"] = record.output_messages
     return body
 

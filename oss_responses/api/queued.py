@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from openai.types.responses import Response
@@ -19,6 +19,7 @@ from oss_responses.api.items import stored_items
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.ids import response_id
+from oss_responses.harmony.render import ConversationPlan
 from oss_responses.requests import CreateResponseRequest
 
 SECRET_TOOL_FIELDS = ("authorization", "headers")
@@ -31,6 +32,8 @@ class QueuedResponse:
     request: dict[str, Any]  # the request as stored: secrets stripped
     input_items: list[dict[str, Any]]
     secrets: dict[str, dict[str, Any]]  # {server_label: {"authorization": ..., "headers": {...}}}
+    input_messages: list[dict[str, Any]] = field(default_factory=list)  # the input as harmony messages
+    function_calls: dict[str, str] = field(default_factory=dict)  # call_id -> name, of the input's calls
 
 
 def split_secrets(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -70,6 +73,9 @@ def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings:
         "user": request.user,
         "safety_identifier": request.safety_identifier,
         "prompt_cache_key": request.prompt_cache_key,
+        "prompt_cache_retention": request.prompt_cache_retention,
+        # One tier is served; OpenAI echoes the tier that served the request, not the one asked for.
+        "service_tier": "default" if request.service_tier else None,
         "top_logprobs": request.top_logprobs,
         "store": request.store,
     }
@@ -86,14 +92,17 @@ def _response(fields: dict[str, Any]) -> Response:
         raise BadRequest(f"Invalid value for '{param}': {first['msg']}", param=param, code="invalid_value") from exc
 
 
-def build_queued(request: CreateResponseRequest, settings: Settings) -> QueuedResponse:
+def build_queued(
+    request: CreateResponseRequest, settings: Settings, plan: ConversationPlan | None = None
+) -> QueuedResponse:
     stored_request = request.model_dump(mode="json", exclude_none=True)
     tools, secrets = split_secrets(stored_request.get("tools", []))
     stored_request["tools"] = tools
     fields = _echo(request, tools, settings) | {
         "id": response_id(),
         "created_at": int(time.time()),
-        "status": "queued",
+        # A background response waits in the queue; OpenAI starts any other in_progress.
+        "status": "queued" if request.background else "in_progress",
         "output": [],
         "error": None,
         "incomplete_details": None,
@@ -104,4 +113,6 @@ def build_queued(request: CreateResponseRequest, settings: Settings) -> QueuedRe
         request=stored_request,
         input_items=stored_items(request.input_items()),
         secrets=secrets,
+        input_messages=plan.new_messages if plan else [],
+        function_calls=plan.function_calls if plan else {},
     )

@@ -26,7 +26,13 @@ from openai.types.responses.response_input_item import (
 from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
+from oss_responses.harmony.messages import (
+    Recipient,
+    function_recipient,
+    qualified_function_name,
+    text_message,
+    tool_result_message,
+)
 
 FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function (or MCP tool) call's header
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
@@ -89,8 +95,9 @@ class InputConverter:
         return [text_message("assistant", "".join(part.text for part in parts), channel="analysis")]
 
     def _function_call(self, item: ResponseFunctionToolCall, param: str) -> list[dict[str, Any]]:
-        self.function_calls[item.call_id] = item.name
-        recipient = f"{FUNCTIONS_NAMESPACE}.{item.name}"
+        name = qualified_function_name(item.namespace, item.name)
+        self.function_calls[item.call_id] = name
+        recipient = function_recipient(name)
         return [
             text_message(
                 "assistant", item.arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
@@ -103,7 +110,7 @@ class InputConverter:
             raise BadRequest(
                 f"No tool call found for function call output with call_id {item.call_id}.", param=f"{param}.call_id"
             )
-        return [tool_result_message(f"{FUNCTIONS_NAMESPACE}.{name}", _text_of(item.output, param), "commentary")]
+        return [tool_result_message(function_recipient(name), _text_of(item.output, param), "commentary")]
 
     def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
         call = self._mcp_call_message(item.server_label, item.name, item.arguments)

@@ -45,6 +45,7 @@ from pydantic import BaseModel
 
 from oss_responses.harmony import ids
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.messages import qualified_function_name
 
 ItemStatus = Literal["completed", "incomplete"]
 
@@ -211,18 +212,28 @@ class MessageBuilder(_OnePartBuilder):
 
 
 class FunctionCallBuilder(ItemBuilder):
-    """The call_id is made once here and kept in every later copy of the item."""
+    """The call_id is made once here and kept in every later copy of the item.
+
+    ``namespace`` is set for a function of a request's ``namespace`` tool (None for ``functions``).
+    """
 
     id_prefix_factory = staticmethod(ids.function_call_item_id)
 
-    def __init__(self, emitter: EventEmitter, output_index: int, name: str) -> None:
+    def __init__(self, emitter: EventEmitter, output_index: int, name: str, namespace: str | None = None) -> None:
         super().__init__(emitter, output_index)
         self.name = name
+        self.namespace = namespace
         self.call_id = ids.call_id()
+
+    @property
+    def qualified_name(self) -> str:
+        """What a later turn's function_call_output is addressed by: ``name`` or ``namespace.name``."""
+        return qualified_function_name(self.namespace, self.name)
 
     def _item(self, text: str, status: str) -> BaseModel:
         return ResponseFunctionToolCall(
-            type="function_call", id=self.item_id, call_id=self.call_id, name=self.name, arguments=text, status=status
+            type="function_call", id=self.item_id, call_id=self.call_id, name=self.name, arguments=text,
+            status=status, namespace=self.namespace,
         )
 
     def _emit_delta(self, delta: str) -> None:
@@ -242,6 +253,29 @@ class FunctionCallBuilder(ItemBuilder):
             output_index=self.output_index,
             arguments=text,
         )
+
+
+class UnavailableToolCallBuilder(ItemBuilder):
+    """A call to a tool the request did not offer: no item (nothing was called); the model is told.
+
+    Its text is kept for the stored harmony message, so the turn replays as the model wrote it.
+    """
+
+    def __init__(self, emitter: EventEmitter, recipient: str) -> None:
+        super().__init__(emitter, -1)
+        self.recipient = recipient
+
+    def open(self) -> None:
+        pass
+
+    def append(self, delta: str) -> None:
+        self._chunks.append(delta)
+
+    def end_message(self, status: ItemStatus) -> BaseModel | None:
+        return None
+
+    def abandon(self) -> BaseModel | None:
+        return None
 
 
 class McpCallBuilder(ItemBuilder):

@@ -2,8 +2,7 @@
 
 ``opening_events(response)`` is what the API emits when it accepts a request (sequence 0, and 1 for
 background requests); the worker's :class:`~oss_responses.harmony.translator.ResponseTranslator`
-continues from there. ``new_response(request)`` builds the queued/in-progress ``Response`` a request
-starts as (used by the API; the translator copies it for every later snapshot).
+continues from there.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from openai.types.responses.response import IncompleteDetails
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import BaseModel
 
-from oss_responses.harmony import ids
 from oss_responses.harmony.emitter import EventEmitter
 
 TerminalStatus = Literal["completed", "incomplete", "failed", "cancelled"]
@@ -37,39 +35,6 @@ _TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
     "incomplete": (ResponseIncompleteEvent, "response.incomplete"),
     "failed": (ResponseFailedEvent, "response.failed"),
 }
-
-
-def new_response(request: Any, *, response_id: str | None = None, created_at: float | None = None) -> Response:
-    """The ``Response`` a validated ``CreateResponseRequest`` starts as (queued if background)."""
-    reasoning = {"effort": request.reasoning.effort, "summary": None} if request.reasoning else None
-    text = request.text.model_dump(exclude_none=True) if request.text else None
-    return Response.model_validate(
-        {
-            "id": response_id or ids.response_id(),
-            "object": "response",
-            "created_at": created_at if created_at is not None else time.time(),
-            "status": "queued" if request.background else "in_progress",
-            "model": request.model,
-            "output": [],
-            "instructions": request.instructions,
-            "tools": [tool.model_dump(exclude_none=True) for tool in request.tools],
-            "tool_choice": request.tool_choice,
-            "parallel_tool_calls": request.parallel_tool_calls,
-            "max_output_tokens": request.max_output_tokens,
-            "max_tool_calls": request.max_tool_calls,
-            "temperature": request.temperature,
-            "top_p": request.top_p,
-            "metadata": request.metadata or {},
-            "previous_response_id": request.previous_response_id,
-            "background": request.background,
-            "reasoning": reasoning,
-            "text": text,
-            "truncation": request.truncation,
-            "user": request.user,
-            "safety_identifier": request.safety_identifier,
-            "prompt_cache_key": request.prompt_cache_key,
-        }
-    )
 
 
 def opening_events(response: Response) -> list[BaseModel]:
@@ -107,7 +72,7 @@ def terminal_response(
 ) -> Response:
     update: dict[str, Any] = {"status": status, "output": list(output), "usage": response_usage, "error": error}
     if status == "completed":
-        update["completed_at"] = time.time()
+        update["completed_at"] = int(time.time())  # OpenAI's timestamps are whole seconds
     if status == "incomplete":
         update["incomplete_details"] = IncompleteDetails(reason="max_output_tokens")
     return response.model_copy(update=update)

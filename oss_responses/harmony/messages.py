@@ -12,6 +12,19 @@ from typing import Any
 FUNCTIONS_NAMESPACE = "functions"
 
 
+def qualified_function_name(namespace: str | None, name: str) -> str:
+    """``name`` for the ``functions`` namespace, ``namespace.name`` for a namespace tool's function.
+
+    Function names cannot hold a dot (OpenAI: ``^[a-zA-Z0-9_-]+$``), so the form is unambiguous.
+    """
+    return f"{namespace}.{name}" if namespace and namespace != FUNCTIONS_NAMESPACE else name
+
+
+def function_recipient(qualified_name: str) -> str:
+    """The harmony recipient of a function call named by :func:`qualified_function_name`."""
+    return qualified_name if "." in qualified_name else f"{FUNCTIONS_NAMESPACE}.{qualified_name}"
+
+
 def text_message(
     role: str,
     text: str,

@@ -2,18 +2,24 @@
 
 Interface::
 
+    plan_conversation(request, history, options) -> ConversationPlan
+        every message of the prompt, without tokens; raises BadRequest for any input or tool that
+        cannot be rendered (the API calls it before storing a request, the worker through render)
     render_prompt(request, history, options, encoding) -> RenderedPrompt
         .token_ids       prompt ending with "<|start|>assistant", ready for generation
         .new_messages    harmony message dicts this turn adds from its input (store them)
         .function_calls  call_id -> function name for function_call items in this turn's input
         .mcp_labels      harmony namespace -> MCP server_label (give it to ResponseTranslator)
+        .function_namespaces  the request's namespace tools (their calls are function calls)
+        .prompt_messages the whole input as harmony message dicts (vLLM's enable_response_messages)
         .approval        ApprovalAnswer | None: the input answers an approval request; then
                          token_ids END AFTER THE PENDING CALL (no "<|start|>assistant"): the worker
                          calls translator.open_approved_call / decline_call (+ feed_tool_result) and
                          generates on token_ids + translator.continuation_token_ids()
 
 The prompt is a fresh system message (reasoning effort, dates, built-in tools), a fresh developer
-message (instructions, response format, ``functions`` and one namespace per MCP server), then the
+message (instructions, response format, ``functions``, one namespace per ``namespace`` tool and one
+per MCP server), then the
 earlier turns' stored messages, then this turn's input. Analysis messages that a later final answer
 closed are dropped; those of a still-open tool-call chain are kept (gpt-oss's rule).
 
@@ -31,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from openai.types.responses import FunctionTool
+from openai.types.responses import FunctionTool, NamespaceTool
 from openai.types.responses.tool import Mcp
 from openai_harmony import (
     Conversation,
@@ -54,12 +60,31 @@ from oss_responses.harmony.history import (
     listed_tools,
     stored_approval_ids,
 )
+from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_NAMESPACES, PYTHON, RESERVED_NAMESPACES, TOOL_TYPES, builtin_of_type
 from oss_responses.harmony.input_items import InputConverter
 from oss_responses.harmony.mcp_tools import McpToolSpec
 
-__all__ = ["ConversationTurn", "McpToolSpec", "RenderOptions", "RenderedPrompt", "drop_closed_analysis", "render_prompt"]
+__all__ = [
+    "ConversationPlan",
+    "ConversationTurn",
+    "McpToolSpec",
+    "RenderOptions",
+    "RenderedPrompt",
+    "drop_closed_analysis",
+    "plan_conversation",
+    "render_prompt",
+]
 
-_EFFORTS = {"low": ReasoningEffort.LOW, "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH}
+# OpenAI's efforts → gpt-oss's three: the nearest level it has (the Response echoes what was asked).
+_EFFORTS = {
+    "none": ReasoningEffort.LOW,
+    "minimal": ReasoningEffort.LOW,
+    "low": ReasoningEffort.LOW,
+    "medium": ReasoningEffort.MEDIUM,
+    "high": ReasoningEffort.HIGH,
+    "xhigh": ReasoningEffort.HIGH,
+    "max": ReasoningEffort.HIGH,
+}
 
 
 @dataclass(slots=True)
@@ -72,12 +97,26 @@ class RenderOptions:
 
 
 @dataclass(slots=True)
+class ConversationPlan:
+    """Everything render decides before tokenizing; building it raises BadRequest for what cannot render."""
+
+    messages: list[Message]  # system, developer, earlier turns, this turn's input
+    new_messages: list[dict[str, Any]]
+    function_calls: dict[str, str]
+    mcp_labels: dict[str, str]
+    function_namespaces: frozenset[str]
+    approval: ApprovalAnswer | None = None
+
+
+@dataclass(slots=True)
 class RenderedPrompt:
     token_ids: list[int]
     new_messages: list[dict[str, Any]]
     function_calls: dict[str, str]
     mcp_labels: dict[str, str]
     approval: ApprovalAnswer | None = None
+    function_namespaces: frozenset[str] = frozenset()
+    prompt_messages: list[dict[str, Any]] = field(default_factory=list)  # the model's whole input
 
 
 @dataclass(slots=True)
@@ -87,22 +126,24 @@ class _Tools:
     builtins: dict[str, str] = field(default_factory=dict)  # namespace (python|browser) -> server label
     functions: list[ToolDescription] = field(default_factory=list)
     servers: list[ToolNamespaceConfig] = field(default_factory=list)
+    namespaces: list[ToolNamespaceConfig] = field(default_factory=list)  # the request's namespace tools
 
     @property
     def mcp_labels(self) -> dict[str, str]:
         return {**self.builtins, **{server.name: server.name for server in self.servers}}
 
+    @property
+    def function_namespaces(self) -> frozenset[str]:
+        return frozenset(namespace.name for namespace in self.namespaces)
 
-def render_prompt(
-    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding
-) -> RenderedPrompt:
+
+def plan_conversation(request: Any, history: Sequence[ConversationTurn], options: RenderOptions) -> ConversationPlan:
+    """The prompt's messages without tokens: what the API checks before it stores a request."""
     items = request.input_items()
     approval = find_approval(history, items)
     tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
     known_calls = {call_id: name for turn in history for call_id, name in turn.function_calls.items()}
-    converter = InputConverter(
-        known_calls, _label_namespaces(options), frozenset(("python", "browser")), stored_approval_ids(history)
-    )
+    converter = InputConverter(known_calls, _label_namespaces(options), BUILTIN_NAMESPACES, stored_approval_ids(history))
     new_messages = converter.convert(items)
     replayed = drop_closed_analysis([message for turn in history for message in turn.messages] + new_messages)
     messages = [_system_message(request, options, tools)]
@@ -110,13 +151,26 @@ def render_prompt(
     if developer is not None:
         messages.append(developer)
     messages += [Message.from_dict(message) for message in replayed]
-    conversation, config = Conversation.from_messages(messages), RenderConversationConfig(auto_drop_analysis=False)
-    if approval is None:
+    if approval is not None:
+        approval = _pending_call(approval, replayed, len(items) - 1)
+    return ConversationPlan(
+        messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval
+    )
+
+
+def render_prompt(
+    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding
+) -> RenderedPrompt:
+    plan = plan_conversation(request, history, options)
+    conversation, config = Conversation.from_messages(plan.messages), RenderConversationConfig(auto_drop_analysis=False)
+    if plan.approval is None:
         token_ids = encoding.render_conversation_for_completion(conversation, Role.ASSISTANT, config)
     else:
-        approval = _pending_call(approval, replayed, len(items) - 1)
         token_ids = encoding.render_conversation(conversation, config)
-    return RenderedPrompt(token_ids, new_messages, converter.function_calls, tools.mcp_labels, approval)
+    return RenderedPrompt(
+        token_ids, plan.new_messages, plan.function_calls, plan.mcp_labels, plan.approval,
+        plan.function_namespaces, [message.to_dict() for message in plan.messages],
+    )
 
 
 def _pending_call(approval: ApprovalAnswer, messages: Sequence[dict[str, Any]], index: int) -> ApprovalAnswer:
@@ -137,7 +191,8 @@ def drop_closed_analysis(messages: Sequence[dict[str, Any]]) -> list[dict[str, A
 
 
 def _label_namespaces(options: RenderOptions) -> dict[str, str]:
-    return dict(options.builtin_tool_labels)
+    """MCP server label → the harmony namespace its calls use (built-in tool types included)."""
+    return {**TOOL_TYPES, **options.builtin_tool_labels}
 
 
 def _sort_tools(request: Any, options: RenderOptions, mcp_tools: Mapping[str, list[McpToolSpec]]) -> _Tools:
@@ -145,21 +200,55 @@ def _sort_tools(request: Any, options: RenderOptions, mcp_tools: Mapping[str, li
     if request.tool_choice == "none":
         return tools
     for index, tool in enumerate(request.tools):
-        label = getattr(tool, "server_label", None) or tool.type
-        namespace = options.builtin_tool_labels.get(label)
+        param = f"tools[{index}]"
         if isinstance(tool, FunctionTool):
             tools.functions.append(ToolDescription.new(tool.name, tool.description or "", tool.parameters))
-        elif namespace is not None:
-            tools.builtins[namespace] = label
+        elif isinstance(tool, NamespaceTool):
+            tools.namespaces.append(_function_namespace(tool, param))
+        elif isinstance(tool, Mcp) and tool.server_label in options.builtin_tool_labels:
+            tools.builtins[options.builtin_tool_labels[tool.server_label]] = tool.server_label
         elif isinstance(tool, Mcp):
             tools.servers.append(_server_namespace(tool, mcp_tools.get(tool.server_label, [])))
+        elif builtin_of_type(tool.type) is not None:
+            tools.builtins[builtin_of_type(tool.type)] = tool.type  # type: ignore[index]
         else:
             raise BadRequest(
-                f"Invalid value for 'tools[{index}].type': '{tool.type}' is not available on this server.",
-                param=f"tools[{index}].type",
+                f"Invalid value for '{param}.type': '{tool.type}' is not available on this server.",
+                param=f"{param}.type",
                 code="unsupported_value",
             )
+    _check_namespaces(tools)
     return tools
+
+
+def _function_namespace(tool: NamespaceTool, param: str) -> ToolNamespaceConfig:
+    """A request's namespace tool: its functions under their own harmony namespace."""
+    if tool.name in RESERVED_NAMESPACES:
+        raise BadRequest(
+            f"Invalid value for '{param}.name': '{tool.name}' is one of gpt-oss's own namespaces "
+            f"({', '.join(sorted(RESERVED_NAMESPACES))}).",
+            param=f"{param}.name",
+        )
+    descriptions = []
+    for inner, function in enumerate(tool.tools):
+        if function.type != "function":
+            raise BadRequest(
+                f"Invalid value for '{param}.tools[{inner}].type': only function tools can be rendered for gpt-oss.",
+                param=f"{param}.tools[{inner}].type",
+                code="unsupported_value",
+            )
+        descriptions.append(ToolDescription.new(function.name, function.description or "", function.parameters))
+    return ToolNamespaceConfig(name=tool.name, description=tool.description, tools=descriptions)
+
+
+def _check_namespaces(tools: _Tools) -> None:
+    """Every namespace the model sees names one thing: a call must route to exactly one tool."""
+    names = [namespace.name for namespace in tools.namespaces] + [server.name for server in tools.servers]
+    duplicate = next((name for name in names if names.count(name) > 1), None)
+    if duplicate is not None:
+        raise BadRequest(
+            f"Invalid value for 'tools': the namespace '{duplicate}' is given by two tools.", param="tools"
+        )
 
 
 def _server_namespace(tool: Mcp, listed: Sequence[McpToolSpec]) -> ToolNamespaceConfig:
@@ -189,24 +278,24 @@ def _system_message(request: Any, options: RenderOptions, tools: _Tools) -> Mess
         .with_conversation_start_date(options.conversation_start_date)
         .with_knowledge_cutoff(options.knowledge_cutoff)
     )
-    if "python" in tools.builtins:
+    if PYTHON in tools.builtins:
         content = content.with_python_tool()
-    if "browser" in tools.builtins:
+    if BROWSER in tools.builtins:
         content = content.with_browser_tool()
     return Message.from_role_and_content(Role.SYSTEM, content)
 
 
 def _developer_message(request: Any, tools: _Tools) -> Message | None:
     instructions = "\n\n".join(part for part in (request.instructions, _response_format(request)) if part)
-    if not instructions and not tools.functions and not tools.servers:
+    if not instructions and not tools.functions and not tools.servers and not tools.namespaces:
         return None
     content = DeveloperContent.new()
     if instructions:
         content = content.with_instructions(instructions)
     if tools.functions:
         content = content.with_function_tools(tools.functions)
-    for server in tools.servers:
-        content = content.with_tools(server)
+    for namespace in tools.namespaces + tools.servers:
+        content = content.with_tools(namespace)
     return Message.from_role_and_content(Role.DEVELOPER, content)
 
 

@@ -16,12 +16,13 @@ Interface (what the worker calls)::
                                                 added, arguments.done, in_progress; then feed_tool_result)
     t.decline_call(answer)         -> []       (tells the model the user declined; then continue)
     t.feed(token_ids)              -> events (chunks of any size; deltas are coalesced per chunk)
-    t.pending_tool_call            -> PendingToolCall | None   (set when a message to a tool ended)
+    t.pending_tool_call            -> PendingToolCall | None   (set when a message to a tool ended;
+                                      kind "unavailable": a tool nobody offered, answer with an error)
     t.pending_approval             -> PendingApproval | None   (the call ended as an approval request)
     t.tool_limit_reached           -> bool   (a call beyond max_tool_calls was refused: end the turn)
     t.feed_tool_result(output, error) -> events   (MCP: completes/fails the mcp_call item)
     t.continuation_token_ids()     -> tool message + "<|start|>assistant" to append before generating on
-    t.finish("stop" | "length" | "abort", cached_tokens=None) -> events (the one terminal event)
+    t.finish("stop" | "length" | "abort", cached_tokens=None, input_tokens=None) -> events (the one terminal event)
     t.fail(message, code="server_error") -> events
     t.response, t.output_messages, t.function_calls, t.next_sequence_number
 
@@ -69,6 +70,7 @@ from oss_responses.harmony.items import (
     McpCallBuilder,
     MessageBuilder,
     ReasoningBuilder,
+    UnavailableToolCallBuilder,
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
@@ -79,19 +81,24 @@ MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recip
 END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
 ASSISTANT_START = "<|start|>assistant"
 DECLINED = "The user declined this tool call; it was not run."
+UNAVAILABLE = "There is no tool '{recipient}' in this conversation; use only the tools you were given."
 
 ApprovalPolicy = Callable[[str, str], bool]  # (server_label, tool name) -> needs approval
 
 
 class InvalidHarmony(Exception):
-    """Tokens that parse but cannot be translated (e.g. a message to a tool nobody offered)."""
+    """Tokens that parse but cannot be translated."""
 
 
 @dataclass(frozen=True, slots=True)
 class PendingToolCall:
-    """A tool call the model is waiting on. ``call_id`` is set for function calls only."""
+    """A tool call the model is waiting on. ``call_id`` is set for function calls only.
 
-    kind: Literal["mcp", "function"]
+    ``unavailable``: the model called a tool the request did not offer; nothing runs, the worker
+    answers with :data:`UNAVAILABLE` (``feed_tool_result(None, error)``) and generation goes on.
+    """
+
+    kind: Literal["mcp", "function", "unavailable"]
     server_label: str | None
     name: str
     arguments: str
@@ -131,6 +138,7 @@ class ResponseTranslator:
         input_tokens: int = 0,
         approval_required: ApprovalPolicy | None = None,
         max_tool_calls: int | None = None,
+        function_namespaces: frozenset[str] = frozenset(),
     ) -> None:
         self.response = response
         self.output_messages: list[dict[str, Any]] = []
@@ -147,6 +155,7 @@ class ResponseTranslator:
         self._encoding = encoding
         self._emitter = EventEmitter(first_sequence_number)
         self._mcp_labels = dict(mcp_labels or {})
+        self._function_namespaces = function_namespaces  # namespace tools: their calls are function calls
         self._input_tokens = input_tokens
         self._output_tokens = 0
         self._reasoning_tokens = 0
@@ -171,9 +180,12 @@ class ResponseTranslator:
         self.response = lifecycle.emit_in_progress(self._emitter, self.response)
         return self._emitter.drain()
 
-    def use_prompt(self, *, mcp_labels: Mapping[str, str], input_tokens: int) -> None:
+    def use_prompt(
+        self, *, mcp_labels: Mapping[str, str], input_tokens: int, function_namespaces: frozenset[str] = frozenset()
+    ) -> None:
         """The rendered prompt's facts, when the translator was made before rendering (to list tools)."""
         self._mcp_labels = dict(mcp_labels)
+        self._function_namespaces = function_namespaces
         self._input_tokens = input_tokens
 
     # --- MCP tool lists (before generation) ---------------------------------
@@ -253,9 +265,14 @@ class ResponseTranslator:
         self._input_tokens += len(tokens)
         return tokens
 
-    def finish(self, reason: FinishReason, *, cached_tokens: int | None = None) -> list[BaseModel]:
+    def finish(
+        self, reason: FinishReason, *, cached_tokens: int | None = None, input_tokens: int | None = None
+    ) -> list[BaseModel]:
+        """``input_tokens``: the caller's count over all engine calls (default: prompt + continuations)."""
         if self._terminal:
             return []
+        if input_tokens is not None:
+            self._input_tokens = input_tokens
         self._flush()
         if reason == "length":
             self._terminate("incomplete", cached_tokens=cached_tokens)
@@ -319,7 +336,8 @@ class ResponseTranslator:
         builder = self._builder_for(header)
         builder.open()
         self._header, self._current = header, builder
-        self._items.append(builder)
+        if not isinstance(builder, UnavailableToolCallBuilder):  # it has no item, hence no output_index
+            self._items.append(builder)
         return builder
 
     def _builder_for(self, header: _Header) -> ItemBuilder:
@@ -331,9 +349,11 @@ class ResponseTranslator:
         target = Recipient.parse(header.recipient)
         if target.namespace == FUNCTIONS_NAMESPACE:
             return FunctionCallBuilder(self._emitter, index, target.tool)
+        if target.namespace in self._function_namespaces:
+            return FunctionCallBuilder(self._emitter, index, target.tool, namespace=target.namespace)
         label = self._mcp_labels.get(target.namespace)
         if label is None:
-            raise InvalidHarmony(f"the model called {header.recipient!r}, which is not among the request's tools")
+            return UnavailableToolCallBuilder(self._emitter, header.recipient)
         if self._max_tool_calls is not None and self._mcp_calls >= self._max_tool_calls:
             self._refused = McpCallBuilder(self._emitter, index, label, target.tool)
             return self._refused
@@ -364,7 +384,7 @@ class ResponseTranslator:
     def _set_pending(self, builder: ItemBuilder, header: _Header) -> None:
         recipient, channel = header.recipient or "", header.channel
         if isinstance(builder, FunctionCallBuilder):
-            self.function_calls[builder.call_id] = builder.name
+            self.function_calls[builder.call_id] = builder.qualified_name
             self.pending_tool_call = PendingToolCall(
                 "function", None, builder.name, builder.text, builder.item_id, builder.call_id, recipient, channel
             )
@@ -372,6 +392,10 @@ class ResponseTranslator:
             self.pending_approval = PendingApproval(builder.item_id, builder.server_label, builder.name, builder.text, recipient)
         elif builder is self._refused:
             self._refuse(builder, recipient, channel)
+        elif isinstance(builder, UnavailableToolCallBuilder):
+            self.pending_tool_call = PendingToolCall(
+                "unavailable", None, recipient, builder.text, builder.item_id, None, recipient, channel
+            )
         elif isinstance(builder, McpCallBuilder):
             self._awaiting = builder
             self.pending_tool_call = PendingToolCall(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from openai.types.responses import WebSearchPreviewTool
+from openai.types.responses import WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import (
     CodeInterpreter,
     Mcp,
@@ -35,15 +35,14 @@ from openai.types.responses.tool import (
 
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.builtin_tools import BUILTIN_NAMESPACES, RESERVED_NAMESPACES, TOOL_TYPES, Builtin
 from oss_responses.tools.mcp_client import McpEndpoint, McpToolSpec
 
-Builtin = Literal["python", "browser"]
 HostResolver = Callable[[str], Awaitable[list[str]]]
 
 _LABEL = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # Harmony namespaces the model already uses; an MCP label with one of these names would be ambiguous.
-_RESERVED_LABELS = frozenset({"functions", "python", "browser", "container"})
-_BUILTIN_TOOL_TYPES = {"code_interpreter": "python", "web_search_preview": "browser"}
+_RESERVED_LABELS = RESERVED_NAMESPACES
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ async def resolve_servers(
         param = f"tools[{index}]"
         if isinstance(tool, Mcp):
             server = await _resolve_mcp(tool, param, settings, resolve)
-        elif isinstance(tool, (CodeInterpreter, WebSearchPreviewTool)):
+        elif isinstance(tool, (CodeInterpreter, WebSearchPreviewTool, WebSearchTool)):
             server = _resolve_builtin_type(tool.type, param, settings)
         else:
             continue
@@ -123,12 +122,19 @@ async def _resolve_mcp(tool: Mcp, param: str, settings: Settings, resolve: HostR
 
 
 def _resolve_builtin_type(tool_type: str, param: str, settings: Settings) -> ResolvedServer:
-    builtin = _BUILTIN_TOOL_TYPES[tool_type]
-    for label, name in settings.builtin_tool_labels.items():
-        if name == builtin and label in settings.tool_servers:
-            return ResolvedServer(label=label, url=settings.tool_servers[label], builtin=builtin)  # type: ignore[arg-type]
+    """A hosted tool type served by the MCP server of a built-in label; the label is the tool's type.
+
+    The server configured for the type's own label wins, then any label of the same built-in (so
+    ``web_search`` uses the ``web_search_preview`` server when only that one is configured).
+    """
+    builtin = TOOL_TYPES[tool_type]
+    labels = [tool_type] + [label for label, name in settings.builtin_tool_labels.items() if name == builtin]
+    for label in labels:
+        if label in settings.tool_servers:
+            return ResolvedServer(label=tool_type, url=settings.tool_servers[label], builtin=builtin)
     raise BadRequest(
-        f"Invalid value for '{param}.type': no tool server is configured for '{tool_type}' on this service.",
+        f"Invalid value for '{param}.type': no tool server is configured for '{tool_type}' on this service "
+        f"(its {builtin} backend: set OSS_RESPONSES_TOOL_SERVERS).",
         param=f"{param}.type",
         code="unsupported_value",
     )
@@ -136,7 +142,7 @@ def _resolve_builtin_type(tool_type: str, param: str, settings: Settings) -> Res
 
 def _builtin_of(label: str, settings: Settings) -> Builtin | None:
     name = settings.builtin_tool_labels.get(label)
-    return name if name in ("python", "browser") else None  # type: ignore[return-value]
+    return name if name in BUILTIN_NAMESPACES else None  # type: ignore[return-value]
 
 
 def _headers(tool: Mcp) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 A :class:`Generation` streams the engine's outputs into the translator and buffers the events (and
 the generated token ids, the response's progress) in the shared :class:`EventWriter`. A message to an
-MCP tool pauses generation: the tool runs, its result goes back into the translator, and generation
+MCP tool pauses generation (a message to a tool the request did not offer gets an error as the
+tool's answer): the tool runs, its result goes back into the translator, and generation
 continues on prompt + generated + the tool message. A function call (the client runs it), an
 approval request or the ``max_tool_calls`` limit ends the response. An answered approval (the prompt
 then ends after the pending call) is run or declined before the first generation. Cancel and a lost lease abort the engine request; the loop then ends within a step.
@@ -18,7 +19,7 @@ from typing import Literal
 from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
-from oss_responses.harmony.translator import PendingToolCall, ResponseTranslator
+from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,9 @@ class Generation:
     _generated: int = 0
     _generated_tokens: list[int] = field(default_factory=list)
     _turn: int = 0
+    # Usage as OpenAI counts it: every engine call's whole prompt is input, its prefix-cache hits cached.
+    _input_tokens: int = 0
+    _cached_tokens: int = 0
     _abort: asyncio.Task[None] | None = None  # held so the abort task is not garbage-collected
 
     # --- stopping from outside (cancel listener, lease keeper) ------------
@@ -80,10 +84,12 @@ class Generation:
             if self.stop_cause is not None or self._is_terminal():
                 break
             call = self.translator.pending_tool_call
-            if result.reason != "stop" or call is None or call.kind != "mcp":
+            if result.reason != "stop" or call is None or call.kind == "function":
                 self._finish(result)
                 return
-            if not await self._run_tool(call):
+            if call.kind == "unavailable":
+                self.emit(self.translator.feed_tool_result(None, UNAVAILABLE.format(recipient=call.recipient)))
+            elif not await self._run_tool(call):
                 break
             if self._budget() <= 0:
                 self._finish(TurnResult("length"))
@@ -95,11 +101,14 @@ class Generation:
         if result.reason == "abort":  # aborted by the engine itself, not by us
             self.emit(self.translator.fail("The engine aborted the generation."))
             return
-        self.emit(self.translator.finish(result.reason, cached_tokens=result.cached_tokens))
+        self.emit(self.translator.finish(result.reason, **self._usage()))
+
+    def _usage(self) -> dict[str, int]:
+        return {"cached_tokens": self._cached_tokens, "input_tokens": self._input_tokens}
 
     def _finish_stopped(self) -> None:
         if self.stop_cause == "cancelled":
-            self.emit(self.translator.finish("abort"))
+            self.emit(self.translator.finish("abort", **self._usage()))
         # lease_lost: write nothing more; whoever holds the response now ends it
 
     def _is_terminal(self) -> bool:
@@ -119,6 +128,7 @@ class Generation:
         )
         if self._stopped.is_set():
             return TurnResult("abort")
+        self._input_tokens += len(tokens)
         try:
             return await self._stream(tokens, sampling)
         finally:
@@ -129,6 +139,7 @@ class Generation:
         async for output in self.engine.generate(self._request_id or "", tokens, sampling):
             if output.cached_tokens is not None and result.cached_tokens is None:
                 result.cached_tokens = output.cached_tokens
+                self._cached_tokens += output.cached_tokens
             if output.token_ids:
                 self._generated += len(output.token_ids)
                 self._generated_tokens += output.token_ids

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC
 from typing import Any
 
 from oss_responses.config import Settings
-from oss_responses.harmony.history import turn_items
+from oss_responses.conversation import check_chain, render_options, turn_of
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import Database, ResponseRecord, get_chain
@@ -37,25 +36,17 @@ def with_secrets(tool: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> di
 
 
 def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Job | None:
-    """The response and its earlier turns (None if the row is gone: deleted, or never committed)."""
+    """The response and its earlier turns (None if the row is gone: deleted, or never committed).
+
+    Raises BrokenChain when an earlier turn was deleted after this response was accepted.
+    """
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
         return None
-    history = [_turn(record) for record in chain[:-1]]
+    check_chain(chain)
+    history = [turn_of(record) for record in chain[:-1]]
     return Job(record=chain[-1], history=history, secrets=dict(secrets or {}))
 
 
-def _turn(record: ResponseRecord) -> ConversationTurn:
-    """A stored turn: its messages, function calls, and items (its tool lists and approval requests)."""
-    items = turn_items(record.request.get("input"), record.response.get("output", []))
-    return ConversationTurn(record.input_messages + record.output_messages, dict(record.function_calls), items)
-
-
-def render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:
-    return RenderOptions(
-        conversation_start_date=record.created_at.astimezone(UTC).date().isoformat(),
-        knowledge_cutoff=settings.knowledge_cutoff,
-        default_reasoning_effort=settings.default_reasoning_effort,
-        builtin_tool_labels=settings.builtin_tool_labels,
-        mcp_tools=mcp_tools,
-    )
+def job_render_options(settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]]) -> RenderOptions:
+    return render_options(settings, record.created_at, mcp_tools)

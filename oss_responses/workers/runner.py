@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 from openai.types.responses import Response
 
@@ -31,7 +31,7 @@ from oss_responses.storage import delete_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.generation import Generation, StopCause
-from oss_responses.workers.job import Job, load_job, render_options
+from oss_responses.workers.job import Job, job_render_options, load_job
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import approval_policy, list_new_tools, prepare_tools
@@ -165,8 +165,12 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     emit(run.translator.start())
     listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
     known.update(listed)
-    run.rendered = render_prompt(request, job.history, render_options(ctx.settings, job.record, listed), ctx.encoding)
-    run.translator.use_prompt(mcp_labels=run.rendered.mcp_labels, input_tokens=len(run.rendered.token_ids))
+    run.rendered = render_prompt(request, job.history, job_render_options(ctx.settings, job.record, listed), ctx.encoding)
+    run.translator.use_prompt(
+        mcp_labels=run.rendered.mcp_labels,
+        input_tokens=len(run.rendered.token_ids),
+        function_namespaces=run.rendered.function_namespaces,
+    )
     run.generation = Generation(
         job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request)
     )
@@ -212,10 +216,18 @@ def _save(run: _Run) -> bool:
             function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
             input_messages=rendered.new_messages if rendered else None,
             error=response.error.model_dump(mode="json") if response.error else None,
+            state=_state(job, rendered),
         )
         if ended and not job.record.store:
             delete_response(session, job.response_id)
     return ended
+
+
+def _state(job: Job, rendered: RenderedPrompt | None) -> dict[str, Any] | None:
+    """vLLM's ``enable_response_messages`` shows the model's whole input: kept only when asked for."""
+    if rendered is None or not job.record.request.get("enable_response_messages"):
+        return None
+    return {"prompt_messages": rendered.prompt_messages}
 
 
 async def _close_stream(ctx: WorkerContext, response_id: str, status: str) -> None:

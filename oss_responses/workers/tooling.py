@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from openai.types.responses import WebSearchPreviewTool
+from openai.types.responses import WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import CodeInterpreter, Mcp
 from pydantic import BaseModel
 
@@ -42,7 +42,7 @@ class PreparedTools:
 
 
 def uses_mcp(request: CreateResponseRequest) -> bool:
-    return any(isinstance(tool, (Mcp, CodeInterpreter, WebSearchPreviewTool)) for tool in request.tools)
+    return any(isinstance(tool, (Mcp, CodeInterpreter, WebSearchPreviewTool, WebSearchTool)) for tool in request.tools)
 
 
 async def prepare_tools(

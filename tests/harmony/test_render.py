@@ -72,10 +72,52 @@ def test_render_json_schema_format_in_developer_message(encoding) -> None:
     assert '# Response Formats\n\n## answer\n\n{"type":"object"}' in _text(encoding, request)
 
 
-def test_render_unconfigured_builtin_tool_is_bad_request(encoding) -> None:
-    request = _request(input="hi", tools=[{"type": "web_search"}])
-    with pytest.raises(BadRequest):
+def test_render_web_search_tool_as_browser(encoding) -> None:
+    # Which server backs it is the tool policy's question (checked when the request is accepted).
+    request = _request(input="hi", tools=[{"type": "web_search", "external_web_access": False}])
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    assert "## browser" in encoding.decode(rendered.token_ids)
+    assert rendered.mcp_labels == {"browser": "web_search"}
+
+
+NAMESPACE_TOOL = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Sub-agents",
+    "tools": [{"type": "function", "name": "spawn_agent", "description": "Spawn one",
+               "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}],
+}
+
+
+def test_render_namespace_tool_as_its_own_namespace(encoding) -> None:
+    rendered = render_prompt(_request(input="hi", tools=[NAMESPACE_TOOL]), [], OPTIONS, encoding)
+    text = encoding.decode(rendered.token_ids)
+    assert "## multi_agent_v1\n\n// Sub-agents\nnamespace multi_agent_v1 {\n\n// Spawn one\ntype spawn_agent = (_: {\ntask?: string,\n}) => any;" in text
+    assert rendered.function_namespaces == frozenset({"multi_agent_v1"})
+
+
+@pytest.mark.parametrize("name", ["functions", "browser", "python", "container"])
+def test_render_namespace_tool_with_reserved_name_is_bad_request(encoding, name: str) -> None:
+    request = _request(input="hi", tools=[NAMESPACE_TOOL | {"name": name}])
+    with pytest.raises(BadRequest) as error:
         render_prompt(request, [], OPTIONS, encoding)
+    assert error.value.param == "tools[0].name"
+
+
+def test_render_namespace_tool_with_custom_tool_is_bad_request(encoding) -> None:
+    tool = NAMESPACE_TOOL | {"tools": [{"type": "custom", "name": "apply_patch"}]}
+    with pytest.raises(BadRequest) as error:
+        render_prompt(_request(input="hi", tools=[tool]), [], OPTIONS, encoding)
+    assert error.value.param == "tools[0].tools[0].type"
+
+
+@pytest.mark.parametrize(
+    ("effort", "rendered"),
+    [("none", "low"), ("minimal", "low"), ("low", "low"), ("medium", "medium"), ("high", "high"), ("xhigh", "high")],
+)
+def test_render_reasoning_effort_as_nearest_gpt_oss_level(encoding, effort: str, rendered: str) -> None:
+    request = _request(input="hi", reasoning={"effort": effort})
+    assert f"Reasoning: {rendered}" in _text(encoding, request)
 
 
 def test_render_drops_analysis_of_turns_closed_by_final_answer(encoding) -> None:

@@ -67,6 +67,22 @@ def test_continuation_renders_tool_message_and_assistant_start(encoding) -> None
     assert text == "<|start|>python to=assistant<|channel|>analysis<|message|>56088\n<|end|><|start|>assistant"
 
 
+def test_namespace_function_call_is_function_call_with_namespace(encoding) -> None:
+    translator = ResponseTranslator(
+        make_response(), encoding=encoding, first_sequence_number=1, function_namespaces=frozenset({"agents"})
+    )
+    translator.start()
+    tokens = encoding.encode(
+        '<|channel|>commentary to=agents.spawn <|constrain|>json<|message|>{"task": "x"}<|call|>', allowed_special="all"
+    )
+    translator.feed(tokens)
+    translator.finish("stop")
+    call = translator.response.output[0]
+    assert (call.type, call.namespace, call.name, call.arguments) == ("function_call", "agents", "spawn", '{"task": "x"}')
+    assert translator.function_calls == {call.call_id: "agents.spawn"}
+    assert translator.pending_tool_call.recipient == "agents.spawn"
+
+
 def test_function_call_keeps_one_call_id(encoding) -> None:
     run = run_scenario(encoding, SCENARIOS["function_call"])
     added = [e.item for e in run.events if e.type == "response.output_item.added" and e.item.type == "function_call"]
@@ -108,13 +124,30 @@ def test_invalid_tokens_fail_response(encoding) -> None:
     assert response.output[0].content[0].text == "Hi."
 
 
-def test_unknown_recipient_fails_response(encoding) -> None:
+def test_unknown_recipient_is_pending_as_unavailable_without_item(encoding) -> None:
     translator = _translator(encoding)
     translator.start()
     tokens = encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all")
-    events = translator.feed(tokens)
-    assert events[-1].type == "response.failed"
-    assert "nowhere.tool" in translator.response.error.message
+    assert translator.feed(tokens) == []
+    call = translator.pending_tool_call
+    assert (call.kind, call.recipient, call.arguments) == ("unavailable", "nowhere.tool", "{}")
+    assert translator.response.status == "in_progress"
+
+
+def test_unknown_recipient_answer_lets_the_model_continue(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all"))
+    translator.feed_tool_result(None, "There is no tool 'nowhere.tool'")
+    assert encoding.decode(translator.continuation_token_ids()) == (
+        "<|start|>nowhere.tool to=assistant<|channel|>commentary<|message|>There is no tool 'nowhere.tool'<|end|>"
+        "<|start|>assistant"
+    )
+    events = translator.feed(encoding.encode("<|channel|>final<|message|>Sorry.<|return|>", allowed_special="all"))
+    events += translator.finish("stop")
+    assert events[-1].type == "response.completed"
+    assert [item.type for item in translator.response.output] == ["message"]
+    assert translator.response.output[0].content[0].text == "Sorry."
 
 
 def test_request_without_tools_completes(encoding) -> None:

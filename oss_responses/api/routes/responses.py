@@ -48,8 +48,9 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
 async def create_response(request: Request, services: ServicesDep) -> Response:
     body = parse_create_request(await _json_body(request))
     _check_create(services, body)
-    await jobs.check_previous(services, body.previous_response_id)
-    queued = build_queued(body, services.settings)
+    history = await jobs.load_history(services, body.previous_response_id)
+    plan = await jobs.check_conversation(services, body, history)
+    queued = build_queued(body, services.settings, plan)
     response_id = queued.response.id
     opening = await jobs.accept(services, queued)
     if body.stream:

@@ -1,0 +1,32 @@
+"""gpt-oss's built-in tools (harmony namespaces ``python`` and ``browser``) and the request tool types
+that select them: the one registry of those names.
+
+OpenAI's hosted tools have no gpt-oss equivalent but these two: ``code_interpreter`` is served as
+``python``, every ``web_search`` flavour as ``browser``. Their calls stream as ``mcp_call`` items to
+the MCP server configured for the tool's label (see ``tools/policy.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Builtin = Literal["python", "browser"]
+PYTHON: Builtin = "python"
+BROWSER: Builtin = "browser"
+BUILTIN_NAMESPACES: frozenset[str] = frozenset({PYTHON, BROWSER})
+
+# Harmony namespaces the model already knows; a request's namespace or MCP label may not take them.
+RESERVED_NAMESPACES: frozenset[str] = frozenset({"functions", PYTHON, BROWSER, "container"})
+
+TOOL_TYPES: dict[str, Builtin] = {
+    "code_interpreter": PYTHON,
+    "web_search_preview": BROWSER,
+    "web_search_preview_2025_03_11": BROWSER,
+    "web_search": BROWSER,
+    "web_search_2025_08_26": BROWSER,
+}
+
+
+def builtin_of_type(tool_type: str) -> Builtin | None:
+    """The built-in namespace a request tool type selects (None for other types)."""
+    return TOOL_TYPES.get(tool_type)
