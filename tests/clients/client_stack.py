@@ -1,5 +1,7 @@
 """The service as real clients see it: an API process and a Celery worker process (scripted engine,
-SQLite), with the demo calculator MCP server configured under the label ``calc``."""
+SQLite), with the demo calculator MCP server configured under the label ``calc`` and the demo
+documents server as the browser behind ``web_search`` (Codex offers that tool in every request, and the
+service refuses a web_search it has no backend for)."""
 
 from __future__ import annotations
 
@@ -35,10 +37,11 @@ class Service:
 def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iterator[Service]:
     """The calculator, a worker and an API process on a copy of the migrated SQLite template."""
     shutil.copyfile(sqlite_template, folder / "oss-responses.db")
-    with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator:
+    with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator, \
+            mcp_server("-m", "oss_responses.tools.servers.documents") as documents:
         settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url,
                             models=[MODEL], scripted_tokens_per_second=TOKENS_PER_SECOND,
-                            tool_servers={CALCULATOR_LABEL: calculator})
+                            tool_servers={CALCULATOR_LABEL: calculator, "web_search": documents})
         processes: list[subprocess.Popen[bytes]] = []
         try:
             processes.append(start_worker_process(settings, folder / "worker.log", env=tool_env(settings)))
