@@ -67,6 +67,25 @@ async def test_run_streamed_emits_text_deltas_and_final_output(model: OpenAIResp
     assert "".join(deltas) == result.final_output
 
 
+async def test_run_streamed_calls_function_tool_and_answers_with_result(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="speller", model=model, tools=[spell_backwards])
+    result = Runner.run_streamed(agent, _call("functions.spell_backwards", word="stream"), run_config=RUN)
+    items = [event.name async for event in result.stream_events() if event.type == "run_item_stream_event"]
+    assert items == ["reasoning_item_created", "tool_called", "tool_output",
+                     "reasoning_item_created", "message_output_created"]
+    assert result.final_output == "The tool functions.spell_backwards returned: maerts"
+
+
+async def test_run_continues_conversation_from_previous_response_id(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="echo", model=model)
+    first = await Runner.run(agent, "The password is swordfish", run_config=RUN)
+    # Only the new message is sent: the service finds the first turn from its stored chain.
+    second = await Runner.run(agent, "What was the password?", previous_response_id=first.last_response_id,
+                              run_config=RUN)
+    assert second.final_output == \
+        'You said: "What was the password?". Earlier you said: 1. "The password is swordfish"'
+
+
 async def test_run_with_hosted_mcp_tool_answers_with_service_side_call(model: OpenAIResponsesModel) -> None:
     calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
                                             "require_approval": "never"})
