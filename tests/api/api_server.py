@@ -132,13 +132,19 @@ def start_api_process(
     return process, base_url
 
 
-def start_worker_process(settings: Settings, log_path: Path) -> subprocess.Popen[bytes]:
-    """``python -m oss_responses.workers`` (scripted engine); returns once it reports ready in Redis."""
+def start_worker_process(
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m oss_responses.workers`` (scripted engine); returns once it reports ready in Redis.
+
+    ``env`` defaults to :func:`service_env` of ``settings``.
+    """
     client = redis_lib.Redis.from_url(settings.redis_url)
     before = set(client.scan_iter(redis_keys.worker_ready("*")))
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "oss_responses.workers", "--loglevel=WARNING"], cwd=REPO,
-                                   env=service_env(settings), stdout=log, stderr=subprocess.STDOUT)
+                                   env=service_env(settings) if env is None else env, stdout=log,
+                                   stderr=subprocess.STDOUT)
     wait_until(lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before), process, "the worker")
     client.close()
     return process

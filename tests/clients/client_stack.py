@@ -1,0 +1,53 @@
+"""The service as real clients see it: an API process and a Celery worker process (scripted engine,
+SQLite), with the demo calculator MCP server configured under the label ``calc`` and the demo
+documents server as the browser behind ``web_search`` (Codex offers that tool in every request, and the
+service refuses a web_search it has no backend for)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from api_server import MODEL, start_api_process, start_worker_process, stop_process
+from tool_fixtures import mcp_server, tool_env
+
+from oss_responses.config import Settings
+
+TOKENS_PER_SECOND = 2000.0  # Codex's answers quote its long environment context; keep them quick
+CALCULATOR_LABEL = "calc"
+
+
+@dataclass
+class Service:
+    base_url: str  # what a client's base_url is: http://127.0.0.1:PORT/v1
+    calculator_url: str  # the calculator's own Streamable HTTP endpoint (for clients with an MCP client)
+    logs: Path
+
+    def log_tail(self, chars: int = 3000) -> str:
+        """The processes' logs, last part of each, for assertion messages."""
+        return "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-chars:]}"
+                         for path in sorted(self.logs.glob("*.log")))
+
+
+@contextmanager
+def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iterator[Service]:
+    """The calculator, a worker and an API process on a copy of the migrated SQLite template."""
+    shutil.copyfile(sqlite_template, folder / "oss-responses.db")
+    with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator, \
+            mcp_server("-m", "oss_responses.tools.servers.documents") as documents:
+        settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url,
+                            models=[MODEL], scripted_tokens_per_second=TOKENS_PER_SECOND,
+                            tool_servers={CALCULATOR_LABEL: calculator, "web_search": documents})
+        processes: list[subprocess.Popen[bytes]] = []
+        try:
+            processes.append(start_worker_process(settings, folder / "worker.log", env=tool_env(settings)))
+            api, base_url = start_api_process(settings, folder / "api.log", env=tool_env(settings))
+            processes.append(api)
+            yield Service(base_url=f"{base_url}/v1", calculator_url=calculator, logs=folder)
+        finally:
+            for process in reversed(processes):
+                stop_process(process)

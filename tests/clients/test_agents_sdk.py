@@ -1,0 +1,118 @@
+"""The OpenAI Agents SDK (``openai-agents``, Python) against the service with the scripted engine.
+
+The SDK's model is ``OpenAIResponsesModel`` on an ``AsyncOpenAI`` client whose base_url is the
+service; tracing is off (it would upload to OpenAI). The scripted engine calls the tool named in
+``call RECIPIENT {json}`` and then answers by quoting the tool's result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from agents import (
+    Agent,
+    HostedMCPTool,
+    MCPToolApprovalFunctionResult,
+    MCPToolApprovalRequest,
+    RunConfig,
+    Runner,
+    function_tool,
+)
+from agents.mcp import MCPServerStreamableHttp
+from agents.models.openai_responses import OpenAIResponsesModel
+from api_server import MODEL
+from client_stack import CALCULATOR_LABEL, Service
+from openai import AsyncOpenAI
+
+RUN = RunConfig(tracing_disabled=True)
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def model(service: Service) -> AsyncIterator[OpenAIResponsesModel]:
+    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
+    yield OpenAIResponsesModel(model=MODEL, openai_client=client)
+    await client.close()
+
+
+@function_tool
+def spell_backwards(word: str) -> str:
+    """Spell a word backwards."""
+    return word[::-1]
+
+
+def _call(recipient: str, **arguments: object) -> str:
+    return f"call {recipient} {json.dumps(arguments)}"
+
+
+async def test_run_calls_function_tool_and_answers_with_result(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="speller", model=model, tools=[spell_backwards])
+    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
+
+
+async def test_run_streamed_emits_text_deltas_and_final_output(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="echo", model=model)
+    result = Runner.run_streamed(agent, "Stream this sentence back", run_config=RUN)
+    deltas = [event.data.delta async for event in result.stream_events()
+              if event.type == "raw_response_event" and event.data.type == "response.output_text.delta"]
+    assert result.final_output == 'You said: "Stream this sentence back".'
+    assert "".join(deltas) == result.final_output
+
+
+async def test_run_streamed_calls_function_tool_and_answers_with_result(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="speller", model=model, tools=[spell_backwards])
+    result = Runner.run_streamed(agent, _call("functions.spell_backwards", word="stream"), run_config=RUN)
+    items = [event.name async for event in result.stream_events() if event.type == "run_item_stream_event"]
+    assert items == ["reasoning_item_created", "tool_called", "tool_output",
+                     "reasoning_item_created", "message_output_created"]
+    assert result.final_output == "The tool functions.spell_backwards returned: maerts"
+
+
+async def test_run_continues_conversation_from_previous_response_id(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="echo", model=model)
+    first = await Runner.run(agent, "The password is swordfish", run_config=RUN)
+    # Only the new message is sent: the service finds the first turn from its stored chain.
+    second = await Runner.run(agent, "What was the password?", previous_response_id=first.last_response_id,
+                              run_config=RUN)
+    assert second.final_output == \
+        'You said: "What was the password?". Earlier you said: 1. "The password is swordfish"'
+
+
+async def test_run_with_hosted_mcp_tool_answers_with_service_side_call(model: OpenAIResponsesModel) -> None:
+    calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
+                                            "require_approval": "never"})
+    agent = Agent(name="hosted", model=model, tools=[calculator])
+    result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
+    assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
+
+
+async def test_run_with_hosted_mcp_tool_calls_after_approval(model: OpenAIResponsesModel) -> None:
+    asked: list[str] = []
+
+    def approve(request: MCPToolApprovalRequest) -> MCPToolApprovalFunctionResult:
+        asked.append(request.data.name)
+        return {"approve": True}
+
+    # The service ends the first response with an mcp_approval_request; the SDK answers it with an
+    # mcp_approval_response in its next request, and the service then makes the call.
+    calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
+                                            "require_approval": "always"}, on_approval_request=approve)
+    agent = Agent(name="approving", model=model, tools=[calculator])
+    result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
+    assert asked == ["calculate"]
+    assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
+
+
+async def test_run_with_mcp_server_calls_its_tool_as_function(model: OpenAIResponsesModel, service: Service) -> None:
+    async with MCPServerStreamableHttp(params={"url": service.calculator_url}, name="calculator") as calculator:
+        agent = Agent(name="client-side", model=model, mcp_servers=[calculator])
+        result = await Runner.run(agent, _call("functions.calculate", expression="6 * 7"), run_config=RUN)
+    assert result.final_output == "The tool functions.calculate returned: 42"

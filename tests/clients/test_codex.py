@@ -1,0 +1,55 @@
+"""Codex CLI (``codex exec``, the pinned @openai/codex) against the service with the scripted engine.
+
+Codex sends what OpenAI's own backend gets: ``store: false`` with the whole conversation replayed each
+turn, ``include: ["reasoning.encrypted_content"]``, a ``namespace`` tool, a ``web_search`` tool and
+``client_metadata``. The scripted engine answers by quoting the last user message, or, for
+``call functions.NAME {json}``, makes that call and then quotes the tool's result.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from codex_cli import codex_exec, missing_codex, write_codex_home
+from client_stack import Service
+
+if (reason := missing_codex()) is not None:
+    pytest.skip(f"Codex CLI cannot run: {reason}", allow_module_level=True)
+
+
+def _explain(done: subprocess.CompletedProcess[str], service: Service) -> str:
+    return f"codex exited {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-3000:]}\n" \
+           f"{service.log_tail(1500)}"
+
+
+def test_codex_exec_prints_answer_to_plain_prompt(service: Service, tmp_path: Path) -> None:
+    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+    done = codex_exec(home, tmp_path, "Name three colours of the rainbow")
+    assert done.returncode == 0, _explain(done, service)
+    assert 'You said: "Name three colours of the rainbow".' in done.stdout, _explain(done, service)
+
+
+def test_codex_exec_runs_called_command_and_answers_with_output(service: Service, tmp_path: Path) -> None:
+    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+    call = json.dumps({"cmd": "echo hello-from-$((6 * 7))"})
+    done = codex_exec(home, tmp_path, f"call functions.exec_command {call}")
+    assert done.returncode == 0, _explain(done, service)
+    # Only the shell computes 42: the answer can quote it only if Codex ran the command and sent
+    # its output back in the next request.
+    assert "The tool functions.exec_command returned:" in done.stdout, _explain(done, service)
+    assert "hello-from-42" in done.stdout, _explain(done, service)
+
+
+def test_codex_exec_resume_replays_earlier_turn(service: Service, tmp_path: Path) -> None:
+    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+    first = codex_exec(home, tmp_path, "Remember the word marmalade")
+    assert first.returncode == 0, _explain(first, service)
+    # store=false: the service knows nothing of the first turn unless Codex replays it
+    # (its reasoning item, the assistant message) in the second request.
+    second = codex_exec(home, tmp_path, "Which word was it?", resume=True)
+    assert second.returncode == 0, _explain(second, service)
+    assert 'You said: "Which word was it?". Earlier you said:' in second.stdout, _explain(second, service)
+    assert '"Remember the word marmalade"' in second.stdout, _explain(second, service)
