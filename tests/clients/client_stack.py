@@ -16,6 +16,7 @@ from api_server import MODEL, start_api_process, start_worker_process, stop_proc
 from tool_fixtures import mcp_server, tool_env
 
 from oss_responses.config import Settings
+from oss_responses.sealing import new_key
 
 TOKENS_PER_SECOND = 2000.0  # Codex's answers quote its long environment context; keep them quick
 CALCULATOR_LABEL = "calc"
@@ -41,7 +42,9 @@ def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iter
             mcp_server("-m", "oss_responses.tools.servers.documents") as documents:
         settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url,
                             models=[MODEL], scripted_tokens_per_second=TOKENS_PER_SECOND,
-                            tool_servers={CALCULATOR_LABEL: calculator, "web_search": documents})
+                            tool_servers={CALCULATOR_LABEL: calculator, "web_search": documents},
+                            # Codex asks for reasoning.encrypted_content on every request (store=false).
+                            encryption_keys=[new_key()])
         processes: list[subprocess.Popen[bytes]] = []
         try:
             processes.append(start_worker_process(settings, folder / "worker.log", env=tool_env(settings)))
