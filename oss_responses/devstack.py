@@ -4,6 +4,11 @@ A local redis-server (started here unless ``OSS_RESPONSES_REDIS_URL`` already an
 file, one worker with the scripted engine (unless ``OSS_RESPONSES_ENGINE`` says otherwise) and the
 API on ``OSS_RESPONSES_API_HOST:OSS_RESPONSES_API_PORT``. Ctrl-C stops everything.
 
+Unless ``OSS_RESPONSES_TOOL_SERVERS`` is set, the two demo MCP servers start too, as in
+docker-compose.yml: the calculator behind ``code_interpreter`` and the documents server behind
+``web_search_preview`` (and so ``web_search``), since Codex CLI sends a ``web_search`` tool with
+every request and the service refuses one it has no backend for.
+
 Unless ``OSS_RESPONSES_ENCRYPTION_KEYS`` is set, both get a key made once and kept in
 ``var/encryption-key``, so store=false clients (Codex CLI) work out of the box and their replayed
 reasoning still opens after a restart.
@@ -15,6 +20,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,7 +49,7 @@ def _start_redis(url: str, folder: Path) -> subprocess.Popen[bytes]:
     port = str(urlparse(url).port or 6379)
     proc = subprocess.Popen(
         [binary, "--port", port, "--bind", "127.0.0.1", "--dir", str(folder), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, process_group=0,
     )
     deadline = time.monotonic() + 10
     while not _redis_answers(url):
@@ -51,6 +57,34 @@ def _start_redis(url: str, folder: Path) -> subprocess.Popen[bytes]:
             sys.exit(f"redis-server did not start on {url}")
         time.sleep(0.05)
     return proc
+
+
+# As in docker-compose.yml.
+DEMO_TOOL_SERVERS = {"code_interpreter": ("calculator", 8811), "web_search_preview": ("documents", 8812)}
+
+
+def _port_answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
+
+
+def _start_demo_tool_servers(procs: list[subprocess.Popen[bytes]]) -> str:
+    """The JSON for OSS_RESPONSES_TOOL_SERVERS, the demo servers started (or found already listening)."""
+    for name, port in DEMO_TOOL_SERVERS.values():
+        if not _port_answers(port):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", f"oss_responses.tools.servers.{name}", "--port", str(port)],
+                stdout=subprocess.DEVNULL, process_group=0,
+            ))
+    deadline = time.monotonic() + 20
+    while not all(_port_answers(port) for _, port in DEMO_TOOL_SERVERS.values()):
+        if time.monotonic() > deadline:
+            sys.exit(f"the demo MCP servers did not start on ports {[p for _, p in DEMO_TOOL_SERVERS.values()]}")
+        time.sleep(0.1)
+    return json.dumps({label: f"http://127.0.0.1:{port}/mcp" for label, (_, port) in DEMO_TOOL_SERVERS.items()})
 
 
 def _encryption_keys(var: Path) -> str:
@@ -62,7 +96,13 @@ def _encryption_keys(var: Path) -> str:
     return json.dumps([path.read_text().strip()])
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    # A SIGTERM (docker stop, a supervisor) stops the children too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     settings = get_settings()
     var = Path("var")
     var.mkdir(exist_ok=True)
@@ -73,8 +113,10 @@ def main() -> None:
     env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
     if not settings.encryption_keys:
         env["OSS_RESPONSES_ENCRYPTION_KEYS"] = _encryption_keys(var)
-    procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env))
-    procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.api"], env=env))
+    if not settings.tool_servers:
+        env["OSS_RESPONSES_TOOL_SERVERS"] = _start_demo_tool_servers(procs)
+    procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env, process_group=0))
+    procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.api"], env=env, process_group=0))
     print(f"oss-responses: http://{settings.api_host}:{settings.api_port}/v1 (model {settings.models[0]})", flush=True)
     try:
         while all(p.poll() is None for p in procs):
@@ -82,10 +124,12 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        # Last started, first stopped, each before the next: the API and the worker still need Redis
+        # while they shut down. (The children have process groups of their own, so a Ctrl-C reaches
+        # only this process, which stops them in this order.)
         for p in reversed(procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
-        for p in procs:
             p.wait(timeout=30)
 
 

@@ -14,6 +14,8 @@ it (see ``compaction.py``); a blob that does not open is a 400 naming it.
 
 from __future__ import annotations
 
+import json
+
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -193,9 +195,23 @@ def _text_of(content: Any, param: str) -> str:
 
 
 def _error_text(error: Any) -> str:
+    """An ``mcp_call``'s error as the text the model reads (a tool result), never a Python repr."""
     if error is None:
         return ""
     if isinstance(error, str):
         return error
     message = getattr(error, "message", None)
-    return message if message is not None else str(getattr(error, "content", error))
+    if message is not None:
+        return str(message)
+    return _content_text(getattr(error, "content", None))
+
+
+def _content_text(content: Any) -> str:
+    """MCP result content (a string, a text part, a list of parts) as plain text; other shapes as JSON."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict) and isinstance(content.get("text"), str):
+        return content["text"]
+    if isinstance(content, list) and content:
+        return "\n".join(_content_text(part) for part in content)
+    return json.dumps(content, ensure_ascii=False, default=str)

@@ -183,3 +183,25 @@ def test_render_mcp_call_input_item_replays_call_and_result(encoding) -> None:
         '<|start|>assistant to=calc.add<|channel|>commentary <|constrain|>json<|message|>{"a":1,"b":2}<|call|>'
         "<|start|>calc.add to=assistant<|channel|>commentary<|message|>3<|end|><|start|>assistant"
     )
+
+
+@pytest.mark.parametrize(
+    ("error", "result"),
+    [
+        ({"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": "division by zero"}]},
+         "division by zero"),
+        ({"type": "mcp_protocol_error", "code": -32602, "message": "unknown tool"}, "unknown tool"),
+        ({"type": "http_error", "code": 502, "message": "bad gateway"}, "bad gateway"),
+    ],
+)
+def test_render_mcp_call_error_reaches_model_as_text(encoding, error: dict, result: str) -> None:
+    request = _request(
+        tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y"}],
+        input=[
+            {"role": "user", "content": "Divide 1 by 0"},
+            {"type": "mcp_call", "id": "mcp_1", "server_label": "calc", "name": "div", "arguments": '{"a":1,"b":0}',
+             "error": error},
+        ],
+    )
+    text = _text(encoding, request)
+    assert text.endswith(f"<|start|>calc.div to=assistant<|channel|>commentary<|message|>{result}<|end|><|start|>assistant")
