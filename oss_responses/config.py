@@ -41,7 +41,12 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(8, description="Responses one worker runs at once (Celery threads)")
     engine: Literal["scripted", "vllm"] = Field("scripted", description="Which engine the worker runs")
     lease_seconds: float = Field(15.0, description="TTL of a running response's lease; renewed every third of it")
-    reaper_interval_seconds: float = Field(10.0, description="How often a worker fails responses whose lease expired")
+    reaper_interval_seconds: float = Field(
+        1.0, description="How often a worker looks for responses whose lease expired (and dispatches their takeover)"
+    )
+    max_takeovers: int = Field(
+        3, description="A response whose workers were lost more often than this fails instead of being taken over"
+    )
     visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
 
     # --- scripted engine ----------------------------------------------------
@@ -88,6 +93,10 @@ class Settings(BaseSettings):
     )
     mcp_allow_private_urls: bool = Field(False, description="Allow loopback/private server_url addresses")
     mcp_call_timeout_seconds: float = Field(30.0, description="Timeout of one MCP tool call")
+    idempotent_tools: list[str] = Field(
+        default_factory=list,
+        description='MCP tools safe to run again after a lost worker, besides those with idempotentHint: ["calc.*", "docs.search"]',
+    )
 
     # --- sealed items (store=false clients) -----------------------------------
     encryption_keys: list[SecretStr] = Field(

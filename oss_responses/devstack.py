@@ -48,7 +48,10 @@ def _start_redis(url: str, folder: Path) -> subprocess.Popen[bytes]:
     folder.mkdir(parents=True, exist_ok=True)
     port = str(urlparse(url).port or 6379)
     proc = subprocess.Popen(
-        [binary, "--port", port, "--bind", "127.0.0.1", "--dir", str(folder), "--save", "", "--appendonly", "no"],
+        # AOF (in var/redis), as in docker-compose.yml: queued tasks and running responses' journals
+        # survive a restart of the stack.
+        [binary, "--port", port, "--bind", "127.0.0.1", "--dir", str(folder), "--save", "",
+         "--appendonly", "yes", "--appendfsync", "everysec"],
         stdout=subprocess.DEVNULL, process_group=0,
     )
     deadline = time.monotonic() + 10

@@ -6,7 +6,11 @@
                            written, or the response was cancelled). TTL set once it ended.
 - ``lease(id)``    STRING  the worker id holding the response; TTL = lease_seconds, renewed.
 - ``cancel(id)``   STRING  "1" once cancel was asked (a worker checks it before it starts).
-- ``progress(id)`` STRING  the generated token ids so far, packed little-endian uint32.
+- ``journal(id)``  LIST    a running response's journal: one JSON list of steps per flush (the
+                           translator calls and engine calls so far, ``workers/journal.py``);
+                           deleted when the stream closes.
+- ``takeovers(id)`` STRING how many times the response was taken over from a lost worker.
+- ``resume(id)``   STRING  set while a takeover task is queued (the reaper dispatches one at a time).
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
 - ``REAPER_LOCK`` STRING  held by the worker that is reaping lost responses.
@@ -36,8 +40,16 @@ def cancel(response_id: str) -> str:
     return f"{PREFIX}cancel:{response_id}"
 
 
-def progress(response_id: str) -> str:
-    return f"{PREFIX}progress:{response_id}"
+def journal(response_id: str) -> str:
+    return f"{PREFIX}journal:{response_id}"
+
+
+def takeovers(response_id: str) -> str:
+    return f"{PREFIX}takeovers:{response_id}"
+
+
+def resume(response_id: str) -> str:
+    return f"{PREFIX}resume:{response_id}"
 
 
 def worker_ready(worker_id: str) -> str:

@@ -22,7 +22,7 @@ from oss_responses.storage import AsyncDatabase
 async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
     db = AsyncDatabase(settings.database_url)
-    redis = Redis.from_url(settings.redis_url)
+    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
     hub = EventHub(settings.redis_url)
     tasks = TaskQueue(settings.celery_broker_url)
     await hub.start()

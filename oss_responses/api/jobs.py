@@ -17,13 +17,15 @@ import logging
 from typing import Any
 
 import anyio
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 from oss_responses import redis_keys
 from oss_responses.api.queued import QueuedResponse
 from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
 from oss_responses.conversation import BrokenChain, history_of, render_options
-from oss_responses.errors import BadRequest, NotFound
+from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import StreamNotFound
 from oss_responses.eventlog.writer import write_events
@@ -45,6 +47,9 @@ from oss_responses.tools.policy import resolve_servers
 from oss_responses.wire import response_json
 
 log = logging.getLogger(__name__)
+
+# What an unreachable Redis raises: from our client, from Celery's producer (kombu), from the socket.
+BROKER_ERRORS = (RedisError, OperationalError, OSError)
 
 TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
@@ -127,9 +132,26 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
     )
     await services.db.run(insert_response, record, queued.input_items)
     events = opening_events(response)
-    await write_events(services.redis, response.id, events)
-    await services.tasks.run_response(response.id, queued.secrets, services.settings.queue_for(response.model))
+    try:
+        await write_events(services.redis, response.id, events)
+        await services.tasks.run_response(response.id, queued.secrets, services.settings.queue_for(response.model))
+    except BROKER_ERRORS as exc:
+        await _undo_accept(services, response.id)
+        raise ServiceUnavailable(
+            "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
+            "Retry shortly.", code="queue_unavailable",
+        ) from exc
     return [frame(event) for event in events]  # type: ignore[arg-type]
+
+
+async def _undo_accept(services: Services, response_id: str) -> None:
+    """A response that could not be queued leaves nothing behind: no row, no input items, no stream."""
+    log.warning("could not queue %s: undoing its accept", response_id)
+    await services.db.run(delete_response, response_id)
+    try:
+        await services.redis.delete(redis_keys.events(response_id))
+    except RedisError:
+        pass  # Redis is what failed: the opening events most likely never got there
 
 
 async def request_cancel(services: Services, record: ResponseRecord) -> bool:

@@ -23,7 +23,12 @@ class TaskQueue:
 
     def __init__(self, broker_url: str) -> None:
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
-        self._celery.conf.update(task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True)
+        self._celery.conf.update(
+            task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
+            # With Redis down, a POST answers 503 within a few seconds instead of retrying for long.
+            task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
+            broker_transport_options={"socket_connect_timeout": 2, "socket_timeout": 5},
+        )
 
     async def run_response(self, response_id: str, secrets: dict[str, Any], queue: str) -> None:
         # send_task does blocking socket I/O: keep it off the event loop.

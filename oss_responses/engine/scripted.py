@@ -22,6 +22,10 @@ What it answers (always an ``analysis`` message first, then one of):
 5. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
    of the conversation in order (so chained turns via ``previous_response_id`` are visible).
 
+A prompt that already ends with the start of the answer (a worker taking a response over continues
+from prompt + generated tokens) gets the rest of that same answer, so a taken-over response ends
+with exactly the text of an uninterrupted one.
+
 Like vLLM it emits one token per output, includes the stop token (``<|return|>`` or ``<|call|>``) in
 the output, stops with ``finish_reason="length"`` at ``max_tokens``, and ends a request within one
 step of :meth:`ScriptedEngine.abort` (``finish_reason="abort"``).
@@ -53,6 +57,9 @@ START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 
 BUILTIN_TOOLS = ("python", "browser")
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
+# How many trailing message starts a continuation is looked for behind (an answer has at most two
+# messages: analysis, then final or a call).
+_CONTINUATION_DEPTH = 4
 _FILLER_WORDS = (" lorem", " ipsum", " dolor", " sit", " amet", " consectetur", " adipiscing", " elit")
 
 
@@ -79,6 +86,33 @@ class ScriptWriter:
 
     def _text(self, text: str) -> list[int]:
         return self.encoding.encode(text, allowed_special="all")
+
+    def script_for(self, prompt_token_ids: Sequence[int]) -> list[int]:
+        """The answer's tokens still to come: all of it, or, when the prompt already ends with part of
+        it (a worker took the response over and continues from prompt + generated), the rest."""
+        return self.continuation(prompt_token_ids)[1]
+
+    def continuation(self, prompt_token_ids: Sequence[int]) -> tuple[list[Message], list[int]]:
+        """The messages the answer answers, and the answer's tokens still to come."""
+        tokens = list(prompt_token_ids)
+        assistant = self.encoding.encode("assistant", allowed_special="all")
+        # The assistant headers since the last message of another author, earliest first: the
+        # prompt's own header, then the answer's (a later one matches a short tail spuriously).
+        headers: list[int] = []
+        for start in [i for i in range(len(tokens) - 1, -1, -1) if tokens[i] == START][:_CONTINUATION_DEPTH]:
+            role = tokens[start + 1 : start + 1 + len(assistant)]
+            if role != assistant[: len(role)]:
+                break
+            if len(role) == len(assistant):
+                headers.insert(0, start + 1 + len(assistant))
+        for header_end in headers:
+            tail = tokens[header_end:]
+            messages = parse_prompt(self.encoding, tokens[:header_end])
+            script = self.tokens_for(messages)
+            if script[: len(tail)] == tail:
+                return messages, script[len(tail) :]
+        messages = parse_prompt(self.encoding, tokens)
+        return messages, self.tokens_for(messages)
 
     def tokens_for(self, messages: list[Message]) -> list[int]:
         user_texts = [text_of(m) for m in messages if m.author.role == Role.USER]
@@ -223,7 +257,7 @@ class ScriptedEngine:
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
         # One generator level per token (not a nested one): this runs once per token per response.
-        script = self.writer.tokens_for(parse_prompt(self.encoding, prompt_token_ids))
+        script = self.writer.script_for(prompt_token_ids)
         request = _Request(aborted=asyncio.get_running_loop().create_future())
         self._requests[request_id] = request
         stops = set(sampling.stop_token_ids) or {RETURN, CALL}

@@ -142,13 +142,14 @@ class ScriptedAnswers:
         """The script, or None when the last user message asks for ``unscripted`` (random) output."""
         from openai_harmony import Role
 
-        from oss_responses.engine.scripted import parse_prompt, text_of
+        from oss_responses.engine.scripted import text_of
 
-        messages = parse_prompt(self.encoding, prompt_token_ids)
+        # A prompt that ends with part of the answer (a takeover) gets the rest of it.
+        messages, script = self.writer.continuation(prompt_token_ids)
         users = [text_of(m) for m in messages if m.author.role == Role.USER]
         if users and _UNSCRIPTED.search(users[-1]):
             return None
-        return self.writer.tokens_for(messages)
+        return script
 
 
 class VllmEngine:

@@ -1,11 +1,13 @@
 """Worker side of the event log: every response's events, batched into one pipelined write.
 
-One :class:`EventWriter` lives on the worker's engine loop. ``append``/``close``/``append_progress``
+One :class:`EventWriter` lives on the worker's engine loop. ``append``/``close``/``append_journal``
 only buffer commands; the first buffered command of a loop iteration starts a flush task, which runs
 on the next iteration and sends everything buffered by then (all running responses' events of one
 engine step) in ONE round trip (``bulk.run_commands``: one write of scripts, one per 1,000 commands,
-so the client's cost is packing arguments, not a reply per command). A response's progress (token
-ids) is one APPEND per flush, however many engine outputs it holds. Flushes never overlap: stream ids must reach Redis in
+so the client's cost is packing arguments, not a reply per command). A response's journal steps
+(what another worker replays to take it over, ``workers/journal.py``) are one RPUSH per flush,
+placed before every event of the flush: whatever prefix of a flush reaches Redis, the journal
+covers every event in the stream. Flushes never overlap: stream ids must reach Redis in
 order, so what is buffered while a flush is in flight goes in the next one (batches grow under load).
 
 A failed write poisons its response: later ``append`` calls and ``drain`` raise
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import struct
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
@@ -36,17 +40,20 @@ class _Batch:
     commands: list[Command] = field(default_factory=list)
     owners: list[str] = field(default_factory=list)  # response id of each command
     closing: set[str] = field(default_factory=set)
-    # Token ids per response, sent as ONE APPEND per response per flush (not one per engine output).
-    progress: dict[str, list[int]] = field(default_factory=dict)
+    # Journal steps per response, sent as ONE RPUSH per response per flush (not one per step).
+    journal: dict[str, list[Any]] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def take_progress(self) -> None:
-        """Put the progress APPENDs first: before a close's EXPIRE of the same key in this batch."""
-        if self.progress:
-            appends = [("APPEND", redis_keys.progress(rid), pack_token_ids(ids)) for rid, ids in self.progress.items()]
-            self.commands[:0] = appends
-            self.owners[:0] = list(self.progress)
-            self.progress = {}
+    def take_journal(self) -> None:
+        """Put the journal RPUSHes first: before the events they produced, and before a close's DEL."""
+        if self.journal:
+            pushes = [
+                ("RPUSH", redis_keys.journal(rid), json.dumps(steps, separators=(",", ":"), ensure_ascii=False))
+                for rid, steps in self.journal.items()
+            ]
+            self.commands[:0] = pushes
+            self.owners[:0] = list(self.journal)
+            self.journal = {}
 
 
 def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Command]:
@@ -56,18 +63,13 @@ def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Comm
 
 def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Command]:
     # ``*`` puts the end marker after every 0-N event id; a late event XADD then fails instead of
-    # landing after the end. The progress key expires with the stream.
+    # landing after the end. The journal is of no use once the response ended (and saved).
     key = redis_keys.events(response_id)
     return [
         ("XADD", key, "*", "end", status),
         ("EXPIRE", key, ttl_seconds),
-        ("EXPIRE", redis_keys.progress(response_id), ttl_seconds),
+        ("DEL", redis_keys.journal(response_id)),
     ]
-
-
-def pack_token_ids(token_ids: Iterable[int]) -> bytes:
-    ids = list(token_ids)
-    return struct.pack(f"<{len(ids)}I", *ids)
 
 
 async def write_events(
@@ -108,20 +110,21 @@ class EventWriter:
         """Buffer the end marker and the TTL; the stream then ends for every subscriber."""
         self._buffer(response_id, close_commands(response_id, status, self._ttl_seconds), closing=True)
 
-    def append_progress(self, response_id: str, token_ids: Iterable[int]) -> None:
+    def append_journal(self, response_id: str, step: Any) -> None:
+        """Buffer one journal step (JSON-able); it lands before the events buffered after it."""
         self._raise_if_failed(response_id)
         batch = self._pending
-        ids = batch.progress.get(response_id)
-        if ids is None:
-            batch.progress[response_id] = ids = []
-        ids += token_ids
+        steps = batch.journal.get(response_id)
+        if steps is None:
+            batch.journal[response_id] = steps = []
+        steps.append(step)
         self._last_batch[response_id] = batch
         self._start_flusher()
 
     async def flush(self) -> None:
         """Wait until everything buffered so far is in Redis (errors are per response: see drain)."""
         batch = self._pending
-        if batch.commands or batch.progress:
+        if batch.commands or batch.journal:
             self._start_flusher()
             await batch.done.wait()
         elif self._flusher is not None:
@@ -167,9 +170,9 @@ class EventWriter:
 
     async def _flush_all(self) -> None:
         try:
-            while self._pending.commands or self._pending.progress:
+            while self._pending.commands or self._pending.journal:
                 batch, self._pending = self._pending, _Batch()
-                batch.take_progress()
+                batch.take_journal()
                 await self._send(batch)
         finally:
             self._flusher = None

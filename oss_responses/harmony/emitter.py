@@ -10,17 +10,27 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from oss_responses.harmony.ids import IdSource
+
 E = TypeVar("E", bound=BaseModel)
 
 
 class EventEmitter:
-    """Builds events with consecutive sequence numbers and collects them until drained."""
+    """Builds events with consecutive sequence numbers and collects them until drained.
 
-    __slots__ = ("next_sequence_number", "_pending")
+    It also names the items the events are about (``new_id``), so that one seed makes a response's
+    whole event sequence, ids included, reproducible.
+    """
 
-    def __init__(self, first_sequence_number: int) -> None:
+    __slots__ = ("next_sequence_number", "_pending", "_ids")
+
+    def __init__(self, first_sequence_number: int, id_seed: str | None = None) -> None:
         self.next_sequence_number = first_sequence_number
         self._pending: list[BaseModel] = []
+        self._ids = IdSource(id_seed)
+
+    def new_id(self, prefix: str) -> str:
+        return self._ids.new(prefix)
 
     def emit(self, event_type: type[E], **fields: Any) -> E:
         event = event_type(sequence_number=self.next_sequence_number, **fields)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 
@@ -45,3 +46,24 @@ def mcp_list_tools_id() -> str:
 
 def mcp_approval_request_id() -> str:
     return new_id("mcpr")
+
+
+class IdSource:
+    """Item and call ids for one response: random, or, with a ``seed``, the same sequence every time.
+
+    A worker that takes a response over replays its translator; seeded ids make the replay name every
+    item exactly as the stream already did (the seed is the response id, the n-th id its hash).
+    """
+
+    __slots__ = ("_seed", "_count")
+
+    def __init__(self, seed: str | None = None) -> None:
+        self._seed = seed
+        self._count = 0
+
+    def new(self, prefix: str) -> str:
+        if self._seed is None:
+            return new_id(prefix)
+        self._count += 1
+        digest = hashlib.sha256(f"{self._seed}:{self._count}".encode()).hexdigest()
+        return f"{prefix}_{digest[:48]}"

@@ -44,7 +44,6 @@ from openai.types.responses.response_output_item import McpCall
 from openai.types.responses.response_reasoning_item import Content as ReasoningContent
 from pydantic import BaseModel
 
-from oss_responses.harmony import ids
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.messages import qualified_function_name
 
@@ -54,12 +53,12 @@ ItemStatus = Literal["completed", "incomplete"]
 class ItemBuilder:
     """Common state: the item's id and position, and the text received so far."""
 
-    id_prefix_factory = staticmethod(ids.message_id)
+    id_prefix = "msg"
 
     def __init__(self, emitter: EventEmitter, output_index: int) -> None:
         self.emitter = emitter
         self.output_index = output_index
-        self.item_id = self.id_prefix_factory()
+        self.item_id = emitter.new_id(self.id_prefix)
         self._chunks: list[str] = []
         self.done_item: BaseModel | None = None
 
@@ -145,7 +144,7 @@ class _OnePartBuilder(ItemBuilder):
 class ReasoningBuilder(_OnePartBuilder):
     """With ``seal`` (text → blob), the done item carries ``encrypted_content``: its message, sealed."""
 
-    id_prefix_factory = staticmethod(ids.reasoning_id)
+    id_prefix = "rs"
 
     def __init__(self, emitter: EventEmitter, output_index: int, seal: Callable[[str], str] | None = None) -> None:
         super().__init__(emitter, output_index)
@@ -229,13 +228,13 @@ class FunctionCallBuilder(ItemBuilder):
     ``namespace`` is set for a function of a request's ``namespace`` tool (None for ``functions``).
     """
 
-    id_prefix_factory = staticmethod(ids.function_call_item_id)
+    id_prefix = "fc"
 
     def __init__(self, emitter: EventEmitter, output_index: int, name: str, namespace: str | None = None) -> None:
         super().__init__(emitter, output_index)
         self.name = name
         self.namespace = namespace
-        self.call_id = ids.call_id()
+        self.call_id = emitter.new_id("call")
 
     @property
     def qualified_name(self) -> str:
@@ -297,7 +296,7 @@ class McpCallBuilder(ItemBuilder):
     (result) mcp_call.completed | mcp_call.failed → output_item.done with ``output`` or ``error``.
     """
 
-    id_prefix_factory = staticmethod(ids.mcp_call_id)
+    id_prefix = "mcp"
 
     def __init__(self, emitter: EventEmitter, output_index: int, server_label: str, name: str) -> None:
         super().__init__(emitter, output_index)

@@ -87,10 +87,12 @@ def terminal_response(
     response_usage: ResponseUsage,
     *,
     error: ResponseError | None = None,
+    completed_at: int | None = None,
 ) -> Response:
     update: dict[str, Any] = {"status": status, "output": list(output), "usage": response_usage, "error": error}
     if status == "completed":
-        update["completed_at"] = int(time.time())  # OpenAI's timestamps are whole seconds
+        # OpenAI's timestamps are whole seconds.
+        update["completed_at"] = int(time.time()) if completed_at is None else completed_at
     if status == "incomplete":
         update["incomplete_details"] = IncompleteDetails(reason="max_output_tokens")
     return response.model_copy(update=update)

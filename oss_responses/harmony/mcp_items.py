@@ -22,7 +22,6 @@ from openai.types.responses import (
 from openai.types.responses.response_output_item import McpApprovalRequest, McpListTools
 from pydantic import BaseModel
 
-from oss_responses.harmony import ids
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.items import ItemBuilder, ItemStatus, McpCallBuilder
 from oss_responses.harmony.mcp_tools import list_entries
@@ -31,7 +30,7 @@ from oss_responses.harmony.mcp_tools import list_entries
 class ListToolsBuilder(ItemBuilder):
     """One server's tool listing; it carries no text, only the list or the error at the end."""
 
-    id_prefix_factory = staticmethod(ids.mcp_list_tools_id)
+    id_prefix = "mcpl"
 
     def __init__(self, emitter: EventEmitter, output_index: int, server_label: str) -> None:
         super().__init__(emitter, output_index)
@@ -70,7 +69,7 @@ class ListToolsBuilder(ItemBuilder):
 class ApprovalRequestBuilder(ItemBuilder):
     """Buffers the call's arguments without events; the item appears whole when the call ends."""
 
-    id_prefix_factory = staticmethod(ids.mcp_approval_request_id)
+    id_prefix = "mcpr"
 
     def __init__(self, emitter: EventEmitter, output_index: int, server_label: str, name: str) -> None:
         super().__init__(emitter, output_index)

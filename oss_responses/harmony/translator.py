@@ -141,7 +141,9 @@ class ResponseTranslator:
         max_tool_calls: int | None = None,
         function_namespaces: frozenset[str] = frozenset(),
         seal: Callable[[list[dict[str, Any]]], str] | None = None,
+        id_seed: str | None = None,
     ) -> None:
+        """``id_seed``: name items reproducibly (a replay of the same calls then yields the same events)."""
         self.response = response
         self._seal = seal
         self.output_messages: list[dict[str, Any]] = []
@@ -156,7 +158,7 @@ class ResponseTranslator:
         self._listings: dict[str, ListToolsBuilder] = {}
         self._started = False
         self._encoding = encoding
-        self._emitter = EventEmitter(first_sequence_number)
+        self._emitter = EventEmitter(first_sequence_number, id_seed)
         self._mcp_labels = dict(mcp_labels or {})
         self._function_namespaces = function_namespaces  # namespace tools: their calls are function calls
         self._input_tokens = input_tokens
@@ -169,6 +171,7 @@ class ResponseTranslator:
         self._buffer: list[str] = []
         self._awaiting: McpCallBuilder | None = None
         self._terminal = False
+        self._completed_at: int | None = None
         self._parser = self._new_parser()
 
     # --- public ----------------------------------------------------------
@@ -269,14 +272,23 @@ class ResponseTranslator:
         return tokens
 
     def finish(
-        self, reason: FinishReason, *, cached_tokens: int | None = None, input_tokens: int | None = None
+        self,
+        reason: FinishReason,
+        *,
+        cached_tokens: int | None = None,
+        input_tokens: int | None = None,
+        completed_at: int | None = None,
     ) -> list[BaseModel]:
-        """``input_tokens``: the caller's count over all engine calls (default: prompt + continuations)."""
+        """``input_tokens``: the caller's count over all engine calls (default: prompt + continuations).
+
+        ``completed_at``: the completion time to state (default: now), so that a replay states it alike.
+        """
         if self._terminal:
             return []
         if input_tokens is not None:
             self._input_tokens = input_tokens
         self._flush()
+        self._completed_at = completed_at
         if reason == "length":
             self._terminate("incomplete", cached_tokens=cached_tokens)
         elif reason == "abort":
@@ -439,7 +451,9 @@ class ResponseTranslator:
         self._terminal = True
         usage = lifecycle.usage(self._input_tokens, cached_tokens, self._output_tokens, self._reasoning_tokens)
         output = [builder.done_item for builder in self._items if builder.done_item is not None]
-        self.response = lifecycle.terminal_response(self.response, status, output, usage, error=error)
+        self.response = lifecycle.terminal_response(
+            self.response, status, output, usage, error=error, completed_at=self._completed_at
+        )
         lifecycle.emit_terminal(self._emitter, self.response)
 
 

@@ -14,7 +14,9 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import redis
 import redis.asyncio as redis_asyncio
@@ -36,6 +38,10 @@ log = logging.getLogger(__name__)
 
 READY_TTL_SECONDS = 30
 READY_REFRESH_SECONDS = 10
+
+
+# (response id, model, MCP secrets) → the response's task sent to its model's queue.
+Dispatch = Callable[[str, str, "dict[str, Any] | None"], None]
 
 
 class EngineStartError(RuntimeError):
@@ -71,7 +77,21 @@ class WorkerContext:
     mcp_pool: McpSessionPool | None
     sealer: Sealer | None = None  # None: no encryption keys configured
     reaper: Reaper | None = None
+    # Sends a response's task to its model's queue again (response id, model, MCP secrets): how a
+    # handoff and a takeover reach another worker. None: nothing to send it with (in-process tests).
+    dispatch: Dispatch | None = None
+    # The running responses' "hand off" callbacks (called on the engine loop), by response id.
+    running: dict[str, Callable[[], None]] = field(default_factory=dict)
+    shutting_down: bool = False
     _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
+
+    def hand_off_all(self) -> int:
+        """Shutting down: every running response stops generating and goes to another worker; how many."""
+        self.shutting_down = True
+        callbacks = list(self.running.values())
+        if callbacks and self.loop.running:
+            self.loop.run(_call_all(callbacks))
+        return len(callbacks)
 
     def stop(self) -> None:
         if self.reaper is not None:
@@ -92,6 +112,11 @@ class WorkerContext:
         await self.engine.shutdown()
         await self.writer.flush()
         await self.redis.aclose()
+
+
+async def _call_all(callbacks: list[Callable[[], None]]) -> None:
+    for callback in callbacks:
+        callback()
 
 
 async def _keep_ready(redis_client: redis_asyncio.Redis, worker_id: str, value: str) -> None:
@@ -119,6 +144,7 @@ def start_worker(
     with_reaper: bool = True,
     with_mcp: bool = True,
     worker_id: str | None = None,
+    dispatch: Dispatch | None = None,
 ) -> WorkerContext:
     """Bring a worker up (see the module docstring); raises EngineStartError if the engine fails."""
     loop = EngineLoop().start()
@@ -138,6 +164,7 @@ def start_worker(
             cancels=CancelListener(redis_client),
             mcp_pool=McpSessionPool() if with_mcp else None,
             sealer=build_sealer(settings.encryption_key_values),
+            dispatch=dispatch,
         )
         loop.run(_start_on_loop(ctx))
     except BaseException:
@@ -147,6 +174,7 @@ def start_worker(
         ctx.reaper = Reaper(
             ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
             lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
+            dispatch=dispatch,
         )
         ctx.reaper.start()
     log.info("worker %s ready: model %s, engine %s", ctx.worker_id, settings.worker_model, settings.engine)

@@ -6,25 +6,35 @@ MCP tool pauses generation (a message to a tool the request did not offer gets a
 tool's answer): the tool runs, its result goes back into the translator, and generation
 continues on prompt + generated + the tool message. A function call (the client runs it), an
 approval request or the ``max_tool_calls`` limit ends the response. An answered approval (the prompt
-then ends after the pending call) is run or declined before the first generation. Cancel and a lost lease abort the engine request; the loop then ends within a step.
+then ends after the pending call) is run or declined before the first generation. Cancel, a lost
+lease and a handoff abort the engine request; the loop then ends within a step.
+
+A generation taken over from a lost worker is first rebuilt from its journal (:meth:`replay`), then
+goes on (:meth:`resume`): mid-message, the engine continues from prompt + the tokens generated so far;
+an MCP call that was in flight runs again only if the tool is idempotent, else the model reads that
+it was interrupted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
+from oss_responses.workers.journal import apply_translator_step
 
 log = logging.getLogger(__name__)
 
-StopCause = Literal["cancelled", "lease_lost"]
+# handoff: the worker is shutting down and gives the response to another worker.
+StopCause = Literal["cancelled", "lease_lost", "handoff"]
 TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
 
@@ -34,26 +44,43 @@ class TurnResult:
     cached_tokens: int | None = None
 
 
+INTERRUPTED = (
+    "the worker running this tool call stopped before it answered; the call was not run again "
+    "(the tool is not marked idempotent)"
+)
+
+
 @dataclass
 class Generation:
+    """``journal`` records the generation's own steps (the translator records its calls itself)."""
+
     response_id: str
     engine: Engine
     writer: EventWriter
     translator: ResponseTranslator
     tools: ToolExecutor
     sampling: SamplingSettings  # max_tokens = the whole output budget
+    journal: Callable[[list[Any]], None] | None = None
+    # A call in flight when a lost worker stopped runs again only if this says so (server, tool).
+    is_idempotent: Callable[[str, str], bool] = lambda server, tool: False
     stop_cause: StopCause | None = None
     _stopped: asyncio.Event = field(default_factory=asyncio.Event)
     _request_id: str | None = None
+    # The model's whole context so far: prompt + generated tokens + tool messages.
+    _tokens: list[int] = field(default_factory=list)
     _generated: int = 0
-    _generated_tokens: list[int] = field(default_factory=list)
     _turn: int = 0
     # Usage as OpenAI counts it: every engine call's whole prompt is input, its prefix-cache hits cached.
     _input_tokens: int = 0
     _cached_tokens: int = 0
     _abort: asyncio.Task[None] | None = None  # held so the abort task is not garbage-collected
+    # The next engine call continues a turn a lost worker began: not a new turn, so its prompt is not
+    # counted as input again (the response's usage is that of an uninterrupted run).
+    _continuing: bool = False
+    _in_turn: bool = False  # replay: the journal ends inside an engine call (no tool message after it)
+    _answered: bool = False  # replay: the journal ends after a tool message, before its continuation
 
-    # --- stopping from outside (cancel listener, lease keeper) ------------
+    # --- stopping from outside (cancel listener, lease keeper, shutdown) -----
     def stop(self, cause: StopCause) -> None:
         if self.stop_cause is None:
             self.stop_cause = cause
@@ -67,35 +94,103 @@ class Generation:
             self.writer.append(self.response_id, events)
 
     async def run(self, prompt_token_ids: list[int], approval: ApprovalAnswer | None = None) -> None:
-        """Generate to the end; the translator then holds the final Response (unless lease_lost).
+        """Generate to the end; the translator then holds the final Response (unless stopped for a handoff).
 
         With ``approval`` (the input answers an approval request; the prompt ends after that call)
         the call is run or declined first, and generation continues after its tool message.
         """
         self.emit(self.translator.start())
-        tokens = list(prompt_token_ids)
+        self._tokens = list(prompt_token_ids)
         if approval is not None:
             if not await self._answer(approval):
                 self._finish_stopped()
                 return
-            tokens += self.translator.continuation_token_ids()
+            self._continue()
+        await self._loop()
+
+    def replay(self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None) -> list:  # type: ignore[type-arg]
+        """Rebuild the state a lost worker had from its journal (from ``use_prompt`` on); the events replayed."""
+        self._tokens = list(prompt_token_ids)
+        events: list = []  # type: ignore[type-arg]
+        for step in steps:
+            kind = step[0]
+            if kind == "engine_call":
+                self._begin_turn()
+                self._in_turn = True
+            elif kind == "resume_call":
+                self._in_turn = True
+            elif kind == "cached":
+                self._cached_tokens += step[1]
+            elif kind == "feed":
+                events += self._take_tokens(step[1])
+            elif kind == "continuation":
+                self._tokens += self.translator.continuation_token_ids()
+                self._in_turn = self._answered = False
+            else:
+                events += apply_translator_step(self.translator, step, approval)
+                if kind in ("feed_tool_result", "decline_call"):
+                    self._in_turn, self._answered = False, True
+        return events
+
+    async def resume(self) -> None:
+        """Go on from where a replayed journal ends (mid-message, at a pending call, or ended)."""
+        if self._is_terminal():
+            return
+        call = self.translator.pending_tool_call
+        self._continuing = call is None and self._in_turn
+        if self._continuing and (self._tokens[-1] in self.sampling.stop_token_ids or self._budget() <= 0):
+            # The engine call had ended (a stop token, or the budget spent) before it was lost.
+            self._finish(TurnResult("stop" if self._tokens[-1] in self.sampling.stop_token_ids else "length"))
+            return
+        if self._answered:  # the tool message is in, its continuation not yet
+            if self._budget() <= 0:
+                self._finish(TurnResult("length"))
+                return
+            self._continue()
+        elif call is not None:
+            if call.kind == "function":
+                self._finish(TurnResult("stop"))
+                return
+            if not await self._answer_call(call, resumed=True):
+                self._finish_stopped()
+                return
+            if self._budget() <= 0:
+                self._finish(TurnResult("length"))
+                return
+            self._continue()
+        await self._loop()
+
+    async def _loop(self) -> None:
         while True:
-            result = await self._generate(tokens)
+            result = await self._generate()
             if self.stop_cause is not None or self._is_terminal():
                 break
             call = self.translator.pending_tool_call
             if result.reason != "stop" or call is None or call.kind == "function":
                 self._finish(result)
                 return
-            if call.kind == "unavailable":
-                self.emit(self.translator.feed_tool_result(None, UNAVAILABLE.format(recipient=call.recipient)))
-            elif not await self._run_tool(call):
+            if not await self._answer_call(call):
                 break
             if self._budget() <= 0:
                 self._finish(TurnResult("length"))
                 return
-            tokens += self._generated_tokens + self.translator.continuation_token_ids()
+            self._continue()
         self._finish_stopped()
+
+    def _continue(self) -> None:
+        """After a tool message: it and the next assistant start join the context."""
+        self._tokens += self.translator.continuation_token_ids()
+
+    async def _answer_call(self, call: PendingToolCall, *, resumed: bool = False) -> bool:
+        """Answer the model's tool call; False if stopped meanwhile."""
+        if call.kind == "unavailable":
+            self.emit(self.translator.feed_tool_result(None, UNAVAILABLE.format(recipient=call.recipient)))
+            return True
+        assert call.server_label is not None
+        if resumed and not self.is_idempotent(call.server_label, call.name):
+            self.emit(self.translator.feed_tool_result(None, INTERRUPTED))
+            return True
+        return await self._run_tool(call)
 
     def _finish(self, result: TurnResult) -> None:
         if result.reason == "abort":  # aborted by the engine itself, not by us
@@ -109,7 +204,7 @@ class Generation:
     def _finish_stopped(self) -> None:
         if self.stop_cause == "cancelled":
             self.emit(self.translator.finish("abort", **self._usage()))
-        # lease_lost: write nothing more; whoever holds the response now ends it
+        # lease_lost or handoff: write nothing more; whoever runs the response next ends it
 
     def _is_terminal(self) -> bool:
         return self.translator.response.status in TERMINAL
@@ -117,34 +212,49 @@ class Generation:
     def _budget(self) -> int:
         return self.sampling.max_tokens - self._generated
 
-    async def _generate(self, tokens: list[int]) -> TurnResult:
+    def _note(self, *step: Any) -> None:
+        if self.journal is not None:
+            self.journal(list(step))
+
+    def _begin_turn(self) -> None:
         self._turn += 1
-        self._request_id = f"{self.response_id}:{self._turn}"
-        self._generated_tokens = []
+        self._input_tokens += len(self._tokens)
+
+    def _take_tokens(self, token_ids: list[int]) -> list:  # type: ignore[type-arg]
+        self._generated += len(token_ids)
+        self._tokens += token_ids
+        return self.translator.feed(token_ids)
+
+    async def _generate(self) -> TurnResult:
+        if self._stopped.is_set():
+            return TurnResult("abort")
+        counted = not self._continuing
+        self._continuing = False
+        if counted:
+            self._note("engine_call")
+            self._begin_turn()
+        else:
+            self._note("resume_call")
+        self._request_id = f"{self.response_id}:{self._turn}:{uuid.uuid4().hex[:8]}"
         sampling = SamplingSettings(
             max_tokens=self._budget(), stop_token_ids=self.sampling.stop_token_ids,
             temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
             extra=self.sampling.extra,
         )
-        if self._stopped.is_set():
-            return TurnResult("abort")
-        self._input_tokens += len(tokens)
         try:
-            return await self._stream(tokens, sampling)
+            return await self._stream(list(self._tokens), sampling, counted)
         finally:
             self._request_id = None
 
-    async def _stream(self, tokens: list[int], sampling: SamplingSettings) -> TurnResult:
+    async def _stream(self, tokens: list[int], sampling: SamplingSettings, counted: bool) -> TurnResult:
         result = TurnResult("stop")
         async for output in self.engine.generate(self._request_id or "", tokens, sampling):
-            if output.cached_tokens is not None and result.cached_tokens is None:
+            if output.cached_tokens is not None and result.cached_tokens is None and counted:
                 result.cached_tokens = output.cached_tokens
+                self._note("cached", output.cached_tokens)
                 self._cached_tokens += output.cached_tokens
             if output.token_ids:
-                self._generated += len(output.token_ids)
-                self._generated_tokens += output.token_ids
-                self.writer.append_progress(self.response_id, output.token_ids)
-                self.emit(self.translator.feed(output.token_ids))
+                self.emit(self._take_tokens(output.token_ids))
             if output.finished:
                 result.reason = output.finish_reason or "stop"
             if self._is_terminal() and not output.finished:  # invalid harmony: stop generating

@@ -2,10 +2,15 @@
 
 A worker's runner holds a response's lease while it runs it (and took it before the response went
 ``in_progress``). So a response ``in_progress`` whose lease is gone lost its worker (SIGKILL, OOM,
-host loss). Every ``reaper_interval_seconds`` one worker (a short Redis lock elects it) fails such
-responses: SQL status ``failed`` (or the row deleted when ``store`` is false), a ``response.failed``
-event continuing the stream's sequence, then the stream's end marker, so every client stream ends.
-The reaper takes the response's lease itself while it does this, so it cannot race a runner.
+host loss). Every ``reaper_interval_seconds`` one worker (a short Redis lock elects it) looks for such
+responses and dispatches each one's task again, once (``resume(id)`` is set while that task waits):
+the worker that gets it takes the response over from its journal (``runner``), so detection takes
+about ``lease_seconds`` and never waits for Celery's visibility timeout.
+
+Without a dispatcher (in-process tests) the reaper fails such responses instead: SQL status ``failed``
+(or the row deleted when ``store`` is false), a ``response.failed`` event continuing the stream's
+sequence, then the stream's end marker, so every client stream ends. It takes the response's lease
+itself while it does this, so it cannot race a runner.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from openai.types.responses import Response, ResponseError, ResponseFailedEvent
 from redis import Redis
@@ -66,7 +73,7 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
 class Reaper:
     def __init__(
         self, db: Database, redis: Redis, *, worker_id: str, interval_seconds: float, lease_seconds: float,
-        event_ttl_seconds: int,
+        event_ttl_seconds: int, dispatch: Callable[[str, str, dict[str, Any] | None], None] | None = None,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -74,6 +81,9 @@ class Reaper:
         self.interval = interval_seconds
         self.lease_ms = max(1, int(lease_seconds * 1000))
         self.ttl_seconds = event_ttl_seconds
+        self.dispatch = dispatch
+        # A dispatched takeover that no worker picked up within this is dispatched again.
+        self.resume_seconds = max(60, int(lease_seconds * 4))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -88,7 +98,9 @@ class Reaper:
             self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
 
     def reap(self, response_id: str) -> bool:
-        """Fail one response if nobody holds its lease; True if it was failed here."""
+        """Take over (or fail) one response if nobody holds its lease; True if it did."""
+        if self.dispatch is not None:
+            return self._dispatch_takeover(response_id)
         lease_key = redis_keys.lease(response_id)
         if not self.redis.set(lease_key, self.owner, nx=True, px=self.lease_ms):
             return False
@@ -96,6 +108,20 @@ class Reaper:
             return self._fail(response_id)
         finally:
             self.redis.eval(_RELEASE, 1, lease_key, self.owner)
+
+    def _dispatch_takeover(self, response_id: str) -> bool:
+        assert self.dispatch is not None
+        if self.redis.exists(redis_keys.lease(response_id)):
+            return False
+        if not self.redis.set(redis_keys.resume(response_id), "reaper", nx=True, ex=self.resume_seconds):
+            return False  # its takeover (or a handoff) is queued already
+        record = self.db.run(get_response, response_id)
+        if record is None or record.status != "in_progress":
+            self.redis.delete(redis_keys.resume(response_id))
+            return False
+        log.warning("%s lost its worker: dispatching its takeover", response_id)
+        self.dispatch(response_id, record.model, None)
+        return True
 
     def _fail(self, response_id: str) -> bool:
         record = self.db.run(get_response, response_id)
@@ -137,4 +163,4 @@ class Reaper:
                 log.exception("reaper pass failed")
                 continue
             if reaped:
-                log.warning("reaper failed %d lost responses in %.3fs", len(reaped), time.monotonic() - started)
+                log.warning("reaper handled %d lost responses in %.3fs", len(reaped), time.monotonic() - started)

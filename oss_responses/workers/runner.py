@@ -1,6 +1,6 @@
 """The job of one response, run in a Celery task thread; the generation itself runs on the engine loop.
 
-    load row + chain (SQL) ─ terminal or gone? skip
+    load row + chain (SQL) ─ terminal or gone? skip; in_progress? a takeover (below)
     take the lease ─ held by another worker? skip
     register for cancel, then check the cancel flag ─ set? cancelled, stream closed, nothing generated
     queued → in_progress (SQL)
@@ -9,6 +9,13 @@
     generation (engine loop) ─ any exception fails the response
     drain the events (the terminal one included) → save the turn (SQL) → close the stream
     release the lease
+
+Every translator call and engine call is journaled (``workers/journal.py``). A response found
+``in_progress`` lost its worker (the reaper dispatched it again, or Celery redelivered its task): once
+this worker holds its lease, the journal is replayed through a fresh translator, the replayed events
+the stream lacks are written, and generation resumes; the client's stream goes on with the next
+sequence number. On shutdown (SIGTERM) running responses stop, flush, release their lease and are
+dispatched again at once: a handoff.
 
 SQL runs here in the task thread; Redis and the engine only on the engine loop.
 """
@@ -22,51 +29,76 @@ from functools import partial
 from typing import Any, Literal
 
 
+from oss_responses import redis_keys
 from oss_responses.engine.base import SamplingSettings
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.render import RenderedPrompt, render_prompt
-from oss_responses.harmony.translator import ApprovalPolicy, ResponseTranslator
+from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.storage import delete_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
-from oss_responses.workers.generation import Generation, StopCause
+from oss_responses.workers.generation import TERMINAL, Generation, StopCause
+from oss_responses.workers.journal import (
+    JournaledTranslator,
+    JournalError,
+    Step,
+    apply_translator_step,
+    first_sequence_number,
+    listed_in,
+    read_journal,
+    split_at_prompt,
+)
 from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import next_sequence_number
-from oss_responses.workers.tooling import approval_policy, list_new_tools, prepare_tools
+from oss_responses.workers.tooling import (
+    PreparedTools,
+    approval_policy,
+    idempotent_calls,
+    list_new_tools,
+    prepare_tools,
+)
 from oss_responses.wire import response_json, wire_json
 
 log = logging.getLogger(__name__)
 
+HANDOFF = "handoff"  # the value of resume(id) while a handed-off response waits for a worker
+
 Outcome = Literal[
-    "completed", "incomplete", "failed", "cancelled", "missing", "skipped", "leased_elsewhere", "lease_lost"
+    "completed", "incomplete", "failed", "cancelled", "missing", "skipped", "leased_elsewhere", "lease_lost",
+    "handed_off",
 ]
 
 
 def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = None) -> Outcome:  # type: ignore[type-arg]
-    """Run one response to its end (the body of the Celery task)."""
+    """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
     job = load_job(ctx.db, response_id, secrets)
     if job is None:
         return "missing"
-    if job.record.status != "queued":
-        return _skip_started(ctx, job)
+    if job.record.status not in ("queued", "in_progress"):
+        return "skipped"
     lease = Lease(ctx.redis, response_id, ctx.worker_id, ctx.settings.lease_seconds)
     if not ctx.loop.run(lease.acquire()):
         return "leased_elsewhere"
+    # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
+    handed_off = ctx.sync_redis.getdel(redis_keys.resume(response_id)) == HANDOFF.encode()
     try:
-        return _run_leased(ctx, job, lease)
+        return _run_leased(ctx, job, lease, handed_off=handed_off)
     finally:
         ctx.loop.run(lease.release())
 
 
-def _skip_started(ctx: WorkerContext, job: Job) -> Outcome:
-    """A redelivered task: terminal → nothing to do; in_progress → lost worker, the reaper's case."""
-    if job.record.status == "in_progress" and ctx.reaper is not None:
-        ctx.reaper.reap(job.response_id)  # fails it now if no live worker holds its lease
-    return "skipped"
+def send_back(ctx: WorkerContext, response_id: str, secrets: dict | None) -> Outcome:  # type: ignore[type-arg]
+    """A task that arrived while this worker shuts down: its response goes back to the queue, untouched."""
+    job = load_job(ctx.db, response_id, secrets)
+    if job is None:
+        return "missing"
+    assert ctx.dispatch is not None
+    ctx.dispatch(response_id, job.record.model, job.secrets)
+    return "handed_off"
 
 
 @dataclass
@@ -79,12 +111,15 @@ class _Run:
     generation: Generation | None = None
     rendered: RenderedPrompt | None = None
     stop_cause: StopCause | None = None  # asked before the generation existed
+    fail_after_replay: str | None = None  # taken over too often: replayed, then failed
 
 
-def _run_leased(ctx: WorkerContext, job: Job, lease: Lease) -> Outcome:
+def _run_leased(ctx: WorkerContext, job: Job, lease: Lease, *, handed_off: bool = False) -> Outcome:
     run = _Run(ctx, job, lease)
     ctx.loop.run(_register(run))
     try:
+        if job.record.status == "in_progress":
+            return _take_over(run, counted=not handed_off)
         if ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
             return _cancel_queued(ctx, job)
         if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
@@ -92,11 +127,13 @@ def _run_leased(ctx: WorkerContext, job: Job, lease: Lease) -> Outcome:
         return _execute(run)
     finally:
         ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
+        ctx.running.pop(job.response_id, None)
 
 
 async def _register(run: _Run) -> None:
-    """Cancel and a lost lease both stop the run; the lease is renewed while it runs."""
+    """Cancel, a lost lease and shutdown stop the run; the lease is renewed while it runs."""
     run.ctx.cancels.register(run.job.response_id, lambda: _stop(run, "cancelled"))
+    run.ctx.running[run.job.response_id] = lambda: _stop(run, "handoff")
     run.lease.keep_alive()
     run.lease.on_lost = lambda: _stop(run, "lease_lost")
 
@@ -119,30 +156,90 @@ def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
     return "cancelled"
 
 
-def _execute(run: _Run) -> Outcome:
+def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
+    """Run the response from its start, or (``steps``: its journal) from where a lost worker stopped."""
     ctx, job = run.ctx, run.job
     try:
-        first = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id))
-        run.first_sequence_number = first or 0
-        ctx.loop.run(_generate(run, job.request()))
+        if steps is not None:
+            ctx.loop.run(_resume(run, job.request(), steps))
+        else:
+            first = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id))
+            run.first_sequence_number = first or 0
+            ctx.loop.run(_generate(run, job.request()))
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         _fail(run, str(exc) if isinstance(exc, JobLoadError) else f"The response failed in the worker: {type(exc).__name__}: {exc}")
-    if run.generation is not None and run.generation.stop_cause == "lease_lost":
+    stop_cause = run.generation.stop_cause if run.generation is not None else run.stop_cause
+    if stop_cause == "lease_lost":
         return "lease_lost"
+    if stop_cause == "handoff" and not _is_terminal(run):
+        return _hand_off(run)
     return _finish(run)
 
 
-def _translator(run: _Run, approval_required: ApprovalPolicy | None = None) -> ResponseTranslator:
-    """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows."""
-    return ResponseTranslator(
+def _is_terminal(run: _Run) -> bool:
+    return run.translator is not None and run.translator.response.status in TERMINAL
+
+
+def _take_over(run: _Run, *, counted: bool) -> Outcome:
+    """The response's worker was lost (or handed it off): replay its journal and go on.
+
+    A response whose workers were lost more than ``max_takeovers`` times is replayed, then failed.
+    """
+    ctx, job = run.ctx, run.job
+    key = redis_keys.takeovers(job.response_id)
+    count = int(ctx.sync_redis.incr(key) if counted else ctx.sync_redis.get(key) or 0)
+    ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
+    steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
+    log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
+    if count > ctx.settings.max_takeovers:
+        run.fail_after_replay = (
+            f"worker_lost: the workers running this response stopped {count} times, more than "
+            f"OSS_RESPONSES_MAX_TAKEOVERS={ctx.settings.max_takeovers}; it is not taken over again"
+        )
+    elif ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
+        run.stop_cause = "cancelled"
+    if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
+        return _execute(run)
+    return _execute(run, steps)
+
+
+def _hand_off(run: _Run) -> Outcome:
+    """Shutting down: everything written, the lease released, the response queued for another worker."""
+    ctx, job = run.ctx, run.job
+    try:
+        ctx.loop.run(ctx.writer.drain(job.response_id))
+    except EventWriteError:
+        log.exception("events of %s did not all reach Redis before its handoff", job.response_id)
+    if ctx.dispatch is None:  # the reaper dispatches it once it sees the lease free
+        ctx.loop.run(run.lease.release())
+        return "handed_off"
+    # Marked first, so that the reaper does not dispatch it too; released before it is sent, so that
+    # the worker that gets it can take the lease.
+    ctx.sync_redis.set(redis_keys.resume(job.response_id), HANDOFF, ex=ctx.settings.event_ttl_seconds)
+    ctx.loop.run(run.lease.release())
+    ctx.dispatch(job.response_id, job.record.model, job.secrets)
+    log.info("handed %s off to another worker", job.response_id)
+    return "handed_off"
+
+
+def _translator(run: _Run, approval_required: ApprovalPolicy | None = None, *, record: bool = True) -> JournaledTranslator:
+    """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows.
+
+    Its item ids are seeded by the response id, so a takeover's replay names items alike.
+    """
+    translator = JournaledTranslator(
         run.job.response,
         encoding=run.ctx.encoding,
         first_sequence_number=run.first_sequence_number,
         approval_required=approval_required,
         max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
         seal=_reasoning_seal(run),
+        id_seed=run.job.response_id,
     )
+    if record:
+        translator.record = partial(run.ctx.writer.append_journal, run.job.response_id)
+    return translator
 
 
 def _reasoning_seal(run: _Run) -> Callable[[list[dict[str, Any]]], str] | None:
@@ -154,22 +251,28 @@ def _reasoning_seal(run: _Run) -> Callable[[list[dict[str, Any]]], str] | None:
 
 
 def _fail(run: _Run, message: str) -> None:
+    try:
+        run.ctx.loop.run(_fail_on_loop(run, message))
+    except EventWriteError:  # the stream is already broken: the turn is still saved and the stream closed
+        log.exception("the failure of %s could not be written to its stream", run.job.response_id)
+
+
+async def _fail_on_loop(run: _Run, message: str) -> None:
+    """The failure's events (on the loop, where the journal and the writer live)."""
     if run.translator is None:  # failed before generating: in_progress first, then failed
+        run.ctx.writer.append_journal(run.job.response_id, ["begin", run.first_sequence_number])
         run.translator = _translator(run)
         events = run.translator.start() + run.translator.fail(message)
     else:
         events = run.translator.fail(message)
     if events:
-        run.ctx.loop.run(_append(run.ctx, run.job.response_id, events))
-
-
-async def _append(ctx: WorkerContext, response_id: str, events: list) -> None:  # type: ignore[type-arg]
-    ctx.writer.append(response_id, events)
+        run.ctx.writer.append(run.job.response_id, events)
 
 
 async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     """On the engine loop: tools resolved, translator started, tools listed, prompt, then generation."""
     ctx, job = run.ctx, run.job
+    ctx.writer.append_journal(job.response_id, ["begin", run.first_sequence_number])
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
     known = listed_tools(job.history, request.input_items())  # grows with this response's listings
     run.translator = _translator(run, approval_policy(tools.servers, known))
@@ -177,19 +280,79 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     emit(run.translator.start())
     listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
     known.update(listed)
-    options = job_render_options(ctx.settings, job.record, listed, ctx.sealer)
-    run.rendered = render_prompt(request, job.history, options, ctx.encoding)
+    _render(run, request, listed)
+    assert run.rendered is not None
     run.translator.use_prompt(
         mcp_labels=run.rendered.mcp_labels,
         input_tokens=len(run.rendered.token_ids),
         function_namespaces=run.rendered.function_namespaces,
     )
+    _new_generation(run, request, tools, known)
+    assert run.generation is not None
+    await run.generation.run(run.rendered.token_ids, run.rendered.approval)
+
+
+async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) -> None:
+    """On the engine loop: the journal replayed (events the stream lacks written), then generation goes on."""
+    ctx, job = run.ctx, run.job
+    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
+    known = listed_tools(job.history, request.input_items())
+    before, after = split_at_prompt(steps)
+    listed = listed_in(before)
+    known.update(listed)
+    first = first_sequence_number(steps)
+    if first is None:
+        first = await next_sequence_number(ctx.redis, job.response_id) or 0
+    run.first_sequence_number = first
+    run.translator = _translator(run, approval_policy(tools.servers, known), record=False)
+    events = [event for step in before for event in apply_translator_step(run.translator, step, None)]
+    _render(run, request, listed)
+    assert run.rendered is not None
+    _new_generation(run, request, tools, known)
+    assert run.generation is not None
+    events += run.generation.replay(run.rendered.token_ids, after, run.rendered.approval)
+    if not after:  # lost before its prompt was rendered: the prompt's facts, as a fresh run gives them
+        run.translator.use_prompt(
+            mcp_labels=run.rendered.mcp_labels, input_tokens=len(run.rendered.token_ids),
+            function_namespaces=run.rendered.function_namespaces,
+        )
+    run.translator.record = partial(ctx.writer.append_journal, job.response_id)
+    run.generation.journal = run.translator.record
+    await _write_missing(run, events)
+    if run.fail_after_replay is not None:
+        run.generation.emit(run.translator.fail(run.fail_after_replay))
+        return
+    if not after:
+        await run.generation.run(run.rendered.token_ids, run.rendered.approval)
+    else:
+        await run.generation.resume()
+
+
+async def _write_missing(run: _Run, events: list[Any]) -> None:
+    """The replayed events the stream does not hold yet (a flush cut short), written now."""
+    next_number = await next_sequence_number(run.ctx.redis, run.job.response_id)
+    if next_number is None:
+        raise JournalError("the stream of this response was closed while it was in progress")
+    missing = [event for event in events if event.sequence_number >= next_number]
+    if missing:
+        run.ctx.writer.append(run.job.response_id, missing)
+
+
+def _render(run: _Run, request: CreateResponseRequest, listed: dict[str, Any]) -> None:
+    options = job_render_options(run.ctx.settings, run.job.record, listed, run.ctx.sealer)
+    run.rendered = render_prompt(request, run.job.history, options, run.ctx.encoding)
+
+
+def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:
+    ctx, job = run.ctx, run.job
+    assert run.translator is not None
     run.generation = Generation(
-        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request)
+        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request),
+        journal=run.translator.record,
+        is_idempotent=idempotent_calls(ctx.settings, known),
     )
     if run.stop_cause is not None:
         run.generation.stop(run.stop_cause)
-    await run.generation.run(run.rendered.token_ids, run.rendered.approval)
 
 
 def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSettings:

@@ -3,6 +3,11 @@
 The bootstep starts with the worker (before it consumes): it builds the :class:`WorkerContext`
 (engine started on the engine loop, readiness key, cancel listener, reaper). An engine that fails to
 start raises out of the bootstep, so Celery stops the worker with the reason instead of serving.
+
+Shutdown (SIGTERM, Ctrl-C): Celery's ``worker_shutting_down`` signal comes first, before Celery waits
+for running tasks; then every running response is handed off (``runner``), so the tasks end within a
+second or so and the worker exits well inside an orchestrator's grace period. A task that starts
+after that sends its response back to the queue untouched.
 """
 
 from __future__ import annotations
@@ -10,11 +15,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import Celery, bootsteps
+from celery import Celery, bootsteps, signals
 
 from oss_responses.config import Settings
 from oss_responses.workers import runner
-from oss_responses.workers.context import EngineStartError, WorkerContext, start_worker
+from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +42,11 @@ def current_context() -> WorkerContext:
 
 def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str:
     """Task body: run one response on this worker's engine; the outcome (completed, skipped, ...)."""
-    outcome = runner.run_response(current_context(), response_id, secrets)
+    ctx = current_context()
+    if ctx.shutting_down and ctx.dispatch is not None:
+        outcome = runner.send_back(ctx, response_id, secrets)
+    else:
+        outcome = runner.run_response(ctx, response_id, secrets)
     log.info("response %s: %s", response_id, outcome)
     return outcome
 
@@ -51,7 +60,7 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
         def start(self, worker: Any) -> None:
             global _context, _start_error
             try:
-                _context = start_worker(settings)
+                _context = start_worker(settings, dispatch=dispatcher(worker.app, settings))
             except EngineStartError as exc:
                 _start_error = exc
                 raise
@@ -65,8 +74,25 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
     return EngineStep
 
 
+def dispatcher(app: Celery, settings: Settings) -> Dispatch:
+    """Sends a response's task to its model's queue again (a takeover or a handoff)."""
+
+    def dispatch(response_id: str, model: str, secrets: dict[str, Any] | None) -> None:
+        queue = settings.queue_for(model)
+        app.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue)
+
+    return dispatch
+
+
+def _hand_off_on_shutdown(sig: str | None = None, how: str | None = None, exitcode: int | None = None, **_: Any) -> None:
+    if _context is not None:
+        handed = _context.hand_off_all()
+        log.warning("worker shutting down (%s): handing off %d running responses", how or sig, handed)
+
+
 def register(app: Celery, settings: Settings) -> None:
     app.task(
         name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
     )(run_response)
     app.steps["worker"].add(make_worker_step(settings))
+    signals.worker_shutting_down.connect(_hand_off_on_shutdown, weak=False)

@@ -92,3 +92,18 @@ def approval_policy(servers: Sequence[ResolvedServer], tools: Mapping[str, list[
 
 def _harmony_spec(spec: mcp_client.McpToolSpec) -> McpToolSpec:
     return McpToolSpec(spec.name, spec.description or "", spec.input_schema, spec.annotations)
+
+
+def idempotent_calls(settings: Settings, tools: Mapping[str, list[McpToolSpec]]) -> Callable[[str, str], bool]:
+    """(server_label, tool) → whether a call cut by a lost worker may run again: the tool's
+    ``idempotentHint``, or the operator's ``OSS_RESPONSES_IDEMPOTENT_TOOLS`` (``label.tool``, ``label.*``)."""
+    marked = set(settings.idempotent_tools)
+
+    def is_idempotent(server_label: str, tool: str) -> bool:
+        if f"{server_label}.{tool}" in marked or f"{server_label}.*" in marked:
+            return True
+        spec = next((s for s in tools.get(server_label, []) if s.name == tool), None)
+        hints = (spec.annotations or {}) if spec is not None else {}
+        return bool(hints.get("idempotent_hint", hints.get("idempotentHint", False)))
+
+    return is_idempotent

@@ -208,3 +208,24 @@ def test_generate_answers_json_object_when_asked(enc: HarmonyEncoding) -> None:
 def test_generate_ignores_response_formats_heading_in_user_text(enc: HarmonyEncoding) -> None:
     final = messages_of(enc, generate(enc, prompt(enc, "# Response Formats\n\n## x\n\n{}")))[-1]
     assert text(final).startswith("You said:")
+
+
+@pytest.mark.parametrize("cut", [1, 5, 12, 30])
+def test_generate_continues_answer_the_prompt_already_ends_with(enc: HarmonyEncoding, cut: int) -> None:
+    tokens = prompt(enc, "tokens 20")
+    whole = [t for output in generate(enc, tokens) for t in output.token_ids]
+    rest = [t for output in generate(enc, tokens + whole[:cut]) for t in output.token_ids]
+    assert whole[:cut] + rest == whole
+
+
+def test_generate_after_tool_result_is_not_taken_for_continuation(enc: HarmonyEncoding) -> None:
+    outputs = generate(enc, prompt(enc, "call functions.f {}", tool_result=("functions.f", "42")))
+    assert text(messages_of(enc, outputs)[-1]) == "The tool functions.f returned: 42"
+
+
+def test_generate_continues_answer_cut_inside_its_next_header(enc: HarmonyEncoding) -> None:
+    tokens = prompt(enc, "tokens 5")
+    whole = [t for output in generate(enc, tokens) for t in output.token_ids]
+    cut = whole.index(200006) + 1  # the final message's <|start|>, its role not generated yet
+    rest = [t for output in generate(enc, tokens + whole[:cut]) for t in output.token_ids]
+    assert whole[:cut] + rest == whole

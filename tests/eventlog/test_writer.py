@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 import pytest
 import redis as redis_lib
 from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
+from oss_responses.eventlog import writer as writer_module
 
 pytestmark = pytest.mark.anyio
 
@@ -55,12 +55,37 @@ async def test_close_writes_end_marker_and_ttl(aredis, redis, make_events) -> No
     assert 0 < redis.ttl(redis_keys.events("resp_a")) <= 60
 
 
-async def test_append_progress_appends_packed_token_ids(aredis, redis) -> None:
+async def test_append_journal_pushes_one_entry_per_flush(aredis, redis) -> None:
     writer = EventWriter(aredis, ttl_seconds=60)
-    writer.append_progress("resp_a", [1, 200_000])
-    writer.append_progress("resp_a", [3])
+    writer.append_journal("resp_a", ["feed", [1, 200_000]])
+    writer.append_journal("resp_a", ["feed", [3]])
     await writer.drain("resp_a")
-    assert redis.get(redis_keys.progress("resp_a")) == struct.pack("<3I", 1, 200_000, 3)
+    assert redis.lrange(redis_keys.journal("resp_a"), 0, -1) == [b'[["feed",[1,200000]],["feed",[3]]]']
+
+
+async def test_journal_lands_before_the_events_of_its_flush(aredis, redis, make_events, monkeypatch) -> None:
+    sent: list[tuple] = []
+    real = writer_module.run_commands
+
+    async def spy(client, commands):  # type: ignore[no-untyped-def]
+        sent.extend(commands)
+        return await real(client, commands)
+
+    monkeypatch.setattr(writer_module, "run_commands", spy)
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(0, 2)))
+    writer.append_journal("resp_a", ["feed", [1]])
+    await writer.drain("resp_a")
+    assert [command[0] for command in sent] == ["RPUSH", "XADD", "XADD"]
+
+
+async def test_close_deletes_journal(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append_journal("resp_a", ["start"])
+    writer.append("resp_a", make_events(range(0, 1)))
+    writer.close("resp_a", "completed")
+    await writer.drain("resp_a")
+    assert not redis.exists(redis_keys.journal("resp_a"))
 
 
 async def test_writes_buffered_during_a_flush_keep_their_order(aredis, redis, make_events) -> None:

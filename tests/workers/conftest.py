@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # ``worker_support`` importable 
 
 from tool_env import ToolEnv, tool_settings  # noqa: E402
 from tool_support import MISBEHAVING, mcp_server  # noqa: E402
-from worker_support import worker_settings  # noqa: E402
+from worker_support import WorkerProcess, worker_settings  # noqa: E402
 
 from oss_responses.config import Settings  # noqa: E402
 from oss_responses.storage import Database  # noqa: E402
@@ -60,3 +60,20 @@ def tools(database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_
     env = ToolEnv(settings, Database(settings.database_url), redis)
     yield env
     env.db.dispose()
+
+
+@pytest.fixture
+def start_worker(tmp_path: Path, redis: redis_lib.Redis) -> Iterator:  # type: ignore[type-arg]
+    """Starts Celery worker processes (``python -m oss_responses.workers``), each ready when returned."""
+    started: list[WorkerProcess] = []
+
+    def start(settings: Settings, name: str) -> WorkerProcess:
+        known = set(redis.scan_iter("oss:worker:*:ready"))
+        worker = WorkerProcess(settings, name, tmp_path)
+        started.append(worker)
+        worker.wait_ready(redis, known)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()

@@ -72,3 +72,29 @@ def test_reaper_fails_lost_response_whose_stored_json_does_not_validate(
     events = events_of(redis, response_id)
     assert_contiguous(events)
     assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)
+
+
+def dispatching_reaper(db: Database, redis: redis_lib.Redis, sent: list[tuple]) -> Reaper:  # type: ignore[type-arg]
+    return Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60,
+                  dispatch=lambda response_id, model, secrets: sent.append((response_id, model)))
+
+
+def test_reaper_dispatches_takeover_of_lost_response_once(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap_once() == [response_id]
+    assert dispatching_reaper(db, redis, sent).reap_once() == []  # its takeover is queued already
+    assert sent == [(response_id, "gpt-oss-20b")]
+    assert db.run(get_response, response_id).status == "in_progress"  # type: ignore[union-attr]
+    assert not is_closed(redis, response_id)
+
+
+def test_reaper_dispatches_no_takeover_of_leased_response(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    redis.set(redis_keys.lease(response_id), "alive-worker", px=5000)
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap_once() == [] and sent == []

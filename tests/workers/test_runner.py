@@ -8,7 +8,7 @@ from worker_support import accept, assert_contiguous, events_of, is_closed, over
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_response
+from oss_responses.storage import Database, get_response, transition
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -33,14 +33,12 @@ def test_run_response_completes_row_and_stream(
     assert events[-1]["type"] == "response.completed" and is_closed(redis, response_id)
 
 
-def test_run_response_keeps_generated_tokens_as_progress(
+def test_run_response_deletes_journal_when_stream_closes(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     response_id = accept(db, redis, settings, input="tokens 7")
     run_response_now(response_id, worker=worker)
-    progress = redis.get(redis_keys.progress(response_id))
-    usage = events_of(redis, response_id)[-1]["response"]["usage"]
-    assert progress is not None and len(progress) == 4 * usage["output_tokens"]
+    assert is_closed(redis, response_id) and not redis.exists(redis_keys.journal(response_id))
 
 
 def test_run_response_shows_earlier_turns_of_the_chain(
@@ -184,3 +182,28 @@ def test_run_response_fails_response_whose_earlier_turn_does_not_load(
     second = accept(db, redis, settings, input="two", previous_response_id=first)
     assert run_response_now(second, worker=worker) == "failed"
     assert_failed_at_once(db, redis, second, "cannot be loaded")
+
+
+def test_run_response_fails_response_taken_over_too_often(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    assert db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    redis.set(redis_keys.takeovers(response_id), settings.max_takeovers)
+    assert run_response_now(response_id, worker=worker) == "failed"
+    record = db.run(get_response, response_id)
+    assert record is not None and "OSS_RESPONSES_MAX_TAKEOVERS" in record.error["message"]  # type: ignore[index]
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)
+
+
+def test_run_response_takes_over_lost_response_before_first_flush(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="hello again", background=True)
+    assert db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    assert run_response_now(response_id, worker=worker) == "completed"
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert final_text(events[-1]["response"]) == 'You said: "hello again".'

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +112,46 @@ def wait_for_event(redis: redis_lib.Redis, response_id: str, event_type: str, ti
 
 def assert_contiguous(events: list[dict[str, Any]]) -> None:
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+START_TIMEOUT_S = 30.0
+
+
+class WorkerProcess:
+    def __init__(self, settings: Settings, name: str, log_dir: Path) -> None:
+        env = os.environ | {
+            "OSS_RESPONSES_DATABASE_URL": settings.database_url,
+            "OSS_RESPONSES_REDIS_URL": settings.redis_url,
+            "OSS_RESPONSES_TIKTOKEN_DIR": str(settings.tiktoken_dir),
+            "OSS_RESPONSES_WORKER_MODEL": MODEL,
+            "OSS_RESPONSES_WORKER_CONCURRENCY": "4",
+            "OSS_RESPONSES_LEASE_SECONDS": str(settings.lease_seconds),
+            "OSS_RESPONSES_REAPER_INTERVAL_SECONDS": str(settings.reaper_interval_seconds),
+            "OSS_RESPONSES_SCRIPTED_TOKENS_PER_SECOND": str(settings.scripted_tokens_per_second),
+        }
+        self.log = log_dir / f"{name}.log"
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "oss_responses.workers", "-n", f"{name}@%h", "--loglevel", "INFO"],
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, redis: redis_lib.Redis, known: set[bytes]) -> None:
+        """Until a new readiness key appears (set once this worker's engine is up)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited {self.process.returncode}: {self.log.read_text()[-2000:]}")
+            if set(redis.scan_iter("oss:worker:*:ready")) - known:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"worker not ready: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

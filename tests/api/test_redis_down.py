@@ -1,0 +1,44 @@
+"""With Redis gone (the API started with it, then it stopped), creating a response is a prompt 503 in
+OpenAI's error shape, and nothing is stored (no row that would stay ``queued`` forever without a task)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+from api_server import MODEL, ApiServer
+from sqlalchemy import func, select
+from support.servers import RedisServer, start_redis
+
+from oss_responses.config import Settings
+from oss_responses.storage import ResponseRow
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def settings(database_url: str, own_redis: RedisServer) -> Settings:
+    return Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL])
+
+
+@pytest.mark.parametrize("body", [{"background": True}, {"stream": True}, {}], ids=["background", "stream", "plain"])
+def test_create_response_with_redis_down_is_503_storing_nothing(
+    http: httpx2.Client, api: ApiServer, own_redis: RedisServer, body: dict[str, object]
+) -> None:
+    own_redis.process.kill()
+    own_redis.process.wait()
+    started = time.monotonic()
+    response = http.post("/v1/responses", json={"model": MODEL, "input": "hi"} | body)
+    assert response.status_code == 503, response.text
+    assert time.monotonic() - started < 10
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "queue_unavailable"
+    rows = api.db.run(lambda session: session.execute(select(func.count()).select_from(ResponseRow)).scalar_one())
+    assert rows == 0

@@ -1,0 +1,49 @@
+"""A journal replayed through a fresh translator rebuilds the run exactly, wherever the run was cut.
+
+Pure in-process runs (scripted engine, a list for the event log); see ``support/replay.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from openai_harmony import HarmonyEncoding
+from support.replay import CALC, Run, cuts, wire
+
+from oss_responses.harmony.vocab import load_encoding
+from oss_responses.workers.generation import INTERRUPTED
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def encoding() -> HarmonyEncoding:
+    return load_encoding(REPO / "var" / "tiktoken")
+
+
+def test_replayed_journal_reproduces_text_run_wherever_cut(encoding: HarmonyEncoding) -> None:
+    events, steps = Run(encoding, "tokens 12").uninterrupted()
+    assert any(step[0] == "feed" for step in steps)
+    for cut in cuts(steps):
+        assert wire(Run(encoding, "tokens 12").taken_over(steps[:cut])) == wire(events), f"cut at step {cut}"
+
+
+def test_replayed_journal_reproduces_tool_run_wherever_cut(encoding: HarmonyEncoding) -> None:
+    text = 'call calc.add {"a": 1, "b": 2}'
+    events, steps = Run(encoding, text, [CALC], idempotent=True).uninterrupted()
+    assert any(step[0] == "feed_tool_result" for step in steps)
+    for cut in cuts(steps):
+        assert wire(Run(encoding, text, [CALC], idempotent=True).taken_over(steps[:cut])) == wire(events), cut
+
+
+def test_call_in_flight_of_non_idempotent_tool_is_not_run_again(encoding: HarmonyEncoding) -> None:
+    text = 'call calc.add {"a": 1, "b": 2}'
+    _, steps = Run(encoding, text, [CALC]).uninterrupted()
+    in_flight = next(i for i, step in enumerate(steps) if step[0] == "feed_tool_result")
+    run = Run(encoding, text, [CALC])
+    events = run.taken_over(steps[:in_flight])
+    assert run.calculator.calls == 0
+    done = [e for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"]
+    assert done[0].item.error is not None and INTERRUPTED in str(done[0].item.error)
+    assert events[-1].type == "response.completed"

@@ -1,0 +1,100 @@
+"""A response outlives the worker running it: SIGKILL (takeover from the journal) and SIGTERM (handoff).
+
+Real Celery worker processes on a real redis-server, the scripted engine at a fixed speed. For every
+response: one contiguous stream with a single terminal event, the same item ids throughout, the final
+object equal to SQL's, and the same text as an uninterrupted run of the same request.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import redis as redis_lib
+from worker_support import MODEL, accept, assert_contiguous, events_of, wait_for_end, wait_for_event, worker_settings
+
+from oss_responses.config import Settings
+from oss_responses.storage import Database, get_response
+from oss_responses.workers.celery_app import enqueue, make_celery
+
+TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
+
+
+def _takeover_settings(database_url: str, redis_url: str) -> Settings:
+    return worker_settings(
+        database_url, redis_url, scripted_tokens_per_second=40.0, lease_seconds=1.5, reaper_interval_seconds=0.3
+    )
+
+
+def _start_response(db: Database, redis: redis_lib.Redis, settings: Settings, text: str) -> str:
+    response_id = accept(db, redis, settings, input=text, background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    return response_id
+
+
+def _text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+def _assert_one_story(events: list[dict[str, Any]], db: Database, response_id: str) -> None:
+    """Contiguous, one terminal event, deltas on their item's id, and the stream's final object is SQL's."""
+    assert_contiguous(events)
+    assert [e["type"] for e in events if e["type"] in TERMINAL] == ["response.completed"]
+    added = {e["item"]["id"] for e in events if e["type"] == "response.output_item.added"}
+    assert {e["item_id"] for e in events if "delta" in e} <= added
+    done = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
+    assert sorted(done) == sorted(added)
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "completed"
+    assert record.response["output"] == events[-1]["response"]["output"]
+
+
+def _wait_for_deltas(redis: redis_lib.Redis, response_id: str, count: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        wait_for_event(redis, response_id, "response.output_text.delta", timeout=timeout)
+        if len([e for e in events_of(redis, response_id) if e["type"] == "response.output_text.delta"]) >= count:
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"fewer than {count} deltas for {response_id}")
+
+
+def test_sigkilled_worker_response_is_continued_by_another_worker(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    doomed = start_worker(settings, "doomed")
+    response_id = _start_response(db, redis, settings, "tokens 80")
+    _wait_for_deltas(redis, response_id, 10)
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait()
+    start_worker(settings, "survivor")
+    events = wait_for_end(redis, response_id, timeout=30)
+    _assert_one_story(events, db, response_id)
+    uninterrupted = wait_for_end(redis, _start_response(db, redis, settings, "tokens 80"), timeout=30)
+    assert _text(events) == _text(uninterrupted) and len(_text(events).split()) == 80
+    db.dispose()
+
+
+def test_sigtermed_worker_hands_running_response_to_another_worker(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    leaving = start_worker(settings, "leaving")
+    response_id = _start_response(db, redis, settings, "tokens 400")
+    _wait_for_deltas(redis, response_id, 10)
+    start_worker(settings, "staying")
+    signalled = time.monotonic()
+    leaving.process.send_signal(signal.SIGTERM)
+    leaving.process.wait(timeout=10)
+    exited_after = time.monotonic() - signalled
+    events = wait_for_end(redis, response_id, timeout=30)
+    _assert_one_story(events, db, response_id)
+    assert len(_text(events).split()) == 400
+    assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
+    assert "handing off 1 running responses" in leaving.log.read_text()
+    db.dispose()
