@@ -12,6 +12,8 @@ order, so what is buffered while a flush is in flight goes in the next one (batc
 
 A failed write poisons its response: later ``append`` calls and ``drain`` raise
 :class:`EventWriteError`, so a worker never writes a stream with a gap and then calls it finished.
+The runner then leaves the response to a takeover: the journal in Redis says exactly what reached
+it, so the worker that takes it over (once Redis answers again) writes what is missing and goes on.
 """
 
 from __future__ import annotations
@@ -156,6 +158,10 @@ class EventWriter:
             batch.closing.add(response_id)
             self._closed.add(response_id)
         self._start_flusher()
+
+    def forget_failure(self, response_id: str) -> None:
+        """A response starts (or is taken over) on this worker: an old failed write of it is history."""
+        self._failed.pop(response_id, None)
 
     def _raise_if_failed(self, response_id: str) -> None:
         error = self._failed.get(response_id)

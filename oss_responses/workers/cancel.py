@@ -64,6 +64,13 @@ class CancelListener:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    async def _catch_up(self) -> None:
+        """Re-subscribed: a cancel published while the subscription was down is in its flag."""
+        for response_id in list(self._running):
+            if await is_cancel_requested(self.redis, response_id):
+                log.info("cancel of %s asked while the listener was away", response_id)
+                self.trigger(response_id)
+
     async def _listen_forever(self) -> None:
         while True:
             try:
@@ -77,6 +84,8 @@ class CancelListener:
     async def _listen(self) -> None:
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
             await pubsub.subscribe(redis_keys.CANCEL_CHANNEL)
+            if self.subscribed.is_set():
+                await self._catch_up()
             self.subscribed.set()
             async for message in pubsub.listen():
                 if message.get("type") == "message":

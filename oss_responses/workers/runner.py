@@ -37,7 +37,7 @@ from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.render import RenderedPrompt, render_prompt
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
-from oss_responses.storage import delete_response, save_turn, transition, utcnow
+from oss_responses.storage import delete_response, get_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.generation import TERMINAL, Generation, StopCause
@@ -115,6 +115,7 @@ class _Run:
 
 
 def _run_leased(ctx: WorkerContext, job: Job, lease: Lease, *, handed_off: bool = False) -> Outcome:
+    ctx.writer.forget_failure(job.response_id)
     run = _Run(ctx, job, lease)
     ctx.loop.run(_register(run))
     try:
@@ -166,6 +167,9 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
             first = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id))
             run.first_sequence_number = first or 0
             ctx.loop.run(_generate(run, job.request()))
+    except EventWriteError:
+        log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id, exc_info=True)
+        return _leave_for_takeover(run)
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         _fail(run, str(exc) if isinstance(exc, JobLoadError) else f"The response failed in the worker: {type(exc).__name__}: {exc}")
@@ -202,6 +206,26 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
         return _execute(run)
     return _execute(run, steps)
+
+
+def _leave_for_takeover(run: _Run) -> Outcome:
+    """Redis lost a write of this response: stop generating and let the lease lapse (nothing written,
+    nothing saved). Once Redis answers, the reaper dispatches a takeover, which replays the journal
+    (whatever of it reached Redis) and writes the events the stream lacks."""
+    ctx = run.ctx
+    if run.generation is not None:
+        ctx.loop.run(_abort(run.generation))
+    run.lease.on_lost = None
+    ctx.loop.run(_stop_renewing(run.lease))
+    return "lease_lost"
+
+
+async def _abort(generation: Generation) -> None:
+    generation.stop("lease_lost")
+
+
+async def _stop_renewing(lease: Lease) -> None:
+    lease.stop_renewing()
 
 
 def _hand_off(run: _Run) -> Outcome:
@@ -380,7 +404,9 @@ def _finish(run: _Run) -> Outcome:
     except EventWriteError:
         log.exception("events of %s did not all reach Redis; storing its end anyway", job.response_id)
     status = translator.response.status or "failed"
-    if _save(run) or not job.record.store:
+    # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
+    # (DELETE of a running response): then nobody else will end its stream.
+    if _save(run) or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
     return status  # type: ignore[return-value]
 

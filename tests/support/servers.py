@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -77,6 +77,17 @@ class RedisServer:
     port: int
     directory: Path
     process: subprocess.Popen[bytes]
+    args: list[str] = field(default_factory=list)
+
+    def kill(self) -> None:
+        """SIGKILL: what a crash or an OOM kill does (an AOF keeps what was fsynced)."""
+        self.process.kill()
+        self.process.wait()
+
+    def restart(self) -> None:
+        """Start it again on the same port and folder (it reloads its AOF, if it keeps one)."""
+        self.process = _spawn_redis(self.args)
+        _wait_for_port(self.port, self.process, "redis-server")
 
     @property
     def url(self) -> str:
@@ -92,19 +103,25 @@ class RedisServer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_redis() -> RedisServer:
+def start_redis(*, appendonly: bool = False) -> RedisServer:
+    """A redis-server of our own; ``appendonly``: with AOF, fsync always (a restart loses nothing)."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found: apt-get install -y redis-server")
     directory = _make_directory("oss-redis-")
     port = free_port()
+    persistence = ["--appendonly", "yes", "--appendfsync", "always"] if appendonly else ["--appendonly", "no"]
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
-            "--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning",
+            "--save", "", *persistence, "--daemonize", "no", "--loglevel", "warning",
             "--logfile", str(directory / "redis.log")]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               preexec_fn=_dying_with_parent(signal.SIGTERM))
+    process = _spawn_redis(args)
     _wait_for_port(port, process, "redis-server")
-    return RedisServer(port=port, directory=directory, process=process)
+    return RedisServer(port=port, directory=directory, process=process, args=args)
+
+
+def _spawn_redis(args: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=_dying_with_parent(signal.SIGTERM))
 
 
 def _owner_options() -> dict[str, object]:

@@ -1,4 +1,5 @@
-"""A response outlives the worker running it: SIGKILL (takeover from the journal) and SIGTERM (handoff).
+"""A response outlives the worker running it: SIGKILL (takeover from the journal), SIGTERM (handoff),
+and a Redis crash and restart (with AOF): the worker leaves the response, and takes it over again.
 
 Real Celery worker processes on a real redis-server, the scripted engine at a fixed speed. For every
 response: one contiguous stream with a single terminal event, the same item ids throughout, the final
@@ -9,11 +10,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import redis as redis_lib
-from worker_support import MODEL, accept, assert_contiguous, events_of, wait_for_end, wait_for_event, worker_settings
+from support.servers import start_redis
+from worker_support import MODEL, WorkerProcess, accept, assert_contiguous, events_of, wait_for_end, wait_for_event, worker_settings
 
 from oss_responses.config import Settings
 from oss_responses.storage import Database, get_response
@@ -98,3 +102,37 @@ def test_sigtermed_worker_hands_running_response_to_another_worker(
     assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
     assert "handing off 1 running responses" in leaving.log.read_text()
     db.dispose()
+
+
+def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str, tmp_path: Path) -> None:
+    server = start_redis(appendonly=True)
+    worker = None
+    try:
+        settings = _takeover_settings(database_url, server.url)
+        client = redis_lib.Redis.from_url(server.url)
+        db = Database(settings.database_url)
+        worker = WorkerProcess(settings, "through-restart", tmp_path)
+        worker.wait_ready(client, set())
+        response_id = _start_response(db, client, settings, "tokens 200")
+        _wait_for_deltas(client, response_id, 10)
+        server.kill()
+        time.sleep(1.0)
+        server.restart()
+        # Celery's consumer (kombu 5) can die with its broker (restoring unacked tasks over a closed
+        # connection); its supervisor restarts it, as docker-compose's restart policy does.
+        try:
+            worker.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass  # it lived through it
+        else:
+            worker = WorkerProcess(settings, "restarted", tmp_path)
+            worker.wait_ready(client, set())
+        events = wait_for_end(client, response_id, timeout=60)
+        _assert_one_story(events, db, response_id)
+        assert len(_text(events).split()) == 200
+        db.dispose()
+        client.close()
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
