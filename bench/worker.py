@@ -16,6 +16,7 @@ import cProfile
 import pstats
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ from oss_responses.engine.base import SamplingSettings  # noqa: E402
 from oss_responses.engine.scripted import ScriptedEngine  # noqa: E402
 from oss_responses.eventlog.writer import EventWriter  # noqa: E402
 from oss_responses.harmony.render import render_prompt  # noqa: E402, F401  (import cost outside the window)
-from oss_responses.harmony.translator import ResponseTranslator  # noqa: E402
+from oss_responses.workers.journal import JournaledTranslator  # noqa: E402
 from oss_responses.harmony.vocab import load_encoding  # noqa: E402
 from oss_responses.workers.generation import Generation  # noqa: E402
 
@@ -47,24 +48,25 @@ def _prompt(encoding, tokens: int) -> list[int]:
 
 
 class Counter:
-    """Counts events appended to the writer (wraps ``append`` of one writer instance)."""
+    """Counts events and generated tokens written (wraps ``append``/``append_journal`` of one writer)."""
 
     def __init__(self, writer: EventWriter) -> None:
         self.events = 0
         self.tokens = 0
-        append, progress = writer.append, writer.append_progress
+        append, journal = writer.append, writer.append_journal
 
         def counted(response_id, events):  # type: ignore[no-untyped-def]
             events = events if isinstance(events, list) else list(events)
             self.events += len(events)
             append(response_id, events)
 
-        def counted_progress(response_id, token_ids):  # type: ignore[no-untyped-def]
-            self.tokens += len(token_ids)
-            progress(response_id, token_ids)
+        def counted_journal(response_id, step):  # type: ignore[no-untyped-def]
+            if step[0] == "feed":
+                self.tokens += len(step[1])
+            journal(response_id, step)
 
         writer.append = counted  # type: ignore[method-assign]
-        writer.append_progress = counted_progress  # type: ignore[method-assign]
+        writer.append_journal = counted_journal  # type: ignore[method-assign]
 
 
 async def run(streams: int, seconds: float, tokens: int, profile: bool) -> None:
@@ -79,9 +81,13 @@ async def run(streams: int, seconds: float, tokens: int, profile: bool) -> None:
         stops = tuple(encoding.stop_tokens_for_assistant_actions())
         gens = []
         for n in range(streams):
-            translator = ResponseTranslator(_response(n), encoding=encoding, first_sequence_number=2)
-            gens.append(Generation(f"resp_bench{n:06d}", engine, writer, translator, None,  # type: ignore[arg-type]
-                                   SamplingSettings(max_tokens=tokens + 100, stop_token_ids=stops)))
+            response_id = f"resp_bench{n:06d}"
+            # As the runner makes it: journaled (every call recorded ahead of its events), ids seeded.
+            translator = JournaledTranslator(_response(n), encoding=encoding, first_sequence_number=2, id_seed=response_id)
+            translator.record = partial(writer.append_journal, response_id)
+            gens.append(Generation(response_id, engine, writer, translator, None,  # type: ignore[arg-type]
+                                   SamplingSettings(max_tokens=tokens + 100, stop_token_ids=stops),
+                                   journal=translator.record))
         tasks = [asyncio.ensure_future(g.run(prompt)) for g in gens]
         await asyncio.sleep(1.0)
         e0, k0, c0, t0 = counter.events, counter.tokens, time.thread_time(), time.monotonic()

@@ -38,7 +38,9 @@ def response_json(response: BaseModel) -> dict[str, Any]:
 
 def event_json(event: BaseModel) -> str:
     """An event's JSON; a response-level event's Response in its wire form."""
-    if getattr(event, "response", None) is None:
+    # Asked of the class, not the instance: a pydantic model's missing attribute costs a raised
+    # AttributeError, and this runs once per streamed token.
+    if "response" not in type(event).model_fields:
         return event.model_dump_json(by_alias=True)
     data = wire_json(event)
     whole_seconds(data["response"])

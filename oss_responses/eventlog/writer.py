@@ -114,12 +114,13 @@ class EventWriter:
 
     def append_journal(self, response_id: str, step: Any) -> None:
         """Buffer one journal step (JSON-able); it lands before the events buffered after it."""
-        self._raise_if_failed(response_id)
         batch = self._pending
         steps = batch.journal.get(response_id)
-        if steps is None:
-            batch.journal[response_id] = steps = []
-        steps.append(step)
+        if steps is not None:  # the common case, once per token: checked and scheduled already
+            steps.append(step)
+            return
+        self._raise_if_failed(response_id)
+        batch.journal[response_id] = [step]
         self._last_batch[response_id] = batch
         self._start_flusher()
 

@@ -88,7 +88,9 @@ class JournaledTranslator(ResponseTranslator):
         return super().decline_call(answer)
 
     def feed(self, token_ids: Sequence[int]) -> list[BaseModel]:
-        self._note("feed", list(token_ids))
+        record = self.record  # once per token: the short way
+        if record is not None:
+            record(["feed", list(token_ids)])
         return super().feed(token_ids)
 
     def feed_tool_result(self, output: str | None, error: str | None = None) -> list[BaseModel]:
