@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     reaper_interval_seconds: float = Field(
         1.0, description="How often a worker looks for responses whose lease expired (and dispatches their takeover)"
     )
+    save_retry_seconds: float = Field(
+        120.0, description="How long a worker retries saving a finished response while the database is unreachable"
+    )
+    stale_queued_seconds: int = Field(
+        600, description="A response queued longer than this has its task sent again (once per such period)"
+    )
     max_takeovers: int = Field(
         3, description="A response whose workers were lost more often than this fails instead of being taken over"
     )

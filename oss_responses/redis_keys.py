@@ -10,7 +10,8 @@
                            translator calls and engine calls so far, ``workers/journal.py``);
                            deleted when the stream closes.
 - ``takeovers(id)`` STRING how many times the response was taken over from a lost worker.
-- ``resume(id)``   STRING  set while a takeover task is queued (the reaper dispatches one at a time).
+- ``resume(id)``   STRING  set while a takeover task (or a stale queued response's task sent again,
+                           or a handoff) waits: the reaper dispatches one at a time.
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
 - ``REAPER_LOCK`` STRING  held by the worker that is reaping lost responses.

@@ -22,6 +22,7 @@ from oss_responses.storage.responses import (
     get_response,
     insert_response,
     list_in_progress_ids,
+    list_stale_queued,
     save_turn,
     transition,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "get_response",
     "insert_response",
     "list_in_progress_ids",
+    "list_stale_queued",
     "find_input_items",
     "list_input_items",
     "migrate",

@@ -126,5 +126,15 @@ def list_in_progress_ids(session: Session) -> list[str]:
     return list(session.execute(query).scalars())
 
 
+def list_stale_queued(session: Session, created_before: datetime) -> list[tuple[str, str]]:
+    """(id, model) of the responses still queued that were accepted before ``created_before``."""
+    query = (
+        select(_responses.c.id, _responses.c.model)
+        .where(_responses.c.status == "queued", _responses.c.created_at < created_before)
+        .order_by(_responses.c.created_at)
+    )
+    return [(row.id, row.model) for row in session.execute(query)]
+
+
 def _record(row: RowMapping) -> ResponseRecord:
     return ResponseRecord(**{name: row[name] for name in _RECORD_FIELDS})

@@ -143,10 +143,8 @@ class Generation:
             self._finish(TurnResult("stop" if self._tokens[-1] in self.sampling.stop_token_ids else "length"))
             return
         if self._answered:  # the tool message is in, its continuation not yet
-            if self._budget() <= 0:
-                self._finish(TurnResult("length"))
+            if not self._next_turn():
                 return
-            self._continue()
         elif call is not None:
             if call.kind == "function":
                 self._finish(TurnResult("stop"))
@@ -154,10 +152,8 @@ class Generation:
             if not await self._answer_call(call, resumed=True):
                 self._finish_stopped()
                 return
-            if self._budget() <= 0:
-                self._finish(TurnResult("length"))
+            if not self._next_turn():
                 return
-            self._continue()
         await self._loop()
 
     async def _loop(self) -> None:
@@ -171,11 +167,18 @@ class Generation:
                 return
             if not await self._answer_call(call):
                 break
-            if self._budget() <= 0:
-                self._finish(TurnResult("length"))
+            if not self._next_turn():
                 return
-            self._continue()
         self._finish_stopped()
+
+    def _next_turn(self) -> bool:
+        """After a tool message: False (the response finished) if the budget is spent, else the
+        message and the next assistant start join the context."""
+        if self._budget() <= 0:
+            self._finish(TurnResult("length"))
+            return False
+        self._continue()
+        return True
 
     def _continue(self) -> None:
         """After a tool message: it and the next assistant start join the context."""

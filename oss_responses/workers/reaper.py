@@ -7,6 +7,10 @@ responses and dispatches each one's task again, once (``resume(id)`` is set whil
 the worker that gets it takes the response over from its journal (``runner``), so detection takes
 about ``lease_seconds`` and never waits for Celery's visibility timeout.
 
+It also sweeps: a response still ``queued`` after ``stale_queued_seconds`` may have lost its task (a
+Redis that kept no AOF, a flushed queue); its task is sent again, once per that period. A duplicate of
+a task that was only waiting is harmless: the second run finds the response leased or ended.
+
 Without a dispatcher (in-process tests) the reaper fails such responses instead: SQL status ``failed``
 (or the row deleted when ``store`` is false), a ``response.failed`` event continuing the stream's
 sequence, then the stream's end marker, so every client stream ends. It takes the response's lease
@@ -19,6 +23,7 @@ import logging
 import threading
 import time
 import uuid
+from datetime import timedelta
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +39,9 @@ from oss_responses.storage import (
     delete_response,
     get_response,
     list_in_progress_ids,
+    list_stale_queued,
     save_turn,
+    utcnow,
 )
 from oss_responses.workers.job import stored_response
 from oss_responses.wire import response_json, wire_json
@@ -74,6 +81,7 @@ class Reaper:
     def __init__(
         self, db: Database, redis: Redis, *, worker_id: str, interval_seconds: float, lease_seconds: float,
         event_ttl_seconds: int, dispatch: Callable[[str, str, dict[str, Any] | None], None] | None = None,
+        stale_queued_seconds: int = 600,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -84,6 +92,7 @@ class Reaper:
         self.dispatch = dispatch
         # A dispatched takeover that no worker picked up within this is dispatched again.
         self.resume_seconds = max(60, int(lease_seconds * 4))
+        self.stale_queued_seconds = stale_queued_seconds
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -93,7 +102,10 @@ class Reaper:
         if not self.redis.set(REAPER_LOCK, self.owner, nx=True, px=lock_ms):
             return []
         try:
-            return [rid for rid in self.db.run(list_in_progress_ids) if self.reap(rid)]
+            handled = [rid for rid in self.db.run(list_in_progress_ids) if self.reap(rid)]
+            if self.dispatch is not None:
+                handled += self.sweep_queued()
+            return handled
         finally:
             self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
 
@@ -108,6 +120,18 @@ class Reaper:
             return self._fail(response_id)
         finally:
             self.redis.eval(_RELEASE, 1, lease_key, self.owner)
+
+    def sweep_queued(self) -> list[str]:
+        """Send again the task of every response queued for longer than ``stale_queued_seconds``."""
+        assert self.dispatch is not None
+        before = utcnow() - timedelta(seconds=self.stale_queued_seconds)
+        sent = []
+        for response_id, model in self.db.run(list_stale_queued, before):
+            if self.redis.set(redis_keys.resume(response_id), "sweeper", nx=True, ex=self.stale_queued_seconds):
+                log.warning("%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds)
+                self.dispatch(response_id, model, None)
+                sent.append(response_id)
+        return sent
 
     def _dispatch_takeover(self, response_id: str) -> bool:
         assert self.dispatch is not None

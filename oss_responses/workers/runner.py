@@ -23,11 +23,14 @@ SQL runs here in the task thread; Redis and the engine only on the engine loop.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
+from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import SamplingSettings
@@ -88,7 +91,10 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = No
     try:
         return _run_leased(ctx, job, lease, handed_off=handed_off)
     finally:
-        ctx.loop.run(lease.release())
+        try:
+            ctx.loop.run(lease.release())
+        except RedisError:  # Redis went away: the lease lapses by itself
+            log.warning("releasing the lease of %s failed", response_id, exc_info=True)
 
 
 def send_back(ctx: WorkerContext, response_id: str, secrets: dict | None) -> Outcome:  # type: ignore[type-arg]
@@ -107,7 +113,7 @@ class _Run:
     job: Job
     lease: Lease
     first_sequence_number: int = 0
-    translator: ResponseTranslator | None = None
+    translator: JournaledTranslator | None = None
     generation: Generation | None = None
     rendered: RenderedPrompt | None = None
     stop_cause: StopCause | None = None  # asked before the generation existed
@@ -406,9 +412,29 @@ def _finish(run: _Run) -> Outcome:
     status = translator.response.status or "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
-    if _save(run) or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
+    if _save_retrying(run) or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
     return status  # type: ignore[return-value]
+
+
+def _save_retrying(run: _Run) -> bool:
+    """Save the turn, retrying while the database is unreachable (a restart, a failover), for up to
+    ``save_retry_seconds``: the stream already holds the terminal event, so SQL must follow it."""
+    delay = 0.25
+    deadline = time.monotonic() + run.ctx.settings.save_retry_seconds
+    while True:
+        try:
+            return _save(run)
+        except DBAPIError as exc:
+            if not _is_connection_error(exc) or time.monotonic() + delay > deadline or run.lease.lost:
+                raise
+            log.warning("saving %s failed (%s): retrying in %.2fs", run.job.response_id, type(exc.orig).__name__, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _is_connection_error(exc: DBAPIError) -> bool:
+    return exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
 
 
 def _save(run: _Run) -> bool:

@@ -136,6 +136,15 @@ class PostgresCluster:
     port: int
     directory: Path
     process: subprocess.Popen[bytes]
+    args: list[str] = field(default_factory=list)
+
+    def restart(self, down_seconds: float) -> None:
+        """Shut down ("fast": clients disconnected), stay down ``down_seconds``, start on the same data."""
+        self.process.send_signal(signal.SIGINT)
+        self.process.wait(timeout=20)
+        time.sleep(down_seconds)
+        self.process = _spawn_postgres(self.args, self.directory)
+        _wait_until_accepting(self)
 
     @property
     def data_dir(self) -> Path:
@@ -191,13 +200,16 @@ def start_postgres() -> PostgresCluster:
     settings = ["listen_addresses=127.0.0.1", f"unix_socket_directories={directory}", *_FAST_SETTINGS]
     args = [str(PG_BIN / "postgres"), "-D", str(data_dir), "-p", str(port),
             *(arg for setting in settings for arg in ("-c", setting))]
-    with open(directory / "postgres.log", "wb") as log:
-        # SIGQUIT (immediate shutdown) if we die: nothing to keep.
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                   preexec_fn=_dying_with_parent(signal.SIGQUIT), **_owner_options())
-    cluster = PostgresCluster(port=port, directory=directory, process=process)
+    cluster = PostgresCluster(port=port, directory=directory, process=_spawn_postgres(args, directory), args=args)
     _wait_until_accepting(cluster)
     return cluster
+
+
+def _spawn_postgres(args: list[str], directory: Path) -> subprocess.Popen[bytes]:
+    with open(directory / "postgres.log", "ab") as log:
+        # SIGQUIT (immediate shutdown) if we die: nothing to keep.
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_dying_with_parent(signal.SIGQUIT), **_owner_options())
 
 
 def _wait_until_accepting(cluster: PostgresCluster) -> None:

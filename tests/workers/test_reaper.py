@@ -1,13 +1,16 @@
-"""The reaper fails responses whose worker is gone (no lease) and ends their streams."""
+"""The reaper: responses whose worker is gone (no lease) are taken over (dispatched again) or, without a
+dispatcher, failed with their streams ended; responses queued for too long have their task sent again."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import redis as redis_lib
 from worker_support import accept, assert_contiguous, events_of, is_closed, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_response, transition
+from oss_responses.storage import Database, get_response, transition, utcnow
 from oss_responses.workers.reaper import REAPER_LOCK, Reaper
 
 
@@ -98,3 +101,15 @@ def test_reaper_dispatches_no_takeover_of_leased_response(
     redis.set(redis_keys.lease(response_id), "alive-worker", px=5000)
     sent: list[tuple] = []  # type: ignore[type-arg]
     assert dispatching_reaper(db, redis, sent).reap_once() == [] and sent == []
+
+
+def test_reaper_sends_task_of_stale_queued_response_again_once(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    stale = accept(db, redis, settings, input="hi", background=True)  # its task was lost: never enqueued
+    overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+    fresh = accept(db, redis, settings, input="hi", background=True)
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
+    assert dispatching_reaper(db, redis, sent).reap_once() == []
+    assert sent == [(stale, "gpt-oss-20b")] and fresh not in {rid for rid, _ in sent}

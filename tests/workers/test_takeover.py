@@ -1,5 +1,6 @@
 """A response outlives the worker running it: SIGKILL (takeover from the journal), SIGTERM (handoff),
-and a Redis crash and restart (with AOF): the worker leaves the response, and takes it over again.
+a Redis crash and restart (with AOF: the worker leaves the response, and takes it over again), and a
+PostgreSQL restart (the worker retries its save).
 
 Real Celery worker processes on a real redis-server, the scripted engine at a fixed speed. For every
 response: one contiguous stream with a single terminal event, the same item ids throughout, the final
@@ -16,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import redis as redis_lib
-from support.servers import start_redis
+from support.servers import start_postgres, start_redis
 from worker_support import MODEL, WorkerProcess, accept, assert_contiguous, events_of, wait_for_end, wait_for_event, worker_settings
 
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_response
+from oss_responses.storage import Database, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 
 TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
@@ -136,3 +137,26 @@ def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str,
         if worker is not None:
             worker.stop()
         server.stop()
+
+
+def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: redis_lib.Redis, tmp_path: Path) -> None:
+    cluster = start_postgres()
+    worker = None
+    try:
+        database_url = cluster.create_database("oss_restart")
+        migrate(database_url)
+        settings = _takeover_settings(database_url, redis_url)
+        db = Database(settings.database_url)
+        worker = WorkerProcess(settings, "through-pg-restart", tmp_path)
+        worker.wait_ready(redis, set(redis.scan_iter("oss:worker:*:ready")))
+        response_id = _start_response(db, redis, settings, "tokens 120")
+        _wait_for_deltas(redis, response_id, 10)
+        cluster.restart(down_seconds=4.0)  # the response ends, and is saved, while the database is down
+        events = wait_for_end(redis, response_id, timeout=60)
+        _assert_one_story(events, db, response_id)
+        assert "retrying" in worker.log.read_text()
+        db.dispose()
+    finally:
+        if worker is not None:
+            worker.stop()
+        cluster.stop()
