@@ -1,7 +1,9 @@
 """The SQL schema: SQLAlchemy 2.0 typed models of ``responses`` and ``input_items``.
 
-Portable between SQLite and PostgreSQL: JSON columns are JSONB on PostgreSQL, and timestamps are
-timezone-aware UTC datetimes on both (SQLite stores them naive; :class:`UTCDateTime` restores the zone).
+Portable between SQLite and PostgreSQL: JSON columns are JSON on both (not JSONB on PostgreSQL:
+JSONB refuses ``\u0000``, and a model's output or a client's input may hold a NUL character; nothing
+queries inside these documents), and timestamps are timezone-aware UTC datetimes on both (SQLite stores
+them naive; :class:`UTCDateTime` restores the zone).
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
 
 # ``none_as_null``: Python None is SQL NULL (not the JSON literal ``null``), so ``IS NULL`` works.
-JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+JSONType = JSON(none_as_null=True)
 # SQLite's INTEGER PRIMARY KEY is the rowid alias; BIGINT there would not autoincrement.
 BigIntId = BigInteger().with_variant(Integer(), "sqlite")
 

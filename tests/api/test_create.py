@@ -46,6 +46,13 @@ def test_create_response_background_stores_row_and_input_items(client: OpenAI, a
     assert all(i["id"].startswith("msg_") for i in items) and not has_more
 
 
+def test_create_response_keeps_nul_character_of_input(client: OpenAI, api: ApiServer) -> None:
+    response = client.responses.create(model=MODEL, background=True, input="before\x00after")
+    items = client.responses.input_items.list(response.id)
+    assert items.data[0].content[0].text == "before\x00after"  # type: ignore[union-attr]
+    assert api.db.run(get_response, response.id).request["input"] == "before\x00after"  # type: ignore[union-attr]
+
+
 def test_create_response_background_writes_opening_events(client: OpenAI, redis: redis_lib.Redis) -> None:
     response = client.responses.create(model=MODEL, input="hello", background=True)
     entries = redis.xrange(redis_keys.events(response.id))

@@ -34,6 +34,22 @@ def test_get_response_returns_inserted_record(db: Database) -> None:
     assert stored == dataclasses.replace(record, updated_at=created)
 
 
+def test_get_response_keeps_nul_characters_in_documents(db: Database) -> None:
+    text = "before\x00after"
+    record = new_response(
+        output_messages=[{"role": "assistant", "content": [{"type": "text", "text": text}]}],
+        response={"id": "resp_nul", "output_text": text},
+    )
+    items = [{"id": "msg_nul", "type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]
+    db.run(insert_response, record, items)
+
+    stored = db.run(get_response, record.id)
+    stored_items, _ = db.run(list_input_items, record.id, after=None, limit=10, order="asc")
+
+    assert stored is not None and stored.output_messages[0]["content"][0]["text"] == text
+    assert stored.response["output_text"] == text and stored_items[0]["content"][0]["text"] == text
+
+
 def test_get_response_keeps_null_json_as_none(db: Database) -> None:
     record = new_response()
     db.run(insert_response, record)
