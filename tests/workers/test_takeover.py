@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis as redis_lib
 from support.servers import start_postgres, start_redis
 from worker_support import MODEL, WorkerProcess, accept, assert_contiguous, events_of, wait_for_end, wait_for_event, worker_settings
@@ -160,3 +161,29 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         if worker is not None:
             worker.stop()
         cluster.stop()
+
+
+@pytest.mark.parametrize(
+    "killed_after", ["response.mcp_list_tools.completed", "response.mcp_call.completed"],
+    ids=["after tool listing", "between turns"],
+)
+def test_sigkilled_worker_tool_turn_is_continued_by_another_worker(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, calculator_url: str, killed_after: str
+) -> None:  # type: ignore[no-untyped-def]
+    settings = _takeover_settings(database_url, redis_url).model_copy(update={"tool_servers": {"calc": calculator_url}})
+    db = Database(settings.database_url)
+    doomed = start_worker(settings, "doomed")
+    tools = [{"type": "mcp", "server_label": "calc", "require_approval": "never"}]
+    response_id = accept(db, redis, settings, input='call calc.calculate {"expression": "6*7"}', tools=tools, background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    wait_for_event(redis, response_id, killed_after)
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait()
+    start_worker(settings, "survivor")
+    events = wait_for_end(redis, response_id, timeout=30)
+    _assert_one_story(events, db, response_id)
+    assert [e["type"] for e in events].count("response.mcp_list_tools.completed") == 1
+    calls = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
+    assert [call["output"] for call in calls] == ["42"]
+    assert _text(events) == "The tool calc.calculate returned: 42"
+    db.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -128,6 +129,7 @@ class WorkerProcess:
             "OSS_RESPONSES_LEASE_SECONDS": str(settings.lease_seconds),
             "OSS_RESPONSES_REAPER_INTERVAL_SECONDS": str(settings.reaper_interval_seconds),
             "OSS_RESPONSES_SCRIPTED_TOKENS_PER_SECOND": str(settings.scripted_tokens_per_second),
+            "OSS_RESPONSES_TOOL_SERVERS": json.dumps(settings.tool_servers),
         }
         self.log = log_dir / f"{name}.log"
         with self.log.open("wb") as out:
