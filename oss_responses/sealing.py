@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-SealedKind = Literal["reasoning", "compaction"]
+SealedKind = Literal["reasoning", "compaction", "mcp_secrets"]
 PAYLOAD_VERSION = 1
 
 
@@ -65,6 +65,19 @@ class Sealer:
     def sealing(self, kind: SealedKind) -> Callable[[list[dict[str, Any]]], str]:
         return lambda messages: self.seal(kind, messages)
 
+
+
+def seal_secrets(sealer: Sealer, secrets: dict[str, dict[str, Any]]) -> str:
+    """A request's MCP credentials (by server label), sealed to be stored beside the response."""
+    return sealer.seal("mcp_secrets", [{"server_label": label, **fields} for label, fields in secrets.items()])
+
+
+def open_secrets(sealer: Sealer, blob: str) -> dict[str, dict[str, Any]] | None:
+    """The credentials by server label, or None if the blob does not open under these keys."""
+    entries = sealer.open("mcp_secrets", blob)
+    if entries is None:
+        return None
+    return {entry["server_label"]: {k: v for k, v in entry.items() if k != "server_label"} for entry in entries}
 
 
 def build_sealer(keys: Sequence[str]) -> Sealer | None:

@@ -33,6 +33,7 @@ from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
 from oss_responses.requests import CreateResponseRequest
+from oss_responses.sealing import seal_secrets
 from oss_responses.storage import (
     ResponseRecord,
     delete_response,
@@ -129,12 +130,14 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
         # Stored now, so the turn's input stays part of the conversation even if it never runs.
         input_messages=queued.input_messages,
         function_calls=queued.function_calls,
+        # Checked before: credentials come only with a sealer (api/sealed.py).
+        sealed_secrets=seal_secrets(services.sealer, queued.secrets) if queued.secrets and services.sealer else None,
     )
     await services.db.run(insert_response, record, queued.input_items)
     events = opening_events(response)
     try:
         await write_events(services.redis, response.id, events)
-        await services.tasks.run_response(response.id, queued.secrets, services.settings.queue_for(response.model))
+        await services.tasks.run_response(response.id, services.settings.queue_for(response.model))
     except BROKER_ERRORS as exc:
         await _undo_accept(services, response.id)
         raise ServiceUnavailable(

@@ -1,8 +1,9 @@
 """A validated request → what the API writes when it accepts it: the queued ``Response`` (echoing
 the request's settings, as OpenAI does), the request as stored, the input items, and the secrets.
 
-MCP tools' ``authorization`` and ``headers`` are credentials: they are neither echoed nor stored,
-only handed to the worker's task (``secrets``, keyed by server label).
+MCP tools' ``authorization`` and ``headers`` are credentials: they are neither echoed nor stored in
+clear; split out here (``secrets``, keyed by server label), they are stored sealed beside the response
+(``jobs.accept``, ``sealing.seal_secrets``) for whichever worker runs it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 from celery import Celery
@@ -30,12 +29,13 @@ class TaskQueue:
             broker_transport_options={"socket_connect_timeout": 2, "socket_timeout": 5},
         )
 
-    async def run_response(self, response_id: str, secrets: dict[str, Any], queue: str) -> None:
+    async def run_response(self, response_id: str, queue: str) -> None:
         # send_task does blocking socket I/O: keep it off the event loop.
-        await anyio.to_thread.run_sync(self._send, response_id, secrets, queue)
+        await anyio.to_thread.run_sync(self._send, response_id, queue)
 
-    def _send(self, response_id: str, secrets: dict[str, Any], queue: str) -> None:
-        self._celery.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets), queue=queue, routing_key=queue)
+    def _send(self, response_id: str, queue: str) -> None:
+        # The task names the response only: its MCP credentials are sealed in its row, not in the broker.
+        self._celery.send_task(RUN_RESPONSE_TASK, args=(response_id, {}), queue=queue, routing_key=queue)
 
     def close(self) -> None:
         self._celery.close()

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Text,
     TypeDecorator,
     UniqueConstraint,
 )
@@ -88,6 +89,7 @@ class ResponseRow(Base):
     output_messages: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
     function_calls: Mapped[dict[str, str]] = mapped_column(JSONType)
     state: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
+    sealed_secrets: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

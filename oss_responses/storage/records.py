@@ -37,6 +37,8 @@ class ResponseRecord:
     output_messages: list[dict[str, Any]] = field(default_factory=list)
     function_calls: dict[str, str] = field(default_factory=dict)
     state: dict[str, Any] | None = None
+    # The request's MCP credentials, sealed (sealing.seal_secrets): never in clear in SQL or Redis.
+    sealed_secrets: str | None = None
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime | None = None  # set to created_at on insert
     completed_at: datetime | None = None

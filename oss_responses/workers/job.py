@@ -17,7 +17,7 @@ from oss_responses.conversation import check_chain, render_options, turn_of
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
-from oss_responses.sealing import Sealer
+from oss_responses.sealing import Sealer, open_secrets
 from oss_responses.storage import Database, ResponseRecord, get_chain
 
 
@@ -55,17 +55,21 @@ def with_secrets(tool: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> di
     return tool | secrets.get(tool.get("server_label", ""), {})
 
 
-def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Job | None:
+def load_job(
+    db: Database, response_id: str, secrets: dict[str, dict[str, Any]] | None = None, sealer: Sealer | None = None
+) -> Job | None:
     """The response and its earlier turns (None if the row is gone: deleted, or never committed).
 
-    A row that cannot be loaded, a chain broken by a deleted earlier turn (BrokenChain) included, is
-    a Job with ``load_error`` set: the runner fails it.
+    Its MCP credentials are the sealed ones of its row (``secrets``: those a task of an older version
+    carried). A row that cannot be loaded, a chain broken by a deleted earlier turn (BrokenChain)
+    included, or credentials that do not open, is a Job with ``load_error`` set: the runner fails it.
     """
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
         return None
     record = chain[-1]
     try:
+        secrets = _opened_secrets(record, sealer) | dict(secrets or {})
         check_chain(chain)
         if not isinstance(record.request, dict):
             raise TypeError(f"the stored request is a {type(record.request).__name__}, not an object")
@@ -75,6 +79,18 @@ def load_job(db: Database, response_id: str, secrets: dict[str, dict[str, Any]] 
         error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
         return Job(record, [], placeholder_of(record), dict(secrets or {}), load_error=error)
     return Job(record, history, response, dict(secrets or {}))
+
+
+def _opened_secrets(record: ResponseRecord, sealer: Sealer | None) -> dict[str, dict[str, Any]]:
+    if record.sealed_secrets is None:
+        return {}
+    opened = open_secrets(sealer, record.sealed_secrets) if sealer is not None else None
+    if opened is None:
+        raise ValueError(
+            "its MCP credentials do not open with this worker's OSS_RESPONSES_ENCRYPTION_KEYS "
+            "(the key that sealed them is not among them)"
+        )
+    return opened
 
 
 def stored_response(record: ResponseRecord) -> Response:

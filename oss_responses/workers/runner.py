@@ -78,7 +78,7 @@ Outcome = Literal[
 
 def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = None) -> Outcome:  # type: ignore[type-arg]
     """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
-    job = load_job(ctx.db, response_id, secrets)
+    job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
         return "missing"
     if job.record.status not in ("queued", "in_progress"):
@@ -99,11 +99,11 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = No
 
 def send_back(ctx: WorkerContext, response_id: str, secrets: dict | None) -> Outcome:  # type: ignore[type-arg]
     """A task that arrived while this worker shuts down: its response goes back to the queue, untouched."""
-    job = load_job(ctx.db, response_id, secrets)
+    job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
         return "missing"
     assert ctx.dispatch is not None
-    ctx.dispatch(response_id, job.record.model, job.secrets)
+    ctx.dispatch(response_id, job.record.model, secrets)
     return "handed_off"
 
 
@@ -248,7 +248,7 @@ def _hand_off(run: _Run) -> Outcome:
     # the worker that gets it can take the lease.
     ctx.sync_redis.set(redis_keys.resume(job.response_id), HANDOFF, ex=ctx.settings.event_ttl_seconds)
     ctx.loop.run(run.lease.release())
-    ctx.dispatch(job.response_id, job.record.model, job.secrets)
+    ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
     log.info("handed %s off to another worker", job.response_id)
     return "handed_off"
 

@@ -18,14 +18,16 @@ sys.path.insert(0, str(Path(__file__).parent))  # ``api_server`` importable in e
 from api_server import MODEL, ApiServer, serve_in_thread  # noqa: E402
 
 from oss_responses.config import Settings  # noqa: E402
+from oss_responses.sealing import new_key  # noqa: E402
 from oss_responses.storage import Database  # noqa: E402
 
 
 @pytest.fixture
 def settings(database_url: str, redis_url: str) -> Settings:
     # The API resolves MCP servers when it accepts a request: "calc" is configured (nothing listens there).
+    # A sealing key: MCP credentials are accepted (kept sealed in the row).
     return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL, "gpt-oss-120b"],
-                    tool_servers={"calc": "https://calc.example/mcp"})
+                    tool_servers={"calc": "https://calc.example/mcp"}, encryption_keys=[new_key()])
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from openai import OpenAI
 from oss_responses import redis_keys
 from oss_responses.eventlog import parse_frame
 from oss_responses.conversation import history_of
+from oss_responses.sealing import build_sealer, open_secrets
 from oss_responses.storage import get_chain, get_response, list_input_items
 
 
@@ -81,7 +82,10 @@ def test_create_response_strips_mcp_secrets(client: OpenAI, api: ApiServer, redi
     assert "secret" not in json.dumps([record.request, record.response])
     assert "secret" not in b"".join(f[b"f"] for _, f in redis.xrange(redis_keys.events(response.id))).decode()
     task = _queued_task(redis, api.settings.queue_for(MODEL))
-    assert task["body"][0][1] == {"calc": {"authorization": "sk-secret", "headers": {"X-Key": "secret"}}}
+    assert task["body"][0] == [response.id, {}]  # the task names the response only
+    assert record.sealed_secrets and "secret" not in record.sealed_secrets
+    sealer = build_sealer(api.settings.encryption_key_values)
+    assert open_secrets(sealer, record.sealed_secrets) == {"calc": {"authorization": "sk-secret", "headers": {"X-Key": "secret"}}}  # type: ignore[arg-type]
 
 
 def test_create_response_echoes_request_settings(client: OpenAI) -> None:

@@ -1,4 +1,5 @@
-"""What the API refuses about sealed content before storing anything (no worker runs here)."""
+"""What the API refuses about sealed content before storing anything (no worker runs here): on a
+server without encryption keys."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from api_server import MODEL, ApiServer
 from openai import OpenAI
 from sqlalchemy import func, select
 
+from oss_responses.config import Settings
 from oss_responses.harmony.messages import text_message
 from oss_responses.sealing import Sealer, new_key
 from oss_responses.storage import ResponseRow
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL],
+                    tool_servers={"calc": "https://calc.example/mcp"})
 
 
 def _reasoning(blob: str) -> dict:
@@ -49,3 +57,15 @@ def test_compact_unknown_model_is_not_found(client: OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as raised:
         client.responses.compact(model="gpt-oss-7b", input="hi")
     assert raised.value.param == "model"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("field", ["authorization", "headers"])
+def test_create_response_mcp_credentials_without_keys_is_bad_request_and_stores_nothing(
+    client: OpenAI, api: ApiServer, field: str
+) -> None:
+    tool = {"type": "mcp", "server_label": "calc", "require_approval": "never",
+            field: "sk-secret" if field == "authorization" else {"X-Key": "secret"}}
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input="hi", background=True, tools=[tool])  # type: ignore[list-item]
+    assert raised.value.param == f"tools[0].{field}" and "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message  # type: ignore[attr-defined]
+    assert _stored_rows(api) == 0

@@ -36,6 +36,7 @@ from tool_fixtures import (
 )
 
 from oss_responses.config import Settings
+from oss_responses.sealing import new_key
 from oss_responses.storage import Database, ResponseRow
 
 CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
@@ -78,7 +79,8 @@ def stack(tools_database_url: str, redis_url: str, servers: dict[str, str],
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolStack]:
     settings = Settings(database_url=tools_database_url, redis_url=redis_url, models=[MODEL],
                         scripted_tokens_per_second=2000.0, tool_servers=servers,
-                        mcp_url_allowlist=[REFUSED_PREFIX], mcp_call_timeout_seconds=CALL_TIMEOUT_S)
+                        mcp_url_allowlist=[REFUSED_PREFIX], mcp_call_timeout_seconds=CALL_TIMEOUT_S,
+                        encryption_keys=[new_key()])  # MCP credentials are kept sealed
     logs = tmp_path_factory.mktemp("tools-logs")
     db = Database(settings.database_url)
     stack = None

@@ -11,6 +11,8 @@ import redis as redis_lib
 from sqlalchemy import text
 from tool_env import BAD, ToolEnv, item
 
+from oss_responses.workers.testing import local_worker, run_response_now
+
 
 def all_rows(tools: ToolEnv) -> str:
     with tools.db.engine.connect() as connection:
@@ -46,3 +48,13 @@ def test_secrets_are_never_stored_nor_logged(tools: ToolEnv, caplog: pytest.LogC
     assert "awake" in rows and "awake" in streams  # the dumps do hold the responses
     for dump in (rows, streams, caplog.text):
         assert token not in dump and key not in dump
+
+
+def test_sealed_credentials_reach_the_server_from_a_task_without_them(tools: ToolEnv) -> None:
+    # A takeover (or a handoff) sends the task with the response id only: the row's sealed credentials serve.
+    token = f"tok-{uuid.uuid4().hex}"
+    response_id, carried = tools.accept(input="call bad.authorization {}", tools=[BAD | {"authorization": token}])
+    assert carried == {}
+    with local_worker(tools.settings) as worker:
+        assert run_response_now(response_id, worker=worker) == "completed"
+    assert item(tools.stored(response_id), "mcp_call")["output"] == f"Bearer {token}"

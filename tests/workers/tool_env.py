@@ -12,6 +12,7 @@ from tool_support import check_stream
 from worker_support import accept_with_secrets, events_of, worker_settings
 
 from oss_responses.config import Settings
+from oss_responses.sealing import new_key
 from oss_responses.storage import Database, get_response
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -27,7 +28,8 @@ def tool_settings(database_url: str, redis_url: str, calculator_url: str, misbeh
         "bad": misbehaving_url,
         "gone": f"http://127.0.0.1:{free_port()}/mcp",  # nothing listens there
     }
-    return worker_settings(database_url, redis_url, tool_servers=servers, **overrides)
+    # With a sealing key: the credentials of the secrets tests travel sealed in the row, as from the API.
+    return worker_settings(database_url, redis_url, tool_servers=servers, encryption_keys=[new_key()], **overrides)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.writer import event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
+from oss_responses.sealing import build_sealer, seal_secrets
 from oss_responses.storage import Database, ResponseRecord, ResponseRow, insert_response
 from oss_responses.wire import wire_json
 
@@ -49,20 +50,23 @@ def accept(db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any
 def accept_with_secrets(
     db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any
 ) -> tuple[str, dict[str, dict[str, Any]]]:
-    """``accept``, and the MCP credentials the API hands to the task instead of storing them."""
+    """``accept``; the MCP credentials sealed into the row as the API does (with keys in the settings),
+    else returned, for the task to carry as older versions did."""
     queued = build_queued(parse_create_request({"model": MODEL, **body}), settings)
     response = queued.response
+    sealer = build_sealer(settings.encryption_key_values)
+    sealed = seal_secrets(sealer, queued.secrets) if queued.secrets and sealer is not None else None
     record = ResponseRecord(
         id=response.id, model=response.model, status="queued", background=bool(response.background),
         store=bool(queued.request.get("store", True)), request=queued.request,
-        response=wire_json(response), previous_response_id=response.previous_response_id,
+        response=wire_json(response), previous_response_id=response.previous_response_id, sealed_secrets=sealed,
     )
     db.run(insert_response, record, queued.input_items)
     with redis.pipeline(transaction=False) as pipe:
         for command in event_commands(response.id, opening_events(response)):
             pipe.execute_command(*command)
         pipe.execute()
-    return response.id, queued.secrets
+    return response.id, {} if sealed else queued.secrets
 
 
 def overwrite_row(db: Database, response_id: str, **columns: Any) -> None:

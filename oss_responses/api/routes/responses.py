@@ -47,6 +47,7 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
         raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
                          param="background", code="invalid_value")
     sealed.check_include(body, services.sealer)
+    sealed.check_mcp_credentials(body, services.sealer)
 
 
 @router.post("")
