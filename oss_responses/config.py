@@ -107,9 +107,9 @@ class Settings(BaseSettings):
     # --- sealed items (store=false clients) -----------------------------------
     encryption_keys: list[SecretStr] = Field(
         default_factory=list,
-        description="Keys sealing reasoning.encrypted_content and compaction items, as a JSON list: the first "
+        description="Keys sealing reasoning.encrypted_content, compaction items and MCP credentials, as a JSON list: the first "
         "seals, every one opens (rotate by prepending). Each: python -c \"from oss_responses.sealing import new_key; "
-        "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] is a 400",
+        "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] and MCP authorization/headers are 400s",
     )
 
     # --- API ------------------------------------------------------------------
