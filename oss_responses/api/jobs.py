@@ -27,7 +27,7 @@ from oss_responses.api.services import Services
 from oss_responses.conversation import BrokenChain, history_of, render_options
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable
 from oss_responses.eventlog.frames import frame, parse_frame
-from oss_responses.eventlog.hub import StreamNotFound
+from oss_responses.eventlog.hub import StreamLost, StreamNotFound
 from oss_responses.eventlog.writer import write_events
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
@@ -187,9 +187,23 @@ async def wait_for_end(services: Services, response_id: str, after: int | None) 
     try:
         async for chunk in services.hub.subscribe(response_id, after=after):
             last = chunk
+    except StreamLost:
+        log.warning("event stream of %s was lost; waiting for its end in SQL", response_id)
+        await _wait_in_sql(services, response_id)
+        return None
     except StreamNotFound:
         log.warning("event stream of %s is gone; reading the response from SQL", response_id)
     return parse_frame(last) if last else None
+
+
+async def _wait_in_sql(services: Services, response_id: str, timeout: float = 120.0) -> None:
+    """Until the response is ended (a worker or the reaper fails a response whose progress Redis lost)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        record = await services.db.run(get_response, response_id)
+        if record is None or record.is_terminal:
+            return
+        await asyncio.sleep(0.5)
 
 
 async def final_response(services: Services, response_id: str, last_event: dict[str, Any] | None) -> dict[str, Any]:

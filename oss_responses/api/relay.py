@@ -20,12 +20,14 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 import anyio
+from openai.types.responses import ResponseErrorEvent
 from sse_starlette import EventSourceResponse
 from starlette.types import Send
 
 from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
-from oss_responses.eventlog.hub import EventHubStopped
+from oss_responses.eventlog.frames import frame
+from oss_responses.eventlog.hub import EventHubStopped, StreamLost
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +48,22 @@ async def _frames(
         ended = True
     except EventHubStopped:
         log.info("event hub stopped while relaying %s", response_id)
+    except StreamLost as lost:
+        yield lost_stream_frame(response_id, lost)
     finally:
         if not ended and cancel_on_disconnect:
             with anyio.CancelScope(shield=True):
                 await _cancel_quietly(services, response_id)
+
+
+def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
+    """The last frame a client gets when Redis lost the stream it follows: an ``error`` event (the
+    response itself ends ``failed`` in SQL once a worker or the reaper finds its progress gone)."""
+    return frame(ResponseErrorEvent(
+        type="error", code="event_log_lost", param=None, sequence_number=lost.last_sequence + 1,
+        message=f"The event stream of response '{response_id}' was lost (its Redis lost its data); "
+        "retrieve the response for its final state.",
+    ))
 
 
 class FrameResponse(EventSourceResponse):

@@ -13,6 +13,12 @@ A subscription:
 A subscriber that falls ``max_pending_batches`` behind is detached and goes back to step 1 from its
 own cursor, so a slow client costs Redis reads, not unbounded memory.
 
+Redis going away: the reader retries its read, and history reads retry for a while
+(``outage_seconds``), so followers carry on once Redis is back (with AOF nothing was lost). After a
+failed read the reader checks that the streams it follows still exist: one that does not was lost
+with Redis's data (a restart without persistence), and its subscribers get :class:`StreamLost`
+instead of waiting for events that will never come.
+
 Waking the blocked read: every XREAD also reads the hub's own wake stream
 (``redis_keys.hub_wake``); subscribing to a new stream XADDs to it from a side connection. Unlike
 CLIENT UNBLOCK, this has no race: a wake sent before the XREAD reaches Redis still ends it at once.
@@ -30,6 +36,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from oss_responses import redis_keys
 
@@ -44,6 +52,14 @@ WAKE_TTL_SECONDS = 86_400
 
 class StreamNotFound(LookupError):
     """No event stream for this response: unknown id, or ended and expired."""
+
+
+class StreamLost(StreamNotFound):
+    """The stream vanished while it was followed: Redis lost its data (restarted without persistence)."""
+
+    def __init__(self, cursor: EntryId) -> None:
+        super().__init__("the event stream was lost")
+        self.last_sequence = cursor[1] - 1  # of the last event the subscriber got (-1: none)
 
 
 class EventHubStopped(RuntimeError):
@@ -76,13 +92,14 @@ def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], Ent
 
 
 class _Subscriber:
-    __slots__ = ("batches", "ready", "attached", "stopped")
+    __slots__ = ("batches", "ready", "attached", "stopped", "lost")
 
     def __init__(self) -> None:
         self.batches: deque[list[Entry]] = deque()
         self.ready = asyncio.Event()
         self.attached = False
         self.stopped = False
+        self.lost = False
 
     def wake(self) -> None:
         self.ready.set()
@@ -107,12 +124,15 @@ class EventHub:
         count: int = 1_000,
         max_pending_batches: int = 1_000,
         side_connections: int = 16,
+        outage_seconds: float = 30.0,
     ) -> None:
         self._redis_url = redis_url
         self._block_ms = block_ms
         self._count = count
         self._max_pending = max_pending_batches
         self._side_connections = side_connections
+        self._outage_seconds = outage_seconds
+        self._recheck = False  # a read failed: check that the followed streams survived it
         self._wake_key = redis_keys.hub_wake(uuid.uuid4().hex)
         self._wake_cursor = b"0-0"
         self._streams: dict[str, _Stream] = {}
@@ -146,7 +166,10 @@ class EventHub:
                 sub.wake()
         self._streams.clear()
         if self._side is not None:
-            await self._side.delete(self._wake_key)
+            try:
+                await self._side.delete(self._wake_key)  # it expires anyway
+            except Exception:
+                log.warning("event hub: could not delete its wake stream at stop", exc_info=True)
             await self._side.aclose()
         if self._reader is not None:
             await self._reader.aclose()
@@ -238,6 +261,8 @@ class EventHub:
                 continue
             if sub.stopped:
                 raise EventHubStopped("the event hub stopped")
+            if sub.lost:
+                raise StreamLost(cursor)
             if not sub.attached:
                 return
             sub.ready.clear()
@@ -253,7 +278,18 @@ class EventHub:
         return page
 
     async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
-        return await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count)
+        """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
+        delay, waited = 0.1, 0.0
+        while True:
+            try:
+                return await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count)
+            except (RedisConnectionError, RedisTimeoutError):
+                if waited >= self._outage_seconds:
+                    raise
+                log.warning("event hub: Redis unreachable reading %s; retrying in %.1fs", key, delay)
+                await asyncio.sleep(delay)
+                waited += delay
+                delay = min(delay * 2, 2.0)
 
     # --- the shared reader ----------------------------------------------------------------------
     def _attach(self, key: str, sub: _Subscriber, cursor: EntryId) -> bool:
@@ -296,6 +332,13 @@ class EventHub:
                 self._idle.clear()
                 await self._idle.wait()
                 continue
+            if self._recheck:
+                try:
+                    await self._drop_lost_streams(reader)
+                except Exception:
+                    log.warning("event hub: Redis still unreachable; retrying", exc_info=True)
+                    await asyncio.sleep(0.5)
+                    continue
             reading = dict(self._streams)
             request: dict[Any, Any] = {key: "%d-%d" % s.cursor for key, s in reading.items()}
             request[self._wake_key] = self._wake_cursor
@@ -306,12 +349,32 @@ class EventHub:
                 raise
             except Exception:
                 log.exception("event hub read failed; retrying")
+                self._recheck = True
                 await asyncio.sleep(0.5)
                 continue
             finally:
                 self._reading = False
             for raw_key, entries in reply or ():
                 self._dispatch(raw_key.decode(), entries, reading)
+
+    async def _drop_lost_streams(self, reader: Redis) -> None:
+        """After a failed read: the followed streams that no longer exist lose their subscribers."""
+        keys = list(self._streams)
+        async with reader.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.exists(key)
+            found = await pipe.execute()
+        self._recheck = False
+        for key, exists in zip(keys, found):
+            stream = self._streams.get(key)
+            if exists or stream is None:
+                continue
+            log.warning("event hub: %s vanished (Redis lost its data); ending its %d followers",
+                        key, len(stream.subscribers))
+            del self._streams[key]
+            for sub in stream.subscribers:
+                sub.lost = True
+                sub.wake()
 
     def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, _Stream]) -> None:
         if key == self._wake_key:

@@ -20,6 +20,9 @@ from typing import Any
 
 import redis
 import redis.asyncio as redis_asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from openai_harmony import HarmonyEncoding
 
 from oss_responses import redis_keys
@@ -72,6 +75,7 @@ class WorkerContext:
     db: Database
     redis: redis_asyncio.Redis  # used on the engine loop only
     sync_redis: redis.Redis  # task threads and the reaper
+    writer_redis: redis_asyncio.Redis  # the event writer's own client, never retrying (see RECONNECT)
     writer: EventWriter
     cancels: CancelListener
     mcp_pool: McpSessionPool | None
@@ -111,6 +115,7 @@ class WorkerContext:
             await self.mcp_pool.close()
         await self.engine.shutdown()
         await self.writer.flush()
+        await self.writer_redis.aclose()
         await self.redis.aclose()
 
 
@@ -150,7 +155,8 @@ def start_worker(
     loop = EngineLoop().start()
     try:
         encoding = encoding or load_encoding(settings.tiktoken_dir)
-        redis_client = loop.run(_async_redis(settings.redis_url))
+        redis_client = loop.run(_async_redis(settings.redis_url, retrying=True))
+        writer_client = loop.run(_async_redis(settings.redis_url, retrying=False))
         ctx = WorkerContext(
             settings=settings,
             worker_id=worker_id or new_worker_id(),
@@ -159,8 +165,9 @@ def start_worker(
             engine=engine or build_engine(settings, encoding),
             db=Database(settings.database_url),
             redis=redis_client,
-            sync_redis=redis.Redis.from_url(settings.redis_url),
-            writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
+            sync_redis=redis.Redis.from_url(settings.redis_url, retry=RECONNECT),
+            writer_redis=writer_client,
+            writer=EventWriter(writer_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
             mcp_pool=McpSessionPool() if with_mcp else None,
             sealer=build_sealer(settings.encryption_key_values),
@@ -181,6 +188,14 @@ def start_worker(
     return ctx
 
 
-async def _async_redis(url: str) -> redis_asyncio.Redis:
+# After a Redis restart every pooled connection is dead, and each fails its next command: leases,
+# cancel flags, journal reads and the reaper's calls are safe to repeat, so their clients reconnect
+# and retry. The event writer's client does not: its journal RPUSH must never land twice, and a
+# failed flush already leaves the response to a takeover that writes what is missing.
+RECONNECT = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
+
+
+async def _async_redis(url: str, *, retrying: bool) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
-    return redis_asyncio.Redis.from_url(url)
+    retries = RECONNECT._retries if retrying else 0
+    return redis_asyncio.Redis.from_url(url, retry=AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), retries))

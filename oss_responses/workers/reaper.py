@@ -77,6 +77,19 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
         pipe.execute(raise_on_error=False)  # an XADD refused (the stream ended meanwhile) is fine
 
 
+def store_failure(db: Database, response_id: str, store: bool, response: Response) -> bool:
+    """Save the response failed (deleted when ``store`` is false); False if it had ended already."""
+    error = wire_json(response.error) if response.error else None
+    with db.session() as session:
+        ended = save_turn(
+            session, response_id, status="failed", response=response_json(response),
+            output_messages=[], error=error,
+        )
+        if ended and not store:
+            delete_response(session, response_id)
+    return ended
+
+
 class Reaper:
     def __init__(
         self, db: Database, redis: Redis, *, worker_id: str, interval_seconds: float, lease_seconds: float,
@@ -152,22 +165,11 @@ class Reaper:
         if record is None or record.status != "in_progress":
             return False
         response = failed_response(record)
-        if not self._store_failure(response_id, record.store, response):
+        if not store_failure(self.db, response_id, record.store, response):
             return False
         log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
         close_with_failure(self.redis, response_id, response, self.ttl_seconds)
         return True
-
-    def _store_failure(self, response_id: str, store: bool, response: Response) -> bool:
-        error = wire_json(response.error) if response.error else None
-        with self.db.session() as session:
-            ended = save_turn(
-                session, response_id, status="failed", response=response_json(response),
-                output_messages=[], error=error,
-            )
-            if ended and not store:
-                delete_response(session, response_id)
-        return ended
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="reaper", daemon=True)

@@ -56,6 +56,7 @@ from oss_responses.workers.journal import (
 )
 from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.lease import Lease
+from oss_responses.workers.reaper import close_with_failure, failed_response, store_failure
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import (
     PreparedTools,
@@ -69,6 +70,10 @@ from oss_responses.wire import response_json, wire_json
 log = logging.getLogger(__name__)
 
 HANDOFF = "handoff"  # the value of resume(id) while a handed-off response waits for a worker
+PROGRESS_LOST_MESSAGE = (
+    "event_log_lost: Redis lost this response's events and progress (was it restarted without "
+    "persistence?); it cannot be continued"
+)
 
 Outcome = Literal[
     "completed", "incomplete", "failed", "cancelled", "missing", "skipped", "leased_elsewhere", "lease_lost",
@@ -209,9 +214,22 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
         )
     elif ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
         run.stop_cause = "cancelled"
+    if not steps and not ctx.sync_redis.exists(redis_keys.events(job.response_id)):
+        return _fail_lost(run)
     if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
         return _execute(run)
     return _execute(run, steps)
+
+
+def _fail_lost(run: _Run) -> Outcome:
+    """Redis lost the response's stream and journal (a restart without persistence): it cannot be
+    continued, so it fails, saying why; its new stream holds that failure, then its end."""
+    ctx, job = run.ctx, run.job
+    log.error("%s: %s", job.response_id, PROGRESS_LOST_MESSAGE)
+    response = failed_response(job.record, PROGRESS_LOST_MESSAGE)
+    if store_failure(ctx.db, job.response_id, job.record.store, response):
+        close_with_failure(ctx.sync_redis, job.response_id, response, ctx.settings.event_ttl_seconds)
+    return "failed"
 
 
 def _leave_for_takeover(run: _Run) -> Outcome:

@@ -1,0 +1,111 @@
+"""Redis restarts under a client's stream: an API process, a Celery worker process and the openai SDK
+streaming a background response, while the redis-server they share is SIGKILLed and started again.
+
+- With AOF (nothing lost): the SDK's stream goes on to ``response.completed``, contiguous, with the
+  whole answer; the worker process lives through it (no supervisor restarts it).
+- Without persistence (the stream, journal and lease are gone): the stream ends at once with an
+  ``error`` event (``event_log_lost``), and the response ends ``failed`` saying why. Nothing hangs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from api_server import MODEL, start_api_process, start_worker_process, stop_process
+from openai import OpenAI
+from openai.types.responses import ResponseStreamEvent
+from support.servers import RedisServer, start_redis
+
+from oss_responses.config import Settings
+from oss_responses.storage import migrate
+
+ANSWER_TOKENS = 200  # 5 s at the speed below: the restart falls well inside it
+
+
+@dataclass
+class RestartStack:
+    redis: RedisServer
+    client: OpenAI
+    worker: object  # subprocess.Popen
+
+
+@pytest.fixture(params=["aof", "no persistence"])
+def restart_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RestartStack]:
+    server = start_redis(appendonly=request.param == "aof")
+    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
+    migrate(database_url)
+    settings = Settings(database_url=database_url, redis_url=server.url, models=[MODEL],
+                        scripted_tokens_per_second=40.0, lease_seconds=1.5, reaper_interval_seconds=0.3)
+    processes = []
+    try:
+        api, base_url = start_api_process(settings, tmp_path / "api.log")
+        processes.append(api)
+        worker = start_worker_process(settings, tmp_path / "worker.log")
+        processes.append(worker)
+        with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=60) as client:
+            yield RestartStack(redis=server, client=client, worker=worker)
+    finally:
+        for process in reversed(processes):
+            stop_process(process)
+        server.stop()
+
+
+def _stream_through_restart(stack: RestartStack) -> list[ResponseStreamEvent]:
+    """The SDK's events of a background stream during which Redis is killed, then restarted 1 s later."""
+    events: list[ResponseStreamEvent] = []
+    deltas_seen = threading.Event()
+
+    def consume() -> None:
+        stream = stack.client.responses.create(model=MODEL, input=f"tokens {ANSWER_TOKENS}", stream=True,
+                                               background=True)
+        for event in stream:
+            events.append(event)
+            if event.type == "response.output_text.delta" and event.sequence_number > 20:
+                deltas_seen.set()
+
+    reader = threading.Thread(target=consume, name="sdk-stream")
+    reader.start()
+    assert deltas_seen.wait(20), "the answer did not start"
+    stack.redis.kill()
+    time.sleep(1.0)
+    stack.redis.restart()  # from this thread: the server dies with the thread that started it
+    reader.join(timeout=60)
+    assert not reader.is_alive(), "the client's stream hung"
+    return events
+
+
+def _retrieve_when_ended(client: OpenAI, response_id: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("restart_stack", ["aof"], indirect=True)
+def test_stream_goes_on_through_redis_restart_with_aof(restart_stack: RestartStack) -> None:
+    events = _stream_through_restart(restart_stack)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed"
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert len(text.split()) == ANSWER_TOKENS
+    assert restart_stack.worker.poll() is None, "the worker died with its broker connection"  # type: ignore[attr-defined]
+    stored = restart_stack.client.responses.retrieve(events[0].response.id)  # type: ignore[union-attr]
+    assert stored.status == "completed" and stored.output_text == text
+
+
+@pytest.mark.parametrize("restart_stack", ["no persistence"], indirect=True)
+def test_stream_ends_with_error_when_redis_loses_its_data(restart_stack: RestartStack) -> None:
+    events = _stream_through_restart(restart_stack)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "error" and events[-1].code == "event_log_lost"  # type: ignore[union-attr]
+    response = _retrieve_when_ended(restart_stack.client, events[0].response.id)  # type: ignore[union-attr]
+    assert response.status == "failed"
+    assert response.error is not None and response.error.message.startswith("event_log_lost")
+    assert restart_stack.worker.poll() is None  # type: ignore[attr-defined]
