@@ -178,3 +178,31 @@ def test_sigkilled_worker_tool_turn_is_continued_by_another_worker(
     assert [call["output"] for call in calls] == ["42"]
     assert _text(events) == "The tool calc.calculate returned: 42"
     db.dispose()
+
+
+@pytest.mark.parametrize("idempotent", [False, True], ids=["not idempotent", "idempotent"])
+def test_sigkilled_worker_mid_tool_call_is_taken_over(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, misbehaving_url: str, idempotent: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """Killed while its MCP call runs: an idempotent tool is called again; any other call fails, saying
+    it was interrupted, and the model goes on. Either way one story, ending completed."""
+    settings = _takeover_settings(database_url, redis_url).model_copy(update={
+        "tool_servers": {"slow": misbehaving_url}, "idempotent_tools": ["slow.sleep"] if idempotent else [],
+    })
+    db = Database(settings.database_url)
+    doomed = start_worker(settings, "doomed")
+    tools = [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]
+    response_id = accept(db, redis, settings, input='call slow.sleep {"seconds": 2}', tools=tools, background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    wait_for_event(redis, response_id, "response.mcp_call.in_progress")
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait()
+    start_worker(settings, "survivor")
+    events = wait_for_end(redis, response_id, timeout=30)
+    _assert_one_story(events, db, response_id)
+    [call] = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
+    if idempotent:
+        assert call["output"] == "awake" and call["error"] is None, call
+    else:
+        assert call["output"] is None and "stopped before it answered" in str(call["error"])
+    db.dispose()

@@ -134,6 +134,7 @@ class WorkerProcess:
             "OSS_RESPONSES_REAPER_INTERVAL_SECONDS": str(settings.reaper_interval_seconds),
             "OSS_RESPONSES_SCRIPTED_TOKENS_PER_SECOND": str(settings.scripted_tokens_per_second),
             "OSS_RESPONSES_TOOL_SERVERS": json.dumps(settings.tool_servers),
+            "OSS_RESPONSES_IDEMPOTENT_TOOLS": json.dumps(settings.idempotent_tools),
         }
         self.log = log_dir / f"{name}.log"
         with self.log.open("wb") as out:
