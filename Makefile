@@ -1,5 +1,5 @@
 # The two commands: `make run` (the whole stack locally) and `make test` (the test suite).
-.PHONY: run test bootstrap bench
+.PHONY: run test bootstrap bench soak
 
 bootstrap:
 	bash scripts/bootstrap.sh
@@ -12,3 +12,7 @@ test: bootstrap
 
 bench: bootstrap
 	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done
+
+# A randomized fault soak (SIGKILL, SIGTERM, Redis restarts under running responses): tests/workers/soak.py
+soak: bootstrap
+	.venv/bin/python tests/workers/soak.py --rounds 30

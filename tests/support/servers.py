@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
+import redis
 
 PG_BIN = Path(os.environ.get("OSS_RESPONSES_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 START_TIMEOUT_S = 30.0
@@ -85,9 +86,10 @@ class RedisServer:
         self.process.wait()
 
     def restart(self) -> None:
-        """Start it again on the same port and folder (it reloads its AOF, if it keeps one)."""
+        """Start it again on the same port and folder; returns once it has reloaded its AOF (if any)."""
         self.process = _spawn_redis(self.args)
         _wait_for_port(self.port, self.process, "redis-server")
+        _wait_until_loaded(self.port)
 
     @property
     def url(self) -> str:
@@ -117,6 +119,23 @@ def start_redis(*, appendonly: bool = False) -> RedisServer:
     process = _spawn_redis(args)
     _wait_for_port(port, process, "redis-server")
     return RedisServer(port=port, directory=directory, process=process, args=args)
+
+
+def _wait_until_loaded(port: int) -> None:
+    """Until the server answers commands (while it loads its AOF it answers LOADING errors)."""
+    client = redis.Redis(port=port, socket_timeout=2)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except redis.BusyLoadingError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+    finally:
+        client.close()
 
 
 def _spawn_redis(args: list[str]) -> subprocess.Popen[bytes]:

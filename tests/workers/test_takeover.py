@@ -18,14 +18,21 @@ from typing import Any
 import pytest
 import redis as redis_lib
 from support.servers import start_postgres, start_redis
-from worker_support import MODEL, WorkerProcess, accept, assert_contiguous, events_of, wait_for_end, wait_for_event, worker_settings
+from worker_support import (
+    MODEL,
+    WorkerProcess,
+    accept,
+    assert_one_story,
+    events_of,
+    story_text,
+    wait_for_end,
+    wait_for_event,
+    worker_settings,
+)
 
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_response, migrate
+from oss_responses.storage import Database, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
-
-TERMINAL = {"response.completed", "response.failed", "response.incomplete"}
-
 
 def _takeover_settings(database_url: str, redis_url: str) -> Settings:
     return worker_settings(
@@ -37,23 +44,6 @@ def _start_response(db: Database, redis: redis_lib.Redis, settings: Settings, te
     response_id = accept(db, redis, settings, input=text, background=True)
     enqueue(make_celery(settings), settings, response_id, MODEL)
     return response_id
-
-
-def _text(events: list[dict[str, Any]]) -> str:
-    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
-
-
-def _assert_one_story(events: list[dict[str, Any]], db: Database, response_id: str) -> None:
-    """Contiguous, one terminal event, deltas on their item's id, and the stream's final object is SQL's."""
-    assert_contiguous(events)
-    assert [e["type"] for e in events if e["type"] in TERMINAL] == ["response.completed"]
-    added = {e["item"]["id"] for e in events if e["type"] == "response.output_item.added"}
-    assert {e["item_id"] for e in events if "delta" in e} <= added
-    done = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
-    assert sorted(done) == sorted(added)
-    record = db.run(get_response, response_id)
-    assert record is not None and record.status == "completed"
-    assert record.response["output"] == events[-1]["response"]["output"]
 
 
 def _wait_for_deltas(redis: redis_lib.Redis, response_id: str, count: int, timeout: float = 20.0) -> None:
@@ -78,9 +68,9 @@ def test_sigkilled_worker_response_is_continued_by_another_worker(
     doomed.process.wait()
     start_worker(settings, "survivor")
     events = wait_for_end(redis, response_id, timeout=30)
-    _assert_one_story(events, db, response_id)
+    assert_one_story(events, db, response_id)
     uninterrupted = wait_for_end(redis, _start_response(db, redis, settings, "tokens 80"), timeout=30)
-    assert _text(events) == _text(uninterrupted) and len(_text(events).split()) == 80
+    assert story_text(events) == story_text(uninterrupted) and len(story_text(events).split()) == 80
     db.dispose()
 
 
@@ -98,10 +88,10 @@ def test_sigtermed_worker_hands_running_response_to_another_worker(
     leaving.process.wait(timeout=10)
     exited_after = time.monotonic() - signalled
     events = wait_for_end(redis, response_id, timeout=30)
-    _assert_one_story(events, db, response_id)
-    assert len(_text(events).split()) == 400
+    assert_one_story(events, db, response_id)
+    assert len(story_text(events).split()) == 400
     assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
-    assert "handing off 1 running responses" in leaving.log.read_text()
+    assert "handing off 1 running responses" in leaving.log.readstory_text()
     db.dispose()
 
 
@@ -120,8 +110,8 @@ def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str,
         time.sleep(1.0)
         server.restart()
         events = wait_for_end(client, response_id, timeout=60)
-        _assert_one_story(events, db, response_id)
-        assert len(_text(events).split()) == 200
+        assert_one_story(events, db, response_id)
+        assert len(story_text(events).split()) == 200
         assert worker.process.poll() is None, "the worker died with its broker connection (workers/broker.py)"
         db.dispose()
         client.close()
@@ -145,8 +135,8 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         _wait_for_deltas(redis, response_id, 10)
         cluster.restart(down_seconds=4.0)  # the response ends, and is saved, while the database is down
         events = wait_for_end(redis, response_id, timeout=60)
-        _assert_one_story(events, db, response_id)
-        assert "retrying" in worker.log.read_text()
+        assert_one_story(events, db, response_id)
+        assert "retrying" in worker.log.readstory_text()
         db.dispose()
     finally:
         if worker is not None:
@@ -172,11 +162,11 @@ def test_sigkilled_worker_tool_turn_is_continued_by_another_worker(
     doomed.process.wait()
     start_worker(settings, "survivor")
     events = wait_for_end(redis, response_id, timeout=30)
-    _assert_one_story(events, db, response_id)
+    assert_one_story(events, db, response_id)
     assert [e["type"] for e in events].count("response.mcp_list_tools.completed") == 1
     calls = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
     assert [call["output"] for call in calls] == ["42"]
-    assert _text(events) == "The tool calc.calculate returned: 42"
+    assert story_text(events) == "The tool calc.calculate returned: 42"
     db.dispose()
 
 
@@ -199,7 +189,7 @@ def test_sigkilled_worker_mid_tool_call_is_taken_over(
     doomed.process.wait()
     start_worker(settings, "survivor")
     events = wait_for_end(redis, response_id, timeout=30)
-    _assert_one_story(events, db, response_id)
+    assert_one_story(events, db, response_id)
     [call] = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
     if idempotent:
         assert call["output"] == "awake" and call["error"] is None, call

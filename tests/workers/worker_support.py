@@ -22,7 +22,7 @@ from oss_responses.eventlog.writer import event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets
-from oss_responses.storage import Database, ResponseRecord, ResponseRow, insert_response
+from oss_responses.storage import Database, ResponseRecord, ResponseRow, get_response, insert_response
 from oss_responses.wire import wire_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -117,6 +117,26 @@ def wait_for_event(redis: redis_lib.Redis, response_id: str, event_type: str, ti
 
 def assert_contiguous(events: list[dict[str, Any]]) -> None:
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+TERMINAL_EVENTS = {"response.completed", "response.failed", "response.incomplete"}
+
+
+def story_text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+
+
+def assert_one_story(events: list[dict[str, Any]], db: Database, response_id: str) -> None:
+    """Contiguous, one terminal event, deltas on their item's id, and the stream's final object is SQL's."""
+    assert_contiguous(events)
+    assert [e["type"] for e in events if e["type"] in TERMINAL_EVENTS] == ["response.completed"]
+    added = {e["item"]["id"] for e in events if e["type"] == "response.output_item.added"}
+    assert {e["item_id"] for e in events if "delta" in e} <= added
+    done = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
+    assert sorted(done) == sorted(added)
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "completed"
+    assert record.response["output"] == events[-1]["response"]["output"]
 
 
 START_TIMEOUT_S = 30.0
