@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -53,6 +53,7 @@ from oss_responses.workers.journal import (
     listed_in,
     read_journal,
     split_at_prompt,
+    unfinished_listings,
 )
 from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.lease import Lease
@@ -324,11 +325,20 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
     known = listed_tools(job.history, request.input_items())  # grows with this response's listings
     run.translator = _translator(run, approval_policy(tools.servers, known))
-    emit = partial(ctx.writer.append, job.response_id)
-    emit(run.translator.start())
-    listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
+    ctx.writer.append(job.response_id, run.translator.start())
+    await _list_then_generate(run, request, tools, known)
+
+
+async def _list_then_generate(
+    run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any],
+    started: Collection[str] = (),
+) -> None:
+    """The tool listings still to do (``started``: opened by a lost worker), the prompt, the generation."""
+    assert run.translator is not None
+    emit = partial(run.ctx.writer.append, run.job.response_id)
+    listed = await list_new_tools(tools, known, run.translator, emit, started) if tools.servers else {}
     known.update(listed)
-    _render(run, request, listed)
+    _render(run, request, known)
     assert run.rendered is not None
     run.translator.use_prompt(
         mcp_labels=run.rendered.mcp_labels,
@@ -341,38 +351,37 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
 
 
 async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) -> None:
-    """On the engine loop: the journal replayed (events the stream lacks written), then generation goes on."""
+    """On the engine loop: the journal replayed (events the stream lacks written), then generation goes on.
+
+    Lost before its prompt was rendered: the listings it left unfinished are done again into their
+    items, and it goes on as a fresh run does.
+    """
     ctx, job = run.ctx, run.job
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
     known = listed_tools(job.history, request.input_items())
     before, after = split_at_prompt(steps)
-    listed = listed_in(before)
-    known.update(listed)
+    known.update(listed_in(before))
     first = first_sequence_number(steps)
     if first is None:
         first = await next_sequence_number(ctx.redis, job.response_id) or 0
     run.first_sequence_number = first
     run.translator = _translator(run, approval_policy(tools.servers, known), record=False)
     events = [event for step in before for event in apply_translator_step(run.translator, step, None)]
-    _render(run, request, listed)
-    assert run.rendered is not None
-    _new_generation(run, request, tools, known)
-    assert run.generation is not None
-    events += run.generation.replay(run.rendered.token_ids, after, run.rendered.approval)
-    if not after:  # lost before its prompt was rendered: the prompt's facts, as a fresh run gives them
-        run.translator.use_prompt(
-            mcp_labels=run.rendered.mcp_labels, input_tokens=len(run.rendered.token_ids),
-            function_namespaces=run.rendered.function_namespaces,
-        )
+    if after:
+        _render(run, request, known)
+        assert run.rendered is not None
+        _new_generation(run, request, tools, known)
+        assert run.generation is not None
+        events += run.generation.replay(run.rendered.token_ids, after, run.rendered.approval)
     run.translator.record = partial(ctx.writer.append_journal, job.response_id)
-    run.generation.journal = run.translator.record
     await _write_missing(run, events)
     if run.fail_after_replay is not None:
-        run.generation.emit(run.translator.fail(run.fail_after_replay))
-        return
-    if not after:
-        await run.generation.run(run.rendered.token_ids, run.rendered.approval)
+        ctx.writer.append(job.response_id, run.translator.fail(run.fail_after_replay))
+    elif not after:
+        await _list_then_generate(run, request, tools, known, started=unfinished_listings(before))
     else:
+        assert run.generation is not None
+        run.generation.journal = run.translator.record
         await run.generation.resume()
 
 
@@ -386,8 +395,8 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
-def _render(run: _Run, request: CreateResponseRequest, listed: dict[str, Any]) -> None:
-    options = job_render_options(run.ctx.settings, run.job.record, listed, run.ctx.sealer)
+def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
+    options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
     run.rendered = render_prompt(request, run.job.history, options, run.ctx.encoding)
 
 
