@@ -150,7 +150,7 @@ def start_worker(
     loop = EngineLoop().start()
     try:
         encoding = encoding or load_encoding(settings.tiktoken_dir)
-        redis_client = loop.run(_async_redis(settings.redis_url))
+        redis_client = loop.run(_async_redis(settings.redis_url, _redis_connections(settings)))
         ctx = WorkerContext(
             settings=settings,
             worker_id=worker_id or new_worker_id(),
@@ -159,7 +159,8 @@ def start_worker(
             engine=engine or build_engine(settings, encoding),
             db=Database(settings.database_url),
             redis=redis_client,
-            sync_redis=redis.Redis.from_url(settings.redis_url),
+            sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+                settings.redis_url, max_connections=_redis_connections(settings), timeout=None)),
             writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
             mcp_pool=McpSessionPool() if with_mcp else None,
@@ -181,6 +182,13 @@ def start_worker(
     return ctx
 
 
-async def _async_redis(url: str) -> redis_asyncio.Redis:
+def _redis_connections(settings: Settings) -> int:
+    # redis-py's pools refuse a 101st connection by default; every running response may hold one at
+    # once (lease renewal, cancel check), so the pools are sized for them and wait, never refuse.
+    return max(100, 2 * settings.worker_concurrency + 16)
+
+
+async def _async_redis(url: str, max_connections: int) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
-    return redis_asyncio.Redis.from_url(url)
+    pool = redis_asyncio.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=None)
+    return redis_asyncio.Redis(connection_pool=pool)
