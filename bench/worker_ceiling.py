@@ -7,7 +7,8 @@ DELTA token ids, every running request one token per step, each step as soon as 
 last one. ``--streams`` responses of ``tokens N`` run concurrently (one task thread each, as Celery's
 threads pool runs them). Measured over the steps when all of them run: tokens/s and the loop
 thread's CPU per token (the loop thread is the one that would feed the GPU). The headline is the
-last line; ``--profile`` prints cProfile's top functions of the loop thread over that run.
+last line; ``--profile`` prints cProfile's top functions of the loop thread over that run, timed by
+the thread's CPU clock (which makes the run about ten times slower: compare entries, not rates).
 
     python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--profile]
 """
@@ -74,7 +75,8 @@ def main() -> None:
             engine = VllmEngine(settings, encoding)
             llm = SyntheticLLM(ScriptedAnswers(encoding))
             engine._llm = llm  # type: ignore[assignment]  # start() then keeps it: no vLLM engine core
-            profiler = cProfile.Profile() if args.profile else None
+            # Timed by the loop thread's CPU clock: wall time would charge GIL waits to whatever was running.
+            profiler = cProfile.Profile(time.thread_time) if args.profile else None
             with local_worker(settings, engine=engine, with_mcp=False) as worker:
                 ids = [accept(db, redis, settings, input=f"tokens {args.tokens}", background=True)
                        for _ in range(args.streams)]
