@@ -4,7 +4,9 @@ Runs in the task thread right after the stream was closed (and the turn saved): 
 read whole, its frames stored compressed in ``event_logs`` (expiring with the stream's TTL), then the
 stream is trimmed to its tombstone (``eventlog/archive.py``). Each step only follows the one before,
 so a failure at any point leaves a readable log: the full stream (until its TTL), or the full stream
-and its SQL copy, or the tombstone and its SQL copy. Nothing here fails the response.
+and its SQL copy, or the tombstone and its SQL copy. Nothing here fails the response, and nothing is
+retried: a failure costs Redis memory until the TTL, not correctness, while a retry would hold the
+task's slot (the save before it is retried: there SQL must follow the stream).
 """
 
 from __future__ import annotations
