@@ -4,7 +4,8 @@ A redis-server (started here), a migrated SQLite file, one in-process worker (en
 engine at ``--rate`` tokens/s per response, the same runner as the Celery task): ``--responses``
 requests of ``tokens N`` accepted as the API accepts them and run concurrently. While they run, the
 keys of every response (all of ``redis_keys``' per-response keys) are sampled with ``MEMORY USAGE ...
-SAMPLES 0``; once all ended, measured again. The headline is the last line.
+SAMPLES 0``; once all ended, measured again, with the size of their logs in SQL. The headline is the
+last line.
 
     python bench/redis_memory.py [--responses 20] [--tokens 256] [--rate 200]
 """
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +30,10 @@ from support.servers import start_redis  # noqa: E402
 from worker_support import accept, worker_settings  # noqa: E402
 
 from oss_responses import redis_keys  # noqa: E402
-from oss_responses.storage import Database, migrate  # noqa: E402
+from sqlalchemy import select  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+
+from oss_responses.storage import Database, EventLogRow, migrate  # noqa: E402
 from oss_responses.workers.testing import local_worker, run_response_now  # noqa: E402
 
 PER_RESPONSE_KEYS = (redis_keys.events, redis_keys.lease, redis_keys.cancel, redis_keys.journal,
@@ -43,6 +48,11 @@ def response_bytes(redis: redis_lib.Redis, response_id: str) -> dict[str, int]:
         if usage:
             sizes[key_of.__name__] = usage
     return sizes
+
+
+def archived_sizes(session: Session) -> list[tuple[int, int]]:
+    """(stored bytes, frame bytes) of every archived event log."""
+    return [(len(row.frames), len(zlib.decompress(row.frames))) for row in session.scalars(select(EventLogRow))]
 
 
 def sample_running(redis: redis_lib.Redis, ids: list[str], done: threading.Event) -> list[dict[str, int]]:
@@ -89,12 +99,17 @@ def main() -> None:
                     done.set()
                     running = sampler.result()
                 wall = time.monotonic() - t0
+            sql_sizes = db.run(archived_sizes)
             db.dispose()
         assert set(outcomes) == {"completed"}, outcomes
         print(f"{args.responses} responses of 'tokens {args.tokens}' at {args.rate:g} tokens/s each, "
               f"{wall:.1f} s; redis-server {redis.info('server')['redis_version']}")
         describe("running (sampled every 50 ms)", running)
         finished = describe("ended", [response_bytes(redis, rid) for rid in ids])
+        if sql_sizes:
+            stored, raw = (statistics.median(column) for column in zip(*sql_sizes))
+            print(f"in SQL (event_logs), per finished response: median {stored:,.0f} B compressed, "
+                  f"{raw:,.0f} B of frames")
         print(f"redis_bytes_per_finished_response: {finished} bytes")
     finally:
         redis.close()

@@ -23,6 +23,9 @@ from oss_responses.storage import Database, save_event_log, utcnow
 
 log = logging.getLogger(__name__)
 
+# The SQL copy outlives the tombstone: a reader that found the tombstone always finds the frames.
+OUTLIVE_TOMBSTONE = timedelta(minutes=5)
+
 
 def archive_event_log(db: Database, redis: Redis, response_id: str, *, ttl_seconds: int) -> bool:
     """True if the stream is now a tombstone and its frames are in SQL."""
@@ -31,7 +34,8 @@ def archive_event_log(db: Database, redis: Redis, response_id: str, *, ttl_secon
         if closed is None:
             return False
         ttl = timedelta(milliseconds=closed.ttl_ms) if closed.ttl_ms > 0 else timedelta(seconds=ttl_seconds)
-        db.run(save_event_log, response_id, closed.first_sequence_number, closed.frames, utcnow() + ttl)
+        expires_at = utcnow() + ttl + OUTLIVE_TOMBSTONE
+        db.run(save_event_log, response_id, closed.first_sequence_number, closed.frames, expires_at)
         return leave_tombstone(redis, response_id, closed)
     except (RedisError, SQLAlchemyError):
         log.warning("archiving the event log of %s failed: it stays in Redis until its TTL", response_id,

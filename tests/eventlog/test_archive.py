@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
 from functools import partial
 
 import pytest
@@ -13,7 +14,7 @@ from oss_responses import redis_keys
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, parse_frame, write_events
 from oss_responses.eventlog.writer import close_commands, event_commands
-from oss_responses.storage import AsyncDatabase, Database, insert_response
+from oss_responses.storage import AsyncDatabase, Database, EventLogRow, insert_response, utcnow
 from oss_responses.workers.archive import archive_event_log
 from tests.support.rows import new_response
 
@@ -149,3 +150,12 @@ async def test_live_follower_during_the_archive_misses_nothing(
 
 async def _collect(frames: AsyncIterator[bytes]) -> list[int]:
     return [parse_frame(data)["sequence_number"] async for data in frames]
+
+
+async def test_archive_outlives_the_tombstone(db, redis, aredis, response_id, make_events) -> None:
+    await write_events(aredis, response_id, make_events(range(3)), close="completed", ttl_seconds=60)
+
+    assert archive(db, redis, response_id)
+
+    expires_at = db.run(lambda session: session.get(EventLogRow, response_id).expires_at)
+    assert expires_at > utcnow() + timedelta(seconds=redis.ttl(redis_keys.events(response_id)))
