@@ -41,6 +41,7 @@ from oss_responses.harmony.render import RenderedPrompt, render_prompt
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.storage import delete_response, get_response, save_turn, transition, utcnow
+from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.generation import TERMINAL, Generation, StopCause
@@ -429,7 +430,7 @@ def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
 
 
 def _finish(run: _Run) -> Outcome:
-    """Drain the events, store the turn, close the stream."""
+    """Drain the events, store the turn, close the stream, move its events to SQL."""
     ctx, job, translator = run.ctx, run.job, run.translator
     assert translator is not None
     try:
@@ -439,8 +440,11 @@ def _finish(run: _Run) -> Outcome:
     status = translator.response.status or "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
-    if _save_retrying(run) or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
+    saved = _save_retrying(run)
+    if saved or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
+    if saved and job.record.store:  # a response not stored has no row to hold its log, nor a reader later
+        archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     return status  # type: ignore[return-value]
 
 
