@@ -15,6 +15,8 @@
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
 - ``REAPER_LOCK`` STRING  held by the worker that is reaping lost responses.
+- ``broker_queue(queue)`` LIST  Celery's Redis transport: a queue's waiting tasks (the key is the queue's
+                           name, outside ``oss:``); the API's /metrics reads its length.
 - ``hub_wake(hub_id)`` STREAM  one entry (MAXLEN 1, TTL) per API process's EventHub; XADD to it wakes
                            the hub's blocking multiplexed XREAD when a new stream is subscribed.
 """
@@ -59,6 +61,11 @@ def worker_ready(worker_id: str) -> str:
 
 def hub_wake(hub_id: str) -> str:
     return f"{PREFIX}hub:{hub_id}:wake"
+
+
+def broker_queue(queue: str) -> str:
+    """The list kombu's Redis transport keeps a queue's waiting messages in (priority 0: the name itself)."""
+    return queue
 
 
 def event_id(sequence_number: int) -> str:

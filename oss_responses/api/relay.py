@@ -26,6 +26,7 @@ from starlette.types import Send
 from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.eventlog.hub import EventHubStopped
+from oss_responses.metrics import ACTIVE_STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ async def _frames(
     cancel_on_disconnect: bool,
 ) -> AsyncIterator[bytes]:
     ended = False
+    ACTIVE_STREAMS.inc()
     try:
         for chunk in head:
             yield chunk
@@ -47,6 +49,7 @@ async def _frames(
     except EventHubStopped:
         log.info("event hub stopped while relaying %s", response_id)
     finally:
+        ACTIVE_STREAMS.dec()
         if not ended and cancel_on_disconnect:
             with anyio.CancelScope(shield=True):
                 await _cancel_quietly(services, response_id)

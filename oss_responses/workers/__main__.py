@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
         "worker",
         "--pool=threads",
         f"--concurrency={settings.worker_concurrency}",
-        f"--queues={settings.queue_for(settings.worker_model)}",
+        f"--queues={settings.queue_for(settings.worker_model)},{settings.webhook_queue}",
         "--loglevel=INFO",
         "--without-gossip",
         "--without-mingle",

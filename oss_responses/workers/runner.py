@@ -42,7 +42,9 @@ from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.storage import delete_response, get_response, save_turn, transition, utcnow
 from oss_responses.workers.cancel import is_cancel_requested
+from oss_responses.metrics import TAKEOVERS
 from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.ended import response_ended
 from oss_responses.workers.generation import TERMINAL, Generation, StopCause
 from oss_responses.workers.journal import (
     JournaledTranslator,
@@ -160,6 +162,7 @@ def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
     )
     if won:
         ctx.loop.run(_close_stream(ctx, job.response_id, "cancelled"))
+        response_ended(ctx.webhooks, job.response_id, job.record.model, "cancelled", background=job.record.background)
     return "cancelled"
 
 
@@ -202,6 +205,7 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
     steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
     log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
+    TAKEOVERS.labels("takeover" if counted else "handoff").inc()
     if count > ctx.settings.max_takeovers:
         run.fail_after_replay = (
             f"worker_lost: the workers running this response stopped {count} times, more than "
@@ -412,8 +416,11 @@ def _finish(run: _Run) -> Outcome:
     status = translator.response.status or "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
-    if _save_retrying(run) or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
+    saved = _save_retrying(run)
+    if saved or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
+    if saved:
+        response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
     return status  # type: ignore[return-value]
 
 
