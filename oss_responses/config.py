@@ -123,7 +123,9 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         "json", description="Log lines as one JSON object each (production) or plain text (development; `make run`)"
     )
-    log_level: str = Field("INFO", description="Level of the service's own loggers (DEBUG, INFO, WARNING, ...)")
+    log_level: str = Field(
+        "INFO", description="Log level (DEBUG, INFO, WARNING, ...); DEBUG also shows the HTTP clients' requests"
+    )
     worker_metrics_port: int = Field(
         0, description="Port of the worker's Prometheus /metrics (0 = not served); one port per worker process"
     )

@@ -27,6 +27,7 @@ from oss_responses.config import Settings
 CONTEXT_FIELDS = ("request_id", "response_id", "model", "worker_id")
 _vars: dict[str, ContextVar[str | None]] = {name: ContextVar(f"log_{name}", default=None) for name in CONTEXT_FIELDS}
 
+CHATTY_LIBRARIES = ("httpx", "httpcore", "mcp", "sse_starlette")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s"
 
 
@@ -97,7 +98,8 @@ def configure_logging(settings: Settings) -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.addHandler(make_handler(settings.log_format))
-    root.setLevel(logging.WARNING)  # libraries: warnings and up
-    logging.getLogger("oss_responses").setLevel(settings.log_level.upper())
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "celery"):
-        logging.getLogger(name).setLevel(logging.INFO)
+    level = logging.getLevelName(settings.log_level.upper())
+    root.setLevel(level)
+    # Above DEBUG, the HTTP clients' line per request (MCP calls, webhook POSTs) is noise: warnings only.
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else logging.WARNING)
