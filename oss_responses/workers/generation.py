@@ -28,8 +28,8 @@ from typing import Any, Literal
 from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
-from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
+from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 from oss_responses.workers.journal import apply_translator_step
 
@@ -249,16 +249,11 @@ class Generation:
             temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
             extra=self.sampling.extra,
         )
+        generated_before = self._generated
         try:
             return await self._stream(list(self._tokens), sampling, counted)
         finally:
             self._request_id = None
-
-    async def _stream(self, tokens: list[int], sampling: SamplingSettings, counted: bool) -> TurnResult:
-        generated_before = self._generated
-        try:
-            return await self._stream_outputs(tokens, sampling, counted)
-        finally:
             # Counted once per engine call, never per token (the per-token path is measured: bench/worker.py).
             self._count_tokens(self._generated - generated_before)
 
@@ -272,7 +267,7 @@ class Generation:
         response = self.translator.response
         TIME_TO_FIRST_TOKEN.labels(response.model).observe(max(0.0, time.time() - response.created_at))
 
-    async def _stream_outputs(self, tokens: list[int], sampling: SamplingSettings, counted: bool) -> TurnResult:
+    async def _stream(self, tokens: list[int], sampling: SamplingSettings, counted: bool) -> TurnResult:
         result = TurnResult("stop")
         first_pending = not self._first_token_seen  # a local test per output: no metric call per token
         async for output in self.engine.generate(self._request_id or "", tokens, sampling):
