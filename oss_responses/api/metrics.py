@@ -71,7 +71,7 @@ class MetricsExporter:
 
     async def render(self) -> bytes:
         # Blocking: the broker's LLENs and, in multiprocess mode, reading every process's files.
-        return await anyio.to_thread.run_sync(generate_latest, self._collector)  # type: ignore[arg-type]
+        return await anyio.to_thread.run_sync(generate_latest, self._collector)
 
     def close(self) -> None:
         self._client.close()
@@ -81,5 +81,5 @@ def _process_metrics() -> Collector:
     if not os.environ.get(MULTIPROC_ENV):
         return REGISTRY
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     return registry

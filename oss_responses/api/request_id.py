@@ -22,7 +22,7 @@ _RESPONSE_PATH = re.compile(r"^/v1/responses/(resp_[A-Za-z0-9]+)")
 def request_id_of(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER and _ACCEPTED.fullmatch(value):
-            return value.decode()
+            return bytes(value).decode()
     return f"req_{uuid.uuid4().hex}"
 
 

@@ -50,11 +50,12 @@ def record_attempt(
 ) -> None:
     """One attempt's result: ``state`` is ``delivered``, ``retrying`` or ``failed``."""
     now = utcnow()
+    row = WebhookDeliveryRow
     session.execute(
-        update(_deliveries)
-        .where(_deliveries.c.webhook_id == webhook_id, _deliveries.c.endpoint_url == url)
+        update(row)
+        .where(row.webhook_id == webhook_id, row.endpoint_url == url)
         .values(
-            state=state, attempts=_deliveries.c.attempts + 1, last_status=status, last_error=error,
+            state=state, attempts=row.attempts + 1, last_status=status, last_error=error,
             updated_at=now, delivered_at=now if state == "delivered" else None,
         )
     )

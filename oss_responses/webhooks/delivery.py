@@ -67,4 +67,4 @@ def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery
 
 def backoff_seconds(settings: Settings, attempt_number: int) -> float:
     """The wait before the next attempt: ``webhook_backoff_seconds`` doubled at each attempt, capped."""
-    return min(settings.webhook_backoff_seconds * 2 ** (attempt_number - 1), MAX_BACKOFF_SECONDS)
+    return float(min(settings.webhook_backoff_seconds * 2 ** (attempt_number - 1), MAX_BACKOFF_SECONDS))

@@ -34,7 +34,10 @@ def make_celery(settings: Settings) -> Celery:
         worker_pool="threads",
         worker_concurrency=settings.worker_concurrency,
         task_default_queue=queue,
-        task_routes={RUN_RESPONSE_TASK: {"queue": queue}, DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue}},
+        task_routes={
+            RUN_RESPONSE_TASK: {"queue": queue},
+            DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue},
+        },
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_seconds},
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,

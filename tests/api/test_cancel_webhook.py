@@ -29,7 +29,9 @@ def _queued_tasks(redis: redis_lib.Redis, queue: str) -> list[dict]:  # type: ig
     return [json.loads(message) for message in redis.lrange(redis_keys.broker_queue(queue), 0, -1)]
 
 
-def test_cancel_queued_response_queues_cancelled_webhook(client: OpenAI, api: ApiServer, redis: redis_lib.Redis) -> None:
+def test_cancel_queued_response_queues_cancelled_webhook(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis
+) -> None:
     created = client.responses.create(model=MODEL, input="cancel me", background=True)
     client.responses.cancel(created.id)
 

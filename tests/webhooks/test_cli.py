@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +15,7 @@ URL = "https://hooks.example/receive"
 
 
 @pytest.fixture
-def db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Database:
+def db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]:
     monkeypatch.setenv("OSS_RESPONSES_DATABASE_URL", database_url)
     from oss_responses.config import get_settings
 
