@@ -140,6 +140,11 @@ class Settings(BaseSettings):
         2.0, description="Delay before a delivery's second attempt; doubled at each later one (at most an hour)"
     )
     webhook_timeout_seconds: float = Field(10.0, description="Timeout of one webhook POST")
+    webhook_resend_after_seconds: float = Field(
+        600.0,
+        description="A delivery still pending this long (its task was lost), or retrying this long past its "
+        "longest backoff, is sent again by a worker's sweeper",
+    )
 
     # --- API ------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import RowMapping, select, update
 from sqlalchemy.orm import Session
 
 from oss_responses.storage.models import WebhookDeliveryRow
@@ -31,18 +31,43 @@ class DeliveryRecord:
     delivered_at: datetime | None
 
 
-def add_pending(session: Session, deliveries: Sequence[tuple[str, str, str, str]]) -> None:
-    """Log deliveries about to be queued: (webhook id, endpoint url, event type, response id) each.
+def add_pending(session: Session, deliveries: Sequence[tuple[str, str, str, str, datetime]]) -> None:
+    """Log deliveries about to be queued: (webhook id, endpoint url, event type, response id, the event's
+    ``created_at``) each; that time is the row's ``created_at``, so a delivery sent again has the same body.
 
     One already logged (the same event queued again) is left as it is.
     """
     now = utcnow()
-    for webhook_id, url, event_type, response_id in deliveries:
+    for webhook_id, url, event_type, response_id, created_at in deliveries:
         if _find(session, webhook_id, url) is None:
             session.add(WebhookDeliveryRow(
                 webhook_id=webhook_id, endpoint_url=url, event_type=event_type, response_id=response_id,
-                state="pending", attempts=0, created_at=now, updated_at=now,
+                state="pending", attempts=0, created_at=created_at, updated_at=now,
             ))
+
+
+def attempts_of(session: Session, webhook_id: str, url: str) -> int:
+    """Attempts made so far (0 for a delivery not logged)."""
+    query = select(_deliveries.c.attempts).where(
+        _deliveries.c.webhook_id == webhook_id, _deliveries.c.endpoint_url == url
+    )
+    return int(session.execute(query).scalar_one_or_none() or 0)
+
+
+def claim_stale(
+    session: Session, *, pending_before: datetime, retrying_before: datetime, limit: int = 100
+) -> list[DeliveryRecord]:
+    """Deliveries whose task seems lost (pending, or retrying, untouched since these times); each one's
+    ``updated_at`` is set to now, so that the next sweep leaves it alone for as long again."""
+    stale = (
+        (_deliveries.c.state == "pending") & (_deliveries.c.updated_at < pending_before)
+    ) | ((_deliveries.c.state == "retrying") & (_deliveries.c.updated_at < retrying_before))
+    query = select(_deliveries).where(stale).order_by(_deliveries.c.id).limit(limit)
+    rows = list(session.execute(query).mappings())
+    if rows:
+        row = WebhookDeliveryRow
+        session.execute(update(row).where(row.id.in_([r["id"] for r in rows])).values(updated_at=utcnow()))
+    return _records(rows)
 
 
 def record_attempt(
@@ -70,8 +95,12 @@ def list_deliveries(
         query = query.where(_deliveries.c.response_id == response_id)
     if failed:
         query = query.where(_deliveries.c.state.in_(_FAILED_STATES))
+    return _records(session.execute(query).mappings())
+
+
+def _records(rows: Iterable[RowMapping]) -> list[DeliveryRecord]:
     fields = DeliveryRecord.__dataclass_fields__
-    return [DeliveryRecord(**{name: row[name] for name in fields}) for row in session.execute(query).mappings()]
+    return [DeliveryRecord(**{name: row[name] for name in fields}) for row in rows]
 
 
 def _find(session: Session, webhook_id: str, url: str) -> int | None:

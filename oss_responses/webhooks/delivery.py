@@ -12,7 +12,7 @@ import httpx
 from oss_responses.config import Settings, WebhookEndpoint
 from oss_responses.metrics import WEBHOOK_DELIVERIES, WEBHOOK_DELIVERY_SECONDS
 from oss_responses.storage import Database
-from oss_responses.storage.webhook_deliveries import record_attempt
+from oss_responses.storage.webhook_deliveries import attempts_of, record_attempt
 from oss_responses.webhooks.events import WebhookDelivery
 from oss_responses.webhooks.signing import signed_headers
 
@@ -47,8 +47,13 @@ def endpoint_for(settings: Settings, url: str) -> WebhookEndpoint | None:
     return next((endpoint for endpoint in settings.webhook_endpoints if endpoint.url == url), None)
 
 
-def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery, attempt_number: int) -> State:
-    """Attempt ``attempt_number`` (1 for the first): POSTed, logged, counted; the delivery's state after it."""
+def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery) -> tuple[State, int]:
+    """One attempt: POSTed, logged, counted; the delivery's state after it and the attempt's number.
+
+    Attempts are numbered from the log (not Celery's retry count), so a task sent again by the sweeper or
+    redelivered by the broker counts on from where the delivery stood.
+    """
+    attempt_number = db.run(attempts_of, delivery.webhook_id, delivery.url) + 1
     endpoint = endpoint_for(settings, delivery.url)
     if endpoint is None:  # its secret is not known here: nothing can be signed
         attempt = Attempt(None, "no endpoint with this URL in this worker's OSS_RESPONSES_WEBHOOK_ENDPOINTS")
@@ -62,7 +67,7 @@ def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery
     if state != "delivered":
         log.warning("webhook %s to %s, attempt %d: %s (%s)", delivery.webhook_id, delivery.url, attempt_number,
                     attempt.error, state)
-    return state
+    return state, attempt_number
 
 
 def backoff_seconds(settings: Settings, attempt_number: int) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from oss_responses.config import Settings
@@ -23,8 +24,9 @@ log = logging.getLogger(__name__)
 SendDelivery = Callable[[list[Any]], None]
 
 
-def log_rows(deliveries: list[WebhookDelivery]) -> list[tuple[str, str, str, str]]:
-    return [(d.webhook_id, d.url, d.event_type, d.response_id) for d in deliveries]
+def log_rows(deliveries: list[WebhookDelivery]) -> list[tuple[str, str, str, str, datetime]]:
+    return [(d.webhook_id, d.url, d.event_type, d.response_id, datetime.fromtimestamp(d.created_at, UTC))
+            for d in deliveries]
 
 
 class WebhookNotifier:

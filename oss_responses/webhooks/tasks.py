@@ -24,9 +24,8 @@ def register_webhook_task(app: Celery, settings: Settings, database: Callable[[]
 
     def deliver_webhook(self: Task, *args: Any) -> str:
         delivery = WebhookDelivery(*args)
-        attempt_number = self.request.retries + 1
         with log_context(response_id=delivery.response_id):
-            state = attempt_delivery(settings, database(), delivery, attempt_number)
+            state, attempt_number = attempt_delivery(settings, database(), delivery)
         if state == "retrying":
             raise self.retry(countdown=backoff_seconds(settings, attempt_number), max_retries=None)
         return state

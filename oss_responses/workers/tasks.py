@@ -22,6 +22,7 @@ from oss_responses.logs import configure_logging, log_context
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.webhooks.notify import SendDelivery
+from oss_responses.webhooks.sweeper import WebhookSweeper
 from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import runner
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
@@ -33,6 +34,7 @@ RUN_RESPONSE_TASK = "oss_responses.run_response"
 
 _context: WorkerContext | None = None
 _metrics_server: MetricsServer | None = None
+_webhook_sweeper: WebhookSweeper | None = None
 _start_error: EngineStartError | None = None
 
 
@@ -70,7 +72,7 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
         label = "oss-responses engine"
 
         def start(self, worker: Any) -> None:
-            global _context, _start_error, _metrics_server
+            global _context, _start_error, _metrics_server, _webhook_sweeper
             try:
                 _context = start_worker(
                     settings, dispatch=dispatcher(worker.app, settings),
@@ -80,12 +82,18 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
                 _start_error = exc
                 raise
             _metrics_server = MetricsServer(settings.worker_metrics_port)
+            if settings.webhook_endpoints:
+                send = webhook_sender(worker.app, settings)
+                _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send).start()
 
         def stop(self, worker: Any) -> None:
-            global _context, _metrics_server
+            global _context, _metrics_server, _webhook_sweeper
             if _metrics_server is not None:
                 _metrics_server.stop()
                 _metrics_server = None
+            if _webhook_sweeper is not None:
+                _webhook_sweeper.stop()
+                _webhook_sweeper = None
             if _context is not None:
                 _context.stop()
                 _context = None

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from oss_responses.storage import Database
+from oss_responses.storage import Database, utcnow
 from oss_responses.storage.webhook_deliveries import add_pending, list_deliveries, record_attempt
 from oss_responses.webhooks.__main__ import main
 
@@ -21,8 +21,8 @@ def db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]
 
     get_settings.cache_clear()
     database = Database(database_url)
-    database.run(add_pending, [("evt_ok", URL, "response.completed", "resp_ok"),
-                               ("evt_bad", URL, "response.failed", "resp_bad")])
+    database.run(add_pending, [("evt_ok", URL, "response.completed", "resp_ok", utcnow()),
+                               ("evt_bad", URL, "response.failed", "resp_bad", utcnow())])
     database.run(record_attempt, "evt_ok", URL, state="delivered", status=200, error=None)
     database.run(record_attempt, "evt_bad", URL, state="retrying", status=503, error="HTTP 503: busy")
     yield database
@@ -31,7 +31,7 @@ def db(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Database]
 
 
 def test_add_pending_twice_keeps_one_row(db: Database) -> None:
-    db.run(add_pending, [("evt_ok", URL, "response.completed", "resp_ok")])
+    db.run(add_pending, [("evt_ok", URL, "response.completed", "resp_ok", utcnow())])
     [record] = db.run(list_deliveries, response_id="resp_ok")
     assert (record.state, record.attempts) == ("delivered", 1)
 

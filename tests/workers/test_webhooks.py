@@ -20,8 +20,9 @@ from worker_support import MODEL, accept, overwrite_row, wait_for_end, worker_se
 from oss_responses import redis_keys
 from oss_responses.config import Settings, WebhookEndpoint
 from oss_responses.storage import Database
-from oss_responses.storage.webhook_deliveries import list_deliveries
-from oss_responses.webhooks.events import event_id
+from oss_responses.storage.webhook_deliveries import add_pending, list_deliveries
+from oss_responses.webhooks.events import WebhookDelivery, event_id
+from oss_responses.webhooks.notify import log_rows
 from oss_responses.workers.celery_app import enqueue, make_celery
 
 BACKOFF_S = 0.2
@@ -154,4 +155,20 @@ def test_send_no_webhook_for_foreground_response(
     time.sleep(0.5)
     assert [d.event.data.id for d in receiver.deliveries] == [background]
     assert db.run(list_deliveries, response_id=foreground) == []
+    db.dispose()
+
+
+def test_worker_sends_again_delivery_whose_task_was_lost(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, receiver: WebhookReceiver
+) -> None:  # type: ignore[no-untyped-def]
+    settings = _settings(database_url, redis_url, receiver).model_copy(update={"webhook_resend_after_seconds": 1.0})
+    db = Database(settings.database_url)
+    lost = WebhookDelivery(event_id("resp_lost", "response.completed"), "response.completed", int(time.time()),
+                           "resp_lost", receiver.url)
+    db.run(add_pending, log_rows([lost]))  # logged, then the process died before sending its task
+    start_worker(settings, "sweeper")
+
+    [delivery] = receiver.wait_for(1)
+    assert delivery.error is None and delivery.body.decode() == lost.payload()
+    _wait_state(db, "resp_lost", "delivered")
     db.dispose()

@@ -140,6 +140,7 @@ class WorkerProcess:
             ),
             "OSS_RESPONSES_WEBHOOK_MAX_ATTEMPTS": str(settings.webhook_max_attempts),
             "OSS_RESPONSES_WEBHOOK_BACKOFF_SECONDS": str(settings.webhook_backoff_seconds),
+            "OSS_RESPONSES_WEBHOOK_RESEND_AFTER_SECONDS": str(settings.webhook_resend_after_seconds),
             "OSS_RESPONSES_LOG_FORMAT": settings.log_format,
             "OSS_RESPONSES_LOG_LEVEL": settings.log_level,
         }
