@@ -61,7 +61,10 @@ MCP_CALL_ERRORS = Counter(
     "oss_responses_mcp_call_errors_total", "MCP tool calls that failed (timeout, unreachable, refused, tool error)",
     ["server"],
 )
-LEASE_LOSSES = Counter("oss_responses_lease_losses_total", "Responses this worker stopped because it lost their lease")
+LEASE_LOSSES = Counter(
+    "oss_responses_lease_losses_total",
+    "Responses this worker stopped and left to a takeover: their lease was lost, or their event log unreachable",
+)
 TAKEOVERS = Counter(
     "oss_responses_takeovers_total", "Responses taken over from a lost worker (or after a handoff)", ["kind"]
 )
@@ -81,6 +84,7 @@ WEBHOOK_DELIVERY_SECONDS = Histogram(
     "oss_responses_webhook_delivery_seconds", "One webhook POST, from send to answer",
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+
 
 def response_ended(model: str, status: str) -> None:
     RESPONSES_ENDED.labels(model, status).inc()
