@@ -10,8 +10,15 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WebhookEndpoint(BaseModel):
+    """Where terminal background responses are announced, and the Standard Webhooks secret signing them."""
+
+    url: str
+    secret: SecretStr  # "whsec_" + base64, as OpenAI's dashboard gives one
 
 
 class Settings(BaseSettings):
@@ -110,6 +117,33 @@ class Settings(BaseSettings):
         description="Keys sealing reasoning.encrypted_content, compaction items and MCP credentials, as a JSON list: the first "
         "seals, every one opens (rotate by prepending). Each: python -c \"from oss_responses.sealing import new_key; "
         "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] and MCP authorization/headers are 400s",
+    )
+
+    # --- operations: logs, metrics, webhooks --------------------------------------
+    log_format: Literal["json", "text"] = Field(
+        "json", description="Log lines as one JSON object each (production) or plain text (development; `make run`)"
+    )
+    log_level: str = Field(
+        "INFO", description="Log level (DEBUG, INFO, WARNING, ...); DEBUG also shows the HTTP clients' requests"
+    )
+    worker_metrics_port: int = Field(
+        0, description="Port of the worker's Prometheus /metrics (0 = not served); one port per worker process"
+    )
+    webhook_endpoints: list[WebhookEndpoint] = Field(
+        default_factory=list,
+        description='Webhook endpoints, as JSON: [{"url": "https://...", "secret": "whsec_..."}]; each gets '
+        "response.completed/failed/cancelled/incomplete of background responses, signed (Standard Webhooks)",
+    )
+    webhook_queue: str = Field("webhooks", description="Celery queue of webhook deliveries (workers consume it)")
+    webhook_max_attempts: int = Field(10, description="Attempts of one webhook delivery before it is given up")
+    webhook_backoff_seconds: float = Field(
+        2.0, description="Delay before a delivery's second attempt; doubled at each later one (at most an hour)"
+    )
+    webhook_timeout_seconds: float = Field(10.0, description="Timeout of one webhook POST")
+    webhook_resend_after_seconds: float = Field(
+        600.0,
+        description="A delivery still pending this long (its task was lost), or retrying this long past its "
+        "longest backoff, is sent again by a worker's sweeper",
     )
 
     # --- API ------------------------------------------------------------------

@@ -114,6 +114,7 @@ def main() -> None:
         procs.append(_start_redis(settings.redis_url, var / "redis"))
     migrate(settings.database_url)
     env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
+    env.setdefault("OSS_RESPONSES_LOG_FORMAT", "text")  # a terminal, not a log collector
     if not settings.encryption_keys:
         env["OSS_RESPONSES_ENCRYPTION_KEYS"] = _encryption_keys(var)
     if not settings.tool_servers:

@@ -18,6 +18,9 @@
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
 - ``REAPER_LOCK`` STRING  held by the worker that is reaping lost responses.
+- ``WEBHOOK_SWEEP_LOCK`` STRING  held by the worker sending stale webhook deliveries again.
+- ``broker_queue(queue)`` LIST  Celery's Redis transport: a queue's waiting tasks (the key is the queue's
+                           name, outside ``oss:``); the API's /metrics reads its length.
 - ``hub_wake(hub_id)`` STREAM  one entry (MAXLEN 1, TTL) per API process's EventHub; XADD to it wakes
                            the hub's blocking multiplexed XREAD when a new stream is subscribed.
 """
@@ -30,6 +33,9 @@ CANCEL_CHANNEL = PREFIX + "cancel"
 
 # Held (SET NX PX) by the one worker reaping lost responses at a time.
 REAPER_LOCK = PREFIX + "reaper:lock"
+
+# Held (SET NX PX) by the one worker sweeping stale webhook deliveries at a time.
+WEBHOOK_SWEEP_LOCK = PREFIX + "webhooks:sweep:lock"
 
 
 def events(response_id: str) -> str:
@@ -62,6 +68,11 @@ def worker_ready(worker_id: str) -> str:
 
 def hub_wake(hub_id: str) -> str:
     return f"{PREFIX}hub:{hub_id}:wake"
+
+
+def broker_queue(queue: str) -> str:
+    """The list kombu's Redis transport keeps a queue's waiting messages in (priority 0: the name itself)."""
+    return queue
 
 
 def event_id(sequence_number: int) -> str:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import logging
-
 import uvicorn
 
 from oss_responses.api.app import create_app
 from oss_responses.config import get_settings
+from oss_responses.logs import configure_logging
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = get_settings()
-    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port, log_level="info")
+    configure_logging(settings)
+    # log_config=None: uvicorn's loggers propagate to the root handler configured above.
+    uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ from redis.asyncio import Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
+from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.relay import archived_frames
-from oss_responses.api.routes import health, models, responses
+from oss_responses.api.request_id import RequestIdMiddleware
+from oss_responses.api.routes import health, metrics, models, responses
 from oss_responses.api.services import Services, TaskQueue
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
@@ -26,14 +28,16 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     db = AsyncDatabase(settings.database_url)
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db))
-    tasks = TaskQueue(settings.celery_broker_url)
+    tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
+    exporter = MetricsExporter(settings)
     await hub.start()
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
-                       encoding=LazyEncoding(settings.tiktoken_dir), sealer=sealer)
+                       encoding=LazyEncoding(settings.tiktoken_dir), metrics=exporter, sealer=sealer)
     finally:
         await hub.stop()
         tasks.close()
+        exporter.close()
         await redis.aclose()
         await db.dispose()
 
@@ -49,7 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(RequestIdMiddleware)
     app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(health.router)
+    app.include_router(metrics.router)
     return app

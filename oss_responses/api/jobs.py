@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import anyio
@@ -32,6 +33,7 @@ from oss_responses.eventlog.writer import write_events
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
+from oss_responses.metrics import ACCEPTED, response_ended
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
 from oss_responses.storage import (
@@ -44,7 +46,10 @@ from oss_responses.storage import (
     transition,
     utcnow,
 )
+from oss_responses.storage.webhook_deliveries import add_pending
 from oss_responses.tools.policy import resolve_servers
+from oss_responses.webhooks.events import planned_deliveries
+from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json
 
 log = logging.getLogger(__name__)
@@ -144,6 +149,7 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
             "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
             "Retry shortly.", code="queue_unavailable",
         ) from exc
+    ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
     return [frame(event) for event in events]  # type: ignore[arg-type]
 
 
@@ -171,7 +177,23 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
     )
     if won:
         await write_events(services.redis, record.id, [], close="cancelled", ttl_seconds=ttl)
+        await _announce_end(services, record, "cancelled")
     return won
+
+
+async def _announce_end(services: Services, record: ResponseRecord, status: str) -> None:
+    """Ended here (cancelled while queued): counted, and its webhooks queued (see webhooks/notify.py)."""
+    response_ended(record.model, status)
+    deliveries = planned_deliveries(
+        services.settings, record.id, status, background=record.background, ended_at=int(time.time())
+    )
+    if not deliveries:
+        return
+    try:
+        await services.db.run(add_pending, log_rows(deliveries))
+        await services.tasks.deliver_webhooks(deliveries)
+    except Exception:  # the cancel stands; the deliveries stay pending in the log
+        log.exception("queueing the webhooks of %s failed", record.id)
 
 
 async def cancel_if_running(services: Services, response_id: str) -> None:

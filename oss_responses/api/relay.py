@@ -29,6 +29,7 @@ from oss_responses.api.services import Services
 from oss_responses.eventlog.frames import frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
 from oss_responses.storage import AsyncDatabase, get_event_log
+from oss_responses.metrics import ACTIVE_STREAMS
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ async def _frames(
     cancel_on_disconnect: bool,
 ) -> AsyncIterator[bytes]:
     ended = False
+    ACTIVE_STREAMS.inc()
     try:
         for chunk in head:
             yield chunk
@@ -52,6 +54,7 @@ async def _frames(
     except StreamLost as lost:
         yield lost_stream_frame(response_id, lost)
     finally:
+        ACTIVE_STREAMS.dec()
         if not ended and cancel_on_disconnect:
             with anyio.CancelScope(shield=True):
                 await _cancel_quietly(services, response_id)

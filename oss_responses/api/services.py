@@ -9,10 +9,12 @@ from celery import Celery
 from redis.asyncio import Redis
 
 from oss_responses.api.encoding import LazyEncoding
+from oss_responses.api.metrics import MetricsExporter
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
 
 RUN_RESPONSE_TASK = "oss_responses.run_response"
 
@@ -20,7 +22,8 @@ RUN_RESPONSE_TASK = "oss_responses.run_response"
 class TaskQueue:
     """Celery, as a producer only: tasks are sent by name, so no worker code is imported here."""
 
-    def __init__(self, broker_url: str) -> None:
+    def __init__(self, broker_url: str, webhook_queue: str = "webhooks") -> None:
+        self._webhook_queue = webhook_queue
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
         self._celery.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
@@ -37,6 +40,14 @@ class TaskQueue:
         # The task names the response only: its MCP credentials are sealed in its row, not in the broker.
         self._celery.send_task(RUN_RESPONSE_TASK, args=(response_id, {}), queue=queue, routing_key=queue)
 
+    async def deliver_webhooks(self, deliveries: list[WebhookDelivery]) -> None:
+        await anyio.to_thread.run_sync(self._send_webhooks, deliveries)
+
+    def _send_webhooks(self, deliveries: list[WebhookDelivery]) -> None:
+        queue = self._webhook_queue
+        for delivery in deliveries:
+            self._celery.send_task(DELIVER_WEBHOOK_TASK, args=delivery.task_args(), queue=queue, routing_key=queue)
+
     def close(self) -> None:
         self._celery.close()
 
@@ -49,4 +60,5 @@ class Services:
     hub: EventHub
     tasks: TaskQueue
     encoding: LazyEncoding  # harmony, for counting input tokens; loaded on first use
+    metrics: MetricsExporter
     sealer: Sealer | None = None  # None: no encryption keys configured

@@ -19,8 +19,10 @@ it, so the worker that takes it over (once Redis answers again) writes what is m
 from __future__ import annotations
 
 import asyncio
-import logging
+import contextvars
 import json
+import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +32,7 @@ from redis.asyncio import Redis
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import Command, run_commands
 from oss_responses.eventlog.frames import StreamEvent, frame
+from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +177,8 @@ class EventWriter:
         # create_task runs the flusher on the next loop iteration: every write buffered in this
         # iteration (one engine step, all responses) goes into the same pipeline.
         if self._flusher is None:
-            self._flusher = asyncio.get_running_loop().create_task(self._flush_all())
+            # An empty context: the flusher serves every response, its log lines belong to none of them.
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_all(), context=contextvars.Context())
 
     async def _flush_all(self) -> None:
         try:
@@ -186,15 +190,19 @@ class EventWriter:
             self._flusher = None
 
     async def _send(self, batch: _Batch) -> None:
+        started = time.perf_counter()
         try:
             errors: dict[int, str | Exception] = dict(await run_commands(self._redis, batch.commands))
         except Exception as exc:  # connection lost, ...: every response in the batch failed
             log.exception("event log flush of %d commands failed", len(batch.commands))
             errors = dict.fromkeys(range(len(batch.commands)), exc)
+        EVENT_WRITE_SECONDS.observe(time.perf_counter() - started)
+        if errors:
+            EVENT_WRITE_FAILURES.inc()
         for index, error in errors.items():
             owner = batch.owners[index]
             if owner not in self._failed:
-                log.error("event log write for %s failed: %s", owner, error)
+                log.error("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
                 self._failed[owner] = error if isinstance(error, Exception) else EventWriteError(error)
         for owner in set(batch.owners):
             if self._last_batch.get(owner) is batch:

@@ -30,6 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
+WEBHOOK_STATES = ("pending", "retrying", "delivered", "failed")
 
 # ``none_as_null``: Python None is SQL NULL (not the JSON literal ``null``), so ``IS NULL`` works.
 JSONType = JSON(none_as_null=True)
@@ -122,3 +123,30 @@ class EventLogRow(Base):
     # zlib of: event_count uint32 frame lengths (little-endian), then the frames concatenated.
     frames: Mapped[bytes] = mapped_column(LargeBinary)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class WebhookDeliveryRow(Base):
+    """One webhook event to one endpoint: the delivery log operators read (``python -m oss_responses.webhooks``).
+
+    ``state``: ``pending`` (queued, not tried yet), ``retrying`` (an attempt failed; another is scheduled),
+    ``delivered`` (an attempt got a 2xx), ``failed`` (given up after ``webhook_max_attempts``).
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "endpoint_url"),
+        CheckConstraint(f"state IN {WEBHOOK_STATES!r}", name="state"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[str] = mapped_column(String)  # the event id: the same in every attempt
+    endpoint_url: Mapped[str] = mapped_column(Text)
+    event_type: Mapped[str] = mapped_column(String)
+    response_id: Mapped[str] = mapped_column(String, index=True)  # no foreign key: the log outlives a DELETE
+    state: Mapped[str] = mapped_column(String, index=True)
+    attempts: Mapped[int] = mapped_column(Integer)
+    last_status: Mapped[int | None] = mapped_column(Integer)  # the endpoint's HTTP status; None: no answer
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

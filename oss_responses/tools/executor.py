@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 import mcp_types
 from mcp.shared.exceptions import MCPError
 
+from oss_responses.metrics import MCP_CALL_ERRORS, MCP_CALL_SECONDS
 from oss_responses.tools.mcp_client import McpSessionPool, McpToolSpec, McpUnavailable
 from oss_responses.tools.policy import ResolvedServer, allowed_tools, is_tool_allowed
 
@@ -95,6 +97,14 @@ class McpToolExecutor:
         return await self._call(server, name, payload)
 
     async def _call(self, server: ResolvedServer, name: str, payload: dict[str, Any]) -> ToolOutcome:
+        started = time.perf_counter()
+        outcome = await self._call_timed(server, name, payload)
+        MCP_CALL_SECONDS.labels(server.label).observe(time.perf_counter() - started)
+        if outcome.failed:
+            MCP_CALL_ERRORS.labels(server.label).inc()
+        return outcome
+
+    async def _call_timed(self, server: ResolvedServer, name: str, payload: dict[str, Any]) -> ToolOutcome:
         try:
             result = await self._pool.call_tool(server.endpoint, name, payload, self._timeout)
         except TimeoutError:

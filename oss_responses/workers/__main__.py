@@ -1,7 +1,9 @@
 """``python -m oss_responses.workers [celery worker options]``: a worker for ``worker_model``'s queue.
 
 A thin wrapper around ``celery worker``: threads pool, concurrency and queue from the settings
-(``OSS_RESPONSES_*``); extra arguments go to celery (e.g. ``-n w1@%h --loglevel DEBUG``).
+(``OSS_RESPONSES_*``); it consumes the model's queue and the webhooks queue; extra arguments go to celery
+(e.g. ``-n w1@%h``). Logging is the service's (``OSS_RESPONSES_LOG_FORMAT``/``_LOG_LEVEL``), not
+celery's ``--loglevel``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ def main(argv: list[str] | None = None) -> None:
         "worker",
         "--pool=threads",
         f"--concurrency={settings.worker_concurrency}",
-        f"--queues={settings.queue_for(settings.worker_model)}",
+        f"--queues={settings.queue_for(settings.worker_model)},{settings.webhook_queue}",
         "--loglevel=INFO",
         "--without-gossip",
         "--without-mingle",

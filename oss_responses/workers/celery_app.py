@@ -17,6 +17,7 @@ from typing import Any
 from celery import Celery
 
 from oss_responses.config import Settings, get_settings
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.workers.broker import TRANSPORT
 from oss_responses.workers.tasks import RUN_RESPONSE_TASK, register
 
@@ -34,7 +35,10 @@ def make_celery(settings: Settings) -> Celery:
         worker_pool="threads",
         worker_concurrency=settings.worker_concurrency,
         task_default_queue=queue,
-        task_routes={RUN_RESPONSE_TASK: {"queue": queue}},
+        task_routes={
+            RUN_RESPONSE_TASK: {"queue": queue},
+            DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue},
+        },
         broker_transport=TRANSPORT,  # kombu's Redis transport, surviving a Redis restart (broker.py)
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_seconds},
         broker_connection_retry_on_startup=True,

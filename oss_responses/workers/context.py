@@ -33,6 +33,7 @@ from oss_responses.harmony.vocab import load_encoding
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.storage import Database
 from oss_responses.tools.mcp_client import McpSessionPool
+from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
 from oss_responses.workers.reaper import Reaper
@@ -84,6 +85,8 @@ class WorkerContext:
     # Sends a response's task to its model's queue again (response id, model, MCP secrets): how a
     # handoff and a takeover reach another worker. None: nothing to send it with (in-process tests).
     dispatch: Dispatch | None = None
+    # Queues the webhooks of the responses this worker ends; None: no sender (in-process tests).
+    webhooks: WebhookNotifier | None = None
     # The running responses' "hand off" callbacks (called on the engine loop), by response id.
     running: dict[str, Callable[[], None]] = field(default_factory=dict)
     shutting_down: bool = False
@@ -150,6 +153,7 @@ def start_worker(
     with_mcp: bool = True,
     worker_id: str | None = None,
     dispatch: Dispatch | None = None,
+    send_webhook: SendDelivery | None = None,
 ) -> WorkerContext:
     """Bring a worker up (see the module docstring); raises EngineStartError if the engine fails."""
     loop = EngineLoop().start()
@@ -175,6 +179,8 @@ def start_worker(
             sealer=build_sealer(settings.encryption_key_values),
             dispatch=dispatch,
         )
+        if send_webhook is not None:
+            ctx.webhooks = WebhookNotifier(settings, ctx.db, send_webhook)
         loop.run(_start_on_loop(ctx))
     except BaseException:
         loop.stop()
@@ -183,7 +189,7 @@ def start_worker(
         ctx.reaper = Reaper(
             ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
             lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
-            dispatch=dispatch, stale_queued_seconds=settings.stale_queued_seconds,
+            dispatch=dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
         )
         ctx.reaper.start()
     log.info("worker %s ready: model %s, engine %s", ctx.worker_id, settings.worker_model, settings.engine)

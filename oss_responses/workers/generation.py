@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
+from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 from oss_responses.workers.journal import apply_translator_step
 
@@ -79,6 +81,8 @@ class Generation:
     _continuing: bool = False
     _in_turn: bool = False  # replay: the journal ends inside an engine call (no tool message after it)
     _answered: bool = False  # replay: the journal ends after a tool message, before its continuation
+    # Time to first token: observed once per response (not again by a worker taking it over).
+    _first_token_seen: bool = False
 
     # --- stopping from outside (cancel listener, lease keeper, shutdown) -----
     def stop(self, cause: StopCause) -> None:
@@ -111,6 +115,7 @@ class Generation:
     def replay(self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None) -> list:  # type: ignore[type-arg]
         """Rebuild the state a lost worker had from its journal (from ``use_prompt`` on); the events replayed."""
         self._tokens = list(prompt_token_ids)
+        self._first_token_seen = True  # the lost worker observed it (or the time would count the loss)
         events: list = []  # type: ignore[type-arg]
         for step in steps:
             kind = step[0]
@@ -244,19 +249,36 @@ class Generation:
             temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
             extra=self.sampling.extra,
         )
+        generated_before = self._generated
         try:
             return await self._stream(list(self._tokens), sampling, counted)
         finally:
             self._request_id = None
+            # Counted once per engine call, never per token (the per-token path is measured: bench/worker.py).
+            self._count_tokens(self._generated - generated_before)
+
+    def _count_tokens(self, generated: int) -> None:
+        if generated > 0:
+            OUTPUT_TOKENS.labels(self.translator.response.model).inc(generated)
+
+    def _first_token(self) -> None:
+        """Once per response: from its creation (the API accepted it) to now."""
+        self._first_token_seen = True
+        response = self.translator.response
+        TIME_TO_FIRST_TOKEN.labels(response.model).observe(max(0.0, time.time() - response.created_at))
 
     async def _stream(self, tokens: list[int], sampling: SamplingSettings, counted: bool) -> TurnResult:
         result = TurnResult("stop")
+        first_pending = not self._first_token_seen  # a local test per output: no metric call per token
         async for output in self.engine.generate(self._request_id or "", tokens, sampling):
             if output.cached_tokens is not None and result.cached_tokens is None and counted:
                 result.cached_tokens = output.cached_tokens
                 self._note("cached", output.cached_tokens)
                 self._cached_tokens += output.cached_tokens
             if output.token_ids:
+                if first_pending:
+                    first_pending = False
+                    self._first_token()
                 self.emit(self._take_tokens(output.token_ids))
             if output.finished:
                 result.reason = output.finish_reason or "stop"

@@ -44,6 +44,9 @@ from oss_responses.storage import (
     save_turn,
     utcnow,
 )
+from oss_responses.metrics import REAPER_ACTIONS
+from oss_responses.webhooks.notify import WebhookNotifier
+from oss_responses.workers.ended import response_ended
 from oss_responses.workers.job import stored_response
 from oss_responses.wire import response_json, wire_json
 
@@ -95,7 +98,7 @@ class Reaper:
     def __init__(
         self, db: Database, redis: Redis, *, worker_id: str, interval_seconds: float, lease_seconds: float,
         event_ttl_seconds: int, dispatch: Callable[[str, str, dict[str, Any] | None], None] | None = None,
-        stale_queued_seconds: int = 600,
+        stale_queued_seconds: int = 600, webhooks: WebhookNotifier | None = None,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -107,6 +110,7 @@ class Reaper:
         # A dispatched takeover that no worker picked up within this is dispatched again.
         self.resume_seconds = max(60, int(lease_seconds * 4))
         self.stale_queued_seconds = stale_queued_seconds
+        self.webhooks = webhooks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -145,6 +149,7 @@ class Reaper:
             if self.redis.set(redis_keys.resume(response_id), "sweeper", nx=True, ex=self.stale_queued_seconds):
                 log.warning("%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds)
                 self.dispatch(response_id, model, None)
+                REAPER_ACTIONS.labels("requeued_stale").inc()
                 sent.append(response_id)
         return sent
 
@@ -160,6 +165,7 @@ class Reaper:
             return False
         log.warning("%s lost its worker: dispatching its takeover", response_id)
         self.dispatch(response_id, record.model, None)
+        REAPER_ACTIONS.labels("takeover_dispatched").inc()
         return True
 
     def _fail(self, response_id: str) -> bool:
@@ -171,6 +177,8 @@ class Reaper:
             return False
         log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
         close_with_failure(self.redis, response_id, response, self.ttl_seconds)
+        REAPER_ACTIONS.labels("failed").inc()
+        response_ended(self.webhooks, response_id, record.model, "failed", background=record.background)
         return True
 
     def start(self) -> None:

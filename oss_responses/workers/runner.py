@@ -43,7 +43,9 @@ from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRe
 from oss_responses.storage import delete_response, get_response, save_turn, transition, utcnow
 from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.cancel import is_cancel_requested
+from oss_responses.metrics import TAKEOVERS
 from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.ended import response_ended
 from oss_responses.workers.generation import TERMINAL, Generation, StopCause
 from oss_responses.workers.journal import (
     JournaledTranslator,
@@ -167,6 +169,7 @@ def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
     )
     if won:
         ctx.loop.run(_close_stream(ctx, job.response_id, "cancelled"))
+        response_ended(ctx.webhooks, job.response_id, job.record.model, "cancelled", background=job.record.background)
     return "cancelled"
 
 
@@ -209,6 +212,7 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
     steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
     log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
+    TAKEOVERS.labels("takeover" if counted else "handoff").inc()
     if count > ctx.settings.max_takeovers:
         run.fail_after_replay = (
             f"worker_lost: the workers running this response stopped {count} times, more than "
@@ -231,6 +235,7 @@ def _fail_lost(run: _Run) -> Outcome:
     response = failed_response(job.record, PROGRESS_LOST_MESSAGE)
     if store_failure(ctx.db, job.response_id, job.record.store, response):
         close_with_failure(ctx.sync_redis, job.response_id, response, ctx.settings.event_ttl_seconds)
+        response_ended(ctx.webhooks, job.response_id, job.record.model, "failed", background=job.record.background)
     return "failed"
 
 
@@ -445,6 +450,8 @@ def _finish(run: _Run) -> Outcome:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
     if saved and job.record.store:  # a response not stored has no row to hold its log, nor a reader later
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
+    if saved:
+        response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
     return status  # type: ignore[return-value]
 
 

@@ -18,14 +18,23 @@ from typing import Any
 from celery import Celery, bootsteps, signals
 
 from oss_responses.config import Settings
+from oss_responses.logs import configure_logging, log_context
+from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
+from oss_responses.webhooks.notify import SendDelivery
+from oss_responses.webhooks.sweeper import WebhookSweeper
+from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import runner
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
+from oss_responses.workers.metrics import MetricsServer
 
 log = logging.getLogger(__name__)
 
 RUN_RESPONSE_TASK = "oss_responses.run_response"
 
 _context: WorkerContext | None = None
+_metrics_server: MetricsServer | None = None
+_webhook_sweeper: WebhookSweeper | None = None
 _start_error: EngineStartError | None = None
 
 
@@ -43,11 +52,16 @@ def current_context() -> WorkerContext:
 def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str:
     """Task body: run one response on this worker's engine; the outcome (completed, skipped, ...)."""
     ctx = current_context()
-    if ctx.shutting_down and ctx.dispatch is not None:
-        outcome = runner.send_back(ctx, response_id, secrets)
-    else:
-        outcome = runner.run_response(ctx, response_id, secrets)
-    log.info("response %s: %s", response_id, outcome)
+    model = ctx.settings.worker_model  # the queue's model: every response it brings is of that model
+    with log_context(response_id=response_id, model=model, worker_id=ctx.worker_id):
+        if ctx.shutting_down and ctx.dispatch is not None:
+            outcome = runner.send_back(ctx, response_id, secrets)
+        else:
+            outcome = runner.run_response(ctx, response_id, secrets)
+        log.info("response %s: %s", response_id, outcome)
+    TASK_OUTCOMES.labels(model, outcome).inc()
+    if outcome == "lease_lost":
+        LEASE_LOSSES.inc()
     return outcome
 
 
@@ -58,15 +72,28 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
         label = "oss-responses engine"
 
         def start(self, worker: Any) -> None:
-            global _context, _start_error
+            global _context, _start_error, _metrics_server, _webhook_sweeper
             try:
-                _context = start_worker(settings, dispatch=dispatcher(worker.app, settings))
+                _context = start_worker(
+                    settings, dispatch=dispatcher(worker.app, settings),
+                    send_webhook=webhook_sender(worker.app, settings),
+                )
             except EngineStartError as exc:
                 _start_error = exc
                 raise
+            _metrics_server = MetricsServer(settings.worker_metrics_port)
+            if settings.webhook_endpoints:
+                send = webhook_sender(worker.app, settings)
+                _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send).start()
 
         def stop(self, worker: Any) -> None:
-            global _context
+            global _context, _metrics_server, _webhook_sweeper
+            if _metrics_server is not None:
+                _metrics_server.stop()
+                _metrics_server = None
+            if _webhook_sweeper is not None:
+                _webhook_sweeper.stop()
+                _webhook_sweeper = None
             if _context is not None:
                 _context.stop()
                 _context = None
@@ -84,6 +111,16 @@ def dispatcher(app: Celery, settings: Settings) -> Dispatch:
     return dispatch
 
 
+def webhook_sender(app: Celery, settings: Settings) -> SendDelivery:
+    """Sends a webhook delivery's task to the webhook queue."""
+
+    def send(args: list[Any]) -> None:
+        queue = settings.webhook_queue
+        app.send_task(DELIVER_WEBHOOK_TASK, args=args, queue=queue, routing_key=queue)
+
+    return send
+
+
 def _hand_off_on_shutdown(sig: str | None = None, how: str | None = None, exitcode: int | None = None, **_: Any) -> None:
     if _context is not None:
         handed = _context.hand_off_all()
@@ -94,5 +131,12 @@ def register(app: Celery, settings: Settings) -> None:
     app.task(
         name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
     )(run_response)
+    register_webhook_task(app, settings, lambda: current_context().db)
     app.steps["worker"].add(make_worker_step(settings))
     signals.worker_shutting_down.connect(_hand_off_on_shutdown, weak=False)
+
+    # Connected, this replaces Celery's own logging set-up: the worker logs as the API does (logs.py).
+    def setup_logging(**_: Any) -> None:
+        configure_logging(settings)
+
+    signals.setup_logging.connect(setup_logging, weak=False)

@@ -176,6 +176,15 @@ class WorkerProcess:
             "OSS_RESPONSES_SCRIPTED_TOKENS_PER_SECOND": str(settings.scripted_tokens_per_second),
             "OSS_RESPONSES_TOOL_SERVERS": json.dumps(settings.tool_servers),
             "OSS_RESPONSES_IDEMPOTENT_TOOLS": json.dumps(settings.idempotent_tools),
+            "OSS_RESPONSES_WORKER_METRICS_PORT": str(settings.worker_metrics_port),
+            "OSS_RESPONSES_WEBHOOK_ENDPOINTS": json.dumps(
+                [{"url": e.url, "secret": e.secret.get_secret_value()} for e in settings.webhook_endpoints]
+            ),
+            "OSS_RESPONSES_WEBHOOK_MAX_ATTEMPTS": str(settings.webhook_max_attempts),
+            "OSS_RESPONSES_WEBHOOK_BACKOFF_SECONDS": str(settings.webhook_backoff_seconds),
+            "OSS_RESPONSES_WEBHOOK_RESEND_AFTER_SECONDS": str(settings.webhook_resend_after_seconds),
+            "OSS_RESPONSES_LOG_FORMAT": settings.log_format,
+            "OSS_RESPONSES_LOG_LEVEL": settings.log_level,
         }
         self.log = log_dir / f"{name}.log"
         with self.log.open("wb") as out:

@@ -16,6 +16,7 @@ from oss_responses.api.relay import relay
 from oss_responses.api.services import Services
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.eventlog.hub import StreamNotFound
+from oss_responses.logs import bind
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import list_input_items
 
@@ -58,6 +59,7 @@ async def create_response(request: Request, services: ServicesDep) -> Response:
     plan = await jobs.check_conversation(services, body, chain)
     queued = build_queued(body, services.settings, plan)
     response_id = queued.response.id
+    bind(response_id=response_id, model=body.model)  # this request's later log lines are about it
     opening = await jobs.accept(services, queued)
     if body.stream:
         return await relay(

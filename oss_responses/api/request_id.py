@@ -1,0 +1,46 @@
+"""``x-request-id``: taken from the request (or made), echoed on the response, bound to the request's log lines.
+
+A pure ASGI middleware, so an SSE response gets the header too and every line logged while the request
+runs (its stream included) carries ``request_id``, and ``response_id`` when the path names a response
+(the create route binds the new response's id and model itself).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from oss_responses.logs import log_context
+
+HEADER = b"x-request-id"
+_ACCEPTED = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")  # anything else is replaced: it goes into every log line
+_RESPONSE_PATH = re.compile(r"^/v1/responses/(resp_[A-Za-z0-9]+)")
+
+
+def request_id_of(scope: Scope) -> str:
+    for name, value in scope.get("headers", ()):
+        if name == HEADER and _ACCEPTED.fullmatch(value):
+            return bytes(value).decode()
+    return f"req_{uuid.uuid4().hex}"
+
+
+class RequestIdMiddleware:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_of(scope)
+        named = _RESPONSE_PATH.match(scope.get("path", ""))
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (HEADER, request_id.encode())]
+            await send(message)
+
+        with log_context(request_id=request_id, response_id=named.group(1) if named else None):
+            await self.app(scope, receive, send_with_id)

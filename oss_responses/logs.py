@@ -1,0 +1,105 @@
+"""Logging: configured once per process (API ``__main__``, the worker's Celery ``setup_logging`` signal).
+
+Every line carries what it is about: ``response_id``, ``model``, ``worker_id`` and ``request_id`` come from
+context variables, bound by :func:`log_context` where the work starts (the API's request middleware and
+create route, the worker's task thread). A coroutine the task thread hands to the engine loop runs in a
+copy of that thread's context (``run_coroutine_threadsafe`` captures it), and asyncio tasks copy the
+context they were created in, so lines logged on the loop for a response carry it too; tasks shared by
+every response (the event writer's flusher) are started in an empty context instead.
+
+``log_format``: ``json`` (one JSON object per line: ``time``, ``level``, ``logger``, ``message``, the
+context fields that are set, ``exc_info``) or ``text`` for a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar, Token
+from datetime import UTC, datetime
+from typing import Any
+
+from oss_responses.config import Settings
+
+CONTEXT_FIELDS = ("request_id", "response_id", "model", "worker_id")
+_vars: dict[str, ContextVar[str | None]] = {name: ContextVar(f"log_{name}", default=None) for name in CONTEXT_FIELDS}
+
+CHATTY_LIBRARIES = ("httpx", "httpcore", "mcp", "sse_starlette")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s%(context)s: %(message)s"
+
+
+def bind(**fields: str | None) -> list[Token[str | None]]:
+    """Set context fields for the rest of this context; the tokens undo it (:func:`unbind`)."""
+    return [_vars[name].set(value) for name, value in fields.items()]
+
+
+def unbind(tokens: list[Token[str | None]]) -> None:
+    for token in reversed(tokens):
+        token.var.reset(token)
+
+
+@contextmanager
+def log_context(**fields: str | None) -> Iterator[None]:
+    tokens = bind(**fields)
+    try:
+        yield
+    finally:
+        unbind(tokens)
+
+
+def current(name: str) -> str | None:
+    return _vars[name].get()
+
+
+class ContextFilter(logging.Filter):
+    """Copies the bound context fields onto each record (a field passed in ``extra=`` wins)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        parts = []
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None) or _vars[name].get()
+            setattr(record, name, value)
+            if value is not None:
+                parts.append(f"{name}={value}")
+        record.context = " [" + " ".join(parts) + "]" if parts else ""
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in CONTEXT_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def make_handler(log_format: str, stream: Any = None) -> logging.Handler:
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    return handler
+
+
+def configure_logging(settings: Settings) -> None:
+    """The root logger gets one handler in the configured format; libraries' loggers propagate to it."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(make_handler(settings.log_format))
+    level = logging.getLevelName(settings.log_level.upper())
+    root.setLevel(level)
+    # Above DEBUG, the HTTP clients' line per request (MCP calls, webhook POSTs) is noise: warnings only.
+    for name in CHATTY_LIBRARIES:
+        logging.getLogger(name).setLevel(level if level <= logging.DEBUG else logging.WARNING)

@@ -1,0 +1,83 @@
+"""The sweeper: a delivery whose task was lost is sent again, so every event is delivered at least once.
+
+A delivery is logged ``pending`` before its task is sent; a process that died in between (or a broker that
+lost the task, or a retry's countdown) leaves it untouched. Every ``webhook_resend_after_seconds / 2`` (at
+most a minute) one worker (a short Redis lock elects it) sends the task again for every delivery still
+``pending`` after ``webhook_resend_after_seconds``, or ``retrying`` that long past the longest backoff, with
+the logged event (same id, same ``created_at``: the same body). A duplicate of a task that was only slow is
+harmless to a receiver that drops ids it has seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import timedelta
+
+from redis import Redis
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.storage import Database, utcnow
+from oss_responses.storage.webhook_deliveries import DeliveryRecord, claim_stale
+from oss_responses.webhooks.delivery import MAX_BACKOFF_SECONDS
+from oss_responses.webhooks.events import WebhookDelivery
+from oss_responses.webhooks.notify import SendDelivery
+
+log = logging.getLogger(__name__)
+
+_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+
+
+def delivery_of(record: DeliveryRecord) -> WebhookDelivery:
+    return WebhookDelivery(record.webhook_id, record.event_type, int(record.created_at.timestamp()),
+                           record.response_id, record.endpoint_url)
+
+
+class WebhookSweeper:
+    def __init__(self, settings: Settings, db: Database, redis: Redis, send: SendDelivery) -> None:
+        self._resend_after = settings.webhook_resend_after_seconds
+        self.interval = min(60.0, self._resend_after / 2)
+        self._db = db
+        self._redis = redis
+        self._send = send
+        self._owner = f"webhook-sweeper:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sweep_once(self) -> int:
+        """One pass (if this worker wins the lock); how many deliveries it sent again."""
+        lock_ms = max(1000, int(self.interval * 1000))
+        if not self._redis.set(redis_keys.WEBHOOK_SWEEP_LOCK, self._owner, nx=True, px=lock_ms):
+            return 0
+        try:
+            now = utcnow()
+            stale = self._db.run(
+                claim_stale, pending_before=now - timedelta(seconds=self._resend_after),
+                retrying_before=now - timedelta(seconds=self._resend_after + MAX_BACKOFF_SECONDS),
+            )
+            for record in stale:
+                log.warning("webhook %s to %s is still %s: sending it again", record.webhook_id,
+                            record.endpoint_url, record.state, extra={"response_id": record.response_id})
+                self._send(delivery_of(record).task_args())
+            return len(stale)
+        finally:
+            self._redis.eval(_RELEASE, 1, redis_keys.WEBHOOK_SWEEP_LOCK, self._owner)
+
+    def start(self) -> WebhookSweeper:
+        self._thread = threading.Thread(target=self._run, name="webhook-sweeper", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sweep_once()
+            except Exception:
+                log.exception("webhook sweep failed")

@@ -1,0 +1,51 @@
+"""A background response cancelled while queued ends in the API: the API queues its ``response.cancelled``
+webhook (the delivery logged as pending, its task on the webhooks queue for a worker to deliver)."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+import redis as redis_lib
+from api_server import MODEL, ApiServer
+from openai import OpenAI
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings, WebhookEndpoint
+from oss_responses.storage.webhook_deliveries import list_deliveries
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, event_id
+
+URL = "https://hooks.example/receive"
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    endpoint = WebhookEndpoint(url=URL, secret="whsec_" + base64.b64encode(b"k" * 32).decode())
+    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL], webhook_endpoints=[endpoint])
+
+
+def _queued_tasks(redis: redis_lib.Redis, queue: str) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(message) for message in redis.lrange(redis_keys.broker_queue(queue), 0, -1)]
+
+
+def test_cancel_queued_response_queues_cancelled_webhook(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis
+) -> None:
+    created = client.responses.create(model=MODEL, input="cancel me", background=True)
+    client.responses.cancel(created.id)
+
+    [task] = _queued_tasks(redis, "webhooks")
+    assert task["headers"]["task"] == DELIVER_WEBHOOK_TASK
+    args = json.loads(base64.b64decode(task["body"]))[0]
+    webhook_id = event_id(created.id, "response.cancelled")
+    assert args[:2] == [webhook_id, "response.cancelled"] and args[3:] == [created.id, URL]
+    [record] = api.db.run(list_deliveries, response_id=created.id)
+    assert (record.webhook_id, record.state, record.attempts) == (webhook_id, "pending", 0)
+
+
+def test_cancel_twice_queues_one_webhook(client: OpenAI, api: ApiServer, redis: redis_lib.Redis) -> None:
+    created = client.responses.create(model=MODEL, input="cancel me twice", background=True)
+    client.responses.cancel(created.id)
+    client.responses.cancel(created.id)
+    assert len(_queued_tasks(redis, "webhooks")) == 1

@@ -1,0 +1,69 @@
+"""The webhook sweeper sends again a delivery whose task was lost, with the same event (id and body)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis as redis_lib
+from sqlalchemy import update
+
+from oss_responses.config import Settings
+from oss_responses.storage import Database, utcnow
+from oss_responses.storage.models import WebhookDeliveryRow
+from oss_responses.storage.webhook_deliveries import add_pending, record_attempt
+from oss_responses.webhooks.events import WebhookDelivery
+from oss_responses.webhooks.notify import log_rows
+from oss_responses.webhooks.sweeper import WebhookSweeper
+
+URL = "https://hooks.example/receive"
+EVENT = WebhookDelivery("evt_lost", "response.completed", 1_764_000_000, "resp_lost", URL)
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
+    yield database
+    database.dispose()
+
+
+def _age(db: Database, webhook_id: str, seconds: float) -> None:
+    with db.session() as session:
+        session.execute(update(WebhookDeliveryRow).where(WebhookDeliveryRow.webhook_id == webhook_id)
+                        .values(updated_at=utcnow() - timedelta(seconds=seconds)))
+
+
+def _sweeper(db: Database, redis: redis_lib.Redis, sent: list[list[Any]]) -> WebhookSweeper:
+    return WebhookSweeper(Settings(webhook_resend_after_seconds=60), db, redis, sent.append)
+
+
+def test_sweep_sends_stale_pending_delivery_again_with_same_event(db: Database, redis: redis_lib.Redis) -> None:
+    db.run(add_pending, log_rows([EVENT]))
+    _age(db, "evt_lost", 120)
+    sent: list[list[Any]] = []
+    assert _sweeper(db, redis, sent).sweep_once() == 1
+    assert sent == [EVENT.task_args()]
+    assert WebhookDelivery(*sent[0]).payload() == EVENT.payload()
+
+
+def test_sweep_leaves_swept_delivery_alone_until_stale_again(db: Database, redis: redis_lib.Redis) -> None:
+    db.run(add_pending, log_rows([EVENT]))
+    _age(db, "evt_lost", 120)
+    sent: list[list[Any]] = []
+    sweeper = _sweeper(db, redis, sent)
+    sweeper.sweep_once()
+    assert sweeper.sweep_once() == 0 and len(sent) == 1
+
+
+def test_sweep_leaves_recent_and_finished_deliveries_alone(db: Database, redis: redis_lib.Redis) -> None:
+    delivered = WebhookDelivery("evt_done", "response.failed", 1, "resp_done", URL)
+    retrying = WebhookDelivery("evt_retry", "response.failed", 1, "resp_retry", URL)
+    db.run(add_pending, log_rows([EVENT, delivered, retrying]))
+    db.run(record_attempt, "evt_done", URL, state="delivered", status=200, error=None)
+    db.run(record_attempt, "evt_retry", URL, state="retrying", status=500, error="HTTP 500")
+    _age(db, "evt_done", 120)
+    _age(db, "evt_retry", 120)  # its next attempt may be up to an hour away: not lost yet
+    sent: list[list[Any]] = []
+    assert _sweeper(db, redis, sent).sweep_once() == 0
