@@ -25,16 +25,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "workers")]
 
-import redis as redis_lib  # noqa: E402
-from support.servers import start_redis  # noqa: E402
-from worker_support import accept, worker_settings  # noqa: E402
+import redis as redis_lib
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from support.servers import start_redis
+from worker_support import accept, worker_settings
 
-from oss_responses import redis_keys  # noqa: E402
-from sqlalchemy import select  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
-
-from oss_responses.storage import Database, EventLogRow, migrate  # noqa: E402
-from oss_responses.workers.testing import local_worker, run_response_now  # noqa: E402
+from oss_responses import redis_keys
+from oss_responses.storage import Database, EventLogRow, migrate
+from oss_responses.workers.testing import local_worker, run_response_now
 
 PER_RESPONSE_KEYS = (redis_keys.events, redis_keys.lease, redis_keys.cancel, redis_keys.journal,
                      redis_keys.takeovers, redis_keys.resume)

@@ -27,15 +27,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests"), str(REPO / "tests" / "workers")]
 
-import redis as redis_lib  # noqa: E402
-from support.servers import start_redis  # noqa: E402
-from worker_support import accept, worker_settings  # noqa: E402
+import redis as redis_lib
+from _ceiling.synthetic_llm import StepSample, SyntheticLLM
+from support.servers import start_redis
+from worker_support import accept, worker_settings
 
-from _ceiling.synthetic_llm import StepSample, SyntheticLLM  # noqa: E402
-from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
-from oss_responses.storage import Database, migrate  # noqa: E402
-from oss_responses.workers.testing import local_worker, run_response_now  # noqa: E402
+from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine
+from oss_responses.harmony.vocab import load_encoding
+from oss_responses.storage import Database, migrate
+from oss_responses.workers.testing import local_worker, run_response_now
 
 TARGET_TOKENS_PER_SECOND = 20_000
 

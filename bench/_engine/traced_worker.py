@@ -64,8 +64,13 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
     _append(self, response_id, events)
 
 
+def _text(value: Any) -> str:
+    """A command's key or entry id as text (the writer sends them as bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 async def _traced_send(self: writer_module.EventWriter, batch: Any) -> None:
-    sent = [(str(cmd[1]), str(cmd[2])) for cmd in batch.commands if cmd[0] == "XADD"]
+    sent = [(_text(cmd[1]), _text(cmd[2])) for cmd in batch.commands if cmd[0] == "XADD"]
     await _send(self, batch)
     written_at = time.monotonic()
     for entry in sent:

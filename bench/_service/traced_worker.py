@@ -73,8 +73,13 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
 _send = writer_module.EventWriter._send
 
 
+def _text(value: Any) -> str:
+    """A command's key or entry id as text (the writer sends them as bytes)."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 async def _traced_send(self: writer_module.EventWriter, batch: Any) -> None:
-    sent = [(cmd[1], cmd[2]) for cmd in batch.commands if cmd[0] == "XADD" and cmd[2] != "*"]
+    sent = [(_text(cmd[1]), _text(cmd[2])) for cmd in batch.commands if cmd[0] == "XADD" and cmd[2] != "*"]
     before = time.monotonic()
     await _send(self, batch)
     after = time.monotonic()

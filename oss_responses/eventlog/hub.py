@@ -87,7 +87,7 @@ def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], Ent
         return [], cursor, None
     if parse_id(entries[0][0]) <= cursor:
         entries = [e for e in entries if parse_id(e[0]) > cursor]
-    frames = []
+    frames: list[bytes] = []
     for entry_id, fields in entries:
         data = fields.get(b"f")
         if data is None:

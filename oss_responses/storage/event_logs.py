@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from oss_responses.storage.models import EventLogRow
 from oss_responses.storage.records import utcnow
 
+
 @dataclass(frozen=True)
 class EventLog:
     first_sequence_number: int

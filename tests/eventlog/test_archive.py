@@ -14,7 +14,13 @@ from oss_responses import redis_keys
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, parse_frame, write_events
 from oss_responses.eventlog.writer import close_commands, event_commands
-from oss_responses.storage import AsyncDatabase, Database, EventLogRow, insert_response, utcnow
+from oss_responses.storage import (
+    AsyncDatabase,
+    Database,
+    EventLogRow,
+    insert_response,
+    utcnow,
+)
 from oss_responses.workers.archive import archive_event_log
 from tests.support.rows import new_response
 
