@@ -29,13 +29,14 @@ def run_worker(argv: list[str]) -> int:
 
 def run_keys(argv: list[str]) -> int:
     try:
-        from oss_responses.keys.cli import main as keys_main
+        keys_cli = importlib.import_module("oss_responses.keys.cli")
     except ModuleNotFoundError as exc:
         if exc.name not in ("oss_responses.keys", "oss_responses.keys.cli"):
             raise
         print("oss-responses keys: API keys are not available in this build", file=sys.stderr)
         return 2
-    return keys_main(argv)
+    code: int = keys_cli.main(argv)
+    return code
 
 
 DEMO_SERVERS = ("calculator", "documents")
@@ -82,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oss-responses", description="The oss-responses service: its API, workers, "
                                      "database migrations, API keys, and a check of what it needs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser("api", help="serve the API (uvicorn on OSS_RESPONSES_API_HOST:API_PORT)").set_defaults(run=run_api)
+    api = commands.add_parser("api", help="serve the API (uvicorn on OSS_RESPONSES_API_HOST:API_PORT)")
+    api.set_defaults(run=run_api)
     commands.add_parser("worker", help="a Celery worker for OSS_RESPONSES_WORKER_MODEL's queue; "
                                        "further arguments go to `celery worker` (e.g. -n gpu0@%%h)")
     upgrade = commands.add_parser("migrate", help="upgrade the database to the newest schema")

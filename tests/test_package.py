@@ -50,7 +50,7 @@ class Installed:
 
     def run(self, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([self.command, *args], cwd=self.cwd, env=self.env(**settings), capture_output=True,
-                              text=True, timeout=60)
+                              text=True, timeout=60, check=False)
 
 
 def build_wheel(into: Path) -> Path:

