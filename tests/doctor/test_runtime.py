@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from oss_responses.config import Settings
 from oss_responses.doctor import CheckResult
 from oss_responses.doctor.runtime import DEMO_ENCRYPTION_KEY, check_encryption_keys, check_engine, check_vocabulary
@@ -76,3 +78,13 @@ def test_check_encryption_keys_passes_valid_keys() -> None:
     result = only(check_encryption_keys(Settings(encryption_keys=[new_key(), new_key()])))
 
     assert (result.status, result.detail) == ("ok", "2 valid (the first seals)")
+
+
+@pytest.mark.engine
+def test_check_engine_passes_importable_vllm_with_local_model(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+
+    result = only(check_engine(Settings(engine="vllm", vllm_model=str(tmp_path))))
+
+    assert result.status == "ok"
+    assert result.detail.startswith("vllm ") and result.detail.endswith(f"model {tmp_path}: a local folder")
