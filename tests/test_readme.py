@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from oss_responses.config import Settings
@@ -19,3 +20,11 @@ def test_readme_commands_are_make_targets() -> None:
     for target in ("run", "test"):
         assert f"`make {target}`" in README
         assert f"\n{target}:" in MAKEFILE
+
+
+def test_readme_oss_responses_commands_exist() -> None:
+    from oss_responses.cli import build_parser
+
+    commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    named = set(re.findall(r"oss-responses (\w[\w-]*)", README))
+    assert named and named <= commands

@@ -1,0 +1,112 @@
+"""``oss-responses``: the service's one command (``api``, ``worker``, ``migrate``, ``keys``, ``doctor``,
+``mcp-demo``).
+
+Every command reads the ``OSS_RESPONSES_*`` settings, like the ``python -m`` entry points it wraps
+(``python -m oss_responses.api``, ``python -m oss_responses.workers``, ``python -m
+oss_responses.storage migrate``), which keep working. Imports happen per command, so ``doctor`` and
+``migrate`` start without loading the API or Celery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import make_url
+
+# Commands whose arguments belong to another parser (Celery's, the keys tool's), passed on untouched.
+PassThrough = Callable[[list[str]], int]
+
+
+def run_worker(argv: list[str]) -> int:
+    from oss_responses.workers.__main__ import main as worker_main
+
+    worker_main(argv)
+    return 0
+
+
+def run_keys(argv: list[str]) -> int:
+    try:
+        keys_cli = importlib.import_module("oss_responses.keys.cli")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("oss_responses.keys", "oss_responses.keys.cli"):
+            raise
+        print("oss-responses keys: API keys are not available in this build", file=sys.stderr)
+        return 2
+    code: int = keys_cli.main(argv)
+    return code
+
+
+DEMO_SERVERS = ("calculator", "documents")
+
+
+def run_mcp_demo(argv: list[str]) -> int:
+    if not argv or argv[0] not in DEMO_SERVERS:
+        print(f"usage: oss-responses mcp-demo {{{','.join(DEMO_SERVERS)}}} [--host H] [--port P] [--transport T]",
+              file=sys.stderr)
+        return 2
+    server = importlib.import_module(f"oss_responses.tools.servers.{argv[0]}")
+    server.main(argv[1:])
+    return 0
+
+
+PASS_THROUGH: dict[str, PassThrough] = {"worker": run_worker, "keys": run_keys, "mcp-demo": run_mcp_demo}
+
+
+def run_api(args: argparse.Namespace) -> int:
+    from oss_responses.api.__main__ import main as api_main
+
+    api_main()
+    return 0
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from oss_responses.config import get_settings
+    from oss_responses.storage.migrations import current_revision, migrate
+
+    url = args.url or get_settings().database_url
+    migrate(url, args.revision)
+    print(f"{make_url(url).render_as_string(hide_password=True)} at revision {current_revision(url)}")
+    return 0
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    from oss_responses.config import get_settings
+    from oss_responses.doctor import CHECKS, run_checks
+
+    return 0 if run_checks(get_settings(), CHECKS, sys.stdout) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="oss-responses", description="The oss-responses service: its API, workers, "
+                                     "database migrations, API keys, and a check of what it needs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    api = commands.add_parser("api", help="serve the API (uvicorn on OSS_RESPONSES_API_HOST:API_PORT)")
+    api.set_defaults(run=run_api)
+    commands.add_parser("worker", help="a Celery worker for OSS_RESPONSES_WORKER_MODEL's queue; "
+                                       "further arguments go to `celery worker` (e.g. -n gpu0@%%h)")
+    upgrade = commands.add_parser("migrate", help="upgrade the database to the newest schema")
+    upgrade.add_argument("--url", help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
+    upgrade.add_argument("--revision", default="head")
+    upgrade.set_defaults(run=run_migrate)
+    commands.add_parser("keys", help="manage API keys (`oss-responses keys --help`)")
+    commands.add_parser("mcp-demo", help="serve a demo MCP server: calculator (code_interpreter) or documents "
+                                         "(web_search_preview); --host, --port, --transport")
+    commands.add_parser("doctor", help="check Redis, the database, the vocabulary, the engine, the MCP servers "
+                                       "and the encryption keys; exits 1 on any FAIL").set_defaults(run=run_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in PASS_THROUGH:
+        return PASS_THROUGH[args[0]](args[1:])
+    namespace = build_parser().parse_args(args)
+    run: Callable[[argparse.Namespace], int] = namespace.run
+    return run(namespace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Checks of the stores: Redis (reachable, persistent) and the database (reachable, migrated)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import redis as redis_lib
+from sqlalchemy import URL, make_url
+from sqlalchemy.exc import SQLAlchemyError
+
+from oss_responses.config import Settings
+from oss_responses.doctor.report import CheckResult
+from oss_responses.storage.migrations import current_revision, head_revision
+
+TIMEOUT_SECONDS = 3
+
+
+def safe_url(url: str) -> str:
+    """The URL without its userinfo (where passwords are)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=netloc).geturl()
+
+
+def check_redis(settings: Settings) -> Iterator[CheckResult]:
+    yield _redis_result("redis", settings.redis_url)
+    if settings.broker_url and settings.broker_url != settings.redis_url:
+        yield _redis_result("broker", settings.broker_url)
+
+
+def _redis_result(name: str, url: str) -> CheckResult:
+    client = redis_lib.Redis.from_url(url, socket_timeout=TIMEOUT_SECONDS, socket_connect_timeout=TIMEOUT_SECONDS)
+    try:
+        client.ping()
+        aof = client.info("persistence").get("aof_enabled")
+    except redis_lib.RedisError as exc:
+        return CheckResult(name, "FAIL", f"{safe_url(url)} does not answer ({type(exc).__name__}): start Redis "
+                                         f"or fix OSS_RESPONSES_{name.upper()}_URL")
+    finally:
+        client.close()
+    if not aof:
+        return CheckResult(name, "warn", f"{safe_url(url)} answers, but AOF is off: a Redis restart loses queued "
+                                         "tasks, event streams and leases; run redis-server --appendonly yes")
+    return CheckResult(name, "ok", f"{safe_url(url)} answers; AOF on")
+
+
+def check_database(settings: Settings) -> Iterator[CheckResult]:
+    url = make_url(settings.database_url)
+    shown = url.render_as_string(hide_password=True)
+    if _missing_sqlite_file(url):
+        yield CheckResult("database", "FAIL", f"{shown}: no such file; run `oss-responses migrate`")
+        return
+    try:
+        current = current_revision(_with_connect_timeout(url))
+    except (SQLAlchemyError, OSError) as exc:
+        yield CheckResult("database", "FAIL", f"{shown}: cannot connect ({type(exc).__name__}); "
+                                              "start the database or fix OSS_RESPONSES_DATABASE_URL")
+        return
+    yield _revision_result(shown, current, head_revision())
+
+
+def _revision_result(shown: str, current: str | None, head: str | None) -> CheckResult:
+    if current == head:
+        return CheckResult("database", "ok", f"{shown} at revision {current} (head)")
+    if current is None:
+        return CheckResult("database", "FAIL", f"{shown} is not migrated (head is {head}); run `oss-responses migrate`")
+    return CheckResult("database", "FAIL", f"{shown} at revision {current}, head is {head}; run `oss-responses "
+                                           "migrate` (a revision this build does not know means a newer release "
+                                           "migrated it)")
+
+
+def _missing_sqlite_file(url: URL) -> bool:
+    """Connecting would create an empty SQLite file: say it is missing instead."""
+    database = url.database
+    return url.get_backend_name() == "sqlite" and database not in (None, "", ":memory:") and not Path(database).exists()
+
+
+def _with_connect_timeout(url: URL) -> URL:
+    if url.get_backend_name() == "postgresql" and "connect_timeout" not in url.query:
+        return url.update_query_dict({"connect_timeout": str(TIMEOUT_SECONDS)})
+    return url

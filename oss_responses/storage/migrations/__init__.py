@@ -1,0 +1,48 @@
+"""Schema migrations: ``alembic upgrade`` run from Python with the caller's URL.
+
+The Alembic scripts (``env.py``, ``versions/``) live in this package, so an installed wheel carries
+them; ``alembic.ini`` at the repository root points ``alembic`` on the command line here too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import URL
+
+from oss_responses.storage.db import Database, ensure_sqlite_directory
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent
+
+
+def alembic_config(url: str | URL) -> Config:
+    """An Alembic config without alembic.ini: env.py reads the URL from ``attributes``."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.attributes["database_url"] = url
+    return config
+
+
+def migrate(url: str | URL, revision: str = "head") -> None:
+    """Upgrade the database at ``url`` to ``revision`` (creating a SQLite file's folder if needed)."""
+    ensure_sqlite_directory(url)
+    command.upgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str | None:
+    """The newest revision the migrations of this build know."""
+    return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+
+def current_revision(url: str | URL) -> str | None:
+    """The revision the database at ``url`` is at (None: never migrated). Connects; raises if it cannot."""
+    database = Database(url)
+    try:
+        with database.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    finally:
+        database.dispose()

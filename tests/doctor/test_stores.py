@@ -1,0 +1,96 @@
+"""The doctor's Redis and database checks, against a real redis-server, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from support.servers import free_port, start_redis
+
+from oss_responses.config import Settings
+from oss_responses.doctor import CheckResult
+from oss_responses.doctor.stores import check_database, check_redis
+from oss_responses.storage.migrations import alembic_config, head_revision
+
+
+def only(results: Iterator[CheckResult]) -> CheckResult:
+    [result] = list(results)
+    return result
+
+
+def test_check_redis_warns_when_aof_is_off(settings: Settings) -> None:
+    result = only(check_redis(settings))
+
+    assert result.status == "warn"
+    assert "AOF is off" in result.detail and "--appendonly yes" in result.detail
+
+
+def test_check_redis_passes_with_aof() -> None:
+    server = start_redis(appendonly=True)
+    try:
+        result = only(check_redis(Settings(redis_url=server.url)))
+    finally:
+        server.stop()
+
+    assert (result.status, result.detail) == ("ok", f"{server.url} answers; AOF on")
+
+
+def test_check_redis_fails_when_nothing_listens() -> None:
+    result = only(check_redis(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")))
+
+    assert result.status == "FAIL"
+    assert "does not answer" in result.detail
+
+
+def test_check_redis_hides_the_password() -> None:
+    url = f"redis://:hunter2-secret@127.0.0.1:{free_port()}/0"
+
+    result = only(check_redis(Settings(redis_url=url)))
+
+    assert "hunter2-secret" not in result.line
+
+
+def test_check_database_passes_at_head(settings: Settings) -> None:
+    result = only(check_database(settings))
+
+    assert result.status == "ok"
+    assert result.detail.endswith(f"at revision {head_revision()} (head)")
+
+
+def test_check_database_fails_before_head(settings: Settings) -> None:
+    command.downgrade(alembic_config(settings.database_url), "-1")
+
+    result = only(check_database(settings))
+
+    assert result.status == "FAIL"
+    assert f"head is {head_revision()}" in result.detail and "oss-responses migrate" in result.detail
+
+
+def test_check_database_fails_when_not_migrated(settings: Settings) -> None:
+    command.downgrade(alembic_config(settings.database_url), "base")  # connectable, no revision
+
+    result = only(check_database(settings))
+
+    assert result.status == "FAIL"
+    assert "is not migrated" in result.detail
+
+
+def test_check_database_fails_on_missing_sqlite_file_without_creating_it(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "db.sqlite"
+
+    result = only(check_database(Settings(database_url=f"sqlite:///{path}")))
+
+    assert result.status == "FAIL" and "no such file" in result.detail
+    assert not path.parent.exists()
+
+
+@pytest.mark.postgres
+def test_check_database_fails_when_postgres_is_unreachable() -> None:
+    url = f"postgresql+psycopg://oss:pw-secret@127.0.0.1:{free_port()}/nothing"
+
+    result = only(check_database(Settings(database_url=url)))
+
+    assert result.status == "FAIL"
+    assert "cannot connect" in result.detail and "pw-secret" not in result.line

@@ -1,0 +1,80 @@
+"""``oss-responses``: its commands run what the ``python -m`` entry points run, with the same settings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from oss_responses.cli import build_parser, main
+from oss_responses.storage.migrations import current_revision, head_revision
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    clean = {key: value for key, value in os.environ.items() if not key.startswith("OSS_RESPONSES_")}
+    return subprocess.run([sys.executable, "-m", "oss_responses", "doctor"], env=clean | env, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_parser_lists_every_command() -> None:
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+
+    assert set(commands) == {"api", "worker", "migrate", "keys", "doctor", "mcp-demo"}
+
+
+def test_migrate_upgrades_database_to_head(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'var' / 'db.sqlite'}"
+
+    assert main(["migrate", "--url", url]) == 0
+
+    assert current_revision(url) == head_revision()
+    assert capsys.readouterr().out.strip().endswith(f"at revision {head_revision()}")
+
+
+def test_keys_says_not_available_without_keys_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "oss_responses.keys.cli", None)  # as if this build had no keys
+
+    assert main(["keys", "list"]) == 2
+    assert "not available in this build" in capsys.readouterr().err
+
+
+def test_keys_hands_its_arguments_to_keys_cli(monkeypatch: pytest.MonkeyPatch) -> None:
+    received: list[list[str] | None] = []
+    keys_cli = types.ModuleType("oss_responses.keys.cli")
+    keys_cli.main = lambda argv: received.append(argv) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "oss_responses.keys.cli", keys_cli)
+
+    assert main(["keys", "create", "--name", "ci"]) == 0
+    assert received == [["create", "--name", "ci"]]
+
+
+def test_mcp_demo_refuses_unknown_server(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["mcp-demo", "weather"]) == 2
+    assert "calculator,documents" in capsys.readouterr().err
+
+
+def test_doctor_exits_zero_with_warnings_only(database_url: str, redis_url: str, tmp_path: Path) -> None:
+    result = doctor({"OSS_RESPONSES_DATABASE_URL": database_url, "OSS_RESPONSES_REDIS_URL": redis_url,
+                     "OSS_RESPONSES_TIKTOKEN_DIR": str(tmp_path / "tiktoken")})
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    statuses = [line.split()[0] for line in result.stdout.splitlines()]
+    assert statuses == ["warn", "ok", "ok", "ok", "ok", "warn"]  # no AOF on the test Redis; no encryption key
+
+
+def test_doctor_exits_nonzero_on_failed_check(tmp_path: Path) -> None:
+    result = doctor({"OSS_RESPONSES_DATABASE_URL": f"sqlite:///{tmp_path / 'missing.db'}",
+                     "OSS_RESPONSES_REDIS_URL": "redis://127.0.0.1:1/0",
+                     "OSS_RESPONSES_TIKTOKEN_DIR": str(tmp_path / "tiktoken")})
+
+    assert result.returncode == 1
+    assert result.stdout.startswith("FAIL redis: redis://127.0.0.1:1/0 does not answer")
+    assert "FAIL database:" in result.stdout
