@@ -112,6 +112,25 @@ class Settings(BaseSettings):
         "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] and MCP authorization/headers are 400s",
     )
 
+    # --- limits (what one request may ask for) --------------------------------
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, description="Largest request body accepted; a larger one is a 413 before it is read whole"
+    )
+    max_json_depth: int = Field(64, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)")
+    max_input_items: int = Field(2048, description="Most items one request's `input` may hold (400 beyond)")
+    max_tools: int = Field(128, description="Most entries one request's `tools` may hold (400 beyond)")
+    max_output_tokens_ceiling: int = Field(
+        131_072, description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings"
+    )
+    max_output_tokens_ceilings: dict[str, int] = Field(
+        default_factory=dict,
+        description='Per-model max_output_tokens ceilings, as JSON: {"gpt-oss-20b": 32768} (400 naming max_output_tokens beyond)',
+    )
+    max_queued_per_model: int = Field(
+        1000, description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)"
+    )
+    queue_full_retry_after_seconds: int = Field(5, description="Retry-After of a 429 refused for a full model queue")
+
     # --- API ------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")
     api_port: int = Field(8000, description="Port of the API")
@@ -126,6 +145,9 @@ class Settings(BaseSettings):
 
     def queue_for(self, model: str) -> str:
         return f"{self.queue_prefix}{model}"
+
+    def output_tokens_ceiling(self, model: str) -> int:
+        return self.max_output_tokens_ceilings.get(model, self.max_output_tokens_ceiling)
 
 
 @lru_cache(maxsize=1)

@@ -242,7 +242,7 @@ class CreateResponseRequest(BaseModel):
     prompt_cache_options: dict[str, Any] | None = None
     # Codex CLI's installation, session and turn ids: accepted, kept with the request, never echoed.
     client_metadata: dict[str, str] | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     # vLLM's extension: return the harmony messages as input_messages / output_messages.
     enable_response_messages: bool = False
 

@@ -12,6 +12,7 @@ from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.routes import health, models, responses
 from oss_responses.api.services import Services, TaskQueue
+from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import build_sealer
@@ -31,7 +32,7 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
                        encoding=LazyEncoding(settings.tiktoken_dir), sealer=sealer)
     finally:
         await hub.stop()
-        tasks.close()
+        await tasks.aclose()
         await redis.aclose()
         await db.dispose()
 
@@ -47,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
+    app.add_middleware(RefuseNulInUrl)
     app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(health.router)

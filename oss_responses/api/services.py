@@ -21,6 +21,8 @@ class TaskQueue:
     """Celery, as a producer only: tasks are sent by name, so no worker code is imported here."""
 
     def __init__(self, broker_url: str) -> None:
+        # Celery's Redis transport keeps a queue's waiting tasks in a list named after the queue.
+        self._broker = Redis.from_url(broker_url, socket_connect_timeout=2)
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
         self._celery.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
@@ -37,8 +39,13 @@ class TaskQueue:
         # The task names the response only: its MCP credentials are sealed in its row, not in the broker.
         self._celery.send_task(RUN_RESPONSE_TASK, args=(response_id, {}), queue=queue, routing_key=queue)
 
-    def close(self) -> None:
+    async def waiting(self, queue: str) -> int:
+        """Tasks waiting in ``queue`` (not those a worker holds unacknowledged)."""
+        return int(await self._broker.llen(queue))
+
+    async def aclose(self) -> None:
         self._celery.close()
+        await self._broker.aclose()
 
 
 @dataclass
