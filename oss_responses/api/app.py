@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
+from oss_responses.api.openapi import install_openapi
 from oss_responses.api.routes import health, models, responses
 from oss_responses.api.services import Services, TaskQueue
 from oss_responses.api.url_guard import RefuseNulInUrl
@@ -52,4 +53,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(health.router)
+    install_openapi(app)
     return app

@@ -6,8 +6,6 @@ The processes live for the module (one set per database), so each test uses its 
 
 from __future__ import annotations
 
-import itertools
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +25,6 @@ TOKENS_PER_SECOND = 400.0  # fast enough for short answers, slow enough to act m
 LONG = "tokens 4000"  # about ten seconds of answer at that speed
 POLL_S = 0.02
 DEADLINE_S = 20.0
-_databases = itertools.count(1)
 
 
 @dataclass
@@ -36,19 +33,6 @@ class Stack:
     db: Database
     client: OpenAI  # API process 1
     other: OpenAI  # API process 2
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("e2e") / "oss-responses.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("postgres_cluster")
-    name = f"e2e_{next(_databases)}"
-    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
-    cluster.drop_database(name)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import compaction, jobs, limits, sealed, token_count
+from oss_responses.api import compaction, jobs, limits, openapi, sealed, token_count
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
@@ -44,7 +44,7 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
     sealed.check_mcp_credentials(body, services.sealer)
 
 
-@router.post("")
+@router.post("", openapi_extra=openapi.create_body())
 async def create_response(request: Request, services: ServicesDep) -> Response:
     body = parse_create_request(await _json_body(request, services))
     _check_create(services, body)
@@ -76,7 +76,7 @@ async def _final_unless_disconnected(
     return await jobs.final_response(services, response_id, last)
 
 
-@router.post("/compact")
+@router.post("/compact", openapi_extra=openapi.subset_body(compaction.COMPACT_FIELDS, "CompactRequest"))
 async def compact_conversation(request: Request, services: ServicesDep) -> Response:
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
     body = compaction.parse_compact_request(await _json_body(request, services))
@@ -95,7 +95,9 @@ async def compact_conversation(request: Request, services: ServicesDep) -> Respo
     return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body), sealer))
 
 
-@router.post("/input_tokens")
+@router.post(
+    "/input_tokens", openapi_extra=openapi.subset_body(token_count.COUNT_FIELDS, "InputTokensRequest")
+)
 async def count_input_tokens(request: Request, services: ServicesDep) -> JSONResponse:
     body = token_count.parse_count_request(await _json_body(request, services), services.settings.models[0])
     _check_model(services, body.model)
