@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     max_takeovers: int = Field(
         3, description="A response whose workers were lost more often than this fails instead of being taken over"
     )
+    render_process_above_chars: int = Field(
+        262_144,
+        description="A prompt with more text than this is tokenised in a child process of the worker: harmony holds "
+        "the GIL while it tokenises (about 0.1 s per MB), which would stall every running response",
+    )
     visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
 
     # --- scripted engine ----------------------------------------------------

@@ -107,7 +107,8 @@ def test_schemathesis_finds_no_server_error(stack: FuzzStack) -> None:
             @given(case=operation.as_strategy(generation_mode=mode))
             def call(case: Any) -> None:
                 response = case.call(base_url=stack.base_url, timeout=30)
-                tally.record(f"{case.method} {case.formatted_path} ({mode.value})", response.status_code)
+                # On a 5xx the failure shows the request as a curl command, to reproduce it.
+                tally.record(case.as_curl_command(), response.status_code)
 
             try:
                 call()
