@@ -67,8 +67,10 @@ function_call_output = st.fixed_dictionaries(
     {"type": st.just("function_call_output"), "call_id": identifier, "output": text},
 )
 item_reference = st.fixed_dictionaries({"type": st.just("item_reference"), "id": text})
+# A "type" that is no string (a list cannot even be looked up in a dict: that was a 500).
+odd_typed = st.fixed_dictionaries({"type": json_value}, optional={"role": st.just("user"), "content": json_value})
 input_item = st.one_of(user_message, assistant_message, reasoning_item, function_call, function_call_output,
-                       item_reference, st.dictionaries(small_text, json_value, max_size=3))
+                       item_reference, odd_typed, st.dictionaries(small_text, json_value, max_size=3))
 
 function_tool = st.fixed_dictionaries(
     {"type": st.just("function"), "name": identifier},
@@ -86,7 +88,7 @@ mcp_tool = st.fixed_dictionaries(
 )
 hosted_tool = st.fixed_dictionaries({"type": st.sampled_from(["code_interpreter", "web_search_preview", "file_search"])},
                                     optional={"container": st.just({"type": "auto"})})
-tool = st.one_of(function_tool, mcp_tool, hosted_tool)
+tool = st.one_of(function_tool, mcp_tool, hosted_tool, st.fixed_dictionaries({"type": json_value, "name": identifier}))
 
 text_format = st.one_of(
     st.fixed_dictionaries({"type": st.just("text")}),

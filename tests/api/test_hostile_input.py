@@ -127,3 +127,28 @@ def test_retrieve_hostile_response_id_is_4xx(http: httpx2.Client, response_id: s
     response = http.get(f"/v1/responses/{response_id}")
     assert response.status_code in (400, 404), response.text
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens"])
+@pytest.mark.parametrize(
+    ("field", "value", "param"),
+    [
+        ("input", [{"role": "user", "content": "hi", "type": [None, 1]}], "input[0].type"),
+        ("input", [{"role": "user", "content": [{"type": {"a": 1}, "text": "x"}]}], "input[0].content[0]"),
+        ("input", [{"role": "assistant", "content": [{"type": ["output_text"], "text": "x"}]}], "input[0]"),
+    ],
+)
+def test_post_unhashable_type_is_400(
+    http: httpx2.Client, api: Any, redis: Any, path: str, field: str, value: Any, param: str
+) -> None:
+    body = {"model": MODEL, "input": "hi"} | {field: value}
+    error = _error(http.post(path, json=body))
+    assert error["param"].startswith(param), error
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/input_tokens"])  # compact ignores tools
+def test_post_tool_with_unhashable_type_is_400(http: httpx2.Client, api: Any, redis: Any, path: str) -> None:
+    body = {"model": MODEL, "input": "hi", "tools": [{"type": ["function"], "name": "f"}]}
+    assert _error(http.post(path, json=body))["param"] == "tools[0].type"
+    _nothing_stored(api, redis)
