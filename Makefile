@@ -19,4 +19,4 @@ soak: bootstrap
 
 # A longer fuzz run (schemathesis from /openapi.json and generated Responses bodies): tests/api/test_fuzz.py
 fuzz: bootstrap
-	FUZZ_EXAMPLES=300 .venv/bin/python -m pytest tests/api/test_fuzz.py -s -q
+	FUZZ_EXAMPLES=300 .venv/bin/python -m pytest tests/api/test_fuzz.py --timeout=3600 -s -q
