@@ -116,6 +116,14 @@ def test_create_response_without_stream_returns_final_response(stack: Stack) -> 
     assert stack.client.responses.retrieve(response.id).model_dump() == response.model_dump()
 
 
+def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
+    # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
+    text = "lorem ipsum dolor sit amet " * 20_000
+    response = stack.client.responses.create(model=MODEL, input=text, max_output_tokens=8)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
+    assert response.usage is not None and response.usage.input_tokens > 100_000
+
+
 def test_create_response_background_poll_until_completed(stack: Stack) -> None:
     created = stack.client.responses.create(model=MODEL, input="poll me", background=True)
     assert created.status == "queued"
