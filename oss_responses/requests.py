@@ -165,7 +165,7 @@ def parse_input_item(value: Any, param: str) -> BaseModel:
     if item_type == "message":
         _check_text_parts(value.get("content"), param)
         return _validate_one(_message_model(value), value, param)
-    model = _ITEM_MODELS.get(item_type)
+    model = _ITEM_MODELS.get(item_type) if item_type is not None else None
     if model is None:
         raise BadRequest(
             f"Invalid value for '{param}.type': input items of type {value.get('type')!r} are not supported by gpt-oss.",
@@ -178,7 +178,8 @@ def parse_input_item(value: Any, param: str) -> BaseModel:
 def parse_tool(value: Any, param: str) -> BaseModel:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
-    model = _TOOL_MODELS.get(_type_of(value, ""))
+    tool_type = _type_of(value, "")
+    model = _TOOL_MODELS.get(tool_type) if tool_type is not None else None
     if model is None:
         raise BadRequest(
             f"Invalid value for '{param}.type': tools of type '{value.get('type')}' are not supported "

@@ -59,7 +59,7 @@ def pinned_client_factory(url: str, addresses: Sequence[str]):  # type: ignore[n
         headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
     ) -> httpx2.AsyncClient:
         transport = httpx2.AsyncHTTPTransport(trust_env=False)
-        transport._pool = httpcore2.AsyncConnectionPool(  # noqa: SLF001 (see the module docstring)
+        transport._pool = httpcore2.AsyncConnectionPool(  # private: see the module docstring
             ssl_context=httpx2.create_ssl_context(trust_env=False),
             network_backend=PinnedBackend(host, addresses),
         )

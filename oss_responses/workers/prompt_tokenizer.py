@@ -33,7 +33,7 @@ _child_encoding: HarmonyEncoding | None = None
 
 
 def _load_in_child(tiktoken_dir: str) -> None:
-    global _child_encoding  # noqa: PLW0603 (one encoding per child process, loaded by its initializer)
+    global _child_encoding  # one encoding per child process, loaded by its initializer
     from oss_responses.harmony.vocab import load_encoding
 
     _child_encoding = load_encoding(Path(tiktoken_dir))

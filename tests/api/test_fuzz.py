@@ -20,7 +20,13 @@ import httpx2
 import pytest
 import redis as redis_lib
 import schemathesis
-from api_server import MODEL, service_env, start_api_process, start_worker_process, stop_process
+from api_server import (
+    MODEL,
+    service_env,
+    start_api_process,
+    start_worker_process,
+    stop_process,
+)
 from fuzz_bodies import create_body
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
