@@ -5,7 +5,8 @@ second lookup at connect time could answer differently (DNS rebinding: public wh
 when used). The client here swaps only the TCP destination: httpcore's network backend is asked for
 ``(host, port)`` and connects to one of the pinned addresses instead. Everything above TCP still uses
 the URL's host: the ``Host`` header, TLS's SNI and certificate verification (httpcore takes
-``server_hostname`` from the request's origin, not from the socket), so https works unchanged. A
+``server_hostname`` from the request's origin, not from the socket), so https works unchanged
+(``tests/tools/test_pinned_http.py`` checks SNI and a wrong-name certificate over TLS). A
 connection to any other host (a redirect off the origin) is refused, and proxies from the
 environment are not used (a proxy would resolve the name itself).
 
@@ -15,6 +16,7 @@ a network backend); ``tests/tools/test_mcp_client.py`` fails if that changes.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterable, Sequence
 
 import httpcore2
@@ -51,8 +53,13 @@ class PinnedBackend(AutoBackend):
         raise httpcore2.ConnectError(f"no pinned address accepted the connection ({type(error).__name__})")
 
 
-def pinned_client_factory(url: str, addresses: Sequence[str]):  # type: ignore[no-untyped-def]
-    """An ``McpHttpClientFactory`` (the mcp SDK's signature) whose clients are pinned to ``addresses``."""
+def pinned_client_factory(  # type: ignore[no-untyped-def]
+    url: str, addresses: Sequence[str], *, ssl_context: ssl.SSLContext | None = None
+):
+    """An ``McpHttpClientFactory`` (the mcp SDK's signature) whose clients are pinned to ``addresses``.
+
+    ``ssl_context``: the system's trust store unless given (tests give one trusting their own CA).
+    """
     host = normalise_url(url).host
 
     def create(
@@ -60,7 +67,7 @@ def pinned_client_factory(url: str, addresses: Sequence[str]):  # type: ignore[n
     ) -> httpx2.AsyncClient:
         transport = httpx2.AsyncHTTPTransport(trust_env=False)
         transport._pool = httpcore2.AsyncConnectionPool(  # private: see the module docstring
-            ssl_context=httpx2.create_ssl_context(trust_env=False),
+            ssl_context=ssl_context or httpx2.create_ssl_context(trust_env=False),
             network_backend=PinnedBackend(host, addresses),
         )
         return httpx2.AsyncClient(
