@@ -26,7 +26,8 @@ from oss_responses.workers.prompt_tokenizer import PromptTokenizer
 from oss_responses.workers.testing import local_worker, run_response_now
 
 BIG_INPUT = ("lorem ipsum dolor sit amet " * 250_000)[:6_000_000]  # ~1.1M tokens: ~0.7 s of tokenising
-STALL_BOUND_S = 0.25
+STALL_BOUND_S = 0.25  # measured 21-60 ms
+THREAD_STALL_AT_LEAST_S = 0.1
 
 
 async def _worst_lateness(stop: threading.Event) -> float:
@@ -108,4 +109,5 @@ def test_render_large_input_in_a_thread_stalls_engine_loop(
     _answer_without_parsing(ctx, db, redis, settings)
     stall = _stall_while_running(ctx, accept(db, redis, settings, input=BIG_INPUT, max_output_tokens=8))
     print(f"\nengine loop's worst stall, 6 MB input tokenised in a thread: {stall * 1000:.0f} ms")
-    assert stall > STALL_BOUND_S
+    # Measured 0.4-1.3 s on 2 shared cores; 1.1M tokens take over 0.1 s on any CPU (Rust BPE, ~10M tokens/s at best).
+    assert stall > THREAD_STALL_AT_LEAST_S
