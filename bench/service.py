@@ -17,7 +17,9 @@ migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery 
       serves, API RSS delta / 500.
 Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything shares this
 machine's cores; each phase prints the CPU seconds of every process.
-Usage: python bench/service.py [--phases a,c,b,r,d]   (r = (c) replay; default: all, in that order)
+  (e) concurrent accepts: 8 POST stream=true at once (issue 11's first-token case), 30 rounds:
+      ``response.created`` at the client after the round's start, for all and for the last of each.
+Usage: python bench/service.py [--phases a,e,c,b,r,d]   (r = (c) replay; default: all, in that order)
 A failed run prints the tail of the API's and the worker's logs.
 """
 
@@ -47,6 +49,7 @@ B_STREAMS, B_TOKENS, B_STEP = 100, 250, 0.02
 C_LIVE_STREAMS, C_LIVE_WARMUP_S, C_LIVE_WINDOW_S = 200, 1.5, 4.0
 C_REPLAY_STREAMS, C_REPLAY_EVENTS = 200, 2000
 D_STREAMS = 500
+E_CONCURRENT, E_ROUNDS, E_WARMUP = 8, 30, 3
 RESPONSE_ID = re.compile(rb'"id":"(resp_[^"]+)"')
 
 
@@ -196,6 +199,32 @@ async def bench_a(stack: Stack, meter: CpuMeter) -> float:
           f"target p50 ≤ 30 ms: {verdict(p50 <= 30)}")
     print(f"    → first delta (reasoning)   p50 {pct(first_delta, 0.5):6.1f} ms  p99 {pct(first_delta, 0.99):6.1f} ms")
     print(f"    → first output_text.delta   p50 {pct(first_text, 0.5):6.1f} ms  p99 {pct(first_text, 0.99):6.1f} ms")
+    print(f"    {split(wall, used)}")
+    return p50
+
+
+# --- (e) ----------------------------------------------------------------------------------------
+async def bench_e(stack: Stack, meter: CpuMeter) -> float:
+    """E_CONCURRENT POST stream=true at once, E_ROUNDS times: do the accepts overlap or queue?"""
+    created: list[float] = []
+    last_of_round: list[float] = []
+    for n in range(E_WARMUP + E_ROUNDS):
+        if n == E_WARMUP:
+            meter.begin()
+        started = time.monotonic()
+        round_ = await asyncio.gather(*(stream_post(stack, "Hello there, how are you?") for _ in range(E_CONCURRENT)))
+        for _, req in round_:
+            await req.wait()
+        if n >= E_WARMUP:
+            times = [(record.created - started) * 1e3 for record, _ in round_ if record.created]
+            assert len(times) == E_CONCURRENT, "a stream without response.created"
+            created += times
+            last_of_round.append(max(times))
+    wall, used = meter.end()
+    p50 = pct(created, 0.5)
+    print(f"(e) {E_CONCURRENT} concurrent POST stream=true, {E_ROUNDS} rounds: response.created after the round's start")
+    print(f"    all requests p50 {p50:6.1f} ms  p99 {pct(created, 0.99):6.1f} ms; last of a round p50 "
+          f"{pct(last_of_round, 0.5):6.1f} ms")
     print(f"    {split(wall, used)}")
     return p50
 
@@ -369,10 +398,12 @@ async def timed(name: str, step: Callable[[], Awaitable[Any]]) -> Any:
 async def run(stack: Stack, phases: set[str]) -> float | None:
     meter = CpuMeter(stack)
     rate = None
-    if phases & {"a", "c"}:
-        stack.start_worker(concurrency=256, traced=False)  # (a) and (c) need no trace
+    if phases & {"a", "c", "e"}:
+        stack.start_worker(concurrency=256, traced=False)  # (a), (c) and (e) need no trace
     if "a" in phases:
         await timed("a", lambda: bench_a(stack, meter))
+    if "e" in phases:
+        await timed("e", lambda: bench_e(stack, meter))
     if "c" in phases:
         await timed("c live", lambda: bench_c_live(stack, meter))
     if "b" in phases:
@@ -394,7 +425,7 @@ def print_log_tails(stack: Stack, lines: int = 40) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--phases", default="a,c,b,r,d", help="comma-separated subset of a,c,b,r,d")
+    parser.add_argument("--phases", default="a,e,c,b,r,d", help="comma-separated subset of a,e,c,b,r,d")
     phases = set(parser.parse_args().phases.split(","))
     t0 = time.monotonic()
     print(f"oss-responses service bench: {os.cpu_count()} cores shared by redis-server, the API process, "

@@ -3,7 +3,10 @@
 - ``events(id)``   STREAM  one entry per event, entry id ``0-{sequence_number + 1}``, fields
                            ``f`` = the SSE frame bytes (``event: TYPE\\ndata: JSON\\n\\n``);
                            a last entry with field ``end`` marks the stream closed (terminal event
-                           written, or the response was cancelled). TTL set once it ended.
+                           written, or the response was cancelled). TTL set once it ended. Once a
+                           worker ended it, its frames move to SQL (``event_logs``) and the stream is
+                           trimmed to a tombstone: ONE entry ``end`` + ``archived`` = last sequence
+                           number (``eventlog/archive.py``), under the same TTL.
 - ``lease(id)``    STRING  the worker id holding the response; TTL = lease_seconds, renewed.
 - ``cancel(id)``   STRING  "1" once cancel was asked (a worker checks it before it starts).
 - ``journal(id)``  LIST    a running response's journal: one JSON list of steps per flush (the

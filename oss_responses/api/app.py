@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from fastapi import FastAPI
 from redis.asyncio import Redis
@@ -11,6 +12,7 @@ from redis.asyncio import Redis
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.openapi import install_openapi
+from oss_responses.api.relay import archived_frames
 from oss_responses.api.routes import health, models, responses
 from oss_responses.api.services import Services, TaskQueue
 from oss_responses.api.url_guard import RefuseNulInUrl
@@ -25,7 +27,7 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
     db = AsyncDatabase(settings.database_url)
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
-    hub = EventHub(settings.redis_url)
+    hub = EventHub(settings.redis_url, archive=partial(archived_frames, db))
     tasks = TaskQueue(settings.celery_broker_url)
     await hub.start()
     try:

@@ -28,6 +28,7 @@ from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.eventlog.frames import frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
+from oss_responses.storage import AsyncDatabase, get_event_log
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,12 @@ async def _cancel_quietly(services: Services, response_id: str) -> None:
         await cancel_if_running(services, response_id)
     except Exception:  # the client is gone; nobody to report to
         log.exception("cancel of %s after client disconnect failed", response_id)
+
+
+async def archived_frames(db: AsyncDatabase, response_id: str, after: int) -> list[bytes] | None:
+    """The hub's archive reader: a finished response's frames after event ``after``, from SQL."""
+    event_log = await db.run(get_event_log, response_id)
+    return None if event_log is None else event_log.after(after)
 
 
 async def relay(

@@ -67,12 +67,15 @@ def _bytes(value: Any) -> bytes:
 def _script_call(commands: Sequence[Command]) -> list[bytes]:
     keys: list[bytes] = []
     argv: list[bytes] = []
-    for name, key, *args in commands:
-        keys.append(_bytes(key))
-        if name == "XADD" and len(args) == 3 and args[1] == "f":
-            argv += (_EVENT, _bytes(args[0]), args[2])
+    for command in commands:  # once per event: indexing, not unpacking, and bytes passed as they are
+        key = command[1]
+        keys.append(key if key.__class__ is bytes else _bytes(key))
+        if command[0] == "XADD" and len(command) == 5 and command[3] == "f":
+            entry_id = command[2]
+            argv += (_EVENT, entry_id if entry_id.__class__ is bytes else _bytes(entry_id), command[4])
         else:
-            argv += (_bytes(name), b"%d" % len(args), *map(_bytes, args))
+            args = command[2:]
+            argv += (_bytes(command[0]), b"%d" % len(args), *map(_bytes, args))
     return [_EVALSHA, _SHA, b"%d" % len(keys), *keys, *argv]
 
 

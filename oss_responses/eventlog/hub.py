@@ -32,7 +32,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -47,6 +47,10 @@ EntryId = tuple[int, int]
 Entry = tuple[bytes, dict[bytes, bytes]]  # (stream entry id, fields)
 
 FIRST: EntryId = (0, 0)  # before event 0 (entry id 0-1)
+ARCHIVED = b"archived"  # the tombstone's field: the last sequence number, its events in SQL
+
+# (response id, after sequence number: -1 for all) -> the archived frames after it; None if none.
+ArchiveReader = Callable[[str, int], Awaitable[list[bytes] | None]]
 WAKE_TTL_SECONDS = 86_400
 
 
@@ -76,19 +80,34 @@ def cursor_after(after: int | None) -> EntryId:
     return FIRST if after is None else (0, after + 1)
 
 
-def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], EntryId, bool]:
-    """The frames of entries after ``cursor``, the new cursor, and whether the end marker came."""
+def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], EntryId, dict[bytes, bytes] | None]:
+    """The frames of entries after ``cursor``, the cursor after them, and the end marker's fields
+    (None until the end marker came)."""
     if not entries or parse_id(entries[-1][0]) <= cursor:
-        return [], cursor, False
+        return [], cursor, None
     if parse_id(entries[0][0]) <= cursor:
         entries = [e for e in entries if parse_id(e[0]) > cursor]
     frames = []
     for entry_id, fields in entries:
         data = fields.get(b"f")
         if data is None:
-            return frames, parse_id(entry_id), True
+            return frames, cursor, fields
         frames.append(data)
-    return frames, parse_id(entries[-1][0]), False
+        cursor = parse_id(entry_id)
+    return frames, cursor, None
+
+
+def archived_after(end: dict[bytes, bytes], cursor: EntryId) -> int | None:
+    """The sequence number after which the archive holds events this subscriber lacks, or None.
+
+    A tombstone (``ARCHIVED`` field: the last sequence number) replaced the stream's entries: a
+    subscriber that saw up to event ``cursor[1] - 1`` lacks the archive's events after it.
+    """
+    last = end.get(ARCHIVED)
+    if last is None:
+        return None
+    seen = cursor[1] - 1 if cursor[0] == 0 else -1
+    return seen if int(last) > seen else None
 
 
 class _Subscriber:
@@ -125,7 +144,9 @@ class EventHub:
         max_pending_batches: int = 1_000,
         side_connections: int = 16,
         outage_seconds: float = 30.0,
+        archive: ArchiveReader | None = None,
     ) -> None:
+        self._archive = archive
         self._redis_url = redis_url
         self._block_ms = block_ms
         self._count = count
@@ -180,7 +201,7 @@ class EventHub:
 
         Lazy: a missing stream raises :class:`StreamNotFound` on the first iteration.
         """
-        return self._frames(redis_keys.events(response_id), cursor_after(after), None, chunked=False)
+        return self._frames(response_id, cursor_after(after), None, chunked=False)
 
     async def open(
         self, response_id: str, *, after: int | None = None, chunked: bool = False
@@ -189,10 +210,9 @@ class EventHub:
 
         With ``chunked``, each item is the frames of one read joined (fewer socket writes).
         """
-        key = redis_keys.events(response_id)
         cursor = cursor_after(after)
-        page = await self._first_page(key, cursor)
-        return self._frames(key, cursor, page, chunked=chunked)
+        page = await self._first_page(redis_keys.events(response_id), cursor)
+        return self._frames(response_id, cursor, page, chunked=chunked)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
@@ -202,6 +222,9 @@ class EventHub:
         for entry_id, fields in entries:
             if b"f" in fields:
                 return parse_id(entry_id)[1] - 1
+            if ARCHIVED in fields:
+                last = int(fields[ARCHIVED])
+                return None if last < 0 else last
         return None
 
     @property
@@ -216,25 +239,28 @@ class EventHub:
 
     # --- one subscription -----------------------------------------------------------------------
     async def _frames(
-        self, key: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool
+        self, response_id: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool
     ) -> AsyncIterator[bytes]:
         if page is None:
-            page = await self._first_page(key, cursor)
-        async for frames in self._follow(key, cursor, page):
+            page = await self._first_page(redis_keys.events(response_id), cursor)
+        async for frames in self._follow(response_id, cursor, page):
             if chunked:
                 yield b"".join(frames)
             else:
                 for data in frames:
                     yield data
 
-    async def _follow(self, key: str, cursor: EntryId, page: list[Entry]) -> AsyncIterator[list[bytes]]:
+    async def _follow(self, response_id: str, cursor: EntryId, page: list[Entry]) -> AsyncIterator[list[bytes]]:
+        key = redis_keys.events(response_id)
         sub = _Subscriber()
         try:
             while True:
-                frames, cursor, ended = take_frames(page, cursor)
+                frames, cursor, end = take_frames(page, cursor)
                 if frames:
                     yield frames
-                if ended:
+                if end is not None:
+                    if rest := await self._archived_rest(response_id, cursor, end):
+                        yield rest
                     return
                 if len(page) == self._count:  # more history
                     page = await self._range(key, cursor)
@@ -244,20 +270,24 @@ class EventHub:
                     # read from here on is queued as well) closes the gap.
                     page = await self._range(key, cursor)
                     continue
-                async for frames, cursor, ended in self._live(sub, cursor):
+                async for frames, cursor, end in self._live(sub, cursor):
                     if frames:
                         yield frames
-                    if ended:
+                    if end is not None:
+                        if rest := await self._archived_rest(response_id, cursor, end):
+                            yield rest
                         return
                 page = await self._range(key, cursor)  # fell behind and was detached
         finally:
             self._detach(key, sub)
 
-    async def _live(self, sub: _Subscriber, cursor: EntryId) -> AsyncIterator[tuple[list[bytes], EntryId, bool]]:
+    async def _live(
+        self, sub: _Subscriber, cursor: EntryId
+    ) -> AsyncIterator[tuple[list[bytes], EntryId, dict[bytes, bytes] | None]]:
         while True:
             if sub.batches:
-                frames, cursor, ended = take_frames(sub.batches.popleft(), cursor)
-                yield frames, cursor, ended
+                frames, cursor, end = take_frames(sub.batches.popleft(), cursor)
+                yield frames, cursor, end
                 continue
             if sub.stopped:
                 raise EventHubStopped("the event hub stopped")
@@ -267,6 +297,17 @@ class EventHub:
                 return
             sub.ready.clear()
             await sub.ready.wait()
+
+    async def _archived_rest(self, response_id: str, cursor: EntryId, end: dict[bytes, bytes]) -> list[bytes]:
+        """What a subscriber lacks when the stream was archived (moved to SQL) before it read it all."""
+        after = archived_after(end, cursor)
+        if after is None:
+            return []
+        frames = None if self._archive is None else await self._archive(response_id, after)
+        if frames is None:
+            log.error("the event log of %s was archived but the archive is gone: its stream ends early", response_id)
+            return []
+        return frames
 
     async def _first_page(self, key: str, cursor: EntryId) -> list[Entry]:
         async with self._side_client.pipeline(transaction=False) as pipe:

@@ -59,8 +59,9 @@ class _Batch:
 
 
 def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Command]:
-    key = redis_keys.events(response_id)
-    return [("XADD", key, redis_keys.event_id(e.sequence_number), "f", frame(e)) for e in events]
+    # Once per token: the key and the entry ids (redis_keys.event_id) as bytes, ready to send.
+    key = redis_keys.events(response_id).encode()
+    return [("XADD", key, b"0-%d" % (e.sequence_number + 1), "f", frame(e)) for e in events]
 
 
 def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Command]:

@@ -104,7 +104,7 @@ class InputConverter:
         return [text_message(role, text, channel="final" if role == "assistant" else None)]
 
     def _output_message(self, item: ResponseOutputMessage, param: str) -> list[dict[str, Any]]:
-        text = "".join(getattr(part, "text", None) or getattr(part, "refusal", "") for part in item.content)
+        text = "".join(str(getattr(part, "text", None) or getattr(part, "refusal", "")) for part in item.content)
         channel = "commentary" if item.phase == "commentary" else "final"
         return [text_message("assistant", text, channel=channel)]
 
@@ -128,7 +128,7 @@ class InputConverter:
         ]
 
     def _function_call_output(self, item: FunctionCallOutput, param: str) -> list[dict[str, Any]]:
-        name = self.function_calls.get(item.call_id) or self._known_calls.get(item.call_id)
+        name = self.function_calls.get(item.call_id or "") or self._known_calls.get(item.call_id or "")
         if name is None:
             raise BadRequest(
                 f"No tool call found for function call output with call_id {item.call_id}.", param=f"{param}.call_id"
@@ -210,8 +210,8 @@ def _content_text(content: Any) -> str:
     """MCP result content (a string, a text part, a list of parts) as plain text; other shapes as JSON."""
     if isinstance(content, str):
         return content
-    if isinstance(content, dict) and isinstance(content.get("text"), str):
-        return content["text"]
+    if isinstance(content, dict) and isinstance(text := content.get("text"), str):
+        return text
     if isinstance(content, list) and content:
         return "\n".join(_content_text(part) for part in content)
     return json.dumps(content, ensure_ascii=False, default=str)

@@ -48,6 +48,9 @@ from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.messages import qualified_function_name
 
 ItemStatus = Literal["completed", "incomplete"]
+# An item as the added (in_progress) and done events carry it; an MCP call may also end "failed".
+LiveStatus = Literal["in_progress", "completed", "incomplete"]
+McpCallStatus = Literal["in_progress", "completed", "incomplete", "failed"]
 
 
 class ItemBuilder:
@@ -89,7 +92,7 @@ class ItemBuilder:
         """Close the item as incomplete if it is still open (budget or invalid tokens)."""
         return None if self.is_done else self._done("incomplete")
 
-    def _done(self, status: str) -> BaseModel:
+    def _done(self, status: LiveStatus) -> BaseModel:
         text = self.text
         self._emit_text_done(text)
         item = self._item(text, status)
@@ -98,7 +101,7 @@ class ItemBuilder:
         return item
 
     # --- per kind ---------------------------------------------------------
-    def _item(self, text: str, status: str) -> BaseModel:
+    def _item(self, text: str, status: LiveStatus) -> BaseModel:
         raise NotImplementedError
 
     def _emit_delta(self, delta: str) -> None:
@@ -153,7 +156,7 @@ class ReasoningBuilder(_OnePartBuilder):
     def _part(self, text: str, done: bool) -> BaseModel:
         return (DoneReasoningPart if done else AddedReasoningPart)(type="reasoning_text", text=text)
 
-    def _item(self, text: str, status: str) -> BaseModel:
+    def _item(self, text: str, status: LiveStatus) -> BaseModel:
         if status == "in_progress":
             return ResponseReasoningItem(type="reasoning", id=self.item_id, summary=[], content=[], status=status)
         content = [ReasoningContent(type="reasoning_text", text=text)]
@@ -193,7 +196,7 @@ class MessageBuilder(_OnePartBuilder):
     def _part(self, text: str, done: bool) -> BaseModel:
         return ResponseOutputText(type="output_text", text=text, annotations=[], logprobs=[])
 
-    def _item(self, text: str, status: str) -> BaseModel:
+    def _item(self, text: str, status: LiveStatus) -> BaseModel:
         content = [self._part(text, True)] if status != "in_progress" else []
         return ResponseOutputMessage(
             type="message", id=self.item_id, role="assistant", status=status, content=content, phase=self.phase
@@ -241,7 +244,7 @@ class FunctionCallBuilder(ItemBuilder):
         """What a later turn's function_call_output is addressed by: ``name`` or ``namespace.name``."""
         return qualified_function_name(self.namespace, self.name)
 
-    def _item(self, text: str, status: str) -> BaseModel:
+    def _item(self, text: str, status: LiveStatus) -> BaseModel:
         return ResponseFunctionToolCall(
             type="function_call", id=self.item_id, call_id=self.call_id, name=self.name, arguments=text,
             status=status, namespace=self.namespace,
@@ -327,12 +330,12 @@ class McpCallBuilder(ItemBuilder):
         self.done_item = item
         return item
 
-    def _done(self, status: str) -> BaseModel:
+    def _done(self, status: LiveStatus) -> BaseModel:
         if self.awaiting_result:  # arguments already closed; only the item is left
             return self._finish(self._item(self.text, status))
         return super()._done(status)
 
-    def _item(self, text: str, status: str, **result: Any) -> BaseModel:
+    def _item(self, text: str, status: McpCallStatus, **result: Any) -> BaseModel:
         return McpCall(
             type="mcp_call", id=self.item_id, server_label=self.server_label, name=self.name, arguments=text, status=status, **result
         )

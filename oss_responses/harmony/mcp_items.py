@@ -23,7 +23,7 @@ from openai.types.responses.response_output_item import McpApprovalRequest, McpL
 from pydantic import BaseModel
 
 from oss_responses.harmony.emitter import EventEmitter
-from oss_responses.harmony.items import ItemBuilder, ItemStatus, McpCallBuilder
+from oss_responses.harmony.items import ItemBuilder, ItemStatus, McpCallBuilder, McpCallStatus
 from oss_responses.harmony.mcp_tools import list_entries
 
 
@@ -119,5 +119,5 @@ class ApprovedCallBuilder(McpCallBuilder):
         )
         self.end_message("completed")  # arguments.done, mcp_call.in_progress; now awaiting the result
 
-    def _item(self, text: str, status: str, **result: Any) -> BaseModel:
+    def _item(self, text: str, status: McpCallStatus, **result: Any) -> BaseModel:
         return super()._item(text, status, approval_request_id=self.approval_request_id, **result)

@@ -267,7 +267,8 @@ class ResponseTranslator:
     def continuation_token_ids(self) -> list[int]:
         """The last tool message, rendered, then the next assistant start; counted as input tokens."""
         tool_message = Message.from_dict(self.output_messages[-1])
-        tokens = self._encoding.render(tool_message) + self._encoding.encode(ASSISTANT_START, allowed_special="all")
+        tokens: list[int] = self._encoding.render(tool_message)
+        tokens += self._encoding.encode(ASSISTANT_START, allowed_special="all")
         self._input_tokens += len(tokens)
         return tokens
 
@@ -301,7 +302,7 @@ class ResponseTranslator:
         if self._terminal:
             return []
         self._flush()
-        self._terminate("failed", ResponseError(code=code, message=message))  # type: ignore[arg-type]
+        self._terminate("failed", ResponseError(code=code, message=message))
         return self._emitter.drain()
 
     # --- tokens ----------------------------------------------------------

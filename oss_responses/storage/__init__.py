@@ -5,9 +5,10 @@ Data access is plain sync functions taking a ``Session``; run them with ``Databa
 """
 
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
+from oss_responses.storage.event_logs import EventLog, get_event_log, purge_expired_event_logs, save_event_log
 from oss_responses.storage.input_items import find_input_items, list_input_items
 from oss_responses.storage.migrations import migrate
-from oss_responses.storage.models import Base, InputItemRow, ResponseRow
+from oss_responses.storage.models import Base, EventLogRow, InputItemRow, ResponseRow
 from oss_responses.storage.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
@@ -33,6 +34,8 @@ __all__ = [
     "AsyncDatabase",
     "Base",
     "Database",
+    "EventLog",
+    "EventLogRow",
     "InputItemRow",
     "Order",
     "ResponseRecord",
@@ -41,6 +44,7 @@ __all__ = [
     "async_url",
     "delete_response",
     "get_chain",
+    "get_event_log",
     "get_response",
     "insert_response",
     "list_in_progress_ids",
@@ -48,6 +52,8 @@ __all__ = [
     "find_input_items",
     "list_input_items",
     "migrate",
+    "purge_expired_event_logs",
+    "save_event_log",
     "save_turn",
     "sync_url",
     "transition",

@@ -3,16 +3,19 @@
 Built on demand from a URL, never at import time. Either form of a URL works for both classes: the
 driver is chosen here (``sqlite`` / ``sqlite+aiosqlite``, ``postgresql+psycopg`` sync or async).
 Several processes (API, workers) share one SQLite file, so every SQLite connection gets WAL, a busy
-timeout, and foreign keys (which SQLite leaves off, and the cascades need).
+timeout, and foreign keys (which SQLite leaves off, and the cascades need). On SQLite, the API's
+``AsyncDatabase.run`` runs each transaction in a pool thread with the sync driver (see there).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import anyio
 from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -98,6 +101,11 @@ class AsyncDatabase:
         self.engine: AsyncEngine = create_async_engine(self.url, **(_engine_options(self.url) | engine_options))
         _configure(self.engine.sync_engine)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)
+        # SQLite: each transaction runs whole in one pool thread (sqlite3, sync). Through aiosqlite,
+        # every statement is a hop between the loop and the connection's thread, and a writer holds
+        # SQLite's one write lock across those hops while concurrent writers sleep in its busy handler
+        # (1, 2, 5, 10... ms): concurrent accepts queued behind each other.
+        self._threaded = Database(url, **engine_options) if self.url.get_backend_name() == "sqlite" else None
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:
@@ -106,8 +114,12 @@ class AsyncDatabase:
 
     async def run(self, fn: Callable[Concatenate[Session, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(session, *args, **kwargs)`` in one transaction; its result."""
+        if self._threaded is not None:
+            return await anyio.to_thread.run_sync(partial(self._threaded.run, fn, *args, **kwargs))
         async with self.session() as session:
             return await session.run_sync(fn, *args, **kwargs)
 
-    def dispose(self) -> Awaitable[None]:
-        return self.engine.dispose()
+    async def dispose(self) -> None:
+        if self._threaded is not None:
+            self._threaded.dispose()
+        await self.engine.dispose()

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Dialect,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -107,3 +108,17 @@ class InputItemRow(Base):
     position: Mapped[int] = mapped_column(Integer)
     item_id: Mapped[str] = mapped_column(String)
     item: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+
+class EventLogRow(Base):
+    """A finished response's event log, moved out of Redis (``storage/event_logs.py``): its SSE frames,
+    byte for byte, zlib-compressed, for ``GET ?stream=true`` until ``expires_at`` (the event TTL)."""
+
+    __tablename__ = "event_logs"
+
+    response_id: Mapped[str] = mapped_column(String, ForeignKey("responses.id", ondelete="CASCADE"), primary_key=True)
+    first_sequence_number: Mapped[int] = mapped_column(Integer)
+    event_count: Mapped[int] = mapped_column(Integer)
+    # zlib of: event_count uint32 frame lengths (little-endian), then the frames concatenated.
+    frames: Mapped[bytes] = mapped_column(LargeBinary)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

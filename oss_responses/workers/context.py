@@ -158,8 +158,9 @@ def start_worker(
     loop = EngineLoop().start()
     try:
         encoding = encoding or load_encoding(settings.tiktoken_dir)
-        redis_client = loop.run(_async_redis(settings.redis_url, retrying=True))
-        writer_client = loop.run(_async_redis(settings.redis_url, retrying=False))
+        connections = _redis_connections(settings)
+        redis_client = loop.run(_async_redis(settings.redis_url, connections, retrying=True))
+        writer_client = loop.run(_async_redis(settings.redis_url, connections, retrying=False))
         ctx = WorkerContext(
             settings=settings,
             worker_id=worker_id or new_worker_id(),
@@ -170,7 +171,8 @@ def start_worker(
             engine=engine or build_engine(settings, encoding),
             db=Database(settings.database_url),
             redis=redis_client,
-            sync_redis=redis.Redis.from_url(settings.redis_url, retry=RECONNECT),
+            sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+                settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT)),
             writer_redis=writer_client,
             writer=EventWriter(writer_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
@@ -193,6 +195,12 @@ def start_worker(
     return ctx
 
 
+def _redis_connections(settings: Settings) -> int:
+    # redis-py's pools refuse a 101st connection by default; every running response may hold one at
+    # once (lease renewal, cancel check), so the pools are sized for them and wait, never refuse.
+    return max(100, 2 * settings.worker_concurrency + 16)
+
+
 # After a Redis restart every pooled connection is dead, and each fails its next command: leases,
 # cancel flags, journal reads and the reaper's calls are safe to repeat, so their clients reconnect
 # and retry. The event writer's client does not: its journal RPUSH must never land twice, and a
@@ -200,7 +208,8 @@ def start_worker(
 RECONNECT = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
 
 
-async def _async_redis(url: str, *, retrying: bool) -> redis_asyncio.Redis:
+async def _async_redis(url: str, max_connections: int, *, retrying: bool) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
-    retries = RECONNECT._retries if retrying else 0
-    return redis_asyncio.Redis.from_url(url, retry=AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), retries))
+    retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries if retrying else 0)
+    pool = redis_asyncio.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=None, retry=retry)
+    return redis_asyncio.Redis(connection_pool=pool)

@@ -133,6 +133,12 @@ def listed_in(steps: Sequence[Step]) -> dict[str, list[McpToolSpec]]:
     return {step[1]: [McpToolSpec(**spec) for spec in step[2]] for step in steps if step[0] == "list_tools_completed"}
 
 
+def unfinished_listings(steps: Sequence[Step]) -> set[str]:
+    """Labels whose listing the journal opened but never completed or failed (the worker was lost)."""
+    opened = {step[1] for step in steps if step[0] == "list_tools_started"}
+    return opened - {step[1] for step in steps if step[0] in ("list_tools_completed", "list_tools_failed")}
+
+
 def split_at_prompt(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
     """The steps before the prompt was rendered (start, tool listings) and the rest (from use_prompt)."""
     for index, step in enumerate(steps):

@@ -40,6 +40,7 @@ from oss_responses.storage import (
     get_response,
     list_in_progress_ids,
     list_stale_queued,
+    purge_expired_event_logs,
     save_turn,
     utcnow,
 )
@@ -118,6 +119,7 @@ class Reaper:
             handled = [rid for rid in self.db.run(list_in_progress_ids) if self.reap(rid)]
             if self.dispatch is not None:
                 handled += self.sweep_queued()
+            self.db.run(purge_expired_event_logs)  # their tombstones in Redis expired with them
             return handled
         finally:
             self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)

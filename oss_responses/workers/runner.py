@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -48,10 +48,19 @@ from oss_responses.harmony.render import (
 )
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
-from oss_responses.storage import delete_response, get_response, save_turn, transition, utcnow
+from oss_responses.storage import (
+    delete_response,
+    get_response,
+    save_turn,
+    transition,
+    utcnow,
+)
+from oss_responses.wire import response_json, wire_json
+from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.generation import TERMINAL, Generation, StopCause
+from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.journal import (
     JournaledTranslator,
     JournalError,
@@ -61,10 +70,14 @@ from oss_responses.workers.journal import (
     listed_in,
     read_journal,
     split_at_prompt,
+    unfinished_listings,
 )
-from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.lease import Lease
-from oss_responses.workers.reaper import close_with_failure, failed_response, store_failure
+from oss_responses.workers.reaper import (
+    close_with_failure,
+    failed_response,
+    store_failure,
+)
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import (
     PreparedTools,
@@ -73,7 +86,6 @@ from oss_responses.workers.tooling import (
     list_new_tools,
     prepare_tools,
 )
-from oss_responses.wire import response_json, wire_json
 
 log = logging.getLogger(__name__)
 
@@ -332,11 +344,20 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
     known = listed_tools(job.history, request.input_items())  # grows with this response's listings
     run.translator = _translator(run, approval_policy(tools.servers, known))
-    emit = partial(ctx.writer.append, job.response_id)
-    emit(run.translator.start())
-    listed = await list_new_tools(tools, known, run.translator, emit) if tools.servers else {}
+    ctx.writer.append(job.response_id, run.translator.start())
+    await _list_then_generate(run, request, tools, known)
+
+
+async def _list_then_generate(
+    run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any],
+    started: Collection[str] = (),
+) -> None:
+    """The tool listings still to do (``started``: opened by a lost worker), the prompt, the generation."""
+    assert run.translator is not None
+    emit = partial(run.ctx.writer.append, run.job.response_id)
+    listed = await list_new_tools(tools, known, run.translator, emit, started) if tools.servers else {}
     known.update(listed)
-    await _render(run, request, listed)
+    await _render(run, request, known)
     assert run.rendered is not None
     run.translator.use_prompt(
         mcp_labels=run.rendered.mcp_labels,
@@ -349,38 +370,37 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
 
 
 async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) -> None:
-    """On the engine loop: the journal replayed (events the stream lacks written), then generation goes on."""
+    """On the engine loop: the journal replayed (events the stream lacks written), then generation goes on.
+
+    Lost before its prompt was rendered: the listings it left unfinished are done again into their
+    items, and it goes on as a fresh run does.
+    """
     ctx, job = run.ctx, run.job
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
     known = listed_tools(job.history, request.input_items())
     before, after = split_at_prompt(steps)
-    listed = listed_in(before)
-    known.update(listed)
+    known.update(listed_in(before))
     first = first_sequence_number(steps)
     if first is None:
         first = await next_sequence_number(ctx.redis, job.response_id) or 0
     run.first_sequence_number = first
     run.translator = _translator(run, approval_policy(tools.servers, known), record=False)
     events = [event for step in before for event in apply_translator_step(run.translator, step, None)]
-    await _render(run, request, listed)
-    assert run.rendered is not None
-    _new_generation(run, request, tools, known)
-    assert run.generation is not None
-    events += run.generation.replay(run.rendered.token_ids, after, run.rendered.approval)
-    if not after:  # lost before its prompt was rendered: the prompt's facts, as a fresh run gives them
-        run.translator.use_prompt(
-            mcp_labels=run.rendered.mcp_labels, input_tokens=len(run.rendered.token_ids),
-            function_namespaces=run.rendered.function_namespaces,
-        )
+    if after:
+        await _render(run, request, known)
+        assert run.rendered is not None
+        _new_generation(run, request, tools, known)
+        assert run.generation is not None
+        events += run.generation.replay(run.rendered.token_ids, after, run.rendered.approval)
     run.translator.record = partial(ctx.writer.append_journal, job.response_id)
-    run.generation.journal = run.translator.record
     await _write_missing(run, events)
     if run.fail_after_replay is not None:
-        run.generation.emit(run.translator.fail(run.fail_after_replay))
-        return
-    if not after:
-        await run.generation.run(run.rendered.token_ids, run.rendered.approval)
+        ctx.writer.append(job.response_id, run.translator.fail(run.fail_after_replay))
+    elif not after:
+        await _list_then_generate(run, request, tools, known, started=unfinished_listings(before))
     else:
+        assert run.generation is not None
+        run.generation.journal = run.translator.record
         await run.generation.resume()
 
 
@@ -394,10 +414,10 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
-async def _render(run: _Run, request: CreateResponseRequest, listed: dict[str, Any]) -> None:
+async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
     """Planned in a thread, tokenised by the worker's PromptTokenizer: never on the engine loop itself,
     where a large input would stall every running response (workers/prompt_tokenizer.py)."""
-    options = job_render_options(run.ctx.settings, run.job.record, listed, run.ctx.sealer)
+    options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
     plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
     token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
     run.rendered = rendered_prompt(plan, token_ids, messages)
@@ -439,7 +459,7 @@ def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
 
 
 def _finish(run: _Run) -> Outcome:
-    """Drain the events, store the turn, close the stream."""
+    """Drain the events, store the turn, close the stream, move its events to SQL."""
     ctx, job, translator = run.ctx, run.job, run.translator
     assert translator is not None
     try:
@@ -449,8 +469,11 @@ def _finish(run: _Run) -> Outcome:
     status = translator.response.status or "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
-    if _save_retrying(run) or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
+    saved = _save_retrying(run)
+    if saved or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
+    if saved and job.record.store:  # a response not stored has no row to hold its log, nor a reader later
+        archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     return status  # type: ignore[return-value]
 
 

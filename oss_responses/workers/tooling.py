@@ -11,7 +11,7 @@ fails with a clear error the model reads.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from openai.types.responses import WebSearchPreviewTool, WebSearchTool
@@ -56,15 +56,20 @@ async def prepare_tools(
 
 
 async def list_new_tools(
-    tools: PreparedTools, stored: Mapping[str, list[McpToolSpec]], translator: ResponseTranslator, emit: Emit
+    tools: PreparedTools, stored: Mapping[str, list[McpToolSpec]], translator: ResponseTranslator, emit: Emit,
+    started: Collection[str] = (),
 ) -> dict[str, list[McpToolSpec]]:
-    """List every server without a stored list, streaming its mcp_list_tools item; label → tools."""
+    """List every server without a stored list, streaming its mcp_list_tools item; label → tools.
+
+    ``started``: labels whose item a lost worker opened (a takeover lists them again, into that item).
+    """
     assert isinstance(tools.executor, McpToolExecutor)
     listed: dict[str, list[McpToolSpec]] = {}
     for server in tools.servers:
         if server.label in stored:
             continue
-        emit(translator.list_tools_started(server.label))
+        if server.label not in started:
+            emit(translator.list_tools_started(server.label))
         try:
             specs = [_harmony_spec(spec) for spec in await tools.executor.list_tools(server.label)]
         except McpUnavailable as exc:

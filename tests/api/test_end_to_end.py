@@ -11,14 +11,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx2
 import openai
 import pytest
+import redis as redis_lib
 from api_server import MODEL, start_api_process, start_worker_process, stop_process
 from openai import OpenAI, Stream
 from openai.types.responses import Response, ResponseStreamEvent
 from sqlalchemy import select
 
+from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.eventlog import parse_frame
 from oss_responses.storage import Database, ResponseRow, get_response
 
 TOKENS_PER_SECOND = 400.0  # fast enough for short answers, slow enough to act mid-generation
@@ -145,6 +149,36 @@ def test_retrieve_stream_resumes_on_second_process_with_missing_events_only(stac
     assert [e.sequence_number for e in first + rest] == list(range(len(full)))
     assert [e.model_dump() for e in first + rest] == [e.model_dump() for e in full]
     assert full[-1].type == "response.completed"
+
+
+def _raw_stream(base_url: str, method: str, path: str, **kwargs: object) -> bytes:
+    with httpx2.Client(base_url=base_url, timeout=30) as http, http.stream(method, path, **kwargs) as reply:  # type: ignore[arg-type]
+        assert reply.status_code == 200
+        return b"".join(reply.iter_bytes())
+
+
+def _wait_for_tombstone(stack: Stack, response_id: str) -> None:
+    """The worker moves a finished response's events to SQL right after it ends."""
+    client = redis_lib.Redis.from_url(stack.settings.redis_url)
+    deadline = time.monotonic() + DEADLINE_S
+    while [fields.keys() for _, fields in client.xrange(redis_keys.events(response_id))] != [{b"end", b"archived"}]:
+        assert time.monotonic() < deadline, "the event log was not archived"
+        time.sleep(POLL_S)
+    client.close()
+
+
+def test_retrieve_stream_after_archive_replays_the_live_bytes(stack: Stack) -> None:
+    base_url = str(stack.client.base_url).removesuffix("/v1/")
+    live = _raw_stream(base_url, "POST", "/v1/responses",
+                       json={"model": MODEL, "input": "tokens 300", "background": True, "stream": True})
+    response_id = parse_frame(live.split(b"\n\n")[0] + b"\n\n")["response"]["id"]
+    _wait_for_tombstone(stack, response_id)
+    other_url = str(stack.other.base_url).removesuffix("/v1/")
+    replayed = _raw_stream(other_url, "GET", f"/v1/responses/{response_id}", params={"stream": "true"})
+    assert replayed == live and b"response.completed" in replayed
+    frames = [f + b"\n\n" for f in live.split(b"\n\n")[:-1]]
+    after = _raw_stream(other_url, "GET", f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": 40})
+    assert after == b"".join(frames[41:])
 
 
 def test_responses_stream_helper_by_response_id(stack: Stack) -> None:

@@ -1,10 +1,11 @@
 """An MCP server for tests: a slow tool, a crashing tool, and one that echoes the Authorization header.
 
-``python tests/tools/misbehaving_server.py --port N``
+``python tests/tools/misbehaving_server.py --port N [--list-delay SECONDS]`` (a slow tool listing).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 
@@ -14,8 +15,17 @@ from mcp.server.mcpserver import Context
 from oss_responses.tools.servers._cli import serve
 
 
-def build_server() -> MCPServer:
-    server = MCPServer("misbehaving")
+class _SlowListing(MCPServer):
+    list_delay = 0.0
+
+    async def list_tools(self):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(self.list_delay)
+        return await super().list_tools()
+
+
+def build_server(list_delay: float = 0.0) -> MCPServer:
+    server = _SlowListing("misbehaving")
+    server.list_delay = list_delay
 
     @server.tool(structured_output=False)
     async def sleep(seconds: float) -> str:
@@ -42,4 +52,7 @@ def build_server() -> MCPServer:
 
 
 if __name__ == "__main__":
-    serve(build_server(), sys.argv[1:], default_port=0)
+    options = argparse.ArgumentParser(add_help=False)
+    options.add_argument("--list-delay", type=float, default=0.0)
+    known, rest = options.parse_known_args(sys.argv[1:])
+    serve(build_server(known.list_delay), rest, default_port=0)

@@ -10,7 +10,7 @@ from worker_support import accept, assert_contiguous, events_of, is_closed, over
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_response, transition, utcnow
+from oss_responses.storage import Database, get_event_log, get_response, save_event_log, transition, utcnow
 from oss_responses.workers.reaper import REAPER_LOCK, Reaper
 
 
@@ -113,3 +113,13 @@ def test_reaper_sends_task_of_stale_queued_response_again_once(
     assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
     assert dispatching_reaper(db, redis, sent).reap_once() == []
     assert sent == [(stale, "gpt-oss-20b")] and fresh not in {rid for rid, _ in sent}
+
+
+def test_reaper_purges_event_logs_past_their_ttl(db: Database, redis: redis_lib.Redis, settings: Settings) -> None:
+    expired, live = (accept(db, redis, settings, input="hi") for _ in range(2))
+    db.run(save_event_log, expired, 0, [b"x"], utcnow() - timedelta(seconds=1))
+    db.run(save_event_log, live, 0, [b"x"], utcnow() + timedelta(hours=1))
+
+    reaper(db, redis, settings).reap_once()
+
+    assert db.run(get_event_log, expired) is None and db.run(get_event_log, live) is not None

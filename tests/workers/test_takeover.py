@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis as redis_lib
 from support.servers import start_postgres, start_redis
+from tool_support import MISBEHAVING, mcp_server
 from worker_support import (
     MODEL,
     WorkerProcess,
@@ -91,7 +92,7 @@ def test_sigtermed_worker_hands_running_response_to_another_worker(
     assert_one_story(events, db, response_id)
     assert len(story_text(events).split()) == 400
     assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
-    assert "handing off 1 running responses" in leaving.log.readstory_text()
+    assert "handing off 1 running responses" in leaving.log.read_text()
     db.dispose()
 
 
@@ -136,7 +137,7 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         cluster.restart(down_seconds=4.0)  # the response ends, and is saved, while the database is down
         events = wait_for_end(redis, response_id, timeout=60)
         assert_one_story(events, db, response_id)
-        assert "retrying" in worker.log.readstory_text()
+        assert "retrying" in worker.log.read_text()
         db.dispose()
     finally:
         if worker is not None:
@@ -196,3 +197,27 @@ def test_sigkilled_worker_mid_tool_call_is_taken_over(
     else:
         assert call["output"] is None and "stopped before it answered" in str(call["error"])
     db.dispose()
+
+
+def test_sigkilled_worker_during_tool_listing_is_taken_over(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """Killed while it lists an MCP server's tools (a listing that takes a second): the new worker lists
+    them again, and the stream holds one listing, completed once, then the call and the answer."""
+    with mcp_server(str(MISBEHAVING), "--list-delay", "1.0") as slow_listing_url:
+        settings = _takeover_settings(database_url, redis_url).model_copy(update={"tool_servers": {"slow": slow_listing_url}})
+        db = Database(settings.database_url)
+        doomed = start_worker(settings, "doomed")
+        tools = [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]
+        response_id = accept(db, redis, settings, input='call slow.sleep {"seconds": 0}', tools=tools, background=True)
+        enqueue(make_celery(settings), settings, response_id, MODEL)
+        wait_for_event(redis, response_id, "response.mcp_list_tools.in_progress")
+        os.kill(doomed.process.pid, signal.SIGKILL)
+        doomed.process.wait()
+        start_worker(settings, "survivor")
+        events = wait_for_end(redis, response_id, timeout=30)
+        assert_one_story(events, db, response_id)
+        types = [e["type"] for e in events]
+        assert types.count("response.mcp_list_tools.in_progress") == types.count("response.mcp_list_tools.completed") == 1, " ".join(t.split(".")[-1] for t in types)
+        assert story_text(events) == "The tool slow.sleep returned: awake"
+        db.dispose()

@@ -1,5 +1,6 @@
 """MCP credentials (``authorization``, ``headers``) come to the worker with the task, not from SQL:
-they reach the server, and are written to no row, event, Redis key or log line."""
+they reach the server, and are written to no row, event (in Redis or archived in SQL), Redis key or log
+line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import redis as redis_lib
 from sqlalchemy import text
 from tool_env import BAD, ToolEnv, item
 
+from oss_responses.storage import get_event_log
 from oss_responses.workers.testing import local_worker, run_response_now
 
 
@@ -31,6 +33,13 @@ def all_redis(client: redis_lib.Redis) -> str:
     return repr(values)
 
 
+def all_archived(tools: ToolEnv) -> str:
+    """The event logs moved to SQL, decompressed (a compressed secret would not show as text)."""
+    with tools.db.session() as session:
+        ids = session.execute(text("SELECT response_id FROM event_logs")).scalars().all()
+        return repr([get_event_log(session, response_id) for response_id in ids])
+
+
 def test_authorization_reaches_the_server(tools: ToolEnv) -> None:
     token = f"tok-{uuid.uuid4().hex}"
     response = tools.run(input="call bad.authorization {}", tools=[BAD | {"authorization": token}])
@@ -44,7 +53,7 @@ def test_secrets_are_never_stored_nor_logged(tools: ToolEnv, caplog: pytest.LogC
     with_secrets = tools.run(input='call bad.sleep {"seconds": 0}', tools=[bad])
     assert item(with_secrets, "mcp_call")["output"] == "awake"
     tools.run(input="call bad.crash {}", tools=[bad], previous_response_id=with_secrets["id"])
-    rows, streams = all_rows(tools), all_redis(tools.redis)
+    rows, streams = all_rows(tools), all_redis(tools.redis) + all_archived(tools)
     assert "awake" in rows and "awake" in streams  # the dumps do hold the responses
     for dump in (rows, streams, caplog.text):
         assert token not in dump and key not in dump

@@ -22,14 +22,20 @@ from oss_responses.eventlog.writer import event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets
-from oss_responses.storage import Database, ResponseRecord, ResponseRow, get_response, insert_response
+from oss_responses.storage import Database, ResponseRecord, ResponseRow, get_event_log, get_response, insert_response
 from oss_responses.wire import wire_json
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "gpt-oss-20b"
 
 
+# The database of the latest worker_settings(): where events_of reads a finished response's archived log.
+_archive_database_url: str | None = None
+
+
 def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Settings:
+    global _archive_database_url
+    _archive_database_url = database_url
     fields: dict[str, Any] = {
         "database_url": database_url,
         "redis_url": redis_url,
@@ -80,7 +86,22 @@ def stream_entries(redis: redis_lib.Redis, response_id: str) -> list[tuple[str, 
 
 
 def events_of(redis: redis_lib.Redis, response_id: str) -> list[dict[str, Any]]:
-    return [parse_frame(fields[b"f"]) for _, fields in stream_entries(redis, response_id) if b"f" in fields]
+    """Every event of the response: from its stream, or from SQL once the stream was archived."""
+    entries = stream_entries(redis, response_id)
+    if entries and b"archived" in entries[-1][1]:
+        return [parse_frame(data) for data in archived_frames(response_id)]
+    return [parse_frame(fields[b"f"]) for _, fields in entries if b"f" in fields]
+
+
+def archived_frames(response_id: str) -> list[bytes]:
+    assert _archive_database_url is not None, "worker_settings() names the database"
+    db = Database(_archive_database_url)
+    try:
+        event_log = db.run(get_event_log, response_id)
+    finally:
+        db.dispose()
+    assert event_log is not None, f"the event log of {response_id} was archived but is not in SQL"
+    return event_log.frames
 
 
 def is_closed(redis: redis_lib.Redis, response_id: str) -> bool:

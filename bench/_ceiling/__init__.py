@@ -1,0 +1,1 @@
+"""The synthetic GPU of bench/worker_ceiling.py."""

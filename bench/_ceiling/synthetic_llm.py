@@ -1,0 +1,124 @@
+"""A stand-in for vLLM's ``AsyncLLM`` that steps like a GPU with an infinitely fast model.
+
+``generate`` yields real ``vllm.outputs.RequestOutput`` objects (one ``CompletionOutput``, DELTA
+token ids, ``finished`` and ``finish_reason`` as vLLM sets them), so the worker's ``VllmEngine``
+adapter runs unchanged on top. One stepper task plays the engine core: each step gives every
+running request ONE token, and the next step starts as soon as every request took its previous
+output (steps as fast as the worker takes them; vLLM would merge deltas a consumer did not take yet,
+here the consumer is never behind by more than one token, its most expensive case). The tokens are
+the scripted engine's answer to the prompt, so the translator sees valid harmony.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from vllm.outputs import CompletionOutput, RequestOutput
+
+from oss_responses.engine.vllm import ScriptedAnswers
+
+
+@dataclass
+class _Request:
+    request_id: str
+    script: list[int]
+    max_tokens: int
+    stop: frozenset[int]
+    position: int = 0
+    aborted: bool = False
+    output: RequestOutput | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass
+class StepSample:
+    at: float  # monotonic seconds
+    cpu: float  # loop thread CPU seconds
+    tokens: int  # tokens produced so far
+    running: int
+
+
+class SyntheticLLM:
+    def __init__(self, answers: ScriptedAnswers, *, max_model_len: int = 131_072) -> None:
+        self.model_config = SimpleNamespace(max_model_len=max_model_len)
+        self._answers = answers
+        self._requests: dict[str, _Request] = {}
+        self._taken = asyncio.Event()
+        self._outstanding = 0  # outputs of the last step not taken yet
+        self._stepper: asyncio.Task[None] | None = None
+        self.tokens = 0
+        self.samples: list[StepSample] = []
+
+    async def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[RequestOutput]:
+        script = self._answers.script_for(prompt["prompt_token_ids"]) or []
+        request = _Request(request_id, script, sampling_params.max_tokens, frozenset(sampling_params.stop_token_ids))
+        self._requests[request_id] = request
+        if self._stepper is None:
+            self._stepper = asyncio.get_running_loop().create_task(self._step_forever())
+        self._taken.set()
+        try:
+            while True:
+                await request.ready.wait()
+                request.ready.clear()
+                output, request.output = request.output, None
+                assert output is not None
+                self._took()
+                yield output
+                if output.finished:
+                    return
+        finally:
+            self._requests.pop(request_id, None)
+            if request.output is not None:
+                self._took()
+            self._taken.set()
+
+    def _took(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding <= 0:
+            self._taken.set()
+
+    async def abort(self, request_id: str) -> None:
+        request = self._requests.get(request_id)
+        if request is not None:
+            request.aborted = True
+
+    def shutdown(self) -> None:
+        if self._stepper is not None:
+            self._stepper.cancel()
+
+    async def _step_forever(self) -> None:
+        while True:
+            await self._taken.wait()
+            self._taken.clear()
+            if self._outstanding > 0:
+                continue  # somebody has not taken the last step yet
+            self._outstanding = len(self._requests)
+            for request in list(self._requests.values()):
+                request.output = self._next_output(request)
+                request.ready.set()
+            if self._requests:
+                self.samples.append(StepSample(time.monotonic(), time.thread_time(), self.tokens, len(self._requests)))
+            else:
+                await asyncio.sleep(0.001)
+                self._taken.set()
+
+    def _next_output(self, request: _Request) -> RequestOutput:
+        if request.aborted:
+            return _output(request.request_id, [], "abort")
+        token = request.script[request.position] if request.position < len(request.script) else 200_002
+        request.position += 1
+        self.tokens += 1
+        reason = "stop" if token in request.stop else "length" if request.position >= request.max_tokens else None
+        return _output(request.request_id, [token], reason)
+
+
+def _output(request_id: str, token_ids: list[int], finish_reason: str | None) -> RequestOutput:
+    completion = CompletionOutput(index=0, text="", token_ids=token_ids, cumulative_logprob=None, logprobs=None,
+                                  finish_reason=finish_reason)
+    return RequestOutput(request_id=request_id, prompt=None, prompt_token_ids=None, prompt_logprobs=None,
+                         outputs=[completion], finished=finish_reason is not None, num_cached_tokens=0)

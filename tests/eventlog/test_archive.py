@@ -1,0 +1,161 @@
+"""A finished stream moved to SQL: readers replay the same bytes, and one mid-switch misses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from functools import partial
+
+import pytest
+import redis as redis_lib
+
+from oss_responses import redis_keys
+from oss_responses.api.relay import archived_frames
+from oss_responses.eventlog import EventHub, parse_frame, write_events
+from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.storage import AsyncDatabase, Database, EventLogRow, insert_response, utcnow
+from oss_responses.workers.archive import archive_event_log
+from tests.support.rows import new_response
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+async def adb(database_url: str) -> AsyncIterator[AsyncDatabase]:
+    database = AsyncDatabase(database_url)
+    yield database
+    await database.dispose()
+
+
+@pytest.fixture
+def response_id(db: Database) -> str:
+    record = new_response()
+    db.run(insert_response, record, [])
+    return record.id
+
+
+def archiving_hub(redis_url: str, adb: AsyncDatabase, **options: int) -> EventHub:
+    return EventHub(redis_url, block_ms=10_000, archive=partial(archived_frames, adb), **options)
+
+
+async def read_all(hub: EventHub, response_id: str, after: int | None = None) -> bytes:
+    return b"".join([chunk async for chunk in await hub.open(response_id, after=after, chunked=True)])
+
+
+def write_sync(redis: redis_lib.Redis, commands: list) -> None:  # type: ignore[type-arg]
+    """Written without yielding to the event loop: the hub only sees the result afterwards."""
+    with redis.pipeline(transaction=False) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute()
+
+
+def archive(db: Database, redis: redis_lib.Redis, response_id: str) -> bool:
+    return archive_event_log(db, redis, response_id, ttl_seconds=60)
+
+
+async def test_archive_leaves_one_tombstone_entry(db, redis, aredis, response_id, make_events) -> None:
+    await write_events(aredis, response_id, make_events(range(20)), close="completed", ttl_seconds=60)
+
+    assert archive(db, redis, response_id)
+
+    entries = redis.xrange(redis_keys.events(response_id))
+    assert [fields for _, fields in entries] == [{b"end": b"completed", b"archived": b"19"}]
+    assert 0 < redis.ttl(redis_keys.events(response_id)) <= 60
+
+
+async def test_archive_leaves_a_running_stream_alone(db, redis, aredis, response_id, make_events) -> None:
+    await write_events(aredis, response_id, make_events(range(3)), ttl_seconds=60)
+
+    assert not archive(db, redis, response_id)
+    assert redis.xlen(redis_keys.events(response_id)) == 3
+
+
+async def test_replay_after_archive_equals_the_stream_byte_for_byte(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+        before = await read_all(hub, response_id)
+        assert archive(db, redis, response_id)
+        assert await read_all(hub, response_id) == before
+    finally:
+        await hub.stop()
+
+
+async def test_replay_starting_after_n_reads_the_rest_from_the_archive(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+        before = await read_all(hub, response_id, after=24)
+        assert archive(db, redis, response_id)
+        after = await read_all(hub, response_id, after=24)
+        assert after == before and parse_frame(after.split(b"\n\n")[0] + b"\n\n")["sequence_number"] == 25
+        assert await read_all(hub, response_id, after=39) == b""
+        assert await hub.last_sequence(response_id) == 39
+    finally:
+        await hub.stop()
+
+
+async def test_reader_paging_through_history_during_the_archive_misses_nothing(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    hub = archiving_hub(redis_url, adb, count=3)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(30)), close="completed", ttl_seconds=60)
+        expected = await read_all(hub, response_id)
+        frames = await hub.open(response_id, chunked=True)
+        first = await frames.__anext__()  # the first history page, then the stream is archived
+        assert archive(db, redis, response_id)
+        assert first + b"".join([chunk async for chunk in frames]) == expected
+    finally:
+        await hub.stop()
+
+
+async def test_live_follower_during_the_archive_misses_nothing(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(5)), ttl_seconds=60)
+        follower = hub.subscribe(response_id)
+        assert [parse_frame(await follower.__anext__())["sequence_number"] for _ in range(5)] == list(range(5))
+        rest = asyncio.create_task(_collect(follower))  # blocked in the hub's live read
+        while hub.subscriber_count(response_id) == 0:
+            await asyncio.sleep(0.01)
+        # The rest of the response, its end and its archive, with no chance for the hub to read between.
+        for n in range(5, 60, 5):
+            write_sync(redis, event_commands(response_id, make_events(range(n, n + 5))))
+        write_sync(redis, close_commands(response_id, "completed", 60))
+        assert archive(db, redis, response_id)
+        assert await asyncio.wait_for(rest, 10) == list(range(5, 60))
+    finally:
+        await hub.stop()
+
+
+async def _collect(frames: AsyncIterator[bytes]) -> list[int]:
+    return [parse_frame(data)["sequence_number"] async for data in frames]
+
+
+async def test_archive_outlives_the_tombstone(db, redis, aredis, response_id, make_events) -> None:
+    await write_events(aredis, response_id, make_events(range(3)), close="completed", ttl_seconds=60)
+
+    assert archive(db, redis, response_id)
+
+    expires_at = db.run(lambda session: session.get(EventLogRow, response_id).expires_at)
+    assert expires_at > utcnow() + timedelta(seconds=redis.ttl(redis_keys.events(response_id)))
