@@ -4,6 +4,7 @@ bodies. Never a 5xx, the API process never dies, and a refused request leaves no
 
 The API and a scripted worker run as real processes on SQLite and PostgreSQL. ``FUZZ_EXAMPLES``
 (default 15) bounds the examples per operation and mode, and per body test; ``make fuzz`` runs 300.
+The examples are the same on every run (derandomized) unless ``FUZZ_RANDOM`` is set.
 Each test prints its figures (requests tried, 5xx seen).
 """
 
@@ -38,7 +39,7 @@ from oss_responses.config import Settings
 from oss_responses.storage import Database, ResponseRow
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
-FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="FUZZ_SEED" not in os.environ,
+FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="FUZZ_RANDOM" not in os.environ,
                          suppress_health_check=list(HealthCheck))
 
 
