@@ -1,5 +1,5 @@
 # The two commands: `make run` (the whole stack locally) and `make test` (the test suite).
-.PHONY: run test bootstrap bench soak
+.PHONY: run test bootstrap bench soak fuzz
 
 bootstrap:
 	bash scripts/bootstrap.sh
@@ -16,3 +16,7 @@ bench: bootstrap
 # A randomized fault soak (SIGKILL, SIGTERM, Redis restarts under running responses): tests/workers/soak.py
 soak: bootstrap
 	.venv/bin/python tests/workers/soak.py --rounds 30
+
+# A longer fuzz run (schemathesis from /openapi.json and generated Responses bodies): tests/api/test_fuzz.py
+fuzz: bootstrap
+	FUZZ_EXAMPLES=300 .venv/bin/python -m pytest tests/api/test_fuzz.py --timeout=3600 -s -q

@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     max_takeovers: int = Field(
         3, description="A response whose workers were lost more often than this fails instead of being taken over"
     )
+    render_process_above_chars: int = Field(
+        262_144,
+        description="A prompt with more text than this is tokenised in a child process of the worker: harmony holds "
+        "the GIL while it tokenises (about 0.1 s per MB), which would stall every running response",
+    )
     visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
 
     # --- scripted engine ----------------------------------------------------
@@ -119,6 +124,25 @@ class Settings(BaseSettings):
         "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] and MCP authorization/headers are 400s",
     )
 
+    # --- limits (what one request may ask for) --------------------------------
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024, description="Largest request body accepted; a larger one is a 413 before it is read whole"
+    )
+    max_json_depth: int = Field(64, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)")
+    max_input_items: int = Field(2048, description="Most items one request's `input` may hold (400 beyond)")
+    max_tools: int = Field(128, description="Most entries one request's `tools` may hold (400 beyond)")
+    max_output_tokens_ceiling: int = Field(
+        131_072, description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings"
+    )
+    max_output_tokens_ceilings: dict[str, int] = Field(
+        default_factory=dict,
+        description='Per-model max_output_tokens ceilings, as JSON: {"gpt-oss-20b": 32768} (400 naming max_output_tokens beyond)',
+    )
+    max_queued_per_model: int = Field(
+        1000, description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)"
+    )
+    queue_full_retry_after_seconds: int = Field(5, description="Retry-After of a 429 refused for a full model queue")
+
     # --- operations: logs, metrics, webhooks --------------------------------------
     log_format: Literal["json", "text"] = Field(
         "json", description="Log lines as one JSON object each (production) or plain text (development; `make run`)"
@@ -160,6 +184,9 @@ class Settings(BaseSettings):
 
     def queue_for(self, model: str) -> str:
         return f"{self.queue_prefix}{model}"
+
+    def output_tokens_ceiling(self, model: str) -> int:
+        return self.max_output_tokens_ceilings.get(model, self.max_output_tokens_ceiling)
 
 
 @lru_cache(maxsize=1)

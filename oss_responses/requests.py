@@ -96,7 +96,7 @@ _OUTPUT_PARTS = frozenset({"output_text", "refusal"})
 
 def _is_output_content(content: Any) -> bool:
     return isinstance(content, list) and bool(content) and all(
-        isinstance(part, dict) and part.get("type") in _OUTPUT_PARTS for part in content
+        isinstance(part, dict) and _type_of(part) in _OUTPUT_PARTS for part in content
     )
 
 
@@ -112,7 +112,7 @@ def _check_text_parts(content: Any, param: str) -> None:
     if not isinstance(content, list):
         return
     for index, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, dict) else None
+        kind = _type_of(part) if isinstance(part, dict) else None
         if kind not in _TEXT_PARTS:
             raise BadRequest(
                 f"Invalid value for '{param}.content[{index}].type': {kind!r} content is not supported by gpt-oss, "
@@ -122,13 +122,19 @@ def _check_text_parts(content: Any, param: str) -> None:
             )
 
 
+def _type_of(value: dict[str, Any], default: str | None = None) -> str | None:
+    """The ``type`` of an item, part or tool; anything but a string is no type (and cannot be a dict key)."""
+    kind = value.get("type", default)
+    return kind if isinstance(kind, str) else None
+
+
 def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
     """Fill what OpenAI lets a client leave out of replayed history, so one model describes each item.
 
     Clients replay assistant messages as ``output_text`` parts without ``id``/``status``/``annotations``
     and reasoning items without ``id``/``summary``; the filled form is what is stored.
     """
-    kind = item.get("type", "message")
+    kind = _type_of(item, "message")
     if kind == "message" and item.get("role") == "assistant" and _is_output_content(item.get("content")):
         content = [_output_part(part) for part in item["content"]]
         return {**item, "type": "message", "id": item.get("id") or new_id("msg"),
@@ -155,14 +161,14 @@ def parse_input_item(value: Any, param: str) -> BaseModel:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
     value = normalise_input_item(value)
-    item_type = value.get("type", "message")
+    item_type = _type_of(value, "message")
     if item_type == "message":
         _check_text_parts(value.get("content"), param)
         return _validate_one(_message_model(value), value, param)
-    model = _ITEM_MODELS.get(item_type)
+    model = _ITEM_MODELS.get(item_type) if item_type is not None else None
     if model is None:
         raise BadRequest(
-            f"Invalid value for '{param}.type': input items of type '{item_type}' are not supported by gpt-oss.",
+            f"Invalid value for '{param}.type': input items of type {value.get('type')!r} are not supported by gpt-oss.",
             param=f"{param}.type",
             code="unsupported_value",
         )
@@ -172,7 +178,8 @@ def parse_input_item(value: Any, param: str) -> BaseModel:
 def parse_tool(value: Any, param: str) -> BaseModel:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
-    model = _TOOL_MODELS.get(value.get("type", ""))
+    tool_type = _type_of(value, "")
+    model = _TOOL_MODELS.get(tool_type) if tool_type is not None else None
     if model is None:
         raise BadRequest(
             f"Invalid value for '{param}.type': tools of type '{value.get('type')}' are not supported "
@@ -242,7 +249,7 @@ class CreateResponseRequest(BaseModel):
     prompt_cache_options: dict[str, Any] | None = None
     # Codex CLI's installation, session and turn ids: accepted, kept with the request, never echoed.
     client_metadata: dict[str, str] | None = None
-    top_logprobs: int | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     # vLLM's extension: return the harmony messages as input_messages / output_messages.
     enable_response_messages: bool = False
 

@@ -17,7 +17,7 @@ def test_readme_lists_every_setting() -> None:
 
 
 def test_readme_commands_are_make_targets() -> None:
-    for target in ("run", "test"):
+    for target in ("run", "test", "fuzz"):
         assert f"`make {target}`" in README
         assert f"\n{target}:" in MAKEFILE
 

@@ -12,10 +12,12 @@ from redis.asyncio import Redis
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.metrics import MetricsExporter
+from oss_responses.api.openapi import install_openapi
 from oss_responses.api.relay import archived_frames
 from oss_responses.api.request_id import RequestIdMiddleware
 from oss_responses.api.routes import health, metrics, models, responses
 from oss_responses.api.services import Services, TaskQueue
+from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import build_sealer
@@ -36,7 +38,7 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
                        encoding=LazyEncoding(settings.tiktoken_dir), metrics=exporter, sealer=sealer)
     finally:
         await hub.stop()
-        tasks.close()
+        await tasks.aclose()
         exporter.close()
         await redis.aclose()
         await db.dispose()
@@ -54,8 +56,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)
     app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RefuseNulInUrl)
     app.include_router(responses.router)
     app.include_router(models.router)
     app.include_router(health.router)
     app.include_router(metrics.router)
+    install_openapi(app)
     return app

@@ -24,6 +24,8 @@ class TaskQueue:
 
     def __init__(self, broker_url: str, webhook_queue: str = "webhooks") -> None:
         self._webhook_queue = webhook_queue
+        # Celery's Redis transport keeps a queue's waiting tasks in a list named after the queue.
+        self._broker = Redis.from_url(broker_url, socket_connect_timeout=2)
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
         self._celery.conf.update(
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
@@ -48,8 +50,13 @@ class TaskQueue:
         for delivery in deliveries:
             self._celery.send_task(DELIVER_WEBHOOK_TASK, args=delivery.task_args(), queue=queue, routing_key=queue)
 
-    def close(self) -> None:
+    async def waiting(self, queue: str) -> int:
+        """Tasks waiting in ``queue`` (not those a worker holds unacknowledged)."""
+        return int(await self._broker.llen(queue))
+
+    async def aclose(self) -> None:
         self._celery.close()
+        await self._broker.aclose()
 
 
 @dataclass

@@ -75,6 +75,8 @@ __all__ = [
     "drop_closed_analysis",
     "plan_conversation",
     "render_prompt",
+    "rendered_prompt",
+    "tokenize_messages",
 ]
 
 # OpenAI's efforts → gpt-oss's three: the nearest level it has (the Response echoes what was asked).
@@ -170,14 +172,27 @@ def render_prompt(
     request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding
 ) -> RenderedPrompt:
     plan = plan_conversation(request, history, options)
-    conversation, config = Conversation.from_messages(plan.messages), RenderConversationConfig(auto_drop_analysis=False)
-    if plan.approval is None:
-        token_ids = encoding.render_conversation_for_completion(conversation, Role.ASSISTANT, config)
-    else:
-        token_ids = encoding.render_conversation(conversation, config)
+    prompt_messages = [message.to_dict() for message in plan.messages]
+    return rendered_prompt(plan, tokenize_messages(prompt_messages, plan.approval is None, encoding), prompt_messages)
+
+
+def tokenize_messages(messages: list[dict[str, Any]], for_completion: bool, encoding: HarmonyEncoding) -> list[int]:
+    """The prompt's tokens (harmony's Rust renderer, which holds the GIL throughout: see workers/prompt_tokenizer.py).
+
+    ``for_completion``: end with the assistant's turn to write; otherwise (an answered approval) the
+    conversation as it is, its last message the pending tool call.
+    """
+    conversation = Conversation.from_messages([Message.from_dict(message) for message in messages])
+    config = RenderConversationConfig(auto_drop_analysis=False)
+    if for_completion:
+        return list(encoding.render_conversation_for_completion(conversation, Role.ASSISTANT, config))
+    return list(encoding.render_conversation(conversation, config))
+
+
+def rendered_prompt(plan: ConversationPlan, token_ids: list[int], prompt_messages: list[dict[str, Any]]) -> RenderedPrompt:
     return RenderedPrompt(
         token_ids, plan.new_messages, plan.function_calls, plan.mcp_labels, plan.approval,
-        plan.function_namespaces, [message.to_dict() for message in plan.messages],
+        plan.function_namespaces, prompt_messages,
     )
 
 

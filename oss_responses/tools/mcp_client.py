@@ -37,6 +37,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
+from oss_responses.tools.pinned_http import pinned_client_factory
+
 logger = logging.getLogger(__name__)
 
 # What a dead connection raises; an MCPError (the server answered) is deliberately not here.
@@ -60,6 +62,8 @@ class McpEndpoint:
 
     url: str
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Non-empty: connect to these addresses only, whatever the URL's host resolves to now (pinned_http.py).
+    addresses: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:
@@ -67,11 +71,11 @@ class McpEndpoint:
 
     @property
     def key(self) -> tuple[str, str]:
-        digest = hashlib.sha256(json.dumps(sorted(self.headers.items())).encode()).hexdigest()
+        digest = hashlib.sha256(json.dumps([sorted(self.headers.items()), self.addresses]).encode()).hexdigest()
         return (self.url, digest)
 
     def __repr__(self) -> str:
-        return f"McpEndpoint(url={self.url!r}, headers={sorted(self.headers)!r})"
+        return f"McpEndpoint(url={self.url!r}, headers={sorted(self.headers)!r}, addresses={self.addresses!r})"
 
 
 @dataclass(frozen=True)
@@ -128,9 +132,11 @@ class _Session:
 
     def _transport(self, stack: AsyncExitStack) -> Any:
         headers = dict(self.endpoint.headers)
-        if self.endpoint.transport == "sse":
-            return sse_client(self.endpoint.url, headers=headers)
-        http_client = create_mcp_http_client(headers=headers)
+        endpoint = self.endpoint
+        factory = pinned_client_factory(endpoint.url, endpoint.addresses) if endpoint.addresses else create_mcp_http_client
+        if endpoint.transport == "sse":
+            return sse_client(endpoint.url, headers=headers, httpx_client_factory=factory)
+        http_client = factory(headers=headers)
         stack.push_async_exit(http_client)
         return streamable_http_client(self.endpoint.url, http_client=http_client)
 

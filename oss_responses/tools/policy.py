@@ -2,11 +2,15 @@
 
 - A request's ``mcp`` tool names a ``server_label``. Operators configure servers by label
   (``settings.tool_servers``); a request may name such a label without a URL.
-- A request's own ``server_url`` (one that is not the configured URL of its label) is used only if it
-  matches a prefix of ``settings.mcp_url_allowlist`` (same scheme, host and port; path under the
-  prefix's path), and its host does not resolve to a loopback, private, link-local or otherwise
-  non-global address unless ``settings.mcp_allow_private_urls``. The check resolves the name when the
-  request is accepted; a name that later resolves elsewhere (DNS rebinding) is not caught here.
+- A request's own ``server_url`` (one that is not the configured URL of its label) is normalised
+  first (``tools/urls.py``: dot segments, percent-encoding, default ports, case, IPv6 and legacy IPv4
+  forms, IDNA; userinfo refused) and used only if it falls under a prefix of
+  ``settings.mcp_url_allowlist`` (normalised the same way: same scheme, host and port; path under the
+  prefix's path at a segment boundary). Its host is resolved once; unless
+  ``settings.mcp_allow_private_urls``, every address must be global (not loopback, private, link-local,
+  multicast...). The connection is pinned to those addresses (``ResolvedServer.addresses``, see
+  ``mcp_client.py``): a name that resolves elsewhere later (DNS rebinding) is never connected to there.
+  The normalised URL is the one connected to, so the URL checked is the URL requested.
 - Labels in ``settings.builtin_tool_labels`` are served as gpt-oss's built-in ``python`` / ``browser``
   tools; the request tool types ``code_interpreter`` / ``web_search_preview`` select those labels.
 - Every refusal is a :class:`BadRequest` whose ``param`` points at the tool (``tools[2].server_url``).
@@ -21,7 +25,6 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from openai.types.responses import WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import (
@@ -37,6 +40,7 @@ from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import BUILTIN_NAMESPACES, RESERVED_NAMESPACES, TOOL_TYPES, Builtin
 from oss_responses.tools.mcp_client import McpEndpoint, McpToolSpec
+from oss_responses.tools.urls import NormalUrl, UnsafeUrl, normalise_url
 
 HostResolver = Callable[[str], Awaitable[list[str]]]
 
@@ -56,10 +60,12 @@ class ResolvedServer:
     require_approval: McpRequireApproval | None = None
     builtin: Builtin | None = None
     description: str | None = None
+    # A request's own server_url: the addresses checked, the only ones connected to (empty: resolve freely).
+    addresses: tuple[str, ...] = ()
 
     @property
     def endpoint(self) -> McpEndpoint:
-        return McpEndpoint(self.url, self.headers)
+        return McpEndpoint(self.url, self.headers, self.addresses)
 
 
 async def resolve_servers(
@@ -108,11 +114,14 @@ async def _resolve_mcp(tool: Mcp, param: str, settings: Settings, resolve: HostR
             f"(configured: {sorted(settings.tool_servers) or 'none'}).",
             param=f"{param}.server_url",
         )
+    addresses: tuple[str, ...] = ()
     if url != configured:
-        await check_request_url(url, f"{param}.server_url", settings, resolve)
+        checked = await check_request_url(url, f"{param}.server_url", settings, resolve)
+        url, addresses = str(checked.url), checked.addresses
     return ResolvedServer(
         label=label,
         url=url,
+        addresses=addresses,
         headers=_headers(tool),
         allowed_tools=tool.allowed_tools,
         require_approval=tool.require_approval,
@@ -152,53 +161,48 @@ def _headers(tool: Mcp) -> dict[str, str]:
     return headers
 
 
-async def check_request_url(url: str, param: str, settings: Settings, resolve: HostResolver) -> None:
-    """Raise BadRequest unless a request may send its tool calls to ``url``."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadRequest(f"Invalid value for '{param}': an MCP server_url must be an http(s) URL.", param=param)
-    if parts.username or parts.password:
-        raise BadRequest(
-            f"Invalid value for '{param}': credentials in the URL are not accepted; use 'authorization' or "
-            "'headers'.",
-            param=param,
-        )
-    if not any(_matches_prefix(url, prefix) for prefix in settings.mcp_url_allowlist):
+@dataclass(frozen=True)
+class CheckedUrl:
+    url: NormalUrl
+    addresses: tuple[str, ...]  # what the host resolved to when checked: the connection uses these only
+
+
+async def check_request_url(url: str, param: str, settings: Settings, resolve: HostResolver) -> CheckedUrl:
+    """The normalised URL and its host's addresses; BadRequest unless a request may send tool calls there."""
+    try:
+        target = normalise_url(url)
+    except UnsafeUrl as exc:
+        raise BadRequest(f"Invalid value for '{param}': an MCP server_url must be an http(s) URL; {exc}.",
+                         param=param) from exc
+    if not any(target.under(prefix) for prefix in _allowlist(settings)):
         raise BadRequest(
             f"Invalid value for '{param}': this server_url is not in the service's MCP allow-list "
             "(OSS_RESPONSES_MCP_URL_ALLOWLIST); use a configured server_label instead.",
             param=param,
         )
-    if settings.mcp_allow_private_urls:
-        return
     try:
-        addresses = _ip_literal(parts.hostname) or await resolve(parts.hostname)
+        addresses = [target.host] if target.is_ip else await resolve(target.host)
     except OSError as exc:
-        raise BadRequest(f"Invalid value for '{param}': cannot resolve the host '{parts.hostname}'.", param=param) from exc
+        raise BadRequest(f"Invalid value for '{param}': cannot resolve the host '{target.host}'.", param=param) from exc
     private = [address for address in addresses if not _is_public(address)]
-    if private or not addresses:
+    if not addresses or (private and not settings.mcp_allow_private_urls):
         raise BadRequest(
-            f"Invalid value for '{param}': the host '{parts.hostname}' is a loopback or private address "
+            f"Invalid value for '{param}': the host '{target.host}' is a loopback or private address "
             f"({', '.join(private) or 'none resolved'}); such MCP servers are refused "
             "(OSS_RESPONSES_MCP_ALLOW_PRIVATE_URLS).",
             param=param,
         )
+    return CheckedUrl(target, tuple(addresses))
 
 
-def _matches_prefix(url: str, prefix: str) -> bool:
-    """Scheme, host and port equal; path under the prefix's path at a segment boundary."""
-    target, allowed = urlsplit(url), urlsplit(prefix)
-    if (target.scheme, target.hostname, _port(target)) != (allowed.scheme, allowed.hostname, _port(allowed)):
-        return False
-    base = allowed.path.rstrip("/")
-    return target.path == base or target.path.startswith(base + "/")
-
-
-def _port(parts: Any) -> int | None:
-    try:
-        return parts.port or {"http": 80, "https": 443}.get(parts.scheme)
-    except ValueError:
-        return None
+def _allowlist(settings: Settings) -> list[NormalUrl]:
+    prefixes = []
+    for prefix in settings.mcp_url_allowlist:
+        try:
+            prefixes.append(normalise_url(prefix))
+        except UnsafeUrl:
+            continue  # an operator's typo allows nothing rather than failing every request
+    return prefixes
 
 
 def _is_public(address: str) -> bool:
@@ -206,13 +210,6 @@ def _is_public(address: str) -> bool:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     return ip.is_global and not ip.is_multicast
-
-
-def _ip_literal(host: str) -> list[str]:
-    try:
-        return [str(ipaddress.ip_address(host))]
-    except ValueError:
-        return []
 
 
 async def system_resolver(host: str) -> list[str]:

@@ -36,6 +36,7 @@ from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
+from oss_responses.workers.prompt_tokenizer import PromptTokenizer
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class WorkerContext:
     worker_id: str
     loop: EngineLoop
     encoding: HarmonyEncoding
+    tokenizer: PromptTokenizer  # prompts are tokenised through it, never on the engine loop
     engine: Engine
     db: Database
     redis: redis_asyncio.Redis  # used on the engine loop only
@@ -106,6 +108,7 @@ class WorkerContext:
         if self.loop.running:
             self.loop.run(self._stop_on_loop(), timeout=30)
         self.loop.stop()
+        self.tokenizer.close()
         self.sync_redis.close()
         self.db.dispose()
 
@@ -167,6 +170,8 @@ def start_worker(
             worker_id=worker_id or new_worker_id(),
             loop=loop,
             encoding=encoding,
+            tokenizer=PromptTokenizer(encoding, settings.tiktoken_dir,
+                                      process_above_chars=settings.render_process_above_chars),
             engine=engine or build_engine(settings, encoding),
             db=Database(settings.database_url),
             redis=redis_client,

@@ -22,6 +22,7 @@ SQL runs here in the task thread; Redis and the engine only on the engine loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -37,16 +38,31 @@ from oss_responses.engine.base import SamplingSettings
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
-from oss_responses.harmony.render import RenderedPrompt, render_prompt
+from oss_responses.harmony.render import (
+    ConversationPlan,
+    ConversationTurn,
+    RenderedPrompt,
+    RenderOptions,
+    plan_conversation,
+    rendered_prompt,
+)
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
-from oss_responses.storage import delete_response, get_response, save_turn, transition, utcnow
+from oss_responses.storage import (
+    delete_response,
+    get_response,
+    save_turn,
+    transition,
+    utcnow,
+)
+from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import response_ended
 from oss_responses.workers.generation import TERMINAL, Generation, StopCause
+from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.journal import (
     JournaledTranslator,
     JournalError,
@@ -58,9 +74,12 @@ from oss_responses.workers.journal import (
     split_at_prompt,
     unfinished_listings,
 )
-from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.lease import Lease
-from oss_responses.workers.reaper import close_with_failure, failed_response, store_failure
+from oss_responses.workers.reaper import (
+    close_with_failure,
+    failed_response,
+    store_failure,
+)
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import (
     PreparedTools,
@@ -69,7 +88,6 @@ from oss_responses.workers.tooling import (
     list_new_tools,
     prepare_tools,
 )
-from oss_responses.wire import response_json, wire_json
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +362,7 @@ async def _list_then_generate(
     emit = partial(run.ctx.writer.append, run.job.response_id)
     listed = await list_new_tools(tools, known, run.translator, emit, started) if tools.servers else {}
     known.update(listed)
-    _render(run, request, known)
+    await _render(run, request, known)
     assert run.rendered is not None
     run.translator.use_prompt(
         mcp_labels=run.rendered.mcp_labels,
@@ -374,7 +392,7 @@ async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) 
     run.translator = _translator(run, approval_policy(tools.servers, known), record=False)
     events = [event for step in before for event in apply_translator_step(run.translator, step, None)]
     if after:
-        _render(run, request, known)
+        await _render(run, request, known)
         assert run.rendered is not None
         _new_generation(run, request, tools, known)
         assert run.generation is not None
@@ -401,9 +419,20 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
-def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
+async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
+    """Planned in a thread, tokenised by the worker's PromptTokenizer: never on the engine loop itself,
+    where a large input would stall every running response (workers/prompt_tokenizer.py)."""
     options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
-    run.rendered = render_prompt(request, run.job.history, options, run.ctx.encoding)
+    plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
+    token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
+    run.rendered = rendered_prompt(plan, token_ids, messages)
+
+
+def _plan(
+    request: CreateResponseRequest, history: list[ConversationTurn], options: RenderOptions
+) -> tuple[ConversationPlan, list[dict[str, Any]]]:
+    plan = plan_conversation(request, history, options)
+    return plan, [message.to_dict() for message in plan.messages]
 
 
 def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:

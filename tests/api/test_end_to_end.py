@@ -6,8 +6,6 @@ The processes live for the module (one set per database), so each test uses its 
 
 from __future__ import annotations
 
-import itertools
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +29,6 @@ TOKENS_PER_SECOND = 400.0  # fast enough for short answers, slow enough to act m
 LONG = "tokens 4000"  # about ten seconds of answer at that speed
 POLL_S = 0.02
 DEADLINE_S = 20.0
-_databases = itertools.count(1)
 
 
 @dataclass
@@ -40,19 +37,6 @@ class Stack:
     db: Database
     client: OpenAI  # API process 1
     other: OpenAI  # API process 2
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("e2e") / "oss-responses.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("postgres_cluster")
-    name = f"e2e_{next(_databases)}"
-    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
-    cluster.drop_database(name)
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +118,14 @@ def test_create_response_without_stream_returns_final_response(stack: Stack) -> 
     assert response.status == "completed" and "what is up" in response.output_text
     assert response.usage is not None and response.usage.output_tokens > 0
     assert stack.client.responses.retrieve(response.id).model_dump() == response.model_dump()
+
+
+def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
+    # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
+    text = "lorem ipsum dolor sit amet " * 20_000
+    response = stack.client.responses.create(model=MODEL, input=text, max_output_tokens=8)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
+    assert response.usage is not None and response.usage.input_tokens > 100_000
 
 
 def test_create_response_background_poll_until_completed(stack: Stack) -> None:

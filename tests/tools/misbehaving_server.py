@@ -43,6 +43,11 @@ def build_server(list_delay: float = 0.0) -> MCPServer:
         """The Authorization header this call came with."""
         return (ctx.headers or {}).get("authorization", "")
 
+    @server.tool(structured_output=False)
+    def host(ctx: Context) -> str:
+        """The Host header this call came with."""
+        return (ctx.headers or {}).get("host", "")
+
     return server
 
 

@@ -77,3 +77,27 @@ async def test_pool_close_ends_sessions(calculator_url: str) -> None:
     await pool.close()
     assert await pool.client(endpoint) is not first
     await pool.close()
+
+
+def _renamed(url: str, host: str) -> str:
+    return url.replace("127.0.0.1", host)
+
+
+async def test_pool_pinned_endpoint_calls_tools(pool: McpSessionPool, misbehaving_url: str) -> None:
+    # The demo servers refuse Host headers other than localhost (their own rebinding guard), so the
+    # unresolvable-name case is in test_pinned_http.py; here the MCP session runs over a pinned client.
+    endpoint = McpEndpoint(_renamed(misbehaving_url, "localhost"), addresses=("127.0.0.1",))
+    result = await pool.call_tool(endpoint, "host", {}, timeout=10)
+    assert result.content[0].text.startswith("localhost:")  # type: ignore[union-attr]
+
+
+async def test_pool_pinned_endpoint_ignores_what_the_name_resolves_to_now(pool: McpSessionPool, calculator_url: str) -> None:
+    # "localhost" resolves to the listening calculator, but the check pinned 127.0.0.2, where nothing listens.
+    endpoint = McpEndpoint(_renamed(calculator_url, "localhost"), addresses=("127.0.0.2",))
+    with pytest.raises(McpUnavailable, match="cannot connect"):
+        await pool.call_tool(endpoint, "calculate", {"expression": "1+1"}, timeout=10)
+
+
+async def test_pool_pinned_endpoint_over_sse(pool: McpSessionPool, documents_url: str) -> None:
+    endpoint = McpEndpoint(_renamed(documents_url, "localhost"), addresses=("127.0.0.1",))
+    assert await pool.list_tools(endpoint, timeout=10)

@@ -197,3 +197,106 @@ def test_requires_approval_never_filter_exempts_named_tools() -> None:
 def test_requires_approval_never_filter_exempts_read_only_tools() -> None:
     server = _approval({"never": {"read_only": True}, "always": {"tool_names": ["delete"]}})
     assert [requires_approval(server, tool) for tool in (READ, WRITE, PLAIN)] == [False, True, True]
+
+
+# --- server_url normalisation before the allow-list (tools/urls.py) ---------------------------
+
+_ALLOWED = ["https://allowed.example/mcp/", "http://[2606:4700::1111]:8080/mcp", "https://bücher.example/mcp"]
+
+
+async def _public_anywhere(host: str) -> list[str]:
+    return ["93.184.215.14"]
+
+
+async def _resolve_allowed(url: str) -> ResolvedServer:
+    settings = _settings(mcp_url_allowlist=_ALLOWED, mcp_allow_private_urls=False)
+    [server] = await resolve_servers([_mcp(server_url=url)], settings, resolve_host=_public_anywhere)
+    return server
+
+
+@pytest.mark.parametrize(
+    ("url", "connected"),
+    [
+        ("https://allowed.example/mcp/", "https://allowed.example/mcp/"),
+        ("HTTPS://ALLOWED.Example/mcp/tools", "https://allowed.example/mcp/tools"),
+        ("https://allowed.example:443/mcp", "https://allowed.example/mcp"),
+        ("https://allowed.example./mcp/x", "https://allowed.example/mcp/x"),
+        ("https://allowed.example/mcp/./a/../b", "https://allowed.example/mcp/b"),
+        ("https://allowed.example/mcp/%61pi", "https://allowed.example/mcp/api"),
+        ("https://allowed.example/mcp/a%7eb", "https://allowed.example/mcp/a~b"),
+        ("https://allowed.example/mcp/q?x=%2e%2e", "https://allowed.example/mcp/q?x=%2e%2e"),
+        ("http://[2606:4700:0000::1111]:8080/mcp", "http://[2606:4700::1111]:8080/mcp"),
+        ("https://xn--bcher-kva.example/mcp", "https://xn--bcher-kva.example/mcp"),
+        ("https://BÜCHER.example/mcp", "https://xn--bcher-kva.example/mcp"),
+    ],
+)
+async def test_resolve_allowlisted_url_is_normalised(url: str, connected: str) -> None:
+    server = await _resolve_allowed(url)
+    assert server.url == connected
+    assert server.addresses == ("93.184.215.14",) or server.addresses == ("2606:4700::1111",)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://allowed.example/mcp/../admin",
+        "https://allowed.example/mcp/%2e%2e/admin",
+        "https://allowed.example/mcp/%2E%2e/admin",
+        "https://allowed.example/mcp/.%2e/admin",
+        "https://allowed.example/mcp/a/../../admin",
+        "https://allowed.example/mcp/..",
+        "https://allowed.example/mcpadmin",
+        "https://allowed.example/MCP/",
+        "https://allowed.example:8443/mcp/",
+        "http://allowed.example/mcp/",
+        "https://allowed.example.evil.org/mcp/",
+        "http://[2606:4700::1112]:8080/mcp",
+        "http://[2606:4700::1111]/mcp",
+    ],
+)
+async def test_resolve_url_escaping_allowlist_is_refused(url: str) -> None:
+    with pytest.raises(BadRequest, match="not in the service's MCP allow-list"):
+        await _resolve_allowed(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://user@allowed.example/mcp/",
+        "https://allowed.example@evil.org/mcp/",
+        "https://:pw@allowed.example/mcp/",
+        "https://allowed.example/mcp/..%2fadmin",
+        "https://allowed.example/mcp/..%5Cadmin",
+        "https://allowed.example/mcp\\..\\admin",
+        "https://allowed.example/mcp/ x",
+        "https://allowed.example/mcp/\x00",
+        "https://allowed.example:99999/mcp/",
+        "http://[fe80::1%25eth0]:8080/mcp",
+        "ftp://allowed.example/mcp/",
+        "//allowed.example/mcp/",
+    ],
+)
+async def test_resolve_url_without_canonical_form_is_refused(url: str) -> None:
+    with pytest.raises(BadRequest, match="an MCP server_url must be an http\\(s\\) URL") as info:
+        await _resolve_allowed(url)
+    assert info.value.param == "tools[0].server_url"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.1:9000/mcp", "http://0x7f.0.0.1:9000/mcp", "http://2130706433:9000/mcp", "http://[::ffff:127.0.0.1]:9000/mcp"],
+)
+async def test_resolve_legacy_loopback_forms_are_refused(url: str) -> None:
+    settings = _settings(mcp_url_allowlist=["http://127.0.0.1:9000/mcp", "http://[::ffff:7f00:1]:9000/mcp"])
+    with pytest.raises(BadRequest, match="loopback or private address"):
+        await resolve_servers([_mcp(server_url=url)], settings, resolve_host=_public_anywhere)
+
+
+async def test_resolve_request_url_pins_resolved_addresses() -> None:
+    server = await _resolve_allowed("https://allowed.example/mcp/")
+    assert server.endpoint.addresses == ("93.184.215.14",)
+
+
+async def test_resolve_configured_server_is_not_pinned() -> None:
+    [server] = await _resolve(_mcp(server_label="docs"))
+    assert server.endpoint.addresses == ()

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import compaction, jobs, sealed, token_count
+from oss_responses.api import compaction, jobs, limits, openapi, sealed, token_count
+from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.queued import build_queued
@@ -26,15 +26,8 @@ CANCEL_WAIT_SECONDS = 10.0
 DISCONNECTED = 499  # nginx's "client closed request": nobody reads it, the logs do
 
 
-async def _json_body(request: Request) -> Any:
-    content_type = request.headers.get("content-type", "")
-    if content_type.split(";")[0].strip().lower() != "application/json":
-        raise BadRequest("The request body must be JSON, sent with Content-Type: application/json.")
-    raw = await request.body()
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
+async def _json_body(request: Request, services: Services) -> Any:
+    return await read_json_body(request, services.settings)
 
 
 def _check_model(services: Services, model: str) -> None:
@@ -44,6 +37,7 @@ def _check_model(services: Services, model: str) -> None:
 
 def _check_create(services: Services, body: CreateResponseRequest) -> None:
     _check_model(services, body.model)
+    limits.check_request_limits(services.settings, body)
     if body.background and not body.store:
         raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
                          param="background", code="invalid_value")
@@ -51,10 +45,11 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
     sealed.check_mcp_credentials(body, services.sealer)
 
 
-@router.post("")
+@router.post("", openapi_extra=openapi.create_body())
 async def create_response(request: Request, services: ServicesDep) -> Response:
-    body = parse_create_request(await _json_body(request))
+    body = parse_create_request(await _json_body(request, services))
     _check_create(services, body)
+    await limits.check_queue_depth(services, body.model)
     chain = await jobs.load_chain(services, body.previous_response_id)
     plan = await jobs.check_conversation(services, body, chain)
     queued = build_queued(body, services.settings, plan)
@@ -83,11 +78,13 @@ async def _final_unless_disconnected(
     return await jobs.final_response(services, response_id, last)
 
 
-@router.post("/compact")
+@router.post("/compact", openapi_extra=openapi.subset_body(compaction.COMPACT_FIELDS, "CompactRequest"))
 async def compact_conversation(request: Request, services: ServicesDep) -> Response:
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
-    body = compaction.parse_compact_request(await _json_body(request))
+    body = compaction.parse_compact_request(await _json_body(request, services))
     _check_model(services, body.model)
+    limits.check_request_limits(services.settings, body)
+    await limits.check_queue_depth(services, body.model)
     sealer = compaction.require_sealer(services.sealer)
     chain = await jobs.load_chain(services, body.previous_response_id)
     summarising = compaction.summarising_request(body)
@@ -100,10 +97,13 @@ async def compact_conversation(request: Request, services: ServicesDep) -> Respo
     return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body), sealer))
 
 
-@router.post("/input_tokens")
+@router.post(
+    "/input_tokens", openapi_extra=openapi.subset_body(token_count.COUNT_FIELDS, "InputTokensRequest")
+)
 async def count_input_tokens(request: Request, services: ServicesDep) -> JSONResponse:
-    body = token_count.parse_count_request(await _json_body(request), services.settings.models[0])
+    body = token_count.parse_count_request(await _json_body(request, services), services.settings.models[0])
     _check_model(services, body.model)
+    limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id)
     history = await jobs.resolve_conversation(services, body, chain)
     return JSONResponse(await token_count.count_input_tokens(services, body, history))
@@ -114,7 +114,7 @@ async def retrieve_response(
     response_id: str,
     services: ServicesDep,
     stream: bool = False,
-    starting_after: Annotated[int | None, Query(ge=-1)] = None,
+    starting_after: Annotated[int | None, Query(ge=-1, le=MAX_SAFE_INTEGER)] = None,
 ) -> Response:
     record = await jobs.load_visible(services, response_id)
     if not stream:
@@ -150,7 +150,7 @@ async def delete_response(response_id: str, services: ServicesDep) -> dict[str, 
 async def list_response_input_items(
     response_id: str,
     services: ServicesDep,
-    after: str | None = None,
+    after: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:

@@ -1,0 +1,114 @@
+"""Reading a JSON request body without trusting it.
+
+Each refusal is a 4xx in OpenAI's error shape, before anything is validated or stored:
+- larger than ``max_body_bytes``: 413, from ``Content-Length`` before reading, or as soon as the
+  streamed body passes the limit (a chunked body is never held whole);
+- not UTF-8 (JSON's only encoding on the wire; ``json.loads`` on bytes would guess UTF-16/32), not
+  JSON, ``NaN``/``Infinity``: 400;
+- nested deeper than ``max_json_depth`` (the C parser raises RecursionError near 1,000 levels, and
+  pydantic, SQL JSON and the renderer recurse too): 400;
+- strings holding U+0000 (PostgreSQL's JSON refuses it) or a lone surrogate (not encodable as UTF-8
+  when stored): 400 naming the parameter;
+- integers outside ±2^53 (what every JSON reader represents exactly; Redis ids, vLLM's sampling and
+  SQL columns would fail on more): 400 naming the parameter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from fastapi import Request
+
+from oss_responses.config import Settings
+from oss_responses.errors import BadRequest, PayloadTooLarge
+
+MAX_SAFE_INTEGER = 2**53
+_UNSAFE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
+
+
+async def read_json_body(request: Request, settings: Settings) -> Any:
+    """The parsed body of a JSON request, checked as the module docstring says."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.split(";")[0].strip().lower() != "application/json":
+        raise BadRequest("The request body must be JSON, sent with Content-Type: application/json.")
+    raw = await _read_limited(request, settings.max_body_bytes)
+    value = _parse(raw)
+    check_json_value(value, settings.max_json_depth)
+    return value
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"The request body is larger than this service accepts ({limit} bytes; OSS_RESPONSES_MAX_BODY_BYTES).",
+        code="request_too_large",
+    )
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"The request body is not valid UTF-8: {exc}.") from exc
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"We could not parse the JSON body of your request: {exc}") from exc
+    except RecursionError as exc:
+        raise _too_deep() from exc
+
+
+def _refuse_constant(name: str) -> Any:
+    raise BadRequest(f"We could not parse the JSON body of your request: {name} is not a JSON number.")
+
+
+def _too_deep(param: str | None = None) -> BadRequest:
+    return BadRequest("The JSON body is nested too deeply.", param=param, code="invalid_value")
+
+
+def check_json_value(value: Any, max_depth: int) -> None:
+    """Walk the parsed body without recursion; the first offending value is named by its path."""
+    pending: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while pending:
+        current, path, depth = pending.pop()
+        if isinstance(current, dict):
+            if depth >= max_depth:
+                raise _too_deep(path or None)
+            for key, child in current.items():
+                _check_string(key, path)  # a bad key is named by its parent: the error must stay encodable
+                pending.append((child, f"{path}.{key}" if path else key, depth + 1))
+        elif isinstance(current, list):
+            if depth >= max_depth:
+                raise _too_deep(path or None)
+            pending.extend((child, f"{path}[{index}]", depth + 1) for index, child in enumerate(current))
+        elif isinstance(current, str):
+            _check_string(current, path)
+        elif isinstance(current, int) and not isinstance(current, bool) and abs(current) > MAX_SAFE_INTEGER:
+            raise BadRequest(
+                f"Invalid value for '{path}': integers must be within ±2^53.", param=path or None, code="invalid_value"
+            )
+
+
+def _check_string(text: str, path: str) -> None:
+    found = _UNSAFE_CHARACTERS.search(text)
+    if found is None:
+        return
+    what = "the NUL character (U+0000)" if found.group() == "\x00" else "an unpaired UTF-16 surrogate"
+    raise BadRequest(
+        f"Invalid value for '{path}': strings may not contain {what}.", param=path or None, code="invalid_value"
+    )

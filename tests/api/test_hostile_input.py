@@ -1,0 +1,154 @@
+"""Hostile bodies and parameters get a 400 in OpenAI's error shape, never a 500, and store nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+import pytest
+from api_server import MODEL
+
+from oss_responses import redis_keys
+from oss_responses.storage import Database
+
+
+def _error(response: httpx2.Response, status: int = 400) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["type"] == "invalid_request_error"
+    return body["error"]
+
+
+def _post_raw(http: httpx2.Client, content: bytes) -> httpx2.Response:
+    return http.post("/v1/responses", content=content, headers={"content-type": "application/json"})
+
+
+def _count_rows(db: Database) -> int:
+    from sqlalchemy import func, select
+
+    from oss_responses.storage.models import ResponseRow
+
+    with db.session() as session:
+        return int(session.scalar(select(func.count()).select_from(ResponseRow)) or 0)
+
+
+def _nothing_stored(api: Any, redis: Any) -> None:
+    assert _count_rows(api.db) == 0
+    assert list(redis.scan_iter(match=redis_keys.events("*"))) == []
+    assert redis.llen(api.settings.queue_for(MODEL)) == 0
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"model": "%s", "input": "hi", "metadata": {"k": ' % MODEL.encode() + b"[" * depth + b"]" * depth + b"}}"
+
+
+@pytest.mark.parametrize("depth", [200, 1_000, 100_000])
+def test_create_response_deeply_nested_json_is_400(http: httpx2.Client, api: Any, redis: Any, depth: int) -> None:
+    error = _error(_post_raw(http, _nested(depth)))
+    assert "nest" in error["message"]
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_output_tokens", 10**30),
+        ("max_output_tokens", 2**63),
+        ("temperature", 1e308),
+        ("temperature", -1),
+        ("top_p", 7.5),
+        ("top_logprobs", 10**20),
+        ("max_tool_calls", 10**25),
+    ],
+)
+def test_create_response_out_of_range_number_is_400(
+    http: httpx2.Client, api: Any, redis: Any, field: str, value: Any
+) -> None:
+    error = _error(http.post("/v1/responses", json={"model": MODEL, "input": "hi", field: value}))
+    assert error["param"] == field
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize("constant", [b"NaN", b"Infinity", b"-Infinity"])
+def test_create_response_non_finite_number_is_400(http: httpx2.Client, api: Any, redis: Any, constant: bytes) -> None:
+    body = b'{"model": "%s", "input": "hi", "temperature": %s}' % (MODEL.encode(), constant)
+    _error(_post_raw(http, body))
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize(
+    "input_value",
+    ["nul \u0000 inside", [{"role": "user", "content": "a\u0000b"}]],
+)
+def test_create_response_nul_character_is_400(http: httpx2.Client, api: Any, redis: Any, input_value: Any) -> None:
+    error = _error(http.post("/v1/responses", json={"model": MODEL, "input": input_value}))
+    assert error["param"] is not None and error["param"].startswith("input")
+    _nothing_stored(api, redis)
+
+
+def test_create_response_nul_in_metadata_key_is_400(http: httpx2.Client, api: Any, redis: Any) -> None:
+    _error(http.post("/v1/responses", json={"model": MODEL, "input": "hi", "metadata": {"k\u0000": "v"}}))
+    _nothing_stored(api, redis)
+
+
+def test_create_response_lone_surrogate_is_400(http: httpx2.Client, api: Any, redis: Any) -> None:
+    body = b'{"model": "%s", "input": "half \\ud800 a pair"}' % MODEL.encode()
+    error = _error(_post_raw(http, body))
+    assert error["param"] == "input"
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize("content", [b'{"model": "\xff"}', b"\xfe\xff\x00{", b'{"input": "\xc3\x28"}'])
+def test_create_response_invalid_utf8_is_400(http: httpx2.Client, api: Any, redis: Any, content: bytes) -> None:
+    _error(_post_raw(http, content))
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize("starting_after", [2**64, 2**64 + 1, 10**30, -2])
+def test_retrieve_stream_absurd_starting_after_is_400(http: httpx2.Client, starting_after: int) -> None:
+    created = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()
+    response = http.get(f"/v1/responses/{created['id']}", params={"stream": "true", "starting_after": starting_after})
+    assert _error(response)["param"] == "starting_after"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"limit": 10**30}, {"limit": 0}, {"limit": -5}, {"after": "x" * 5_000}, {"after": "msg_\u0000"}],
+)
+def test_list_input_items_absurd_paging_is_400(http: httpx2.Client, params: dict[str, Any]) -> None:
+    created = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()
+    response = http.get(f"/v1/responses/{created['id']}/input_items", params=params)
+    assert _error(response)["param"] in {"limit", "after"}
+
+
+@pytest.mark.parametrize("response_id", ["resp_%00", "x" * 5_000])
+def test_retrieve_hostile_response_id_is_4xx(http: httpx2.Client, response_id: str) -> None:
+    response = http.get(f"/v1/responses/{response_id}")
+    assert response.status_code in (400, 404), response.text
+    assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/compact", "/v1/responses/input_tokens"])
+@pytest.mark.parametrize(
+    ("field", "value", "param"),
+    [
+        ("input", [{"role": "user", "content": "hi", "type": [None, 1]}], "input[0].type"),
+        ("input", [{"role": "user", "content": [{"type": {"a": 1}, "text": "x"}]}], "input[0].content[0]"),
+        ("input", [{"role": "assistant", "content": [{"type": ["output_text"], "text": "x"}]}], "input[0]"),
+    ],
+)
+def test_post_unhashable_type_is_400(
+    http: httpx2.Client, api: Any, redis: Any, path: str, field: str, value: Any, param: str
+) -> None:
+    body = {"model": MODEL, "input": "hi"} | {field: value}
+    error = _error(http.post(path, json=body))
+    assert error["param"].startswith(param), error
+    _nothing_stored(api, redis)
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/input_tokens"])  # compact ignores tools
+def test_post_tool_with_unhashable_type_is_400(http: httpx2.Client, api: Any, redis: Any, path: str) -> None:
+    body = {"model": MODEL, "input": "hi", "tools": [{"type": ["function"], "name": "f"}]}
+    assert _error(http.post(path, json=body))["param"] == "tools[0].type"
+    _nothing_stored(api, redis)
