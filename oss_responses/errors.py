@@ -13,11 +13,14 @@ class ServiceError(Exception):
     status_code: ClassVar[int] = 500
     type: ClassVar[str] = "server_error"
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, code: str | None = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.code = code
+        self.headers = headers or {}
 
     def to_body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -25,6 +28,13 @@ class ServiceError(Exception):
 
 class BadRequest(ServiceError):
     status_code = 400
+    type = "invalid_request_error"
+
+
+class Unauthorized(ServiceError):
+    """No API key, or one that is unknown or revoked (keys mode)."""
+
+    status_code = 401
     type = "invalid_request_error"
 
 
@@ -36,6 +46,13 @@ class NotFound(ServiceError):
 class Conflict(ServiceError):
     status_code = 409
     type = "invalid_request_error"
+
+
+class TooManyRequests(ServiceError):
+    """A limit reached for now: the client may retry after the ``Retry-After`` header's seconds."""
+
+    status_code = 429
+    type = "rate_limit_error"
 
 
 class ServiceUnavailable(ServiceError):

@@ -27,7 +27,7 @@ def error_body(message: str, *, type: str, param: str | None = None, code: str |
 
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return JSONResponse(exc.to_body(), status_code=exc.status_code)
+    return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None)
 
 
 def _param_of(loc: tuple[Any, ...]) -> str | None:
