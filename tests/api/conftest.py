@@ -16,6 +16,7 @@ from openai import OpenAI
 sys.path.insert(0, str(Path(__file__).parent))  # ``api_server`` importable in every import mode
 
 from api_server import MODEL, ApiServer, serve_in_thread  # noqa: E402
+from key_clients import KeyClients  # noqa: E402
 
 from oss_responses.config import Settings  # noqa: E402
 from oss_responses.sealing import new_key  # noqa: E402
@@ -48,3 +49,11 @@ def client(api: ApiServer) -> Iterator[OpenAI]:
 def http(api: ApiServer) -> Iterator[httpx2.Client]:
     with httpx2.Client(base_url=api.base_url, timeout=20) as raw:
         yield raw
+
+
+@pytest.fixture
+def keys(api: ApiServer) -> Iterator[KeyClients]:
+    """Makes API keys and clients holding them (for a module whose ``settings`` has ``auth="keys"``)."""
+    clients = KeyClients(api)
+    yield clients
+    clients.close()
