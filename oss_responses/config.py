@@ -121,7 +121,7 @@ class Settings(BaseSettings):
     )
     max_background_per_key: int = Field(
         64, description="Background responses (queued or in progress) a key's owner may have at once, for keys "
-        "created without --max-background; beyond, a 429 with Retry-After (keys mode)",
+        "created without --max-background; beyond, a 429 with Retry-After (keys mode; 0 = no limit)",
     )
     background_limit_retry_after_seconds: int = Field(
         5, description="Retry-After of a 429 refused for a key's background responses in flight"
