@@ -7,15 +7,16 @@ nothing caches a lookup, so a revocation holds from the next request on.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, cast
 
-from sqlalchemy import RowMapping, insert, select, update
+from sqlalchemy import CursorResult, RowMapping, Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from oss_responses.keys.tokens import hash_secret, new_key_id, new_secret
 from oss_responses.storage.models import ApiKeyRow
 from oss_responses.storage.records import ApiKeyRecord, utcnow
 
-_api_keys = ApiKeyRow.__table__
+_api_keys = cast(Table, ApiKeyRow.__table__)
 
 
 def create_api_key(
@@ -49,7 +50,7 @@ def revoke_api_key(session: Session, key_id: str) -> bool:
     statement = (
         update(_api_keys).where(_api_keys.c.id == key_id, _api_keys.c.revoked_at.is_(None)).values(revoked_at=utcnow())
     )
-    return session.execute(statement).rowcount == 1
+    return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
 
 
 def lock_owner_keys(session: Session, owner: str) -> None:

@@ -55,9 +55,9 @@ def test_v1_route_without_key_is_401(http: httpx2.Client, api: ApiServer, method
 
 
 def test_request_with_unknown_key_is_401(api: ApiServer) -> None:
-    with OpenAI(base_url=f"{api.base_url}/v1", api_key="sk-oss-not-a-key", max_retries=0) as stranger:
-        with pytest.raises(openai.AuthenticationError) as refused:
-            stranger.responses.create(model=MODEL, input="hi", background=True)
+    with OpenAI(base_url=f"{api.base_url}/v1", api_key="sk-oss-not-a-key", max_retries=0) as stranger, \
+            pytest.raises(openai.AuthenticationError) as refused:
+        stranger.responses.create(model=MODEL, input="hi", background=True)
     assert refused.value.code == "invalid_api_key"
     assert _stored(api) == 0
 

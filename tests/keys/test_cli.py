@@ -19,7 +19,7 @@ def _keys(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OSS_RESPONSES_")}
     env["OSS_RESPONSES_DATABASE_URL"] = database_url
     return subprocess.run([sys.executable, "-m", "oss_responses.keys", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def _listed(database_url: str) -> list[dict[str, str]]:
