@@ -170,6 +170,21 @@ class Settings(BaseSettings):
         "longest backoff, is sent again by a worker's sweeper",
     )
 
+    # --- API keys and ownership ------------------------------------------------
+    auth: Literal["open", "keys"] = Field(
+        "open",
+        description="open: no API keys, anyone who reaches the API sees every response (logged as a warning at start); "
+        "keys: every /v1 request needs `Authorization: Bearer` with a key (python -m oss_responses.keys create), "
+        "and sees only its owner's responses",
+    )
+    max_background_per_key: int = Field(
+        64, description="Background responses (queued or in progress) a key's owner may have at once, for keys "
+        "created without --max-background; beyond, a 429 with Retry-After (keys mode; 0 = no limit)",
+    )
+    background_limit_retry_after_seconds: int = Field(
+        5, description="Retry-After of a 429 refused for a key's background responses in flight"
+    )
+
     # --- API ------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")
     api_port: int = Field(8000, description="Port of the API")

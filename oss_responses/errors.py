@@ -31,6 +31,13 @@ class BadRequest(ServiceError):
     type = "invalid_request_error"
 
 
+class Unauthorized(ServiceError):
+    """No API key, or one that is unknown or revoked (keys mode)."""
+
+    status_code = 401
+    type = "invalid_request_error"
+
+
 class NotFound(ServiceError):
     status_code = 404
     type = "invalid_request_error"

@@ -9,6 +9,7 @@ from functools import partial
 from fastapi import FastAPI
 from redis.asyncio import Redis
 
+from oss_responses.api.auth import log_auth_mode
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.metrics import MetricsExporter
@@ -49,6 +50,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log_auth_mode(settings)
         async with _open_services(settings) as services:
             app.state.services = services
             yield

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from redis.asyncio import Redis
 
+from oss_responses.api.auth import Owner, authenticate
 from oss_responses.api.services import Services
 from oss_responses.config import Settings
 from oss_responses.storage import AsyncDatabase
@@ -29,7 +30,14 @@ def get_redis(request: Request) -> Redis:
     return get_services(request).redis
 
 
+async def get_owner(request: Request) -> Owner:
+    """The owner of the request's API key (keys mode: 401 without a valid one), or ``auth.OPEN``."""
+    services = get_services(request)
+    return await authenticate(services.settings, services.db, request.headers.get("authorization"))
+
+
 ServicesDep = Annotated[Services, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[AsyncDatabase, Depends(get_db)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
+OwnerDep = Annotated[Owner, Depends(get_owner)]

@@ -5,6 +5,10 @@ Ordering that matters:
 - accept: the request's MCP servers are resolved first (a refused one is a 400 and nothing is
   stored); the row and its input items are committed before the opening events are written and the
   task is sent, so a worker (or a GET on another replica) never sees a task without its row.
+- ownership: a response another owner's key made is reported exactly as an unknown one (404), by
+  every read here and by a chain that would continue it (``api/auth.py``).
+- background limit: an owned background response is inserted and its owner's responses in flight
+  counted in one transaction; over the key's limit it rolls back, before any event or task (429).
 - cancel: the flag is set and published *before* the queued → cancelled compare-and-set; a worker
   that takes the task in between sees the flag, and one that took it before is reached by the
   publish. Only the side that wins the compare-and-set ends the stream.
@@ -22,11 +26,12 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from oss_responses import redis_keys
+from oss_responses.api.auth import Owner
 from oss_responses.api.queued import QueuedResponse
 from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
 from oss_responses.conversation import BrokenChain, history_of, render_options
-from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable
+from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import StreamLost, StreamNotFound
 from oss_responses.eventlog.writer import write_events
@@ -37,11 +42,13 @@ from oss_responses.metrics import ACCEPTED, response_ended
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
 from oss_responses.storage import (
+    InFlightLimitReached,
     ResponseRecord,
     delete_response,
     find_input_items,
     get_chain,
     get_response,
+    insert_background_within_limit,
     insert_response,
     transition,
     utcnow,
@@ -64,21 +71,23 @@ def not_found(response_id: str) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.", param="response_id")
 
 
-async def load_visible(services: Services, response_id: str) -> ResponseRecord:
-    """A response a client may read: stored (store=true) and not deleted."""
+async def load_visible(services: Services, response_id: str, owner: Owner) -> ResponseRecord:
+    """A response a client may read: stored (store=true), not deleted, and its owner's."""
     record = await services.db.run(get_response, response_id)
-    if record is None or not record.store:
+    if record is None or not record.store or not owner.may_see(record):
         raise not_found(response_id)
     return record
 
 
-async def load_chain(services: Services, previous_response_id: str | None) -> list[ResponseRecord]:
-    """The conversation a request continues: 404 if its previous response is unknown, 400 if unfinished."""
+async def load_chain(services: Services, previous_response_id: str | None, owner: Owner) -> list[ResponseRecord]:
+    """The conversation a request continues: 404 if its previous response is unknown (or another
+    owner's: a chain is never grafted onto someone else's turns), 400 if unfinished."""
     if previous_response_id is None:
         return []
     chain = await services.db.run(get_chain, previous_response_id)
     previous = chain[-1] if chain else None
-    if previous is None or previous.id != previous_response_id or not previous.store:
+    if (previous is None or previous.id != previous_response_id or not previous.store
+            or not all(owner.may_see(turn) for turn in chain)):
         raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id")
     if not previous.is_terminal:
         raise BadRequest(
@@ -118,8 +127,9 @@ async def resolve_conversation(
     return history
 
 
-async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
-    """Check its tool servers, store, open the event log, enqueue; the opening frames (the client's first events)."""
+async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> list[bytes]:
+    """Check its tool servers, store (as ``owner``'s), open the event log, enqueue; the opening frames
+    (the client's first events)."""
     response = queued.response
     # The worker resolves them again (with the credentials); here a refusal is the client's 400, not a failed response.
     await resolve_servers(response.tools, services.settings)
@@ -137,8 +147,9 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
         function_calls=queued.function_calls,
         # Checked before: credentials come only with a sealer (api/sealed.py).
         sealed_secrets=seal_secrets(services.sealer, queued.secrets) if queued.secrets and services.sealer else None,
+        owner=owner.name,
     )
-    await services.db.run(insert_response, record, queued.input_items)
+    await _insert(services, record, queued.input_items, owner)
     events = opening_events(response)
     try:
         await write_events(services.redis, response.id, events)
@@ -151,6 +162,22 @@ async def accept(services: Services, queued: QueuedResponse) -> list[bytes]:
         ) from exc
     ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
     return [frame(event) for event in events]  # type: ignore[arg-type]
+
+
+async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:
+    limit = owner.background_limit
+    if limit is None or not record.background:
+        await services.db.run(insert_response, record, items)
+        return
+    try:
+        await services.db.run(insert_background_within_limit, record, items, limit=limit)
+    except InFlightLimitReached as exc:
+        retry_after = services.settings.background_limit_retry_after_seconds
+        raise TooManyRequests(
+            f"This API key's owner already has {limit} background responses queued or in progress, the most it may "
+            f"have at once; nothing was stored. Retry after {retry_after} seconds, or once one of them has ended.",
+            code="too_many_background_responses", headers={"Retry-After": str(retry_after)},
+        ) from exc
 
 
 async def _undo_accept(services: Services, response_id: str) -> None:

@@ -4,23 +4,28 @@ Data access is plain sync functions taking a ``Session``; run them with ``Databa
 ``await AsyncDatabase.run`` (the API).
 """
 
+from oss_responses.storage.api_keys import create_api_key, find_active_key, list_api_keys, revoke_api_key
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
 from oss_responses.storage.event_logs import EventLog, get_event_log, purge_expired_event_logs, save_event_log
 from oss_responses.storage.input_items import find_input_items, list_input_items
 from oss_responses.storage.migrations import migrate
-from oss_responses.storage.models import Base, EventLogRow, InputItemRow, ResponseRow
+from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItemRow, ResponseRow
 from oss_responses.storage.records import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
+    ApiKeyRecord,
     Order,
     ResponseRecord,
     Status,
     utcnow,
 )
 from oss_responses.storage.responses import (
+    InFlightLimitReached,
+    count_background_in_flight,
     delete_response,
     get_chain,
     get_response,
+    insert_background_within_limit,
     insert_response,
     list_in_progress_ids,
     list_stale_queued,
@@ -31,28 +36,37 @@ from oss_responses.storage.responses import (
 __all__ = [
     "ACTIVE_STATUSES",
     "TERMINAL_STATUSES",
+    "ApiKeyRecord",
+    "ApiKeyRow",
     "AsyncDatabase",
     "Base",
     "Database",
     "EventLog",
     "EventLogRow",
+    "InFlightLimitReached",
     "InputItemRow",
     "Order",
     "ResponseRecord",
     "ResponseRow",
     "Status",
     "async_url",
+    "count_background_in_flight",
+    "create_api_key",
     "delete_response",
+    "find_active_key",
     "get_chain",
     "get_event_log",
     "get_response",
+    "insert_background_within_limit",
     "insert_response",
+    "list_api_keys",
     "list_in_progress_ids",
     "list_stale_queued",
     "find_input_items",
     "list_input_items",
     "migrate",
     "purge_expired_event_logs",
+    "revoke_api_key",
     "save_event_log",
     "save_turn",
     "sync_url",

@@ -1,4 +1,4 @@
-"""The SQL schema: SQLAlchemy 2.0 typed models of ``responses`` and ``input_items``.
+"""The SQL schema: SQLAlchemy 2.0 typed models of ``responses``, ``input_items``, ``event_logs`` and ``api_keys``.
 
 Portable between SQLite and PostgreSQL: JSON columns are JSON on both (not JSONB on PostgreSQL:
 JSONB refuses ``\u0000``, and a model's output or a client's input may hold a NUL character; nothing
@@ -92,6 +92,8 @@ class ResponseRow(Base):
     function_calls: Mapped[dict[str, str]] = mapped_column(JSONType)
     state: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     sealed_secrets: Mapped[str | None] = mapped_column(Text)
+    # The owner of the API key that created it; NULL for responses created in open mode.
+    owner: Mapped[str | None] = mapped_column(String, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
@@ -150,3 +152,17 @@ class WebhookDeliveryRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ApiKeyRow(Base):
+    """An API key (keys mode): only a hash of its secret is kept; the secret is shown once, at creation."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)  # public: "key_..."
+    owner: Mapped[str] = mapped_column(String, index=True)
+    secret_hash: Mapped[str] = mapped_column(String, index=True, unique=True)  # sha256 hex of the secret
+    models: Mapped[list[str] | None] = mapped_column(JSONType)  # NULL: every served model
+    max_background: Mapped[int | None] = mapped_column(Integer)  # NULL: the settings' default
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -39,6 +39,7 @@ class ResponseRecord:
     state: dict[str, Any] | None = None
     # The request's MCP credentials, sealed (sealing.seal_secrets): never in clear in SQL or Redis.
     sealed_secrets: str | None = None
+    owner: str | None = None  # the API key's owner (keys mode); None in open mode
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime | None = None  # set to created_at on insert
     completed_at: datetime | None = None
@@ -46,3 +47,19 @@ class ResponseRecord:
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiKeyRecord:
+    """A row of ``api_keys``: what a key may do, never its secret (only a hash of it is stored)."""
+
+    id: str
+    owner: str
+    models: list[str] | None  # None: every served model
+    max_background: int | None  # None: the settings' default
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None

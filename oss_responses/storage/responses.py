@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import RowMapping, delete, insert, literal, select, update
+from sqlalchemy import RowMapping, delete, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
+from oss_responses.storage.api_keys import lock_owner_keys
 from oss_responses.storage.models import InputItemRow, ResponseRow
 from oss_responses.storage.records import (
     ACTIVE_STATUSES,
@@ -46,6 +47,40 @@ def insert_response(
                 for position, item in enumerate(input_items)
             ],
         )
+
+
+class InFlightLimitReached(Exception):
+    """The owner already has its most background responses in flight; nothing was inserted."""
+
+    def __init__(self, owner: str, limit: int) -> None:
+        super().__init__(f"{owner} has {limit} background responses in flight")
+        self.owner = owner
+        self.limit = limit
+
+
+def insert_background_within_limit(
+    session: Session, record: ResponseRecord, input_items: Sequence[Mapping[str, Any]], *, limit: int
+) -> None:
+    """Insert an owned background response unless its owner would then have more than ``limit`` in flight
+    (raises :class:`InFlightLimitReached`, and the caller's transaction rolls the insert back).
+
+    Inserted first, then counted: the insert holds SQLite's one write lock (and the owner's key rows
+    are locked on PostgreSQL), so two concurrent accepts cannot both count the other one out.
+    """
+    if record.owner is None:
+        raise ValueError("only an owned response has a background limit")
+    lock_owner_keys(session, record.owner)
+    insert_response(session, record, input_items)
+    if count_background_in_flight(session, record.owner) > limit:
+        raise InFlightLimitReached(record.owner, limit)
+
+
+def count_background_in_flight(session: Session, owner: str) -> int:
+    """The owner's background responses that are queued or in progress."""
+    query = select(func.count()).select_from(_responses).where(
+        _responses.c.owner == owner, _responses.c.background.is_(True), _responses.c.status.in_(ACTIVE_STATUSES)
+    )
+    return int(session.execute(query).scalar_one())
 
 
 def get_response(session: Session, response_id: str) -> ResponseRecord | None:

@@ -18,6 +18,7 @@ from openai import OpenAI
 sys.path.insert(0, str(Path(__file__).parent))  # ``api_server`` importable in every import mode
 
 from api_server import MODEL, ApiServer, serve_in_thread  # noqa: E402
+from key_clients import KeyClients  # noqa: E402
 
 from oss_responses.config import Settings  # noqa: E402
 from oss_responses.sealing import new_key  # noqa: E402
@@ -67,3 +68,11 @@ def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     name = f"stack_{next(_stack_databases)}"
     yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
     cluster.drop_database(name)
+
+
+@pytest.fixture
+def keys(api: ApiServer) -> Iterator[KeyClients]:
+    """Makes API keys and clients holding them (for a module whose ``settings`` has ``auth="keys"``)."""
+    clients = KeyClients(api)
+    yield clients
+    clients.close()

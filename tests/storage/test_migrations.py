@@ -37,7 +37,9 @@ def schema_differences(url: str) -> list[object]:
 def test_migrate_creates_tables_from_empty(empty_database_url: str) -> None:
     migrate(empty_database_url)
 
-    assert table_names(empty_database_url) == {"alembic_version", "responses", "input_items", "event_logs", "webhook_deliveries"}
+    assert table_names(empty_database_url) == {
+        "alembic_version", "responses", "input_items", "event_logs", "webhook_deliveries", "api_keys",
+    }
 
 
 def test_migrate_yields_schema_of_models(empty_database_url: str) -> None:

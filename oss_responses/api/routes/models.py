@@ -1,4 +1,4 @@
-"""``/v1/models``: the models this deployment serves (each has a Celery queue)."""
+"""``/v1/models``: the models this deployment serves (each has a Celery queue) that the caller's key may use."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 from openai.types import Model
 
-from oss_responses.api.deps import SettingsDep
+from oss_responses.api.deps import OwnerDep, SettingsDep
 from oss_responses.errors import NotFound
 from oss_responses.wire import wire_json
 
@@ -21,12 +21,12 @@ def _model(name: str) -> dict[str, Any]:
 
 
 @router.get("")
-async def list_models(settings: SettingsDep) -> dict[str, Any]:
-    return {"object": "list", "data": [_model(name) for name in settings.models]}
+async def list_models(settings: SettingsDep, owner: OwnerDep) -> dict[str, Any]:
+    return {"object": "list", "data": [_model(name) for name in owner.usable(settings.models)]}
 
 
 @router.get("/{model:path}")
-async def retrieve_model(model: str, settings: SettingsDep) -> dict[str, Any]:
-    if model not in settings.models:
+async def retrieve_model(model: str, settings: SettingsDep, owner: OwnerDep) -> dict[str, Any]:
+    if model not in owner.usable(settings.models):
         raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
     return _model(model)

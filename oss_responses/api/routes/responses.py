@@ -1,4 +1,8 @@
-"""``/v1/responses``: create, retrieve (JSON or a replayed stream), cancel, delete, input items."""
+"""``/v1/responses``: create, retrieve (JSON or a replayed stream), cancel, delete, input items.
+
+Every route acts for the owner of the request's API key (``OwnerDep``): it sees, continues and
+creates that owner's responses only, and uses only the models that key may use.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from oss_responses.api import compaction, jobs, limits, openapi, sealed, token_count
+from oss_responses.api.auth import Owner
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
-from oss_responses.api.deps import ServicesDep
+from oss_responses.api.deps import OwnerDep, ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.queued import build_queued
 from oss_responses.api.relay import relay
@@ -30,13 +35,14 @@ async def _json_body(request: Request, services: Services) -> Any:
     return await read_json_body(request, services.settings)
 
 
-def _check_model(services: Services, model: str) -> None:
-    if model not in services.settings.models:
+def _check_model(services: Services, model: str, owner: Owner) -> None:
+    # A model the key may not use is reported exactly as one that is not served.
+    if model not in owner.usable(services.settings.models):
         raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
 
 
-def _check_create(services: Services, body: CreateResponseRequest) -> None:
-    _check_model(services, body.model)
+def _check_create(services: Services, body: CreateResponseRequest, owner: Owner) -> None:
+    _check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     if body.background and not body.store:
         raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
@@ -46,16 +52,16 @@ def _check_create(services: Services, body: CreateResponseRequest) -> None:
 
 
 @router.post("", openapi_extra=openapi.create_body())
-async def create_response(request: Request, services: ServicesDep) -> Response:
+async def create_response(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     body = parse_create_request(await _json_body(request, services))
-    _check_create(services, body)
+    _check_create(services, body, owner)
     await limits.check_queue_depth(services, body.model)
-    chain = await jobs.load_chain(services, body.previous_response_id)
+    chain = await jobs.load_chain(services, body.previous_response_id, owner)
     plan = await jobs.check_conversation(services, body, chain)
     queued = build_queued(body, services.settings, plan)
     response_id = queued.response.id
     bind(response_id=response_id, model=body.model)  # this request's later log lines are about it
-    opening = await jobs.accept(services, queued)
+    opening = await jobs.accept(services, queued, owner)
     if body.stream:
         return await relay(
             services, response_id, head=opening, after=len(opening) - 1, cancel_on_disconnect=not body.background
@@ -79,18 +85,18 @@ async def _final_unless_disconnected(
 
 
 @router.post("/compact", openapi_extra=openapi.subset_body(compaction.COMPACT_FIELDS, "CompactRequest"))
-async def compact_conversation(request: Request, services: ServicesDep) -> Response:
+async def compact_conversation(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
     body = compaction.parse_compact_request(await _json_body(request, services))
-    _check_model(services, body.model)
+    _check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     await limits.check_queue_depth(services, body.model)
     sealer = compaction.require_sealer(services.sealer)
-    chain = await jobs.load_chain(services, body.previous_response_id)
+    chain = await jobs.load_chain(services, body.previous_response_id, owner)
     summarising = compaction.summarising_request(body)
     plan = await jobs.check_conversation(services, summarising, chain)
     queued = build_queued(summarising, services.settings, plan)
-    opening = await jobs.accept(services, queued)
+    opening = await jobs.accept(services, queued, owner)  # the summarising response is the owner's too
     final = await _final_unless_disconnected(request, services, queued.response.id, after=len(opening) - 1)
     if final is None:
         return Response(status_code=DISCONNECTED)
@@ -100,11 +106,12 @@ async def compact_conversation(request: Request, services: ServicesDep) -> Respo
 @router.post(
     "/input_tokens", openapi_extra=openapi.subset_body(token_count.COUNT_FIELDS, "InputTokensRequest")
 )
-async def count_input_tokens(request: Request, services: ServicesDep) -> JSONResponse:
-    body = token_count.parse_count_request(await _json_body(request, services), services.settings.models[0])
-    _check_model(services, body.model)
+async def count_input_tokens(request: Request, services: ServicesDep, owner: OwnerDep) -> JSONResponse:
+    default_model = (owner.usable(services.settings.models) or services.settings.models)[0]
+    body = token_count.parse_count_request(await _json_body(request, services), default_model)
+    _check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
-    chain = await jobs.load_chain(services, body.previous_response_id)
+    chain = await jobs.load_chain(services, body.previous_response_id, owner)
     history = await jobs.resolve_conversation(services, body, chain)
     return JSONResponse(await token_count.count_input_tokens(services, body, history))
 
@@ -113,10 +120,11 @@ async def count_input_tokens(request: Request, services: ServicesDep) -> JSONRes
 async def retrieve_response(
     response_id: str,
     services: ServicesDep,
+    owner: OwnerDep,
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=-1, le=MAX_SAFE_INTEGER)] = None,
 ) -> Response:
-    record = await jobs.load_visible(services, response_id)
+    record = await jobs.load_visible(services, response_id, owner)
     if not stream:
         return JSONResponse(jobs.public_json(record))
     try:
@@ -127,21 +135,21 @@ async def retrieve_response(
 
 
 @router.post("/{response_id}/cancel")
-async def cancel_response(response_id: str, services: ServicesDep) -> JSONResponse:
-    record = await jobs.load_visible(services, response_id)
+async def cancel_response(response_id: str, services: ServicesDep, owner: OwnerDep) -> JSONResponse:
+    record = await jobs.load_visible(services, response_id, owner)
     if not record.background:
         raise BadRequest("Only responses created with background=true can be cancelled.", param="response_id")
     if record.is_terminal:
         return JSONResponse(jobs.public_json(record))
     if await jobs.request_cancel(services, record):
-        return JSONResponse(jobs.public_json(await jobs.load_visible(services, response_id)))
+        return JSONResponse(jobs.public_json(await jobs.load_visible(services, response_id, owner)))
     # A worker holds it: the response is cancelled once the worker confirms by ending the stream.
     return JSONResponse(await jobs.wait_and_read(services, response_id, after=None, timeout=CANCEL_WAIT_SECONDS))
 
 
 @router.delete("/{response_id}")
-async def delete_response(response_id: str, services: ServicesDep) -> dict[str, Any]:
-    record = await jobs.load_visible(services, response_id)
+async def delete_response(response_id: str, services: ServicesDep, owner: OwnerDep) -> dict[str, Any]:
+    record = await jobs.load_visible(services, response_id, owner)
     await jobs.remove(services, record)
     return {"id": response_id, "object": "response", "deleted": True}
 
@@ -150,11 +158,12 @@ async def delete_response(response_id: str, services: ServicesDep) -> dict[str, 
 async def list_response_input_items(
     response_id: str,
     services: ServicesDep,
+    owner: OwnerDep,
     after: Annotated[str | None, Query(max_length=256)] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     order: Literal["asc", "desc"] = "desc",
 ) -> dict[str, Any]:
-    await jobs.load_visible(services, response_id)
+    await jobs.load_visible(services, response_id, owner)
     items, has_more = await services.db.run(list_input_items, response_id, after=after, limit=limit, order=order)
     return {
         "object": "list",
