@@ -7,8 +7,8 @@ Each refusal is a 4xx in OpenAI's error shape, before anything is validated or s
   JSON, ``NaN``/``Infinity``: 400;
 - nested deeper than ``max_json_depth`` (the C parser raises RecursionError near 1,000 levels, and
   pydantic, SQL JSON and the renderer recurse too): 400;
-- strings holding U+0000 (PostgreSQL's JSON refuses it) or a lone surrogate (not encodable as UTF-8
-  when stored): 400 naming the parameter;
+- strings holding a lone surrogate (not encodable as UTF-8 when stored): 400 naming the parameter
+  (a NUL character is kept: JSON documents are ``json``, not ``jsonb``, on PostgreSQL);
 - integers outside ±2^53 (what every JSON reader represents exactly; Redis ids, vLLM's sampling and
   SQL columns would fail on more): 400 naming the parameter.
 """
@@ -25,7 +25,9 @@ from oss_responses.config import Settings
 from oss_responses.errors import BadRequest, PayloadTooLarge
 
 MAX_SAFE_INTEGER = 2**53
-_UNSAFE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
+# A lone surrogate cannot be encoded as UTF-8 (nor stored); a NUL character can, and is kept as sent
+# (PostgreSQL holds it: JSON documents are json, not jsonb).
+_UNSAFE_CHARACTERS = re.compile("[\ud800-\udfff]")
 
 
 async def read_json_body(request: Request, settings: Settings) -> Any:
@@ -108,7 +110,7 @@ def _check_string(text: str, path: str) -> None:
     found = _UNSAFE_CHARACTERS.search(text)
     if found is None:
         return
-    what = "the NUL character (U+0000)" if found.group() == "\x00" else "an unpaired UTF-16 surrogate"
     raise BadRequest(
-        f"Invalid value for '{path}': strings may not contain {what}.", param=path or None, code="invalid_value"
+        f"Invalid value for '{path}': strings may not contain an unpaired UTF-16 surrogate.",
+        param=path or None, code="invalid_value",
     )
