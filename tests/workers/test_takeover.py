@@ -145,6 +145,30 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         cluster.stop()
 
 
+def _tool_call_killed_at(
+    settings: Settings, redis: redis_lib.Redis, start_worker, label: str, call: str, killed_after: str  # type: ignore[no-untyped-def]
+) -> list[dict[str, Any]]:
+    """A response calling ``call`` on MCP server ``label``: its worker SIGKILLed once ``killed_after`` is in
+    the stream, another worker started; the whole stream, checked as one story."""
+    db = Database(settings.database_url)
+    doomed = start_worker(settings, "doomed")
+    tools = [{"type": "mcp", "server_label": label, "require_approval": "never"}]
+    response_id = accept(db, redis, settings, input=f"call {label}.{call}", tools=tools, background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    wait_for_event(redis, response_id, killed_after)
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait()
+    start_worker(settings, "survivor")
+    events = wait_for_end(redis, response_id, timeout=30)
+    assert_one_story(events, db, response_id)
+    db.dispose()
+    return events
+
+
+def _mcp_calls(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
+
+
 @pytest.mark.parametrize(
     "killed_after", ["response.mcp_list_tools.completed", "response.mcp_call.completed"],
     ids=["after tool listing", "between turns"],
@@ -153,22 +177,10 @@ def test_sigkilled_worker_tool_turn_is_continued_by_another_worker(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, calculator_url: str, killed_after: str
 ) -> None:  # type: ignore[no-untyped-def]
     settings = _takeover_settings(database_url, redis_url).model_copy(update={"tool_servers": {"calc": calculator_url}})
-    db = Database(settings.database_url)
-    doomed = start_worker(settings, "doomed")
-    tools = [{"type": "mcp", "server_label": "calc", "require_approval": "never"}]
-    response_id = accept(db, redis, settings, input='call calc.calculate {"expression": "6*7"}', tools=tools, background=True)
-    enqueue(make_celery(settings), settings, response_id, MODEL)
-    wait_for_event(redis, response_id, killed_after)
-    os.kill(doomed.process.pid, signal.SIGKILL)
-    doomed.process.wait()
-    start_worker(settings, "survivor")
-    events = wait_for_end(redis, response_id, timeout=30)
-    assert_one_story(events, db, response_id)
+    events = _tool_call_killed_at(settings, redis, start_worker, "calc", 'calculate {"expression": "6*7"}', killed_after)
     assert [e["type"] for e in events].count("response.mcp_list_tools.completed") == 1
-    calls = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
-    assert [call["output"] for call in calls] == ["42"]
+    assert [call["output"] for call in _mcp_calls(events)] == ["42"]
     assert story_text(events) == "The tool calc.calculate returned: 42"
-    db.dispose()
 
 
 @pytest.mark.parametrize("idempotent", [False, True], ids=["not idempotent", "idempotent"])
@@ -176,27 +188,17 @@ def test_sigkilled_worker_mid_tool_call_is_taken_over(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, misbehaving_url: str, idempotent: bool
 ) -> None:  # type: ignore[no-untyped-def]
     """Killed while its MCP call runs: an idempotent tool is called again; any other call fails, saying
-    it was interrupted, and the model goes on. Either way one story, ending completed."""
+    the worker stopped before it answered, and the model goes on. Either way one story, ending completed."""
     settings = _takeover_settings(database_url, redis_url).model_copy(update={
         "tool_servers": {"slow": misbehaving_url}, "idempotent_tools": ["slow.sleep"] if idempotent else [],
     })
-    db = Database(settings.database_url)
-    doomed = start_worker(settings, "doomed")
-    tools = [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]
-    response_id = accept(db, redis, settings, input='call slow.sleep {"seconds": 2}', tools=tools, background=True)
-    enqueue(make_celery(settings), settings, response_id, MODEL)
-    wait_for_event(redis, response_id, "response.mcp_call.in_progress")
-    os.kill(doomed.process.pid, signal.SIGKILL)
-    doomed.process.wait()
-    start_worker(settings, "survivor")
-    events = wait_for_end(redis, response_id, timeout=30)
-    assert_one_story(events, db, response_id)
-    [call] = [e["item"] for e in events if e["type"] == "response.output_item.done" and e["item"]["type"] == "mcp_call"]
+    events = _tool_call_killed_at(settings, redis, start_worker, "slow", 'sleep {"seconds": 2}',
+                                  "response.mcp_call.in_progress")
+    [call] = _mcp_calls(events)
     if idempotent:
         assert call["output"] == "awake" and call["error"] is None, call
     else:
         assert call["output"] is None and "stopped before it answered" in str(call["error"])
-    db.dispose()
 
 
 def test_sigkilled_worker_during_tool_listing_is_taken_over(
@@ -206,18 +208,8 @@ def test_sigkilled_worker_during_tool_listing_is_taken_over(
     them again, and the stream holds one listing, completed once, then the call and the answer."""
     with mcp_server(str(MISBEHAVING), "--list-delay", "1.0") as slow_listing_url:
         settings = _takeover_settings(database_url, redis_url).model_copy(update={"tool_servers": {"slow": slow_listing_url}})
-        db = Database(settings.database_url)
-        doomed = start_worker(settings, "doomed")
-        tools = [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]
-        response_id = accept(db, redis, settings, input='call slow.sleep {"seconds": 0}', tools=tools, background=True)
-        enqueue(make_celery(settings), settings, response_id, MODEL)
-        wait_for_event(redis, response_id, "response.mcp_list_tools.in_progress")
-        os.kill(doomed.process.pid, signal.SIGKILL)
-        doomed.process.wait()
-        start_worker(settings, "survivor")
-        events = wait_for_end(redis, response_id, timeout=30)
-        assert_one_story(events, db, response_id)
-        types = [e["type"] for e in events]
-        assert types.count("response.mcp_list_tools.in_progress") == types.count("response.mcp_list_tools.completed") == 1, " ".join(t.split(".")[-1] for t in types)
-        assert story_text(events) == "The tool slow.sleep returned: awake"
-        db.dispose()
+        events = _tool_call_killed_at(settings, redis, start_worker, "slow", 'sleep {"seconds": 0}',
+                                      "response.mcp_list_tools.in_progress")
+    types = [e["type"] for e in events]
+    assert types.count("response.mcp_list_tools.in_progress") == types.count("response.mcp_list_tools.completed") == 1
+    assert story_text(events) == "The tool slow.sleep returned: awake"
