@@ -58,13 +58,13 @@ from oss_responses.tools.policy import resolve_servers
 from oss_responses.webhooks.events import planned_deliveries
 from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 log = logging.getLogger(__name__)
 
 # What an unreachable Redis raises: from our client, from Celery's producer (kombu), from the socket.
 BROKER_ERRORS = (RedisError, OperationalError, OSError)
 
-TERMINAL_EVENTS = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
 
 def not_found(response_id: str) -> NotFound:
@@ -260,7 +260,7 @@ async def final_response(services: Services, response_id: str, last_event: dict[
     record = await services.db.run(get_response, response_id)
     if record is not None and record.is_terminal:
         return public_json(record)
-    if last_event is not None and last_event.get("type") in TERMINAL_EVENTS:
+    if last_event is not None and last_event.get("type") in TERMINAL_EVENT_TYPES:
         return dict(last_event["response"])
     if record is not None:
         return public_json(record)

@@ -15,8 +15,8 @@ from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
+from oss_responses.statuses import RUN_RESPONSE_TASK
 
-RUN_RESPONSE_TASK = "oss_responses.run_response"
 
 
 class TaskQueue:

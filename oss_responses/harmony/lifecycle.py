@@ -27,8 +27,8 @@ from openai.types.responses.response_usage import InputTokensDetails, OutputToke
 from pydantic import BaseModel
 
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.statuses import TerminalStatus
 
-TerminalStatus = Literal["completed", "incomplete", "failed", "cancelled"]
 
 _TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
     "completed": (ResponseCompletedEvent, "response.completed"),

@@ -75,6 +75,7 @@ from oss_responses.harmony.items import (
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
+from oss_responses.statuses import TerminalStatus
 
 FinishReason = Literal["stop", "length", "abort"]
 
@@ -442,7 +443,7 @@ class ResponseTranslator:
         self._terminate("completed", cached_tokens=cached_tokens)
 
     def _terminate(
-        self, status: lifecycle.TerminalStatus, error: ResponseError | None = None, *, cached_tokens: int | None = None
+        self, status: TerminalStatus, error: ResponseError | None = None, *, cached_tokens: int | None = None
     ) -> None:
         if self._current is not None and self._header is not None:
             self._record_message(self._current, self._header)

@@ -29,7 +29,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-STATUSES = ("queued", "in_progress", "completed", "incomplete", "failed", "cancelled")
+from oss_responses.statuses import STATUSES
+
 WEBHOOK_STATES = ("pending", "retrying", "delivered", "failed")
 
 # ``none_as_null``: Python None is SQL NULL (not the JSON literal ``null``), so ``IS NULL`` works.

@@ -6,14 +6,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from oss_responses.storage.models import STATUSES
+from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 
-Status = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
 Order = Literal["asc", "desc"]
-
-ACTIVE_STATUSES: tuple[Status, ...] = ("queued", "in_progress")
-TERMINAL_STATUSES: tuple[Status, ...] = ("completed", "incomplete", "failed", "cancelled")
-assert set(ACTIVE_STATUSES) | set(TERMINAL_STATUSES) == set(STATUSES)
 
 
 def utcnow() -> datetime:

@@ -19,7 +19,8 @@ from celery import Celery
 from oss_responses.config import Settings, get_settings
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.workers.broker import TRANSPORT
-from oss_responses.workers.tasks import RUN_RESPONSE_TASK, register
+from oss_responses.statuses import RUN_RESPONSE_TASK
+from oss_responses.workers.tasks import register
 
 
 def make_celery(settings: Settings) -> Celery:

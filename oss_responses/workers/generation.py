@@ -32,12 +32,12 @@ from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, Respo
 from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 from oss_responses.workers.journal import apply_translator_step
+from oss_responses.statuses import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 
 # handoff: the worker is shutting down and gives the response to another worker.
 StopCause = Literal["cancelled", "lease_lost", "handoff"]
-TERMINAL = frozenset({"completed", "incomplete", "failed", "cancelled"})
 
 
 @dataclass(slots=True)
@@ -215,7 +215,7 @@ class Generation:
         # lease_lost or handoff: write nothing more; whoever runs the response next ends it
 
     def _is_terminal(self) -> bool:
-        return self.translator.response.status in TERMINAL
+        return self.translator.response.status in TERMINAL_STATUSES
 
     def _budget(self) -> int:
         return self.sampling.max_tokens - self._generated

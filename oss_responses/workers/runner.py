@@ -48,6 +48,7 @@ from oss_responses.harmony.render import (
 )
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
+from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import (
     delete_response,
     get_response,
@@ -61,7 +62,7 @@ from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import response_ended
-from oss_responses.workers.generation import TERMINAL, Generation, StopCause
+from oss_responses.workers.generation import Generation, StopCause
 from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
 from oss_responses.workers.journal import (
     JournaledTranslator,
@@ -216,7 +217,7 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
 
 
 def _is_terminal(run: _Run) -> bool:
-    return run.translator is not None and run.translator.response.status in TERMINAL
+    return run.translator is not None and run.translator.response.status in TERMINAL_STATUSES
 
 
 def _take_over(run: _Run, *, counted: bool) -> Outcome:

@@ -27,10 +27,10 @@ from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import runner
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
+from oss_responses.statuses import RUN_RESPONSE_TASK
 
 log = logging.getLogger(__name__)
 
-RUN_RESPONSE_TASK = "oss_responses.run_response"
 
 _context: WorkerContext | None = None
 _metrics_server: MetricsServer | None = None

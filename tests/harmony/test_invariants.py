@@ -13,7 +13,8 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 from support.sdk import without_parsed
 
-TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
+
 _events_adapter = TypeAdapter(ResponseStreamEvent)
 
 
@@ -45,8 +46,8 @@ def test_lifecycle_events_open_and_close_the_stream(scenario_run: Run) -> None:
     if not scenario_run.translator.response.background:
         opening.remove("response.queued")
     assert types[: len(opening)] == opening
-    assert types[-1] in TERMINAL
-    assert sum(t in TERMINAL for t in types) == 1
+    assert types[-1] in TERMINAL_EVENT_TYPES
+    assert sum(t in TERMINAL_EVENT_TYPES for t in types) == 1
 
 
 def test_item_events_share_item_id_and_output_index(scenario_run: Run) -> None:

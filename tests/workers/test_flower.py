@@ -23,7 +23,7 @@ from worker_support import MODEL, accept, wait_for_end, worker_settings
 
 from oss_responses.storage import Database
 from oss_responses.workers.celery_app import enqueue, make_celery
-from oss_responses.workers.tasks import RUN_RESPONSE_TASK
+from oss_responses.statuses import RUN_RESPONSE_TASK
 
 START_TIMEOUT_S = 30.0
 

@@ -24,6 +24,7 @@ from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets
 from oss_responses.storage import Database, ResponseRecord, ResponseRow, get_event_log, get_response, insert_response
 from oss_responses.wire import wire_json
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "gpt-oss-20b"
@@ -140,7 +141,6 @@ def assert_contiguous(events: list[dict[str, Any]]) -> None:
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
-TERMINAL_EVENTS = {"response.completed", "response.failed", "response.incomplete"}
 
 
 def story_text(events: list[dict[str, Any]]) -> str:
@@ -150,7 +150,7 @@ def story_text(events: list[dict[str, Any]]) -> str:
 def assert_one_story(events: list[dict[str, Any]], db: Database, response_id: str) -> None:
     """Contiguous, one terminal event, deltas on their item's id, and the stream's final object is SQL's."""
     assert_contiguous(events)
-    assert [e["type"] for e in events if e["type"] in TERMINAL_EVENTS] == ["response.completed"]
+    assert [e["type"] for e in events if e["type"] in TERMINAL_EVENT_TYPES] == ["response.completed"]
     added = {e["item"]["id"] for e in events if e["type"] == "response.output_item.added"}
     assert {e["item_id"] for e in events if "delta" in e} <= added
     done = [e["item"]["id"] for e in events if e["type"] == "response.output_item.done"]
