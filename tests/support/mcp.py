@@ -26,14 +26,15 @@ def demo_mcp_server(name: str, *, python: str = sys.executable, cwd: Path | None
         cwd=cwd, env=os.environ if env is None else env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_listening(proc, port)
+        wait_listening(proc, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], port: int) -> None:
+def wait_listening(proc: subprocess.Popen[bytes], port: int) -> None:
+    """Until ``proc`` accepts connections on ``port`` (or fails, saying so)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -23,6 +21,7 @@ from worker_support import REPO
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
+from support.mcp import wait_listening
 from support.sdk import without_parsed
 
 MISBEHAVING = REPO / "tests" / "tools" / "misbehaving_server.py"
@@ -39,24 +38,11 @@ def mcp_server(*command: str) -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_listening(proc, port)
+        wait_listening(proc, port)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         proc.terminate()
         proc.wait(timeout=10)
-
-
-def _wait_listening(proc: subprocess.Popen[bytes], port: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the MCP server exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise TimeoutError("the MCP server did not listen within 20 s")
 
 
 class RecordingEngine:
