@@ -10,12 +10,15 @@ run: bootstrap
 test: bootstrap
 	.venv/bin/python -m pytest
 
+# Bench scripts and the soak import the checkout and the test helpers (tests/support) from here.
+DEV_PATH := PYTHONPATH=$(CURDIR):$(CURDIR)/tests
+
 bench: bootstrap
-	for b in bench/*.py; do .venv/bin/python $$b || exit 1; done
+	for b in bench/[!_]*.py; do $(DEV_PATH) .venv/bin/python $$b || exit 1; done
 
 # A randomized fault soak (SIGKILL, SIGTERM, Redis restarts under running responses): tests/workers/soak.py
 soak: bootstrap
-	.venv/bin/python tests/workers/soak.py --rounds 30
+	$(DEV_PATH) .venv/bin/python tests/workers/soak.py --rounds 30
 
 # A longer fuzz run (schemathesis from /openapi.json and generated Responses bodies): tests/api/test_fuzz.py
 fuzz: bootstrap

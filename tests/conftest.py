@@ -6,26 +6,28 @@
 - ``database_url``: a fresh, migrated database per test, once on SQLite (a file in ``tmp_path``) and
   once on PostgreSQL (ids ``sqlite`` / ``postgresql``; the latter is marked ``postgres``). Both are
   cloned from a template migrated once per session, so a test costs a file copy or a CREATE DATABASE.
+- ``stack_database_url``: the same, one per test module, for a module's API and worker processes.
+
+The helpers in ``tests/support`` import as ``support``: pytest's ``pythonpath`` (pyproject.toml) puts
+``tests/`` on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import itertools
 import shutil
-import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import redis as redis_lib
+from support.servers import PostgresCluster, start_postgres, start_redis
 
-sys.path.insert(0, str(Path(__file__).parent))  # ``support`` importable in every import mode
-
-from support.servers import PostgresCluster, start_postgres, start_redis  # noqa: E402
-
-from oss_responses.storage import migrate  # noqa: E402
+from oss_responses.storage import migrate
 
 _database_numbers = itertools.count(1)
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture(scope="session")
@@ -69,11 +71,12 @@ def postgres_template(postgres_cluster: PostgresCluster) -> str:
     return name
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated, empty database of its own (sync SQLAlchemy URL)."""
-    if request.param == "sqlite":
-        path = tmp_path / "oss-responses.db"
+@contextmanager
+def fresh_database(request: pytest.FixtureRequest, backend: str, folder: Path) -> Iterator[str]:
+    """A migrated, empty database of its own (sync SQLAlchemy URL), dropped afterwards: on SQLite a copy
+    of the template in ``folder``, on PostgreSQL a database created from the template."""
+    if backend == "sqlite":
+        path = folder / "oss-responses.db"
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         yield f"sqlite:///{path}"
         return
@@ -82,3 +85,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     name = f"test_{next(_database_numbers)}"
     yield cluster.create_database(name, template=template)
     cluster.drop_database(name)
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database of this test's own, on SQLite and on PostgreSQL."""
+    with fresh_database(request, request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database shared by a module's API and worker processes, on SQLite and on PostgreSQL."""
+    with fresh_database(request, request.param, tmp_path_factory.mktemp("stack")) as url:
+        yield url

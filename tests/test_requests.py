@@ -19,7 +19,9 @@ def test_parse_request_tool_choice_auto_or_none_accepted(choice: str) -> None:
     assert parse_create_request({"model": "m", "tool_choice": choice}).tool_choice == choice
 
 
-@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "f"}, {"type": "mcp", "server_label": "calc"}])
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "name": "f"}, {"type": "mcp", "server_label": "calc"}]
+)
 def test_parse_request_tool_choice_forcing_a_call_refused(choice: object) -> None:
     error = _refusal({"tool_choice": choice})
     assert (error.param, error.code) == ("tool_choice", "unsupported_value")

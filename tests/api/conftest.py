@@ -5,24 +5,18 @@ official ``openai`` SDK and a raw ``httpx2`` client for what the SDK would never
 
 from __future__ import annotations
 
-import itertools
-import shutil
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx2
 import pytest
 from openai import OpenAI
+from support import MODEL
+from support.api_server import ApiServer, serve_in_thread
+from support.key_clients import KeyClients
 
-sys.path.insert(0, str(Path(__file__).parent))  # ``api_server`` importable in every import mode
-
-from api_server import MODEL, ApiServer, serve_in_thread  # noqa: E402
-from key_clients import KeyClients  # noqa: E402
-
-from oss_responses.config import Settings  # noqa: E402
-from oss_responses.sealing import new_key  # noqa: E402
-from oss_responses.storage import Database  # noqa: E402
+from oss_responses.config import Settings
+from oss_responses.sealing import new_key
+from oss_responses.storage import Database
 
 
 @pytest.fixture
@@ -51,23 +45,6 @@ def client(api: ApiServer) -> Iterator[OpenAI]:
 def http(api: ApiServer) -> Iterator[httpx2.Client]:
     with httpx2.Client(base_url=api.base_url, timeout=20) as raw:
         yield raw
-
-
-_stack_databases = itertools.count(1)
-
-
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A database shared by a module's API and worker processes, on SQLite and on PostgreSQL."""
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("stack") / "oss-responses.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("postgres_cluster")
-    name = f"stack_{next(_stack_databases)}"
-    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
-    cluster.drop_database(name)
 
 
 @pytest.fixture

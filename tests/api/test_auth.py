@@ -10,9 +10,10 @@ import httpx2
 import openai
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer, serve_in_thread
-from key_clients import KeyClients
 from openai import OpenAI
+from support import MODEL
+from support.api_server import ApiServer, serve_in_thread
+from support.key_clients import KeyClients
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings

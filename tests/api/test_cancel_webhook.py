@@ -8,8 +8,9 @@ import json
 
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer
 from openai import OpenAI
+from support import MODEL
+from support.api_server import ApiServer
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings, WebhookEndpoint

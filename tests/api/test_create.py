@@ -8,12 +8,13 @@ import json
 import httpx2
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer
 from openai import OpenAI
+from support import MODEL
+from support.api_server import ApiServer
 
 from oss_responses import redis_keys
-from oss_responses.eventlog import parse_frame
 from oss_responses.conversation import history_of
+from oss_responses.eventlog import parse_frame
 from oss_responses.sealing import build_sealer, open_secrets
 from oss_responses.storage import get_chain, get_response, list_input_items
 
@@ -37,7 +38,8 @@ def test_create_response_background_returns_queued_response(client: OpenAI) -> N
 def test_create_response_background_stores_row_and_input_items(client: OpenAI, api: ApiServer) -> None:
     response = client.responses.create(
         model=MODEL, background=True,
-        input=[{"role": "developer", "content": "rules"}, {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+        input=[{"role": "developer", "content": "rules"},
+               {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
     )
     record = api.db.run(get_response, response.id)
     assert record is not None and record.status == "queued" and record.background and record.store
@@ -85,7 +87,8 @@ def test_create_response_strips_mcp_secrets(client: OpenAI, api: ApiServer, redi
     assert task["body"][0] == [response.id, {}]  # the task names the response only
     assert record.sealed_secrets and "secret" not in record.sealed_secrets
     sealer = build_sealer(api.settings.encryption_key_values)
-    assert open_secrets(sealer, record.sealed_secrets) == {"calc": {"authorization": "sk-secret", "headers": {"X-Key": "secret"}}}  # type: ignore[arg-type]
+    sealed = open_secrets(sealer, record.sealed_secrets)  # type: ignore[arg-type]
+    assert sealed == {"calc": {"authorization": "sk-secret", "headers": {"X-Key": "secret"}}}
 
 
 def test_create_response_echoes_request_settings(client: OpenAI) -> None:

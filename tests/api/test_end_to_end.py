@@ -15,14 +15,17 @@ import httpx2
 import openai
 import pytest
 import redis as redis_lib
-from api_server import MODEL, start_api_process, start_worker_process, stop_process
 from openai import OpenAI, Stream
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import ResponseStreamEvent
 from sqlalchemy import select
+from support import MODEL
+from support.processes import start_api_process, start_worker_process, stop_process
+from support.sdk import wait_ended
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.eventlog import parse_frame
+from oss_responses.statuses import ACTIVE_STATUSES
 from oss_responses.storage import Database, ResponseRow, get_response
 
 TOKENS_PER_SECOND = 400.0  # fast enough for short answers, slow enough to act mid-generation
@@ -70,16 +73,6 @@ def _show_logs(folder: Path) -> None:
         print(f"--- {path.name}\n{path.read_text(errors='replace')[-4000:]}")
 
 
-def _poll_until_ended(client: OpenAI, response_id: str) -> Response:
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
-        response = client.responses.retrieve(response_id)
-        if response.status not in ("queued", "in_progress"):
-            return response
-        assert time.monotonic() < deadline, f"{response_id} still {response.status}"
-        time.sleep(POLL_S)
-
-
 def _read_until_text(stream: Stream[ResponseStreamEvent]) -> str:
     """Read a stream up to its first text delta; the response's id."""
     response_id = ""
@@ -93,7 +86,7 @@ def _read_until_text(stream: Stream[ResponseStreamEvent]) -> str:
 
 def _wait_for_status(stack: Stack, response_id: str, expected: str) -> None:
     deadline = time.monotonic() + DEADLINE_S
-    while (status := stack.db.run(get_response, response_id).status) in ("queued", "in_progress"):
+    while (status := stack.db.run(get_response, response_id).status) in ACTIVE_STATUSES:
         assert time.monotonic() < deadline, f"{response_id} still {status}"
         time.sleep(POLL_S)
     assert status == expected
@@ -131,7 +124,7 @@ def test_create_response_with_large_input_is_tokenised_in_worker_child_process(s
 def test_create_response_background_poll_until_completed(stack: Stack) -> None:
     created = stack.client.responses.create(model=MODEL, input="poll me", background=True)
     assert created.status == "queued"
-    final = _poll_until_ended(stack.other, created.id)
+    final = wait_ended(stack.other, created.id)
     assert final.status == "completed" and "poll me" in final.output_text
 
 
@@ -177,7 +170,8 @@ def test_retrieve_stream_after_archive_replays_the_live_bytes(stack: Stack) -> N
     replayed = _raw_stream(other_url, "GET", f"/v1/responses/{response_id}", params={"stream": "true"})
     assert replayed == live and b"response.completed" in replayed
     frames = [f + b"\n\n" for f in live.split(b"\n\n")[:-1]]
-    after = _raw_stream(other_url, "GET", f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": 40})
+    after = _raw_stream(other_url, "GET", f"/v1/responses/{response_id}",
+                        params={"stream": "true", "starting_after": 40})
     assert after == b"".join(frames[41:])
 
 

@@ -49,4 +49,6 @@ def test_unexpected_error_is_500_without_traceback(caplog: pytest.LogCaptureFixt
 def test_service_error_keeps_its_status_and_fields() -> None:
     response = _get("/conflict")
     assert response.status_code == 409
-    assert response.json() == {"error": {"message": "busy", "type": "invalid_request_error", "param": "x", "code": "busy"}}
+    assert response.json() == {
+        "error": {"message": "busy", "type": "invalid_request_error", "param": "x", "code": "busy"}
+    }

@@ -7,8 +7,8 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from api_server import MODEL
 from openai import OpenAI
+from support import MODEL
 
 
 def _error(response: httpx2.Response, status: int) -> dict[str, Any]:
@@ -20,7 +20,8 @@ def _error(response: httpx2.Response, status: int) -> dict[str, Any]:
 
 
 def test_create_response_malformed_json_is_400(http: httpx2.Client) -> None:
-    response = http.post("/v1/responses", content=b'{"model": "gpt-oss-20b",', headers={"content-type": "application/json"})
+    response = http.post("/v1/responses", content=b'{"model": "gpt-oss-20b",',
+                         headers={"content-type": "application/json"})
     assert _error(response, 400)["type"] == "invalid_request_error"
 
 

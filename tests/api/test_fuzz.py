@@ -21,26 +21,26 @@ import httpx2
 import pytest
 import redis as redis_lib
 import schemathesis
-from api_server import (
-    MODEL,
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from sqlalchemy import func, select
+from support import MODEL
+from support.fuzz_bodies import create_body
+from support.processes import (
     service_env,
     start_api_process,
     start_worker_process,
     stop_process,
 )
-from fuzz_bodies import create_body
-from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
-from sqlalchemy import func, select
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, ResponseRow
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
-FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="FUZZ_RANDOM" not in os.environ,
-                         suppress_health_check=list(HealthCheck))
+FUZZ_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
+                         derandomize="FUZZ_RANDOM" not in os.environ, suppress_health_check=list(HealthCheck))
 
 
 @dataclass

@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from api_server import MODEL
+from support import MODEL
 
 from oss_responses import redis_keys
 from oss_responses.storage import Database, get_response

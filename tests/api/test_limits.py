@@ -8,7 +8,8 @@ from typing import Any
 import httpx2
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer
+from support import MODEL
+from support.api_server import ApiServer
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -50,7 +51,9 @@ def test_create_response_body_over_limit_is_413(http: httpx2.Client, api: ApiSer
     _nothing_stored(api, redis)
 
 
-def test_create_response_chunked_body_over_limit_is_413(http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis) -> None:
+def test_create_response_chunked_body_over_limit_is_413(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
+) -> None:
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds while the body streams in
         yield b'{"model": "%s", "input": "' % MODEL.encode()
         for _ in range(64):
@@ -67,7 +70,9 @@ def test_create_response_body_under_limit_is_accepted(http: httpx2.Client) -> No
     assert response.status_code == 200, response.text
 
 
-def test_create_response_too_many_input_items_is_400(http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis) -> None:
+def test_create_response_too_many_input_items_is_400(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
+) -> None:
     items = [{"role": "user", "content": f"m{i}"} for i in range(6)]
     error = _error(http.post("/v1/responses", json={"model": MODEL, "input": items}), 400)
     assert (error["param"], error["code"]) == ("input", "too_many_items")
@@ -108,7 +113,9 @@ def test_create_response_full_queue_is_429_with_retry_after(
     _nothing_stored(api, redis, waiting=QUEUE_LIMIT + 1)
 
 
-def test_create_response_queue_at_limit_is_accepted(http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis) -> None:
+def test_create_response_queue_at_limit_is_accepted(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
+) -> None:
     redis.rpush(api.settings.queue_for(MODEL), *[b"waiting task"] * QUEUE_LIMIT)
     response = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
     assert response.status_code == 200, response.text

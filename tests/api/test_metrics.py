@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import httpx2
-from api_server import MODEL
 from prometheus_client.parser import text_string_to_metric_families
+from support import MODEL
 
 
 def _samples(http: httpx2.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

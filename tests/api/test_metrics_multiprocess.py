@@ -11,10 +11,11 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from api_server import MODEL, REPO, service_env, stop_process, wait_until
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
+from support import MODEL, REPO
+from support.processes import service_env, stop_process, wait_until
 from support.servers import free_port
 
 from oss_responses.config import Settings

@@ -5,8 +5,9 @@ from __future__ import annotations
 import httpx2
 import openai
 import pytest
-from api_server import MODEL, serve_in_thread
 from openai import OpenAI
+from support import MODEL
+from support.api_server import serve_in_thread
 from support.servers import free_port
 
 from oss_responses.config import Settings

@@ -16,12 +16,19 @@ from typing import Any
 import httpx2
 import openai
 import pytest
-from api_server import MODEL, service_env, start_api_process, start_worker_process, stop_process
 from openai.types.responses import Response
 from prometheus_client.parser import text_string_to_metric_families
+from support import MODEL
+from support.mcp import MISBEHAVING, mcp_server
+from support.processes import (
+    service_env,
+    start_api_process,
+    start_worker_process,
+    stop_process,
+)
 from support.servers import free_port
+from support.tool_stack import poll_response
 from support.webhook_receiver import WebhookReceiver
-from tool_fixtures import MISBEHAVING, mcp_server, poll_response
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -55,7 +62,7 @@ def observed(redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.Tem
     receiver = WebhookReceiver().start()
     metrics_port = free_port()
     processes: list[subprocess.Popen[bytes]] = []
-    with mcp_server(str(MISBEHAVING)) as bad_url:
+    with mcp_server(*MISBEHAVING) as bad_url:
         settings = Settings(database_url=f"sqlite:///{folder / 'db.sqlite'}", redis_url=redis_url, models=[MODEL],
                             scripted_tokens_per_second=2000.0)
         env = service_env(

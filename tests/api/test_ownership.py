@@ -8,8 +8,9 @@ import httpx2
 import openai
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer
-from key_clients import KeyClient, KeyClients
+from support import MODEL
+from support.api_server import ApiServer
+from support.key_clients import KeyClient, KeyClients
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -78,7 +79,8 @@ def test_response_of_other_owner_is_404_like_unknown_id(
 OWN_ROUTES = [route for route in ROUTES if route[2] is None or route[2].get("background")]
 
 
-@pytest.mark.parametrize(("method", "path", "body"), OWN_ROUTES, ids=[f"{m} {p} {b and list(b)}" for m, p, b in OWN_ROUTES])
+@pytest.mark.parametrize(("method", "path", "body"), OWN_ROUTES,
+                         ids=[f"{m} {p} {b and list(b)}" for m, p, b in OWN_ROUTES])
 def test_response_of_own_owner_is_served(alice: KeyClient, method: str, path: str, body: dict | None) -> None:
     response = _request(alice.http, method, path, body, _ended(alice))
     assert response.status_code == 200, response.text
@@ -95,7 +97,8 @@ def test_resume_stream_of_other_owner_with_sdk_is_not_found(alice: KeyClient, bo
     response_id = _ended(alice)
     with pytest.raises(openai.NotFoundError):
         bob.sdk.responses.retrieve(response_id, stream=True, starting_after=0)
-    assert [e.type for e in alice.sdk.responses.retrieve(response_id, stream=True, starting_after=0)] == ["response.queued"]
+    replayed = alice.sdk.responses.retrieve(response_id, stream=True, starting_after=0)
+    assert [e.type for e in replayed] == ["response.queued"]
 
 
 def test_cancel_response_of_other_owner_is_404_and_leaves_it_queued(

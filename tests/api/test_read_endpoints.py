@@ -6,8 +6,9 @@ import httpx2
 import openai
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer
 from openai import OpenAI
+from support import MODEL
+from support.api_server import ApiServer
 
 from oss_responses import redis_keys
 from oss_responses.eventlog import parse_frame
@@ -51,8 +52,10 @@ def test_list_input_items_pages_with_sdk(client: OpenAI) -> None:
 
 
 def test_list_input_items_default_order_is_newest_first(client: OpenAI, http: httpx2.Client) -> None:
-    created = client.responses.create(model=MODEL, background=True,
-                                      input=[{"role": "user", "content": "first"}, {"role": "user", "content": "second"}])
+    created = client.responses.create(
+        model=MODEL, background=True,
+        input=[{"role": "user", "content": "first"}, {"role": "user", "content": "second"}],
+    )
     body = http.get(f"/v1/responses/{created.id}/input_items").json()
     assert body["object"] == "list" and body["has_more"] is False
     assert [item["content"][0]["text"] for item in body["data"]] == ["second", "first"]

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import httpx2
 import pytest
-from api_server import MODEL, ApiServer
 from sqlalchemy import func, select
+from support import MODEL
+from support.api_server import ApiServer
 from support.servers import RedisServer, start_redis
 
 from oss_responses.config import Settings

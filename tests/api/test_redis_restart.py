@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from api_server import MODEL, start_api_process, start_worker_process, stop_process
 from openai import OpenAI
 from openai.types.responses import ResponseStreamEvent
+from support import MODEL
+from support.processes import start_api_process, start_worker_process, stop_process
 from support.servers import RedisServer, start_redis
 
 from oss_responses.config import Settings

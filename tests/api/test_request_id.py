@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import httpx2
-from api_server import MODEL
+from support import MODEL
 
 
 def test_echo_request_id_sent_by_client(http: httpx2.Client) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 import httpx2
 import pytest
 import redis as redis_lib
-from api_server import MODEL, ApiServer
 from sqlalchemy import func, select
+from support import MODEL
+from support.api_server import ApiServer
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -31,14 +32,16 @@ SCHEMA = {"type": "json_schema", "name": "answer", "strict": True,
 
 ACCEPTED: dict[str, dict[str, Any]] = {
     "string input": {"input": "hi"},
-    "developer message with parts": {"input": [{"role": "developer", "content": [{"type": "input_text", "text": "be brief"}]}, USER]},
+    "developer message with parts": {
+        "input": [{"role": "developer", "content": [{"type": "input_text", "text": "be brief"}]}, USER]},
     "system message": {"input": [{"role": "system", "content": "be brief"}, USER]},
     "typed user message with status": {"input": [{"type": "message", "role": "user", "status": "completed",
                                                   "content": [{"type": "input_text", "text": "hi"}]}]},
     "assistant output_text without id or status": {"input": [
         USER, {"role": "assistant", "content": [{"type": "output_text", "text": "hello"}]}, USER]},
     "assistant output_text with annotations, no id": {"input": [
-        USER, {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "hello", "annotations": []}]}, USER]},
+        USER, {"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "hello", "annotations": []}]}, USER]},
     "assistant output message as returned": {"input": [
         USER, {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                "content": [{"type": "output_text", "text": "hello", "annotations": []}]}, USER]},
@@ -80,7 +83,8 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "codex first request": {
         "instructions": None, "input": [{"type": "message", "id": "msg_u", "role": "developer",
                                          "content": [{"type": "input_text", "text": "sandbox"}]},
-                                        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}],
+                                        {"type": "message", "role": "user",
+                                         "content": [{"type": "input_text", "text": "hi"}]}],
         "tools": [WEATHER | {"strict": False}, NAMESPACE, {"type": "web_search", "external_web_access": False}],
         "tool_choice": "auto", "parallel_tool_calls": True, "reasoning": {"summary": "auto"},
         "include": ["reasoning.encrypted_content"], "prompt_cache_key": "019-session",
@@ -91,8 +95,8 @@ ACCEPTED: dict[str, dict[str, Any]] = {
 REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "image input": ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
                     "input[0].content[0]"),
-    "output for an unknown call": ({"input": [USER, {"type": "function_call_output", "call_id": "nope", "output": "x"}]},
-                                   "input[1].call_id"),
+    "output for an unknown call": (
+        {"input": [USER, {"type": "function_call_output", "call_id": "nope", "output": "x"}]}, "input[1].call_id"),
     "reference to an unknown item": ({"input": [{"type": "item_reference", "id": "msg_unknown"}]}, "input[0].id"),
     "approval answer not last": ({"input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_1",
                                              "approve": True}, USER]}, "input[0]"),

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import openai
 import pytest
-from api_server import MODEL, ApiServer
 from openai import OpenAI
 from sqlalchemy import func, select
+from support import MODEL
+from support.api_server import ApiServer
 
 from oss_responses.config import Settings
 from oss_responses.harmony.messages import text_message
@@ -41,7 +42,8 @@ def test_create_response_foreign_encrypted_content_is_bad_request_and_stores_not
 ) -> None:
     foreign = Sealer([new_key()]).seal("reasoning", [text_message("assistant", "x", channel="analysis")])
     with pytest.raises(openai.BadRequestError) as raised:
-        client.responses.create(model=MODEL, input=[{"role": "user", "content": "hi"}, _reasoning(foreign)], store=False)
+        client.responses.create(model=MODEL, input=[{"role": "user", "content": "hi"}, _reasoning(foreign)],
+                                store=False)
     assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
     assert _stored_rows(api) == 0
 

@@ -17,9 +17,10 @@ from typing import Any
 
 import openai
 import pytest
-from api_server import MODEL, start_api_process, start_worker_process, stop_process
 from openai import OpenAI
 from openai.types.responses import Response
+from support import MODEL
+from support.processes import start_api_process, start_worker_process, stop_process
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -147,7 +148,8 @@ def test_create_response_with_compaction_item_shows_summary_to_model(stack: Stac
 def test_compact_previous_response_id_includes_stored_user_messages(stack: Stack) -> None:
     stored = stack.client.responses.create(model=MODEL, input="first apple")
     compacted = stack.client.responses.compact(
-        model=MODEL, previous_response_id=stored.id, input=[{"type": "message", "role": "user", "content": "second banana"}]
+        model=MODEL, previous_response_id=stored.id,
+        input=[{"type": "message", "role": "user", "content": "second banana"}],
     )
     assert _user_texts(compacted.output) == ["first apple", "second banana"]
     assert compacted.output[-1].type == "compaction"
@@ -172,7 +174,8 @@ def test_count_input_tokens_equals_worker_prompt(stack: Stack) -> None:
 
 def test_count_input_tokens_with_previous_response_counts_stored_turns(stack: Stack) -> None:
     first = stack.client.responses.create(model=MODEL, input="first apple")
-    counted = stack.client.responses.input_tokens.count(model=MODEL, input="second banana", previous_response_id=first.id)
+    counted = stack.client.responses.input_tokens.count(model=MODEL, input="second banana",
+                                                        previous_response_id=first.id)
     second = stack.client.responses.create(model=MODEL, input="second banana", previous_response_id=first.id)
     assert second.usage is not None and counted.input_tokens == second.usage.input_tokens
 

@@ -4,9 +4,7 @@ SQLite and on PostgreSQL (the stored Response must keep ``schema`` under its wir
 
 from __future__ import annotations
 
-import itertools
 import json
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +13,12 @@ from typing import Literal
 import httpx2
 import jsonschema
 import pytest
-from api_server import MODEL, start_api_process, start_worker_process, stop_process
 from openai import OpenAI
 from pydantic import BaseModel
+from support import MODEL
+from support.processes import start_api_process, start_worker_process, stop_process
 
 from oss_responses.config import Settings
-
-_databases = itertools.count(1)
 
 
 class Step(BaseModel):
@@ -53,22 +50,9 @@ class Stack:
     base_url: str
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def structured_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("structured") / "oss-responses.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("postgres_cluster")
-    name = f"structured_{next(_databases)}"
-    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
-    cluster.drop_database(name)
-
-
 @pytest.fixture(scope="module")
-def stack(structured_database_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    settings = Settings(database_url=structured_database_url, redis_url=redis_url, models=[MODEL])
+def stack(stack_database_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    settings = Settings(database_url=stack_database_url, redis_url=redis_url, models=[MODEL])
     logs = tmp_path_factory.mktemp("structured-logs")
     processes = []
     try:

@@ -9,30 +9,27 @@ The processes live for the module (one set per database); each test uses its own
 
 from __future__ import annotations
 
-import itertools
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import openai
 import pytest
-from api_server import MODEL
 from openai.types.responses import Response
 from sqlalchemy import func, select
-from tool_fixtures import (
+from support import MODEL
+from support.mcp import CALCULATOR, DOCUMENTS, MISBEHAVING, mcp_server
+from support.processes import start_api_process
+from support.sdk import wait_ended
+from support.tool_stack import (
     CALL_TIMEOUT_S,
-    MISBEHAVING,
     REFUSED_PREFIX,
     ToolStack,
     check_events,
     item,
-    mcp_server,
     poll_response,
-    start_api,
     stream_response,
     types_of,
-    wait_ended,
 )
 
 from oss_responses.config import Settings
@@ -50,34 +47,20 @@ AGENTS = {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-age
                      "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}]}
 WEATHER = {"type": "function", "name": "get_weather", "description": "The weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
-_databases = itertools.count(1)
 
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[dict[str, str]]:
-    with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator, \
-            mcp_server("-m", "oss_responses.tools.servers.documents") as documents, \
-            mcp_server(str(MISBEHAVING)) as misbehaving:
+    with mcp_server(*CALCULATOR) as calculator, \
+            mcp_server(*DOCUMENTS) as documents, \
+            mcp_server(*MISBEHAVING) as misbehaving:
         yield {"code_interpreter": calculator, "calc": calculator, "web_search": documents, "bad": misbehaving}
 
 
-@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def tools_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if request.param == "sqlite":
-        path = tmp_path_factory.mktemp("tools") / "oss-responses.db"
-        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        yield f"sqlite:///{path}"
-        return
-    cluster = request.getfixturevalue("postgres_cluster")
-    name = f"tools_{next(_databases)}"
-    yield cluster.create_database(name, template=request.getfixturevalue("postgres_template"))
-    cluster.drop_database(name)
-
-
 @pytest.fixture(scope="module")
-def stack(tools_database_url: str, redis_url: str, servers: dict[str, str],
+def stack(stack_database_url: str, redis_url: str, servers: dict[str, str],
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToolStack]:
-    settings = Settings(database_url=tools_database_url, redis_url=redis_url, models=[MODEL],
+    settings = Settings(database_url=stack_database_url, redis_url=redis_url, models=[MODEL],
                         scripted_tokens_per_second=2000.0, tool_servers=servers,
                         mcp_url_allowlist=[REFUSED_PREFIX], mcp_call_timeout_seconds=CALL_TIMEOUT_S,
                         encryption_keys=[new_key()])  # MCP credentials are kept sealed
@@ -85,7 +68,7 @@ def stack(tools_database_url: str, redis_url: str, servers: dict[str, str],
     db = Database(settings.database_url)
     stack = None
     try:
-        api, base_url = start_api(settings, logs / "api.log")
+        api, base_url = start_api_process(settings, logs / "api.log")
         with openai.OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=30) as client:
             stack = ToolStack(settings=settings, db=db, client=client, logs=logs, processes=[api])
             stack.start_worker()

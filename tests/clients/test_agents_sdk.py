@@ -22,9 +22,9 @@ from agents import (
 )
 from agents.mcp import MCPServerStreamableHttp
 from agents.models.openai_responses import OpenAIResponsesModel
-from api_server import MODEL
-from client_stack import CALCULATOR_LABEL, Service
 from openai import AsyncOpenAI
+from support import MODEL
+from support.client_stack import CALCULATOR_LABEL, Service
 
 RUN = RunConfig(tracing_disabled=True)
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]

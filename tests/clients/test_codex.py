@@ -13,8 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from codex_cli import codex_exec, missing_codex, write_codex_home
-from client_stack import Service
+from support.client_stack import Service
+from support.codex_cli import codex_exec, missing_codex, write_codex_home
 
 if (reason := missing_codex()) is not None:
     pytest.skip(f"Codex CLI cannot run: {reason}", allow_module_level=True)

@@ -11,9 +11,16 @@ reason instead of silently skipping the engine tests; ``--ignore=tests/engine`` 
 from __future__ import annotations
 
 import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+from openai_harmony import HarmonyEncoding
+from support import TIKTOKEN_DIR
+from support.tiny_engine import EngineLoop, build_tiny_gpt_oss, tiny_settings
+
+from oss_responses.engine.vllm import VllmEngine
+from oss_responses.harmony.vocab import load_encoding
 
 if importlib.util.find_spec("vllm") is None:
     raise ImportError(
@@ -21,19 +28,6 @@ if importlib.util.find_spec("vllm") is None:
         "requirements-engine.txt (scripts/install-engine.sh, run by `make bootstrap`); "
         "pass --ignore=tests/engine to run the rest without them"
     )
-
-# The helpers sit beside these tests (and the API tests' process starters in tests/api); importlib
-# import mode does not put these folders on sys.path.
-sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1] / "api")]
-
-import pytest  # noqa: E402
-from openai_harmony import HarmonyEncoding  # noqa: E402
-from tiny_engine import EngineLoop, build_tiny_gpt_oss, tiny_settings  # noqa: E402
-
-from oss_responses.engine.vllm import VllmEngine  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -54,7 +48,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def encoding() -> HarmonyEncoding:
-    return load_encoding(REPO / "var" / "tiktoken")
+    return load_encoding(TIKTOKEN_DIR)
 
 
 @pytest.fixture(scope="session")

@@ -43,11 +43,12 @@ SCHEMAS: dict[str, dict[str, Any]] = {
         "$defs": {"step": {"type": "object", "properties": {"explanation": {"type": "string"}},
                            "required": ["explanation"], "additionalProperties": False}},
     },
-    "definitions_ref": {"type": "array", "items": {"$ref": "#/definitions/n"}, "definitions": {"n": {"type": "number"}}},
+    "definitions_ref": {"type": "array", "items": {"$ref": "#/definitions/n"},
+                        "definitions": {"n": {"type": "number"}}},
     "recursive_ref": {
         "$ref": "#/$defs/node",
-        "$defs": {"node": {"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"},
-                                                                          "minItems": 0}}}},
+        "$defs": {"node": {"type": "object", "properties": {
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 0}}}},
     },
     "tuple": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": False},
     "empty": {},
@@ -61,7 +62,8 @@ def test_instance_of_schema_validates(name: str) -> None:
 
 
 def test_instance_of_schema_uses_text_for_free_strings() -> None:
-    assert instance_of({"type": "object", "properties": {"q": {"type": "string"}}}, text="what time") == {"q": "what time"}
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+    assert instance_of(schema, text="what time") == {"q": "what time"}
 
 
 def test_instance_of_schema_is_deterministic() -> None:

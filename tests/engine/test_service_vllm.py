@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from api_server import MODEL, stop_process
 from openai import OpenAI
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
-from service_stack import (
+from support import MODEL
+from support.processes import start_api_process, stop_process
+from support.sdk import wait_ended
+from support.vllm_stack import (
     calculator_server,
     launch_worker,
     ready_workers,
-    start_api,
     start_vllm_worker,
     vllm_worker_env,
 )
@@ -35,7 +36,6 @@ pytestmark = pytest.mark.engine
 
 CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
 DEADLINE_S = 60.0
-POLL_S = 0.02
 
 
 @dataclass
@@ -59,7 +59,7 @@ def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_dirs: Pa
         try:
             env = vllm_worker_env(settings, tiny_model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true")
             processes.append(start_vllm_worker(settings, env, logs / "worker.log"))
-            api, base_url = start_api(settings, logs / "api.log")
+            api, base_url = start_api_process(settings, logs / "api.log")
             processes.append(api)
             with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=60) as client:
                 yield Stack(settings=settings, client=client, model=tiny_model, logs=logs)
@@ -72,14 +72,6 @@ def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_dirs: Pa
 
 def stream_all(client: OpenAI, **body: object) -> list[ResponseStreamEvent]:
     return list(client.responses.create(model=MODEL, stream=True, **body))  # type: ignore[call-overload]
-
-
-def poll_until_ended(client: OpenAI, response_id: str) -> Response:
-    deadline = time.monotonic() + DEADLINE_S
-    while (response := client.responses.retrieve(response_id)).status in ("queued", "in_progress"):
-        assert time.monotonic() < deadline, f"{response_id} still {response.status}"
-        time.sleep(POLL_S)
-    return response
 
 
 def test_random_output_ends_response_cleanly(stack: Stack) -> None:
@@ -164,7 +156,7 @@ def test_cancel_aborts_generation_within_a_second(stack: Stack) -> None:
     started = time.monotonic()
     stack.client.responses.cancel(response_id)
     rest = list(stream)  # the stream ends once the worker stopped
-    ended = poll_until_ended(stack.client, response_id)
+    ended = wait_ended(stack.client, response_id, timeout=DEADLINE_S)
 
     assert time.monotonic() - started < 1.5
     assert ended.status == "cancelled"

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import jsonschema
 import pytest
-from forced_harmony import (
+from openai_harmony import HarmonyEncoding
+from support.forced_harmony import (
     ASSISTANT_HEADER_LEN,
     analysis,
     continuation,
@@ -26,16 +27,21 @@ from forced_harmony import (
     tool_call,
     tool_result,
 )
-from openai_harmony import HarmonyEncoding
-from tiny_engine import EngineLoop, tiny_settings
+from support.tiny_engine import EngineLoop, tiny_settings
 from vllm.exceptions import VLLMValidationError
 from vllm.sampling_params import RequestOutputKind
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR, FORCED_TOKENS_KEY
-from oss_responses.engine.scripted import ScriptWriter, parse_prompt
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY
-from oss_responses.engine.vllm import STRUCTURED_LOGITS_PROCESSOR, ScriptedAnswers, VllmEngine, engine_args, sampling_params
+from oss_responses.engine.scripted import ScriptWriter, parse_prompt
+from oss_responses.engine.vllm import (
+    STRUCTURED_LOGITS_PROCESSOR,
+    ScriptedAnswers,
+    VllmEngine,
+    engine_args,
+    sampling_params,
+)
 
 pytestmark = pytest.mark.engine
 

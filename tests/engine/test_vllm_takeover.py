@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from openai_harmony import HarmonyEncoding
 from support.replay import CALC, Run, cuts, wire
-from tiny_engine import EngineLoop
+from support.tiny_engine import EngineLoop
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.forced import FORCED_TOKENS_KEY

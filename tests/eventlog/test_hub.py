@@ -5,7 +5,13 @@ import time
 
 import pytest
 
-from oss_responses.eventlog import EventHub, EventWriter, StreamNotFound, parse_frame, write_events
+from oss_responses.eventlog import (
+    EventHub,
+    EventWriter,
+    StreamNotFound,
+    parse_frame,
+    write_events,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -68,7 +74,7 @@ async def test_subscribers_follow_a_concurrent_writer_without_gap_or_duplicate(h
 
     starts = [(None, 0), (5, 0), (None, 50), (100, 150), (None, 300), (390, 200)]
     results = await asyncio.gather(produce(), *(subscribe_late(a, d) for a, d in starts))
-    for (after, _), numbers in zip(starts, results[1:]):
+    for (after, _), numbers in zip(starts, results[1:], strict=True):
         first = 0 if after is None else after + 1
         assert numbers == list(range(first, total))
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+
 import pytest
 import redis as redis_lib
+
 from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
 from oss_responses.eventlog import writer as writer_module
@@ -42,7 +44,9 @@ async def test_append_uses_sequence_numbers_as_entry_ids(aredis, redis, make_eve
     writer.append("resp_a", events)
     await writer.drain("resp_a")
     entries = redis.xrange(redis_keys.events("resp_a"))
-    assert [(i, f[b"f"]) for i, f in entries] == [(b"0-3", frame(events[0])), (b"0-4", frame(events[1])), (b"0-5", frame(events[2]))]
+    assert [(i, f[b"f"]) for i, f in entries] == [
+        (b"0-3", frame(events[0])), (b"0-4", frame(events[1])), (b"0-5", frame(events[2]))
+    ]
 
 
 async def test_close_writes_end_marker_and_ttl(aredis, redis, make_events) -> None:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# The transcript helpers sit beside these tests; importlib import mode does not put this folder on sys.path.
-sys.path.insert(0, str(Path(__file__).parent))
-
-import pytest  # noqa: E402
-from harmony_transcripts import REPO, SCENARIOS, Run, run_scenario
+import pytest
 from openai_harmony import HarmonyEncoding
+from support import TIKTOKEN_DIR
+from support.harmony_transcripts import SCENARIOS, Run, run_scenario
 
 from oss_responses.harmony.vocab import load_encoding
 
 
 @pytest.fixture(scope="session")
 def encoding() -> HarmonyEncoding:
-    return load_encoding(REPO / "var" / "tiktoken")
+    return load_encoding(TIKTOKEN_DIR)
 
 
 @pytest.fixture(params=sorted(SCENARIOS))

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import pytest
-from mcp_support import CALC_TOOLS, FINAL, THINK_AND_CALL, Turn, check_stream, new_turn
+from support.mcp_turns import (
+    CALC_TOOLS,
+    FINAL,
+    THINK_AND_CALL,
+    Turn,
+    check_stream,
+    new_turn,
+)
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.history import ConversationTurn, find_approval, listed_tools, turn_items
+from oss_responses.harmony.history import (
+    ConversationTurn,
+    find_approval,
+    listed_tools,
+    turn_items,
+)
 from oss_responses.harmony.render import RenderedPrompt, RenderOptions, render_prompt
 from oss_responses.requests import parse_create_request
 
@@ -93,7 +105,9 @@ def test_approved_call_runs_in_next_response_then_model_answers(encoding) -> Non
     request_id = first.items[-1]["id"]
     call = turn.response.output[0]
     assert [item.type for item in turn.response.output] == ["mcp_call", "message"]
-    assert (call.approval_request_id, call.arguments, call.output, call.status) == (request_id, '{"a":1,"b":2}', "3", "completed")
+    assert (call.approval_request_id, call.arguments, call.output, call.status) == (
+        request_id, '{"a":1,"b":2}', "3", "completed"
+    )
     assert [e.type for e in turn.events[2:7]] == [
         "response.output_item.added", "response.mcp_call_arguments.done", "response.mcp_call.in_progress",
         "response.mcp_call.completed", "response.output_item.done",
@@ -151,7 +165,8 @@ def test_approval_response_before_other_items_is_bad_request(encoding) -> None:
 
 
 def test_approval_request_in_input_replays_pending_call(encoding) -> None:
-    request_item = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc", "name": "add", "arguments": '{"a":1,"b":2}'}
+    request_item = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc", "name": "add",
+                    "arguments": '{"a":1,"b":2}'}
     request = _request([{"role": "user", "content": "Add 1 and 2"}, request_item, *_answer("mcpr_1", True)])
     rendered = render_prompt(request, [], OPTIONS, encoding)
     assert rendered.approval.recipient == "calc.add" and rendered.approval.approval_request_id == "mcpr_1"
@@ -159,7 +174,8 @@ def test_approval_request_in_input_replays_pending_call(encoding) -> None:
 
 
 def test_approval_for_answered_call_in_input_is_bad_request(encoding) -> None:
-    request_item = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc", "name": "add", "arguments": "{}"}
+    request_item = {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "calc", "name": "add",
+                    "arguments": "{}"}
     request = _request([request_item, {"role": "user", "content": "hm"}, *_answer("mcpr_1", True)])
     with pytest.raises(BadRequest) as raised:
         render_prompt(request, [], OPTIONS, encoding)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 
-from harmony_transcripts import SCENARIOS, Run, run_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
+from support.harmony_transcripts import SCENARIOS, Run, run_scenario
 from support.sdk import without_parsed
 
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
@@ -51,7 +52,7 @@ def test_lifecycle_events_open_and_close_the_stream(scenario_run: Run) -> None:
 
 
 def test_item_events_share_item_id_and_output_index(scenario_run: Run) -> None:
-    for index, events in _item_events(scenario_run).items():
+    for events in _item_events(scenario_run).values():
         item_id = events[0].item.id
         assert all(getattr(event, "item_id", None) in (None, item_id) for event in events)
         assert all(event.item.id == item_id for event in events if hasattr(event, "item"))
@@ -113,7 +114,7 @@ def test_sdk_accumulator_rebuilds_response(scenario_run: Run) -> None:
 def _chunker(cuts: list[int]):
     def split(tokens: list[int]) -> list[list[int]]:
         points = sorted({cut % (len(tokens) + 1) for cut in cuts} | {0, len(tokens)})
-        return [tokens[a:b] for a, b in zip(points, points[1:])]
+        return [tokens[a:b] for a, b in pairwise(points)]
 
     return split
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mcp_support import THINK_AND_CALL, check_stream, new_turn
+from support.mcp_turns import THINK_AND_CALL, check_stream, new_turn
 
 from oss_responses.harmony.history import ApprovalAnswer
 
@@ -15,7 +15,9 @@ def test_call_beyond_max_tool_calls_fails_and_ends_turn(encoding) -> None:
     turn.add(turn.translator.feed_tool_result("3"))
     turn.translator.continuation_token_ids()
     events = turn.feed_text(encoding, SECOND_CALL)
-    assert [e.type for e in events][-3:] == ["response.mcp_call.in_progress", "response.mcp_call.failed", "response.output_item.done"]
+    assert [e.type for e in events][-3:] == [
+        "response.mcp_call.in_progress", "response.mcp_call.failed", "response.output_item.done"
+    ]
     assert turn.translator.pending_tool_call is None and turn.translator.tool_limit_reached
     turn.add(turn.translator.finish("stop"))
     refused = turn.response.output[-1]

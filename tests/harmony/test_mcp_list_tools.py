@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from harmony_transcripts import golden_tokens
-from mcp_support import CALC_TOOLS, FINAL, THINK_AND_CALL, check_stream, new_turn
+from support.harmony_transcripts import golden_tokens
+from support.mcp_turns import CALC_TOOLS, FINAL, THINK_AND_CALL, check_stream, new_turn
 
 from oss_responses.harmony.history import ConversationTurn, listed_tools, turn_items
 from oss_responses.harmony.mcp_tools import McpToolSpec
@@ -122,7 +122,10 @@ def test_render_uses_list_stored_in_history(encoding) -> None:
 
 
 def test_render_uses_list_tools_input_item(encoding) -> None:
-    request = parse_create_request({"model": "m", "tools": [CALC], "input": [_list_item("calc", CALC_TOOLS[1:]), {"role": "user", "content": "hi"}]})
+    listed = _list_item("calc", CALC_TOOLS[1:])
+    request = parse_create_request(
+        {"model": "m", "tools": [CALC], "input": [listed, {"role": "user", "content": "hi"}]}
+    )
     text = encoding.decode(render_prompt(request, [], OPTIONS, encoding).token_ids)
     assert "type mul" in text and "type add" not in text
 

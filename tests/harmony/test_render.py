@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from harmony_transcripts import SCENARIOS, run_scenario
+from support.harmony_transcripts import SCENARIOS, run_scenario
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions, render_prompt
+from oss_responses.harmony.render import (
+    ConversationTurn,
+    McpToolSpec,
+    RenderOptions,
+    render_prompt,
+)
 from oss_responses.requests import parse_create_request
 
 OPTIONS = RenderOptions(
@@ -14,7 +19,8 @@ OPTIONS = RenderOptions(
     knowledge_cutoff="2024-06",
     default_reasoning_effort="medium",
     builtin_tool_labels={"code_interpreter": "python", "web_search_preview": "browser"},
-    mcp_tools={"calc": [McpToolSpec("add", "Add two numbers", {"type": "object"}), McpToolSpec("mul", "Multiply", None)]},
+    mcp_tools={"calc": [McpToolSpec("add", "Add two numbers", {"type": "object"}),
+                        McpToolSpec("mul", "Multiply", None)]},
 )
 
 
@@ -48,7 +54,8 @@ def test_render_builtin_label_becomes_python_tool(encoding) -> None:
 
 
 def test_render_mcp_server_filtered_by_allowed_tools(encoding) -> None:
-    request = _request(input="hi", tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y", "allowed_tools": ["add"]}])
+    request = _request(input="hi", tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y",
+                                           "allowed_tools": ["add"]}])
     rendered = render_prompt(request, [], OPTIONS, encoding)
     text = encoding.decode(rendered.token_ids)
     assert "namespace calc {" in text and "type add" in text and "type mul" not in text
@@ -57,7 +64,8 @@ def test_render_mcp_server_filtered_by_allowed_tools(encoding) -> None:
 
 def test_render_function_tools_and_instructions_in_developer_message(encoding) -> None:
     request = _request(input="hi", instructions="Be brief.",
-                       tools=[{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}])
+                       tools=[{"type": "function", "name": "get_weather",
+                               "parameters": {"type": "object", "properties": {}}}])
     developer = _text(encoding, request).split("<|start|>developer<|message|>")[1]
     assert developer.startswith("# Instructions\n\nBe brief.") and "namespace functions {" in developer
 
@@ -68,7 +76,8 @@ def test_render_tool_choice_none_renders_no_tools(encoding) -> None:
 
 
 def test_render_json_schema_format_in_developer_message(encoding) -> None:
-    request = _request(input="hi", text={"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}}})
+    request = _request(input="hi",
+                       text={"format": {"type": "json_schema", "name": "answer", "schema": {"type": "object"}}})
     assert '# Response Formats\n\n## answer\n\n{"type":"object"}' in _text(encoding, request)
 
 
@@ -92,7 +101,8 @@ NAMESPACE_TOOL = {
 def test_render_namespace_tool_as_its_own_namespace(encoding) -> None:
     rendered = render_prompt(_request(input="hi", tools=[NAMESPACE_TOOL]), [], OPTIONS, encoding)
     text = encoding.decode(rendered.token_ids)
-    assert "## multi_agent_v1\n\n// Sub-agents\nnamespace multi_agent_v1 {\n\n// Spawn one\ntype spawn_agent = (_: {\ntask?: string,\n}) => any;" in text
+    assert ("## multi_agent_v1\n\n// Sub-agents\nnamespace multi_agent_v1 {\n\n"
+            "// Spawn one\ntype spawn_agent = (_: {\ntask?: string,\n}) => any;") in text
     assert rendered.function_namespaces == frozenset({"multi_agent_v1"})
 
 
@@ -136,7 +146,8 @@ def test_render_keeps_analysis_of_open_tool_chain(encoding) -> None:
     rendered = render_prompt(request, [turn], OPTIONS, encoding)
     text = encoding.decode(rendered.token_ids)
     assert "Need the weather" in text
-    assert text.endswith('<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"temp": 21}<|end|><|start|>assistant')
+    assert text.endswith('<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>'
+                         '{"temp": 21}<|end|><|start|>assistant')
     assert rendered.new_messages[0]["name"] == "functions.get_weather"
 
 
@@ -175,7 +186,8 @@ def test_render_mcp_call_input_item_replays_call_and_result(encoding) -> None:
         tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y"}],
         input=[
             {"role": "user", "content": "Add 1 and 2"},
-            {"type": "mcp_call", "id": "mcp_1", "server_label": "calc", "name": "add", "arguments": '{"a":1,"b":2}', "output": "3"},
+            {"type": "mcp_call", "id": "mcp_1", "server_label": "calc", "name": "add", "arguments": '{"a":1,"b":2}',
+             "output": "3"},
         ],
     )
     text = _text(encoding, request)
@@ -204,4 +216,6 @@ def test_render_mcp_call_error_reaches_model_as_text(encoding, error: dict, resu
         ],
     )
     text = _text(encoding, request)
-    assert text.endswith(f"<|start|>calc.div to=assistant<|channel|>commentary<|message|>{result}<|end|><|start|>assistant")
+    assert text.endswith(
+        f"<|start|>calc.div to=assistant<|channel|>commentary<|message|>{result}<|end|><|start|>assistant"
+    )

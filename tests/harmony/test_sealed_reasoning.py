@@ -4,8 +4,11 @@ exactly the prompt that the stored conversation (previous_response_id) renders."
 from __future__ import annotations
 
 import pytest
-from harmony_transcripts import golden_tokens, make_response
-from openai.types.responses import ResponseOutputItemAddedEvent, ResponseOutputItemDoneEvent
+from openai.types.responses import (
+    ResponseOutputItemAddedEvent,
+    ResponseOutputItemDoneEvent,
+)
+from support.harmony_transcripts import golden_tokens, make_response
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.messages import text_message
@@ -15,6 +18,7 @@ from oss_responses.requests import parse_create_request
 from oss_responses.sealing import Sealer, new_key
 
 SEALER = Sealer([new_key()])
+REASONING_SEAL = SEALER.sealing("reasoning")
 OPTIONS = RenderOptions(conversation_start_date="2026-11-23", unseal=SEALER.open)
 WEATHER_TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {}}}
 QUESTION = {"type": "message", "role": "user", "content": "What is the weather in Paris?"}
@@ -24,7 +28,7 @@ def _request(input_items, **body):
     return parse_create_request({"model": "gpt-oss-20b", "tools": [WEATHER_TOOL], "input": input_items, **body})
 
 
-def _first_turn(encoding, seal=SEALER.sealing("reasoning")):
+def _first_turn(encoding, seal=REASONING_SEAL):
     """Turn 1: the model reasons, then calls get_weather (the function_call golden transcript)."""
     translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1, seal=seal)
     events = translator.start() + translator.feed(golden_tokens(encoding, "function_call"))
@@ -66,7 +70,8 @@ def test_translate_without_seal_gives_no_encrypted_content(encoding) -> None:
 
 def test_render_replayed_sealed_turn_matches_stored_turn(encoding) -> None:
     translator, _ = _first_turn(encoding)
-    stored = render_prompt(_request([_call_output(translator)]), _stored_history(encoding, translator), OPTIONS, encoding)
+    stored = render_prompt(_request([_call_output(translator)]), _stored_history(encoding, translator), OPTIONS,
+                           encoding)
     stateless = _request([QUESTION, *_replayed_output(translator), _call_output(translator)], store=False)
     assert render_prompt(stateless, [], OPTIONS, encoding).token_ids == stored.token_ids
 
@@ -95,7 +100,8 @@ def test_render_encrypted_content_without_keys_is_bad_request(encoding) -> None:
     no_keys = RenderOptions(conversation_start_date="2026-11-23")
     with pytest.raises(BadRequest) as raised:
         render_prompt(_request([QUESTION, _replayed_output(translator)[0]]), [], no_keys, encoding)
-    assert raised.value.param == "input[1].encrypted_content" and "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message
+    assert raised.value.param == "input[1].encrypted_content"
+    assert "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message
 
 
 def _compaction(blob: str) -> dict:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from harmony_transcripts import MCP_LABELS, SCENARIOS, golden_tokens, make_response, run_scenario
 from openai_harmony import Message
+from support.harmony_transcripts import (
+    MCP_LABELS,
+    SCENARIOS,
+    golden_tokens,
+    make_response,
+    run_scenario,
+)
 
 from oss_responses.harmony.translator import ResponseTranslator, opening_events
 
@@ -57,7 +63,9 @@ def test_pending_tool_call_describes_mcp_call(encoding) -> None:
     translator.start()
     translator.feed(golden_tokens(encoding, "mcp_code_interpreter.1"))
     call = translator.pending_tool_call
-    assert (call.kind, call.server_label, call.name, call.arguments) == ("mcp", "code_interpreter", "python", "123*456\n")
+    assert (call.kind, call.server_label, call.name, call.arguments) == (
+        "mcp", "code_interpreter", "python", "123*456\n"
+    )
     assert call.item_id.startswith("mcp_")
 
 
@@ -78,7 +86,9 @@ def test_namespace_function_call_is_function_call_with_namespace(encoding) -> No
     translator.feed(tokens)
     translator.finish("stop")
     call = translator.response.output[0]
-    assert (call.type, call.namespace, call.name, call.arguments) == ("function_call", "agents", "spawn", '{"task": "x"}')
+    assert (call.type, call.namespace, call.name, call.arguments) == (
+        "function_call", "agents", "spawn", '{"task": "x"}'
+    )
     assert translator.function_calls == {call.call_id: "agents.spawn"}
     assert translator.pending_tool_call.recipient == "agents.spawn"
 
@@ -137,7 +147,9 @@ def test_unknown_recipient_is_pending_as_unavailable_without_item(encoding) -> N
 def test_unknown_recipient_answer_lets_the_model_continue(encoding) -> None:
     translator = _translator(encoding)
     translator.start()
-    translator.feed(encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all"))
+    translator.feed(
+        encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all")
+    )
     translator.feed_tool_result(None, "There is no tool 'nowhere.tool'")
     assert encoding.decode(translator.continuation_token_ids()) == (
         "<|start|>nowhere.tool to=assistant<|channel|>commentary<|message|>There is no tool 'nowhere.tool'<|end|>"
@@ -220,7 +232,8 @@ def test_unterminated_final_message_at_stop_completes(encoding) -> None:
 
 def test_output_messages_match_harmony_parse_of_generated_tokens(encoding) -> None:
     run = run_scenario(encoding, SCENARIOS["mcp_code_interpreter"])
-    generated = encoding.encode("<|start|>assistant", allowed_special="all") + golden_tokens(encoding, "mcp_code_interpreter.1")
+    generated = encoding.encode("<|start|>assistant", allowed_special="all")
+    generated += golden_tokens(encoding, "mcp_code_interpreter.1")
     generated += run.continuations[0] + golden_tokens(encoding, "mcp_code_interpreter.2")
     parsed = encoding.parse_messages_from_completion_tokens(generated)
     assert run.translator.output_messages == [message.to_dict() for message in parsed]

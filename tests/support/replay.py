@@ -22,7 +22,11 @@ from oss_responses.harmony.render import RenderOptions, render_prompt
 from oss_responses.requests import parse_create_request
 from oss_responses.tools.executor import ToolOutcome
 from oss_responses.workers.generation import Generation
-from oss_responses.workers.journal import JournaledTranslator, apply_translator_step, split_at_prompt
+from oss_responses.workers.journal import (
+    JournaledTranslator,
+    apply_translator_step,
+    split_at_prompt,
+)
 
 RESPONSE_ID = "resp_journal"
 CALC = {"type": "mcp", "server_label": "calc", "server_url": "http://calc.invalid/mcp", "require_approval": "never"}
@@ -78,7 +82,8 @@ class Run:
             id_seed=RESPONSE_ID,
         )
         translator.record = None if record is None else record.append
-        sampling = SamplingSettings(max_tokens=1_000, stop_token_ids=tuple(self.encoding.stop_tokens_for_assistant_actions()))
+        stops = tuple(self.encoding.stop_tokens_for_assistant_actions())
+        sampling = SamplingSettings(max_tokens=1_000, stop_token_ids=stops)
         return Generation(
             RESPONSE_ID, self.engine or ScriptedEngine(self.encoding), self.log, translator, self.calculator, sampling,  # type: ignore[arg-type]
             journal=translator.record, is_idempotent=lambda server, tool: self.idempotent,

@@ -1,10 +1,27 @@
-"""What the openai SDK's stream accumulator adds to output items, removed so they compare with ours."""
+"""The openai SDK's view of a response: polled until it ended, and its output items without what the
+SDK's stream accumulator adds (so they compare with ours)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from openai import OpenAI
+from openai.types.responses import Response
+
+from oss_responses.statuses import ACTIVE_STATUSES
+
 _SDK_ONLY_KEYS = ("parsed", "parsed_arguments")
+POLL_S = 0.02
+
+
+def wait_ended(client: OpenAI, response_id: str, timeout: float = 20.0) -> Response:
+    """``GET /v1/responses/{id}`` until the response left queued/in_progress; it, as retrieved then."""
+    deadline = time.monotonic() + timeout
+    while (response := client.responses.retrieve(response_id)).status in ACTIVE_STATUSES:
+        assert time.monotonic() < deadline, f"{response_id} still {response.status}"
+        time.sleep(POLL_S)
+    return response
 
 
 def without_parsed(value: Any) -> Any:

@@ -60,7 +60,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -88,7 +88,7 @@ class RedisServer:
     def restart(self) -> None:
         """Start it again on the same port and folder; returns once it has reloaded its AOF (if any)."""
         self.process = _spawn_redis(self.args)
-        _wait_for_port(self.port, self.process, "redis-server")
+        wait_for_port(self.port, self.process, "redis-server")
         _wait_until_loaded(self.port)
 
     @property
@@ -117,7 +117,7 @@ def start_redis(*, appendonly: bool = False) -> RedisServer:
             "--save", "", *persistence, "--daemonize", "no", "--loglevel", "warning",
             "--logfile", str(directory / "redis.log")]
     process = _spawn_redis(args)
-    _wait_for_port(port, process, "redis-server")
+    wait_for_port(port, process, "redis-server")
     return RedisServer(port=port, directory=directory, process=process, args=args)
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from oss_responses.tools.servers.arithmetic import ArithmeticRefused, evaluate, run_program
+from oss_responses.tools.servers.arithmetic import (
+    ArithmeticRefused,
+    evaluate,
+    run_program,
+)
 
 
 @pytest.mark.parametrize(

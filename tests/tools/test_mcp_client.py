@@ -8,7 +8,6 @@ import pytest
 
 from oss_responses.tools.mcp_client import McpEndpoint, McpSessionPool, McpUnavailable
 
-
 pytestmark = pytest.mark.anyio
 
 
@@ -91,7 +90,9 @@ async def test_pool_pinned_endpoint_calls_tools(pool: McpSessionPool, misbehavin
     assert result.content[0].text.startswith("localhost:")  # type: ignore[union-attr]
 
 
-async def test_pool_pinned_endpoint_ignores_what_the_name_resolves_to_now(pool: McpSessionPool, calculator_url: str) -> None:
+async def test_pool_pinned_endpoint_ignores_what_the_name_resolves_to_now(
+    pool: McpSessionPool, calculator_url: str
+) -> None:
     # "localhost" resolves to the listening calculator, but the check pinned 127.0.0.2, where nothing listens.
     endpoint = McpEndpoint(_renamed(calculator_url, "localhost"), addresses=("127.0.0.2",))
     with pytest.raises(McpUnavailable, match="cannot connect"):

@@ -70,7 +70,8 @@ def _self_signed(name: str) -> tuple[bytes, bytes]:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
@@ -106,7 +107,8 @@ async def test_pinned_client_refuses_certificate_of_another_name_over_https(tmp_
     port = server.sockets[0].getsockname()[1]
     url = f"https://pinned.invalid:{port}/mcp"
     try:
-        async with pinned_client_factory(url, ["127.0.0.1"], ssl_context=ssl.create_default_context(cadata=cert.decode()))() as client:
+        context = ssl.create_default_context(cadata=cert.decode())
+        async with pinned_client_factory(url, ["127.0.0.1"], ssl_context=context)() as client:
             with pytest.raises(httpx2.ConnectError):
                 await client.get(url)
     finally:

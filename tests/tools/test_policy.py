@@ -167,7 +167,8 @@ def _names(tools: list[McpToolSpec]) -> list[str]:
     ],
 )
 def test_allowed_tools_filters_tools(allowed: Any, names: list[str]) -> None:
-    server = _server(allowed_tools=Mcp.model_validate({"type": "mcp", "server_label": "x", "allowed_tools": allowed}).allowed_tools)
+    tool = Mcp.model_validate({"type": "mcp", "server_label": "x", "allowed_tools": allowed})
+    server = _server(allowed_tools=tool.allowed_tools)
     assert _names(allowed_tools(server, [READ, WRITE, PLAIN])) == names
 
 

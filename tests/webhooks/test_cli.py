@@ -8,7 +8,11 @@ from collections.abc import Iterator
 import pytest
 
 from oss_responses.storage import Database, utcnow
-from oss_responses.storage.webhook_deliveries import add_pending, list_deliveries, record_attempt
+from oss_responses.storage.webhook_deliveries import (
+    add_pending,
+    list_deliveries,
+    record_attempt,
+)
 from oss_responses.webhooks.__main__ import main
 
 URL = "https://hooks.example/receive"

@@ -3,23 +3,20 @@ handle, an in-process worker (scripted engine, no reaper), and the MCP servers o
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis as redis_lib
+from support.mcp import CALCULATOR, MISBEHAVING, mcp_server
+from support.processes import WorkerProcess, ready_workers
+from support.tool_turns import ToolEnv, tool_settings
+from support.workers import worker_settings
 
-sys.path.insert(0, str(Path(__file__).parent))  # ``worker_support`` importable in every import mode
-
-from tool_env import ToolEnv, tool_settings  # noqa: E402
-from tool_support import MISBEHAVING, mcp_server  # noqa: E402
-from worker_support import WorkerProcess, worker_settings  # noqa: E402
-
-from oss_responses.config import Settings  # noqa: E402
-from oss_responses.storage import Database  # noqa: E402
-from oss_responses.workers.context import WorkerContext  # noqa: E402
-from oss_responses.workers.testing import local_worker  # noqa: E402
+from oss_responses.config import Settings
+from oss_responses.storage import Database
+from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.testing import local_worker
 
 
 @pytest.fixture
@@ -43,19 +40,21 @@ def worker(settings: Settings) -> Iterator[WorkerContext]:
 
 @pytest.fixture(scope="session")
 def calculator_url() -> Iterator[str]:
-    with mcp_server("-m", "oss_responses.tools.servers.calculator") as url:
+    with mcp_server(*CALCULATOR) as url:
         yield url
 
 
 @pytest.fixture(scope="session")
 def misbehaving_url() -> Iterator[str]:
     """A slow tool, a crashing tool, and a tool that echoes the Authorization header."""
-    with mcp_server(str(MISBEHAVING)) as url:
+    with mcp_server(*MISBEHAVING) as url:
         yield url
 
 
 @pytest.fixture
-def tools(database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_url: str, misbehaving_url: str) -> Iterator[ToolEnv]:
+def tools(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_url: str, misbehaving_url: str
+) -> Iterator[ToolEnv]:
     settings = tool_settings(database_url, redis_url, calculator_url, misbehaving_url)
     env = ToolEnv(settings, Database(settings.database_url), redis)
     yield env
@@ -68,7 +67,7 @@ def start_worker(tmp_path: Path, redis: redis_lib.Redis) -> Iterator:  # type: i
     started: list[WorkerProcess] = []
 
     def start(settings: Settings, name: str) -> WorkerProcess:
-        known = set(redis.scan_iter("oss:worker:*:ready"))
+        known = ready_workers(redis)
         worker = WorkerProcess(settings, name, tmp_path)
         started.append(worker)
         worker.wait_ready(redis, known)

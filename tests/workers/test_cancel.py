@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis as redis_lib
 import redis.asyncio as aioredis
-from worker_support import accept, events_of, is_closed, wait_for_event, worker_settings
+from support.streams import events_of, is_closed, wait_for_event
+from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.storage import Database, delete_response, get_response

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import redis as redis_lib
-from worker_support import MODEL, accept, assert_contiguous, wait_for_end, worker_settings
+from support import MODEL
+from support.streams import assert_contiguous, wait_for_end
+from support.workers import accept, worker_settings
 
 from oss_responses.storage import Database, get_response
 from oss_responses.workers.celery_app import enqueue, make_celery

@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis as redis_lib
-from worker_support import accept, worker_settings
+from support.workers import accept, worker_settings
 
 from oss_responses.config import Settings
 from oss_responses.storage import Database, get_response

@@ -18,12 +18,14 @@ from typing import Any
 import httpx
 import pytest
 import redis as redis_lib
+from support import MODEL
 from support.servers import free_port
-from worker_support import MODEL, accept, wait_for_end, worker_settings
+from support.streams import wait_for_end
+from support.workers import accept, worker_settings
 
+from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.storage import Database
 from oss_responses.workers.celery_app import enqueue, make_celery
-from oss_responses.statuses import RUN_RESPONSE_TASK
 
 START_TIMEOUT_S = 30.0
 

@@ -7,7 +7,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis as redis_lib
 import redis.asyncio as redis_asyncio
-from worker_support import accept, events_of, worker_settings
+from support.streams import events_of
+from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.storage import Database

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
-from worker_support import accept
+from support.workers import accept
 
 from oss_responses.config import Settings
 from oss_responses.harmony.render import tokenize_messages

@@ -6,11 +6,19 @@ from __future__ import annotations
 from datetime import timedelta
 
 import redis as redis_lib
-from worker_support import accept, assert_contiguous, events_of, is_closed, overwrite_row
+from support.streams import assert_contiguous, events_of, is_closed
+from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_event_log, get_response, save_event_log, transition, utcnow
+from oss_responses.storage import (
+    Database,
+    get_event_log,
+    get_response,
+    save_event_log,
+    transition,
+    utcnow,
+)
 from oss_responses.workers.reaper import REAPER_LOCK, Reaper
 
 

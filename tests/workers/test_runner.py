@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import redis as redis_lib
 from openai.types.responses import Response
-from worker_support import accept, assert_contiguous, events_of, is_closed, overwrite_row
+from support.streams import assert_contiguous, events_of, is_closed
+from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -87,7 +88,8 @@ def test_run_response_ends_with_function_call(
 def test_run_response_feeds_tool_error_without_executor(
     settings: Settings, db: Database, redis: redis_lib.Redis
 ) -> None:
-    tool = {"type": "mcp", "server_label": "calc", "server_url": "https://calc.example.com/mcp", "require_approval": "never"}
+    tool = {"type": "mcp", "server_label": "calc", "server_url": "https://calc.example.com/mcp",
+            "require_approval": "never"}
     response_id = accept(db, redis, settings, input='call calc.add {"a": 1, "b": 2}', tools=[tool])
     with local_worker(settings, with_mcp=False) as worker:
         assert run_response_now(response_id, worker=worker) == "completed"

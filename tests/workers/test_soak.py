@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from soak import FAULTS, run_soak
+from support.soak import FAULTS, run_soak
 
 
 def test_responses_survive_each_fault_intact(tmp_path: Path) -> None:

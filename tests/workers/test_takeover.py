@@ -17,23 +17,23 @@ from typing import Any
 
 import pytest
 import redis as redis_lib
+from support import MODEL
+from support.mcp import MISBEHAVING, mcp_server
+from support.processes import WorkerProcess, ready_workers
 from support.servers import start_postgres, start_redis
-from tool_support import MISBEHAVING, mcp_server
-from worker_support import (
-    MODEL,
-    WorkerProcess,
-    accept,
+from support.streams import (
     assert_one_story,
     events_of,
     story_text,
     wait_for_end,
     wait_for_event,
-    worker_settings,
 )
+from support.workers import accept, worker_settings
 
 from oss_responses.config import Settings
 from oss_responses.storage import Database, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
+
 
 def _takeover_settings(database_url: str, redis_url: str) -> Settings:
     return worker_settings(
@@ -131,7 +131,7 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         settings = _takeover_settings(database_url, redis_url)
         db = Database(settings.database_url)
         worker = WorkerProcess(settings, "through-pg-restart", tmp_path)
-        worker.wait_ready(redis, set(redis.scan_iter("oss:worker:*:ready")))
+        worker.wait_ready(redis, ready_workers(redis))
         response_id = _start_response(db, redis, settings, "tokens 120")
         _wait_for_deltas(redis, response_id, 10)
         cluster.restart(down_seconds=4.0)  # the response ends, and is saved, while the database is down
@@ -177,7 +177,8 @@ def test_sigkilled_worker_tool_turn_is_continued_by_another_worker(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, calculator_url: str, killed_after: str
 ) -> None:  # type: ignore[no-untyped-def]
     settings = _takeover_settings(database_url, redis_url).model_copy(update={"tool_servers": {"calc": calculator_url}})
-    events = _tool_call_killed_at(settings, redis, start_worker, "calc", 'calculate {"expression": "6*7"}', killed_after)
+    events = _tool_call_killed_at(settings, redis, start_worker, "calc", 'calculate {"expression": "6*7"}',
+                                  killed_after)
     assert [e["type"] for e in events].count("response.mcp_list_tools.completed") == 1
     assert [call["output"] for call in _mcp_calls(events)] == ["42"]
     assert story_text(events) == "The tool calc.calculate returned: 42"
@@ -206,8 +207,10 @@ def test_sigkilled_worker_during_tool_listing_is_taken_over(
 ) -> None:  # type: ignore[no-untyped-def]
     """Killed while it lists an MCP server's tools (a listing that takes a second): the new worker lists
     them again, and the stream holds one listing, completed once, then the call and the answer."""
-    with mcp_server(str(MISBEHAVING), "--list-delay", "1.0") as slow_listing_url:
-        settings = _takeover_settings(database_url, redis_url).model_copy(update={"tool_servers": {"slow": slow_listing_url}})
+    with mcp_server(*MISBEHAVING, "--list-delay", "1.0") as slow_listing_url:
+        settings = _takeover_settings(database_url, redis_url).model_copy(
+            update={"tool_servers": {"slow": slow_listing_url}}
+        )
         events = _tool_call_killed_at(settings, redis, start_worker, "slow", 'sleep {"seconds": 0}',
                                       "response.mcp_list_tools.in_progress")
     types = [e["type"] for e in events]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tool_env import CALC, ToolEnv, final_text, item, types_of
+from support.tool_turns import CALC, ToolEnv, final_text, item, types_of
 
 from oss_responses.workers.testing import local_worker
 
@@ -42,7 +42,8 @@ def test_approved_call_runs_in_next_response(tools: ToolEnv) -> None:
 def test_declined_call_is_not_run_and_model_is_told(tools: ToolEnv) -> None:
     with local_worker(tools.settings) as worker:
         first = tools.run(worker, input=CALL, tools=[ASK])
-        second = tools.run(worker, previous_response_id=first["id"], **answer(item(first, "mcp_approval_request"), approve=False))
+        refusal = answer(item(first, "mcp_approval_request"), approve=False)
+        second = tools.run(worker, previous_response_id=first["id"], **refusal)
     assert types_of(second) == ["reasoning", "message"]
     assert "declined" in final_text(second)
     assert second["status"] == "completed"

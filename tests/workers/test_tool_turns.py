@@ -9,9 +9,17 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tool_env import BAD, CALC, ToolEnv, error_text, final_text, item, types_of
-from tool_support import RecordingEngine, SequenceEngine
-from worker_support import wait_for_event
+from support.engines import RecordingEngine, SequenceEngine
+from support.streams import wait_for_event
+from support.tool_turns import (
+    BAD,
+    CALC,
+    ToolEnv,
+    error_text,
+    final_text,
+    item,
+    types_of,
+)
 
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.harmony.vocab import load_encoding

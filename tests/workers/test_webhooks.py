@@ -14,8 +14,10 @@ from openai.types.webhooks import (
     ResponseFailedWebhookEvent,
     ResponseIncompleteWebhookEvent,
 )
+from support import MODEL
+from support.streams import wait_for_end
 from support.webhook_receiver import WebhookReceiver
-from worker_support import MODEL, accept, overwrite_row, wait_for_end, worker_settings
+from support.workers import accept, overwrite_row, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings, WebhookEndpoint

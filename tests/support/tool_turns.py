@@ -7,21 +7,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis as redis_lib
-from support.servers import free_port
-from tool_support import check_stream
-from worker_support import accept_with_secrets, events_of, worker_settings
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
 from oss_responses.storage import Database, get_response
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
+from support.servers import free_port
+from support.streams import check_stream, events_of
+from support.workers import accept_with_secrets, worker_settings
 
 CALC = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
 BAD = {"type": "mcp", "server_label": "bad", "require_approval": "never"}
 
 
-def tool_settings(database_url: str, redis_url: str, calculator_url: str, misbehaving_url: str, **overrides: Any) -> Settings:
+def tool_settings(
+    database_url: str, redis_url: str, calculator_url: str, misbehaving_url: str, **overrides: Any
+) -> Settings:
     servers = {
         "code_interpreter": calculator_url,
         "calc": calculator_url,

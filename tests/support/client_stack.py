@@ -12,11 +12,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from api_server import MODEL, start_api_process, start_worker_process, stop_process
-from tool_fixtures import mcp_server, tool_env
-
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
+from support import MODEL
+from support.mcp import CALCULATOR, DOCUMENTS, mcp_server
+from support.processes import (
+    start_api_process,
+    start_worker_process,
+    stop_process,
+)
 
 TOKENS_PER_SECOND = 2000.0  # Codex's answers quote its long environment context; keep them quick
 CALCULATOR_LABEL = "calc"
@@ -38,8 +42,8 @@ class Service:
 def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iterator[Service]:
     """The calculator, a worker and an API process on a copy of the migrated SQLite template."""
     shutil.copyfile(sqlite_template, folder / "oss-responses.db")
-    with mcp_server("-m", "oss_responses.tools.servers.calculator") as calculator, \
-            mcp_server("-m", "oss_responses.tools.servers.documents") as documents:
+    with mcp_server(*CALCULATOR) as calculator, \
+            mcp_server(*DOCUMENTS) as documents:
         settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url,
                             models=[MODEL], scripted_tokens_per_second=TOKENS_PER_SECOND,
                             tool_servers={CALCULATOR_LABEL: calculator, "web_search": documents},
@@ -47,8 +51,8 @@ def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iter
                             encryption_keys=[new_key()])
         processes: list[subprocess.Popen[bytes]] = []
         try:
-            processes.append(start_worker_process(settings, folder / "worker.log", env=tool_env(settings)))
-            api, base_url = start_api_process(settings, folder / "api.log", env=tool_env(settings))
+            processes.append(start_worker_process(settings, folder / "worker.log"))
+            api, base_url = start_api_process(settings, folder / "api.log")
             processes.append(api)
             yield Service(base_url=f"{base_url}/v1", calculator_url=calculator, logs=folder)
         finally:

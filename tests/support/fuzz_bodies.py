@@ -27,9 +27,13 @@ def hostile(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(strategy, strategy, strategy, anything)
 
 
-json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000), st.floats(allow_nan=False, allow_infinity=False), small_text)
-json_value = st.recursive(json_leaf, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                             st.dictionaries(small_text, inner, max_size=3)), max_leaves=12)
+json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-1000, 1000),
+                      st.floats(allow_nan=False, allow_infinity=False), small_text)
+json_value = st.recursive(
+    json_leaf,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(small_text, inner, max_size=3)),
+    max_leaves=12,
+)
 
 
 def _deep(depth: int) -> Any:
@@ -39,7 +43,8 @@ def _deep(depth: int) -> Any:
     return value
 
 
-# Deeper than the limit (64) but within what the client's json.dumps can write (~1,000; test_hostile_input.py goes deeper).
+# Deeper than the limit (64) but within what the client's json.dumps can write (~1,000;
+# test_hostile_input.py goes deeper).
 deep_value = st.integers(min_value=50, max_value=900).map(_deep)
 
 input_text_part = st.fixed_dictionaries({"type": st.just("input_text"), "text": text})
@@ -52,11 +57,13 @@ user_message = st.fixed_dictionaries(
     optional={"type": st.just("message")},
 )
 assistant_message = st.fixed_dictionaries(
-    {"type": st.just("message"), "role": st.just("assistant"), "content": st.lists(output_text_part, min_size=1, max_size=2)},
+    {"type": st.just("message"), "role": st.just("assistant"),
+     "content": st.lists(output_text_part, min_size=1, max_size=2)},
     optional={"id": st.from_regex(r"msg_[a-z0-9]{4,12}", fullmatch=True), "status": st.just("completed")},
 )
 reasoning_item = st.fixed_dictionaries(
-    {"type": st.just("reasoning"), "summary": st.lists(st.fixed_dictionaries({"type": st.just("summary_text"), "text": text}), max_size=2)},
+    {"type": st.just("reasoning"),
+     "summary": st.lists(st.fixed_dictionaries({"type": st.just("summary_text"), "text": text}), max_size=2)},
     optional={"content": st.lists(st.fixed_dictionaries({"type": st.just("reasoning_text"), "text": text}), max_size=2),
               "encrypted_content": text},
 )
@@ -86,8 +93,10 @@ mcp_tool = st.fixed_dictionaries(
         "require_approval": st.sampled_from(["always", "never"]), "allowed_tools": st.lists(identifier, max_size=2),
         "authorization": text, "headers": st.dictionaries(identifier, text, max_size=2)},
 )
-hosted_tool = st.fixed_dictionaries({"type": st.sampled_from(["code_interpreter", "web_search_preview", "file_search"])},
-                                    optional={"container": st.just({"type": "auto"})})
+hosted_tool = st.fixed_dictionaries(
+    {"type": st.sampled_from(["code_interpreter", "web_search_preview", "file_search"])},
+    optional={"container": st.just({"type": "auto"})},
+)
 tool = st.one_of(function_tool, mcp_tool, hosted_tool, st.fixed_dictionaries({"type": json_value, "name": identifier}))
 
 text_format = st.one_of(
@@ -95,8 +104,9 @@ text_format = st.one_of(
     st.fixed_dictionaries({"type": st.just("json_object")}),
     st.fixed_dictionaries(
         {"type": st.just("json_schema"), "name": identifier,
-         "schema": st.one_of(json_value, deep_value, st.just({"type": "object", "properties": {"a": {"type": "integer"}},
-                                                               "required": ["a"], "additionalProperties": False}))},
+         "schema": st.one_of(json_value, deep_value,
+                             st.just({"type": "object", "properties": {"a": {"type": "integer"}},
+                                      "required": ["a"], "additionalProperties": False}))},
         optional={"strict": st.booleans()},
     ),
     st.dictionaries(small_text, json_value, max_size=2),
@@ -104,8 +114,9 @@ text_format = st.one_of(
 
 clean_message = st.fixed_dictionaries(
     {"role": st.sampled_from(["user", "system", "developer"]),
-     "content": st.one_of(small_text, st.lists(st.fixed_dictionaries({"type": st.just("input_text"), "text": small_text}),
-                                                min_size=1, max_size=2))},
+     "content": st.one_of(small_text,
+                          st.lists(st.fixed_dictionaries({"type": st.just("input_text"), "text": small_text}),
+                                   min_size=1, max_size=2))},
     optional={"type": st.just("message")},
 )
 clean_items = st.lists(st.one_of(clean_message, assistant_message.map(lambda m: {**m, "content": [
@@ -141,7 +152,9 @@ def _body(wrap: Any, some_text: st.SearchStrategy[str], some_items: st.SearchStr
             "top_p": wrap(st.floats(0, 1)),
             "max_tool_calls": wrap(st.integers(1, 5)),
             "metadata": wrap(st.dictionaries(small_text, small_text, max_size=3)),
-            "reasoning": wrap(st.fixed_dictionaries({}, optional={"effort": st.sampled_from(["low", "medium", "high"])})),
+            "reasoning": wrap(
+                st.fixed_dictionaries({}, optional={"effort": st.sampled_from(["low", "medium", "high"])})
+            ),
             "seed": wrap(st.integers(0, 2**32)),
             **extra,
         },
@@ -158,7 +171,9 @@ hostile_body = _body(hostile, text, st.lists(input_item, max_size=4), tool, text
     "store": hostile(st.booleans()),
     "top_logprobs": hostile(st.integers(0, 20)),
     "previous_response_id": hostile(st.from_regex(r"resp_[a-z0-9]{1,12}", fullmatch=True)),
-    "include": hostile(st.lists(st.sampled_from(["reasoning.encrypted_content", "message.output_text.logprobs"]), max_size=2)),
+    "include": hostile(
+        st.lists(st.sampled_from(["reasoning.encrypted_content", "message.output_text.logprobs"]), max_size=2)
+    ),
     "bogus_field": json_value,
 })
 create_body = st.one_of(well_formed_body, hostile_body)

@@ -9,16 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from openai.types.responses import Response
 from openai_harmony import HarmonyEncoding
 from pydantic import BaseModel
 
 from oss_responses.harmony.translator import ResponseTranslator, opening_events
+from support import REPO
 
-GOLDEN = Path(__file__).parent / "golden"
-REPO = Path(__file__).resolve().parents[2]
+GOLDEN = REPO / "tests" / "harmony" / "golden"
 MCP_LABELS = {"python": "code_interpreter", "calc": "calc"}
 
 Chunker = Callable[[list[int]], list[list[int]]]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from harmony_transcripts import make_response
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
@@ -14,11 +13,13 @@ from pydantic import BaseModel, TypeAdapter
 
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.translator import ResponseTranslator, opening_events
+from support.harmony_transcripts import make_response
 from support.sdk import without_parsed
 
 LABELS = {"python": "code_interpreter", "calc": "calc"}
 CALC_TOOLS = [
-    McpToolSpec("add", "Add two numbers", {"type": "object", "properties": {"a": {"type": "number"}}}, {"read_only_hint": True}),
+    McpToolSpec("add", "Add two numbers", {"type": "object", "properties": {"a": {"type": "number"}}},
+                {"read_only_hint": True}),
     McpToolSpec("mul", "Multiply two numbers", {"type": "object"}),
 ]
 THINK_AND_CALL = (
@@ -85,6 +86,8 @@ def check_stream(turn: Turn) -> None:
         state.handle_event(event)
     rebuilt = state._completed_response
     assert rebuilt is not None
-    assert [without_parsed(item.to_dict()) for item in rebuilt.output] == [item.to_dict() for item in turn.response.output]
+    assert [without_parsed(item.to_dict()) for item in rebuilt.output] == [
+        item.to_dict() for item in turn.response.output
+    ]
 
 

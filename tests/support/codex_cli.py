@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from api_server import MODEL, REPO
+from support import MODEL, REPO
 
 LOCAL_CODEX = REPO / ".tools" / "bin" / "codex"
 EXEC_TIMEOUT_S = 120.0

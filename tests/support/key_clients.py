@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import httpx2
-from api_server import ApiServer
 from openai import OpenAI
 
 from oss_responses.storage import create_api_key, revoke_api_key
+from support.api_server import ApiServer
 
 
 @dataclass

@@ -1,0 +1,66 @@
+"""Engines of the tool-turn tests: the scripted engine keeping every prompt it was shown, and an engine
+answering its n-th generation with the n-th of a list of harmony texts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+
+from openai_harmony import HarmonyEncoding
+
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.scripted import ScriptedEngine
+
+
+class RecordingEngine:
+    """The scripted engine, keeping every prompt it was given (to read what the model was shown)."""
+
+    def __init__(self, inner: ScriptedEngine, encoding: HarmonyEncoding) -> None:
+        self.inner = inner
+        self.encoding = encoding
+        self.prompts: list[list[int]] = []
+
+    def generate(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        self.prompts.append(list(prompt))
+        return self.inner.generate(request_id, prompt, sampling)
+
+    def prompt_text(self, index: int = -1) -> str:
+        return self.encoding.decode(self.prompts[index])
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def shutdown(self) -> None:
+        await self.inner.shutdown()
+
+
+class SequenceEngine:
+    """Answers its n-th generation with the n-th harmony text (one token per output)."""
+
+    def __init__(self, encoding: HarmonyEncoding, texts: Sequence[str]) -> None:
+        self.answers = [encoding.encode(text, allowed_special="all") for text in texts]
+        self.generations = 0
+
+    async def generate(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        tokens = self.answers[self.generations]
+        self.generations += 1
+        for index, token in enumerate(tokens):
+            await asyncio.sleep(0)
+            last = index == len(tokens) - 1
+            yield EngineOutput([token], finished=last, finish_reason="stop" if last else None)
+
+    async def abort(self, request_id: str) -> None:
+        return None
+
+    async def start(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None

@@ -1,0 +1,163 @@
+"""The service's own processes for tests and benches: API replicas (``python -m oss_responses.api``) and
+Celery workers (``python -m oss_responses.workers``), each configured through its environment from a
+test's ``Settings`` (:func:`service_env`), each on a free port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import redis as redis_lib
+from pydantic import SecretStr
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from support import REPO, TIKTOKEN_DIR
+from support.servers import free_port
+
+START_TIMEOUT_S = 20.0
+WORKER_START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+_PREFIX = "OSS_RESPONSES_"
+
+
+def service_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment that makes a subprocess's ``get_settings()`` equal these settings.
+
+    Ours without its own ``OSS_RESPONSES_*`` variables, then every field the settings were given
+    (``model_fields_set``), then ``extra``. A test's settings name no vocabulary folder and no worker
+    model: the checkout's ``var/tiktoken`` and the first served model stand in.
+    """
+    env = {name: value for name, value in os.environ.items() if not name.startswith(_PREFIX)}
+    env |= {f"{_PREFIX}WORKER_MODEL": settings.models[0], f"{_PREFIX}TIKTOKEN_DIR": str(TIKTOKEN_DIR)}
+    given = settings.model_dump(include=settings.model_fields_set)
+    env |= {f"{_PREFIX}{name.upper()}": _env_value(value) for name, value in given.items() if value is not None}
+    return env | extra
+
+
+def _env_value(value: Any) -> str:
+    """A field as pydantic-settings reads it back: strings as they are, anything else as JSON."""
+    if isinstance(value, str | Path):
+        return str(value)
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    return json.dumps(value, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} has no environment form")
+
+
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a graceful shutdown), SIGKILL if it is still there after ``STOP_TIMEOUT_S``."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_until(
+    check: Callable[[], bool], process: subprocess.Popen[bytes], what: str, timeout: float = START_TIMEOUT_S
+) -> None:
+    """Until ``check()`` holds; raises if ``process`` exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} did not start within {timeout}s")
+        time.sleep(0.05)
+
+
+def start_api_process(
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m oss_responses.api`` on a free port; returns once /healthz answers.
+
+    ``env`` defaults to :func:`service_env` of ``settings``; the port and host are added to it.
+    """
+    port = free_port()
+    env = (service_env(settings) if env is None else env) | {
+        f"{_PREFIX}API_PORT": str(port),
+        f"{_PREFIX}API_HOST": "127.0.0.1",
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "oss_responses.api"], cwd=REPO, env=env,
+                                   stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx2.get(f"{base_url}/healthz", timeout=1).status_code == 200
+        except httpx2.HTTPError:
+            return False
+
+    wait_until(healthy, process, "the API process")
+    return process, base_url
+
+
+def ready_workers(redis: redis_lib.Redis) -> set[bytes]:
+    """The readiness keys of the workers up now (each worker sets its own once its engine started)."""
+    return set(redis.scan_iter(redis_keys.worker_ready("*")))
+
+
+def start_worker_process(
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m oss_responses.workers`` (scripted engine); returns once it reports ready in Redis.
+
+    ``env`` defaults to :func:`service_env` of ``settings``.
+    """
+    client = redis_lib.Redis.from_url(settings.redis_url)
+    before = ready_workers(client)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen([sys.executable, "-m", "oss_responses.workers", "--loglevel=WARNING"], cwd=REPO,
+                                   env=service_env(settings) if env is None else env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: bool(ready_workers(client) - before), process, "the worker")
+    finally:
+        client.close()
+    return process
+
+
+class WorkerProcess:
+    """A named Celery worker process (scripted engine, 4 threads) logging to ``log_dir/<name>.log``."""
+
+    def __init__(self, settings: Settings, name: str, log_dir: Path) -> None:
+        self.log = log_dir / f"{name}.log"
+        env = service_env(settings, OSS_RESPONSES_WORKER_CONCURRENCY="4")
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "oss_responses.workers", "-n", f"{name}@%h", "--loglevel", "INFO"],
+                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )
+
+    def wait_ready(self, redis: redis_lib.Redis, known: set[bytes]) -> None:
+        """Until a readiness key not in ``known`` appears (set once this worker's engine is up)."""
+        deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"worker exited {self.process.returncode}: {self.log.read_text()[-2000:]}")
+            if ready_workers(redis) - known:
+                return
+            time.sleep(0.05)
+        raise TimeoutError(f"worker not ready: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        stop_process(self.process)

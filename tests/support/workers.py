@@ -1,0 +1,68 @@
+"""The worker tests' world: settings on the test stores, a request accepted as the API accepts it (row
+and opening events, without sending the task), and a stored row overwritten by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis as redis_lib
+from sqlalchemy import update
+
+from oss_responses.api.queued import build_queued
+from oss_responses.config import Settings
+from oss_responses.eventlog.writer import event_commands
+from oss_responses.harmony.lifecycle import opening_events
+from oss_responses.requests import parse_create_request
+from oss_responses.sealing import build_sealer, seal_secrets
+from oss_responses.storage import Database, ResponseRecord, ResponseRow, insert_response
+from oss_responses.wire import wire_json
+from support import MODEL, TIKTOKEN_DIR
+from support.streams import read_archives_from
+
+
+def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Settings:
+    """Settings of a worker on these stores: short leases and a quick reaper, so takeovers happen soon."""
+    read_archives_from(database_url)
+    fields: dict[str, Any] = {
+        "database_url": database_url,
+        "redis_url": redis_url,
+        "tiktoken_dir": TIKTOKEN_DIR,
+        "models": [MODEL],
+        "worker_model": MODEL,
+        "lease_seconds": 3.0,
+        "reaper_interval_seconds": 0.5,
+    }
+    return Settings(**(fields | overrides))
+
+
+def accept(db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any) -> str:
+    """What the API does when it accepts a request (without sending the task); the response id."""
+    return accept_with_secrets(db, redis, settings, **body)[0]
+
+
+def accept_with_secrets(
+    db: Database, redis: redis_lib.Redis, settings: Settings, **body: Any
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """``accept``; the MCP credentials sealed into the row as the API does (with keys in the settings),
+    else returned, for the task to carry as older versions did."""
+    queued = build_queued(parse_create_request({"model": MODEL, **body}), settings)
+    response = queued.response
+    sealer = build_sealer(settings.encryption_key_values)
+    sealed = seal_secrets(sealer, queued.secrets) if queued.secrets and sealer is not None else None
+    record = ResponseRecord(
+        id=response.id, model=response.model, status="queued", background=bool(response.background),
+        store=bool(queued.request.get("store", True)), request=queued.request,
+        response=wire_json(response), previous_response_id=response.previous_response_id, sealed_secrets=sealed,
+    )
+    db.run(insert_response, record, queued.input_items)
+    with redis.pipeline(transaction=False) as pipe:
+        for command in event_commands(response.id, opening_events(response)):
+            pipe.execute_command(*command)
+        pipe.execute()
+    return response.id, {} if sealed else queued.secrets
+
+
+def overwrite_row(db: Database, response_id: str, **columns: Any) -> None:
+    """Write columns of a stored response directly (a row damaged by a bug or by hand)."""
+    with db.session() as session:
+        session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**columns))
