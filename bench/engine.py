@@ -23,7 +23,7 @@ the API, the worker, redis-server) and the service's time to first token split b
 machine the engine's compute shares the cores with the service's processes; ``--pin`` puts the
 engine's OpenMP threads on CPU 1 and everything else on CPU 0.
 
-    . .venv-engine/bin/activate && python bench/engine.py [--rounds 5] [--tokens 256] [--pin]
+    . .venv-engine/bin/activate && PYTHONPATH=.:tests python bench/engine.py [--rounds 5] [--tokens 256] [--pin]
 
 The last line is the headline: ``engine_service_ratio: X`` (service end-to-end tokens/s over raw
 AsyncLLM tokens/s; target >= 0.90).
@@ -36,21 +36,20 @@ import asyncio
 import json
 import os
 import re
-import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests" / "engine")]
+from _common import CpuMeter, descendants, nearest_rank, percentile
 
-from oss_responses.engine.base import SamplingSettings  # noqa: E402
-from oss_responses.engine.forced import FORCED_TOKENS_KEY  # noqa: E402
-from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine, sampling_params  # noqa: E402
+from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.forced import FORCED_TOKENS_KEY
+from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine, sampling_params
 
 
 @dataclass
@@ -122,56 +121,6 @@ SCENARIOS: dict[str, Scenario] = {"raw_asyncllm": raw_asyncllm, "vllm_engine": v
 SERVICE_MODEL = "gpt-oss-20b"
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:  # it ended meanwhile
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-
-
-def descendants(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                children = [int(child) for child in f.read().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *descendants(child)]
-    return found
-
-
-class CpuMeter:
-    """CPU seconds of named process groups over a window: ``groups`` maps a name to its pids (called
-    at every reading, so processes started meanwhile count); "client" is this process itself."""
-
-    def __init__(self, groups: Callable[[], dict[str, list[int]]]) -> None:
-        self.groups = groups
-        self.start: dict[str, float] = {}
-
-    def now(self) -> dict[str, float]:
-        times = os.times()
-        return {"client": times.user + times.system} | {
-            name: sum(cpu_seconds(pid) for pid in pids) for name, pids in self.groups().items()
-        }
-
-    def begin(self) -> None:
-        self.start = self.now()
-
-    def end(self) -> dict[str, float]:
-        return {name: value - self.start.get(name, 0.0) for name, value in self.now().items()}
-
-
 def in_process_groups() -> dict[str, list[int]]:
     return {"engine_core": descendants(os.getpid())}
 
@@ -184,19 +133,14 @@ def timed(name: str, scenario: Scenario, *args) -> Run:
     return Run(name, time.monotonic() - started, traces, meter.end())
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def median_run(runs: list[Run]) -> Run:
-    return sorted(runs, key=lambda run: run.tokens_per_second)[len(runs) // 2]
+    return sorted(runs, key=lambda run: run.tokens_per_second)[nearest_rank(len(runs), 0.5)]
 
 
 def describe(runs: list[Run]) -> tuple[float, str]:
     median = median_run(runs)
     ttft = [(trace.arrivals[0] - trace.start) * 1000 for trace in median.traces]
-    itl = [(b - a) * 1000 for trace in median.traces for a, b in zip(trace.arrivals, trace.arrivals[1:])]
+    itl = [(b - a) * 1000 for trace in median.traces for a, b in pairwise(trace.arrivals)]
     rounds = ", ".join(f"{run.tokens_per_second:.0f}" for run in runs)
     line = (
         f"{median.name:>14}: {median.tokens_per_second:8.1f} tokens/s (rounds: {rounds}); "
@@ -222,22 +166,25 @@ def user_texts(concurrency: int, tokens: int) -> list[str]:
 
 def forced_requests(texts: Sequence[str]) -> tuple[list[list[int]], list[SamplingSettings]]:
     """Prompts and samplings carrying the script the service's worker computes for the same text."""
-    from forced_harmony import prompt_for
+    from support import TIKTOKEN_DIR
+    from support.forced_harmony import prompt_for
 
     from oss_responses.harmony.vocab import load_encoding
 
-    encoding = load_encoding(REPO / "var" / "tiktoken")
+    encoding = load_encoding(TIKTOKEN_DIR)
     answers, stops = ScriptedAnswers(encoding), tuple(encoding.stop_tokens_for_assistant_actions())
     prompts = [prompt_for(encoding, text) for text in texts]
     samplings = []
     for prompt in prompts:
         script = answers.script_for(prompt) or []
-        samplings.append(SamplingSettings(max_tokens=len(script), stop_token_ids=stops, extra={FORCED_TOKENS_KEY: script}))
+        samplings.append(
+            SamplingSettings(max_tokens=len(script), stop_token_ids=stops, extra={FORCED_TOKENS_KEY: script})
+        )
     return prompts, samplings
 
 
 def start_engine(model: Path, concurrency: int) -> tuple[VllmEngine, asyncio.AbstractEventLoop]:
-    from tiny_engine import tiny_settings
+    from support.tiny_engine import tiny_settings
 
     settings = tiny_settings(model).model_copy(update={"worker_concurrency": concurrency})
     loop = asyncio.new_event_loop()
@@ -273,7 +220,7 @@ RESPONSE_ID = re.compile(rb'"id":"(resp_[^"]+)"')
 async def sse_request(host: str, port: int, text: str) -> Trace:
     """POST a streamed response (the raw asyncio client: a few % of a core, not httpx's line
     iterator); a Trace of its delta events, tokens = usage.output_tokens."""
-    from bench._service import client as http
+    from _service import client as http
 
     trace = Trace(time.monotonic())
     failure: list[bytes] = []
@@ -320,11 +267,10 @@ class ServiceResult:
 
 def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> ServiceResult:
     """Phase 2: the service stack; its rounds, the worker's added latencies and stage times."""
-    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "api")]
-    from service_stack import start_api, start_vllm_worker, vllm_worker_env
+    from support.processes import start_api_process, stop_process
     from support.servers import start_redis
+    from support.vllm_stack import start_vllm_worker, vllm_worker_env
 
-    from api_server import stop_process
     from oss_responses.config import Settings
     from oss_responses.storage import migrate
 
@@ -342,7 +288,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         worker = start_vllm_worker(settings, env, scratch / "worker.log", "bench._engine.traced_worker")
         processes.append(worker)
         print(f"service worker start: {time.monotonic() - started:.1f} s", flush=True)
-        api, base_url = start_api(settings, scratch / "api.log")
+        api, base_url = start_api_process(settings, scratch / "api.log")
         processes.append(api)
         meter = CpuMeter(lambda: {"api": [api.pid], "worker": [worker.pid], "engine_core": descendants(worker.pid),
                                   "redis": [redis_server.process.pid]})
@@ -353,7 +299,8 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         runs = [service_round(base_url, user_texts(args.concurrency, args.tokens), meter) for _ in range(args.rounds)]
         time.sleep(0.3)
         latencies = [float(value) for value in trace_file.read_text().split()[skip:]]
-        stages = {(rid, name): float(t) for name, rid, t in (line.split() for line in stage_file.read_text().splitlines())}
+        stage_lines = (line.split() for line in stage_file.read_text().splitlines())
+        stages = {(rid, name): float(t) for name, rid, t in stage_lines}
     finally:
         for process in reversed(processes):
             stop_process(process)
@@ -448,7 +395,7 @@ def main() -> None:
             os.environ[name] = str(root / sub)
         model = args.model
         if model is None:
-            from tiny_engine import build_tiny_gpt_oss
+            from support.tiny_engine import build_tiny_gpt_oss
 
             model = build_tiny_gpt_oss(root / "model")
         in_process = run_in_process(model, args)

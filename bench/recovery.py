@@ -9,7 +9,7 @@ the worker holding its lease:
 A fresh worker replaces the signalled one before the next run. Every run checks that the stream is
 contiguous (no gap, no duplicate) once it ends.
 
-Usage: python bench/recovery.py [--runs 5] [--lease-seconds 15] [--reaper-interval 1]
+Usage: PYTHONPATH=.:tests python bench/recovery.py [--runs 5] [--lease-seconds 15] [--reaper-interval 1]
 """
 
 from __future__ import annotations
@@ -17,35 +17,28 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "workers")]
+import redis as redis_lib
+from _common import percentile
+from support import MODEL
+from support.processes import WorkerProcess, ready_workers
+from support.servers import start_redis
+from support.streams import events_of
+from support.workers import accept, worker_settings
 
-import redis as redis_lib  # noqa: E402
-from support.servers import start_redis  # noqa: E402
-from worker_support import MODEL, WorkerProcess, accept, events_of, worker_settings  # noqa: E402
-
-from oss_responses import redis_keys  # noqa: E402
-from oss_responses.config import Settings  # noqa: E402
-from oss_responses.storage import Database, migrate  # noqa: E402
-from oss_responses.workers.celery_app import enqueue, make_celery  # noqa: E402
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.storage import Database, migrate
+from oss_responses.workers.celery_app import enqueue, make_celery
 
 TOKENS_PER_SECOND = 50.0
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
-
-
 def start_worker(settings: Settings, name: str, logs: Path, client: redis_lib.Redis) -> WorkerProcess:
-    known = set(client.scan_iter("oss:worker:*:ready"))
+    known = ready_workers(client)
     worker = WorkerProcess(settings, name, logs)
     worker.wait_ready(client, known)
     return worker
@@ -94,7 +87,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--lease-seconds", type=float, default=Settings.model_fields["lease_seconds"].default)
-    parser.add_argument("--reaper-interval", type=float, default=Settings.model_fields["reaper_interval_seconds"].default)
+    parser.add_argument("--reaper-interval", type=float,
+                        default=Settings.model_fields["reaper_interval_seconds"].default)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="oss-recovery-"))
     redis_server = start_redis()
@@ -123,14 +117,14 @@ def main() -> None:
                     workers[worker.process.pid] = worker
         for name, runs in results.items():
             recoveries = [r for r, _ in runs]
-            print(f"{name.lower()}_next_delta_p50: {percentile(recoveries, 50):.2f} s")
-            print(f"{name.lower()}_next_delta_p99: {percentile(recoveries, 99):.2f} s (max of {len(runs)})")
+            print(f"{name.lower()}_next_delta_p50: {percentile(recoveries, 0.5):.2f} s")
+            print(f"{name.lower()}_next_delta_p99: {percentile(recoveries, 0.99):.2f} s (max of {len(runs)})")
             exits = [e for _, e in runs if e is not None]
             if exits:
-                print(f"{name.lower()}_worker_exit_p99: {percentile(exits, 99):.2f} s")
+                print(f"{name.lower()}_worker_exit_p99: {percentile(exits, 0.99):.2f} s")
         sigkill = [r for r, _ in results["SIGKILL"]]
-        print(f"sigterm_next_delta_median: {statistics.median(r for r, _ in results['SIGTERM']):.2f} s")
-        print(f"sigkill_next_delta_median: {statistics.median(sigkill):.2f} s")
+        print(f"sigterm_next_delta_median: {percentile([r for r, _ in results['SIGTERM']], 0.5):.2f} s")
+        print(f"sigkill_next_delta_median: {percentile(sigkill, 0.5):.2f} s")
     finally:
         for worker in workers.values():
             worker.stop()

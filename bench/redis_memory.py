@@ -7,29 +7,24 @@ keys of every response (all of ``redis_keys``' per-response keys) are sampled wi
 SAMPLES 0``; once all ended, measured again, with the size of their logs in SQL. The headline is the
 last line.
 
-    python bench/redis_memory.py [--responses 20] [--tokens 256] [--rate 200]
+    PYTHONPATH=.:tests python bench/redis_memory.py [--responses 20] [--tokens 256] [--rate 200]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import tempfile
 import threading
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "tests" / "workers")]
 
 import redis as redis_lib
+from _common import percentile
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from support.servers import start_redis
-from worker_support import accept, worker_settings
+from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.storage import Database, EventLogRow, migrate
@@ -68,9 +63,9 @@ def sample_running(redis: redis_lib.Redis, ids: list[str], done: threading.Event
 def describe(label: str, samples: list[dict[str, int]]) -> int:
     totals = [sum(s.values()) for s in samples]
     kinds = sorted({kind for s in samples for kind in s})
-    parts = ", ".join(f"{kind} {statistics.median(s.get(kind, 0) for s in samples):,.0f}" for kind in kinds)
-    print(f"{label}: median {statistics.median(totals):,.0f} B, max {max(totals):,} B per response ({parts})")
-    return int(statistics.median(totals))
+    parts = ", ".join(f"{kind} {percentile([s.get(kind, 0) for s in samples], 0.5):,.0f}" for kind in kinds)
+    print(f"{label}: median {percentile(totals, 0.5):,.0f} B, max {max(totals):,} B per response ({parts})")
+    return int(percentile(totals, 0.5))
 
 
 def main() -> None:
@@ -106,7 +101,7 @@ def main() -> None:
         describe("running (sampled every 50 ms)", running)
         finished = describe("ended", [response_bytes(redis, rid) for rid in ids])
         if sql_sizes:
-            stored, raw = (statistics.median(column) for column in zip(*sql_sizes))
+            stored, raw = (percentile(column, 0.5) for column in zip(*sql_sizes, strict=True))
             print(f"in SQL (event_logs), per finished response: median {stored:,.0f} B compressed, "
                   f"{raw:,.0f} B of frames")
         print(f"redis_bytes_per_finished_response: {finished} bytes")

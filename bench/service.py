@@ -19,7 +19,7 @@ Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything
 machine's cores; each phase prints the CPU seconds of every process.
   (e) concurrent accepts: 8 POST stream=true at once (issue 11's first-token case), 30 rounds:
       ``response.created`` at the client after the round's start, for all and for the last of each.
-Usage: python bench/service.py [--phases a,e,c,b,r,d]   (r = (c) replay; default: all, in that order)
+Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d]   (r = (c) replay; default: all, in that order)
 A failed run prints the tail of the API's and the worker's logs.
 """
 
@@ -35,15 +35,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
+from _common import CpuMeter, percentile, stat_cpu_seconds
+from _service import client as http
+from _service.stack import SERVED, UNSERVED, Stack, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
 from redis.asyncio import Redis
 
-from _service import client as http  # bench/ is on sys.path when run as a script
-from _service.stack import SERVED, UNSERVED, Stack, start_stack
-
 from oss_responses.eventlog import write_events
 
-TICK = os.sysconf("SC_CLK_TCK")
 A_REQUESTS, A_WARMUP = 200, 10
 B_STREAMS, B_TOKENS, B_STEP = 100, 250, 0.02
 C_LIVE_STREAMS, C_LIVE_WARMUP_S, C_LIVE_WINDOW_S = 200, 1.5, 4.0
@@ -54,12 +53,6 @@ RESPONSE_ID = re.compile(rb'"id":"(resp_[^"]+)"')
 
 
 # --- process accounting -------------------------------------------------------------------------
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-
-
 def rss_kb(pid: int) -> int:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -69,55 +62,22 @@ def rss_kb(pid: int) -> int:
 
 
 def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of each thread of ``pid`` by thread id."""
-    out: dict[str, float] = {}
-    for task in os.scandir(f"/proc/{pid}/task"):
-        try:
-            with open(f"{task.path}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # the thread ended meanwhile
-            continue
-        out[task.name] = (int(fields[11]) + int(fields[12])) / TICK
-    return out
+    """CPU seconds of each thread of ``pid`` by thread id (threads that ended meanwhile read 0: left out)."""
+    used = {task.name: stat_cpu_seconds(f"{task.path}/stat") for task in os.scandir(f"/proc/{pid}/task")}
+    return {name: seconds for name, seconds in used.items() if seconds > 0}
 
 
-def self_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
-@dataclass
-class CpuMeter:
-    """CPU seconds of the API, the worker, redis-server and this client over a window."""
-
-    stack: Stack
-    start: dict[str, float] = field(default_factory=dict)
-    wall: float = 0.0
-
-    def _now(self) -> dict[str, float]:
-        pids = {"api": self.stack.api.pid, "redis": self.stack.redis.process.pid}
-        if self.stack.worker is not None:
-            pids["worker"] = self.stack.worker.pid
-        now = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        now["client"] = self_cpu()
-        return now
-
-    def begin(self) -> None:
-        self.start, self.wall = self._now(), time.monotonic()
-
-    def end(self) -> tuple[float, dict[str, float]]:
-        now, wall = self._now(), time.monotonic() - self.wall
-        return wall, {name: now[name] - self.start.get(name, 0.0) for name in now}
+def stack_processes(stack: Stack) -> dict[str, list[int]]:
+    """The processes a CpuMeter reads: the API, redis-server and the worker (while there is one)."""
+    pids = {"api": [stack.api.pid], "redis": [stack.redis.process.pid]}
+    if stack.worker is not None:
+        pids["worker"] = [stack.worker.pid]
+    return pids
 
 
 def split(wall: float, used: dict[str, float]) -> str:
     parts = ", ".join(f"{name} {sec / wall:.0%}" for name, sec in used.items())
     return f"CPU (of one core, over {wall:.1f} s): {parts}; total {sum(used.values()) / wall:.0%} of 200%"
-
-
-def pct(samples: list[float], q: float) -> float:
-    s = sorted(samples)
-    return s[min(len(s) - 1, int(len(s) * q))]
 
 
 def verdict(ok: bool) -> str:
@@ -192,13 +152,16 @@ async def bench_a(stack: Stack, meter: CpuMeter) -> float:
             created.append((record.created - record.started) * 1e3)
             first_delta.append((record.first_delta - record.started) * 1e3)
             first_text.append((record.first_text - record.started) * 1e3)
-    wall, used = meter.end()
-    p50 = pct(created, 0.5)
+    used = meter.end()
+    wall = meter.wall
+    p50 = percentile(created, 0.5)
     print(f"(a) POST stream=true, {A_REQUESTS} sequential requests, scripted engine at full speed")
-    print(f"    → response.created          p50 {p50:6.1f} ms  p99 {pct(created, 0.99):6.1f} ms   "
+    print(f"    → response.created          p50 {p50:6.1f} ms  p99 {percentile(created, 0.99):6.1f} ms   "
           f"target p50 ≤ 30 ms: {verdict(p50 <= 30)}")
-    print(f"    → first delta (reasoning)   p50 {pct(first_delta, 0.5):6.1f} ms  p99 {pct(first_delta, 0.99):6.1f} ms")
-    print(f"    → first output_text.delta   p50 {pct(first_text, 0.5):6.1f} ms  p99 {pct(first_text, 0.99):6.1f} ms")
+    print(f"    → first delta (reasoning)   p50 {percentile(first_delta, 0.5):6.1f} ms  "
+          f"p99 {percentile(first_delta, 0.99):6.1f} ms")
+    print(f"    → first output_text.delta   p50 {percentile(first_text, 0.5):6.1f} ms  "
+          f"p99 {percentile(first_text, 0.99):6.1f} ms")
     print(f"    {split(wall, used)}")
     return p50
 
@@ -220,11 +183,13 @@ async def bench_e(stack: Stack, meter: CpuMeter) -> float:
             assert len(times) == E_CONCURRENT, "a stream without response.created"
             created += times
             last_of_round.append(max(times))
-    wall, used = meter.end()
-    p50 = pct(created, 0.5)
-    print(f"(e) {E_CONCURRENT} concurrent POST stream=true, {E_ROUNDS} rounds: response.created after the round's start")
-    print(f"    all requests p50 {p50:6.1f} ms  p99 {pct(created, 0.99):6.1f} ms; last of a round p50 "
-          f"{pct(last_of_round, 0.5):6.1f} ms")
+    used = meter.end()
+    wall = meter.wall
+    p50 = percentile(created, 0.5)
+    print(f"(e) {E_CONCURRENT} concurrent POST stream=true, {E_ROUNDS} rounds: "
+          "response.created after the round's start")
+    print(f"    all requests p50 {p50:6.1f} ms  p99 {percentile(created, 0.99):6.1f} ms; last of a round p50 "
+          f"{percentile(last_of_round, 0.5):6.1f} ms")
     print(f"    {split(wall, used)}")
     return p50
 
@@ -254,7 +219,8 @@ async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
     started = [stream_post(stack, f"tokens {B_TOKENS}") for _ in range(B_STREAMS)]
     streams = await asyncio.gather(*started)
     await asyncio.gather(*(req.wait() for _, req in streams))
-    wall, used = meter.end()
+    used = meter.end()
+    wall = meter.wall
     await asyncio.sleep(0.4)  # the trace thread writes every 0.1 s
     trace = read_trace(stack)
     all_running = max(r.first_delta or 0.0 for r, _ in streams)  # every stream is generating from here
@@ -272,15 +238,17 @@ async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
                 sent, _ = trace.written[key]
                 in_worker.append((sent - at) * 1e3)
                 after_write.append((received - sent) * 1e3)
-    p50, p99 = pct(steady, 0.5), pct(steady, 0.99)
+    p50, p99 = percentile(steady, 0.5), percentile(steady, 0.99)
     print(f"(b) added latency per event, engine step tick → client receive, {B_STREAMS} streams × "
           f"{1 / B_STEP:.0f} tokens/s ({len(steady)} deltas once all streams ran; {missing} untraced)")
     print(f"    steady state                p50 {p50:6.2f} ms  p99 {p99:6.2f} ms   "
           f"target p50 ≤ 5 ms, p99 ≤ 25 ms: {verdict(p50 <= 5 and p99 <= 25)}")
-    print(f"    all deltas (incl. ramp-up)  p50 {pct(latencies, 0.5):6.2f} ms  p99 {pct(latencies, 0.99):6.2f} ms")
-    print(f"    of which tick → worker's flush sent   p50 {pct(in_worker, 0.5):6.2f} ms  p99 {pct(in_worker, 0.99):6.2f} ms")
-    print(f"    of which flush sent → client receive  p50 {pct(after_write, 0.5):6.2f} ms  "
-          f"p99 {pct(after_write, 0.99):6.2f} ms")
+    print(f"    all deltas (incl. ramp-up)  p50 {percentile(latencies, 0.5):6.2f} ms  "
+          f"p99 {percentile(latencies, 0.99):6.2f} ms")
+    print(f"    of which tick → worker's flush sent   p50 {percentile(in_worker, 0.5):6.2f} ms  "
+          f"p99 {percentile(in_worker, 0.99):6.2f} ms")
+    print(f"    of which flush sent → client receive  p50 {percentile(after_write, 0.5):6.2f} ms  "
+          f"p99 {percentile(after_write, 0.99):6.2f} ms")
     print(f"    {split(wall, used)}")
     return p50, p99
 
@@ -300,12 +268,13 @@ async def bench_c_live(stack: Stack, meter: CpuMeter) -> float:
     meter.begin()
     await asyncio.sleep(C_LIVE_WINDOW_S)
     n1 = sum(c.frames for c in counters)
-    wall, used = meter.end()
+    used = meter.end()
+    wall = meter.wall
     threads1 = thread_cpu(stack.worker.pid)
     for req in reqs:  # hang up: the API cancels the (non-background) responses
         req.close()
     rate = (n1 - n0) / wall
-    active = sum(c.frames > before for c, before in zip(counters, per_stream0))
+    active = sum(c.frames > before for c, before in zip(counters, per_stream0, strict=True))
     print(f"(c) live: {C_LIVE_STREAMS} streams of 'tokens 2000' as fast as one worker produces, {wall:.1f} s window "
           f"({active} streams received events in it)")
     print(f"    {rate:9,.0f} events/s received; API CPU {used['api'] / max(1, n1 - n0) * 1e6:.1f} µs/event; "
@@ -340,10 +309,11 @@ async def bench_c_replay(stack: Stack, meter: CpuMeter) -> float:
     meter.begin()
     reqs = await asyncio.gather(*(
         http.request(stack.host, stack.port, "GET", f"/v1/responses/{rid}?stream=true", on_data=c)
-        for rid, c in zip(ids, counters)
+        for rid, c in zip(ids, counters, strict=True)
     ))
     await asyncio.gather(*(req.wait() for req in reqs))
-    wall, used = meter.end()
+    used = meter.end()
+    wall = meter.wall
     events = sum(c.frames for c in counters)
     expected = len(ids) * (C_REPLAY_EVENTS + 2)
     assert events == expected, f"replayed {events} events, expected {expected}"
@@ -361,7 +331,7 @@ async def open_idle(stack: Stack, ids: list[str]) -> tuple[list[http.Request], l
     counters = [http.FrameCounter() for _ in ids]
     reqs = await asyncio.gather(*(
         http.request(stack.host, stack.port, "GET", f"/v1/responses/{rid}?stream=true", on_data=c)
-        for rid, c in zip(ids, counters)
+        for rid, c in zip(ids, counters, strict=True)
     ))
     while sum(c.frames for c in counters) < 2 * len(ids):  # response.created + response.queued each
         await asyncio.sleep(0.05)
@@ -396,7 +366,7 @@ async def timed(name: str, step: Callable[[], Awaitable[Any]]) -> Any:
 
 
 async def run(stack: Stack, phases: set[str]) -> float | None:
-    meter = CpuMeter(stack)
+    meter = CpuMeter(lambda: stack_processes(stack))
     rate = None
     if phases & {"a", "c", "e"}:
         stack.start_worker(concurrency=256, traced=False)  # (a), (c) and (e) need no trace

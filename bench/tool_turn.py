@@ -4,47 +4,25 @@ Starts the calculator MCP server on loopback, then times ``executor.call("code_i
 "python", "123*456\\n")`` on a session reused across calls (the worker's pool) and on a fresh
 connection per call (a new pool each time: connect, call, close).
 
-    python bench/tool_turn.py [--calls 300] [--transport streamable-http|sse]
+    PYTHONPATH=.:tests python bench/tool_turn.py [--calls 300] [--transport streamable-http|sse]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from _common import percentile
+from support.mcp import CALCULATOR, McpServerProcess
 
-from oss_responses.tools.executor import McpToolExecutor, ToolOutcome  # noqa: E402
-from oss_responses.tools.mcp_client import McpSessionPool  # noqa: E402
-from oss_responses.tools.policy import ResolvedServer  # noqa: E402
+from oss_responses.tools.executor import McpToolExecutor, ToolOutcome
+from oss_responses.tools.mcp_client import McpSessionPool
+from oss_responses.tools.policy import ResolvedServer
 
 EXPECTED = ToolOutcome(output="56088\n")
-
-
-def start_calculator(transport: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "oss_responses.tools.servers.calculator", "--port", str(port)]
-    proc = subprocess.Popen([*command, "--transport", transport], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            path = "/sse" if transport == "sse" else "/mcp"
-            return proc, f"http://127.0.0.1:{port}{path}"
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the calculator server did not start")
 
 
 async def timed(calls: int, one_call: Callable[[], Awaitable[ToolOutcome]]) -> list[float]:
@@ -58,10 +36,8 @@ async def timed(calls: int, one_call: Callable[[], Awaitable[ToolOutcome]]) -> l
 
 
 def summary(name: str, samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    p50 = statistics.median(ordered)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    print(f"{name}: p50 {p50:.2f} ms, p99 {p99:.2f} ms, mean {statistics.fmean(ordered):.2f} ms (n={len(ordered)})")
+    p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
+    print(f"{name}: p50 {p50:.2f} ms, p99 {p99:.2f} ms, mean {statistics.fmean(samples):.2f} ms (n={len(samples)})")
     return p50, p99
 
 
@@ -70,13 +46,15 @@ async def run(url: str, calls: int) -> float:
     pool = McpSessionPool()
     reused = McpToolExecutor(pool, servers, timeout=10)
     await timed(20, lambda: reused.call("code_interpreter", "python", "123*456\n"))  # warm-up
-    reused_p50, _ = summary("reused session", await timed(calls, lambda: reused.call("code_interpreter", "python", "123*456\n")))
+    reused_samples = await timed(calls, lambda: reused.call("code_interpreter", "python", "123*456\n"))
+    reused_p50, _ = summary("reused session", reused_samples)
     await pool.close()
 
     async def fresh_call() -> ToolOutcome:
         fresh_pool = McpSessionPool()
         try:
-            return await McpToolExecutor(fresh_pool, servers, timeout=10).call("code_interpreter", "python", "123*456\n")
+            executor = McpToolExecutor(fresh_pool, servers, timeout=10)
+            return await executor.call("code_interpreter", "python", "123*456\n")
         finally:
             await fresh_pool.close()
 
@@ -89,13 +67,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
     args = parser.parse_args()
-    proc, url = start_calculator(args.transport)
+    calculator = McpServerProcess(CALCULATOR, args.transport).start()
     try:
-        print(f"calculator over {args.transport} at {url}")
-        reused_p50 = asyncio.run(run(url, args.calls))
+        print(f"calculator over {args.transport} at {calculator.url}")
+        reused_p50 = asyncio.run(run(calculator.url, args.calls))
     finally:
-        proc.terminate()
-        proc.wait()
+        calculator.stop()
     print(f"tool_call_reused_p50: {reused_p50:.2f} ms")
 
 

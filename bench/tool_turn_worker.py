@@ -7,33 +7,28 @@ An engine wrapper timestamps the output that carries ``<|call|>`` and the start 
 that continues after the tool message; the gap is the translator, the event writer, the MCP call,
 the tool message and the continuation prompt.
 
-    python bench/tool_turn_worker.py [--responses 200]
+    PYTHONPATH=.:tests python bench/tool_turn_worker.py [--responses 200]
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "workers")]
+import redis as redis_lib
+from _common import percentile
+from support.mcp import CALCULATOR, mcp_server
+from support.servers import start_redis
+from support.workers import accept, worker_settings
 
-import redis as redis_lib  # noqa: E402
-from support.servers import start_redis  # noqa: E402
-from tool_turn import start_calculator  # noqa: E402
-from worker_support import accept, worker_settings  # noqa: E402
-
-from oss_responses.engine.base import EngineOutput, SamplingSettings  # noqa: E402
-from oss_responses.engine.scripted import ScriptedEngine  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
-from oss_responses.storage import Database, get_response  # noqa: E402
-from oss_responses.storage.migrations import migrate  # noqa: E402
-from oss_responses.workers.testing import local_worker, run_response_now  # noqa: E402
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.harmony.vocab import load_encoding
+from oss_responses.storage import Database, get_response
+from oss_responses.storage.migrations import migrate
+from oss_responses.workers.testing import local_worker, run_response_now
 
 CALL = 200012  # <|call|>
 
@@ -46,7 +41,9 @@ class TimingEngine:
         self.call_at: float | None = None
         self.gaps_ms: list[float] = []
 
-    async def generate(self, request_id: str, prompt: Sequence[int], sampling: SamplingSettings) -> AsyncIterator[EngineOutput]:
+    async def generate(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
         if self.call_at is not None:
             self.gaps_ms.append((time.perf_counter() - self.call_at) * 1000)
             self.call_at = None
@@ -65,22 +62,15 @@ class TimingEngine:
         await self.inner.shutdown()
 
 
-def percentile(samples: list[float], q: float) -> float:
-    return statistics.quantiles(samples, n=100, method="inclusive")[q - 1] if len(samples) > 1 else samples[0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--responses", type=int, default=200)
     args = parser.parse_args()
     redis_server = start_redis()
-    calculator, url = start_calculator("streamable-http")
     try:
-        with tempfile.TemporaryDirectory() as directory:
+        with mcp_server(*CALCULATOR) as url, tempfile.TemporaryDirectory() as directory:
             run(args.responses, f"redis://127.0.0.1:{redis_server.port}/0", f"sqlite:///{directory}/bench.db", url)
     finally:
-        calculator.terminate()
-        calculator.wait(timeout=10)
         redis_server.stop()
 
 
@@ -100,9 +90,10 @@ def run(responses: int, redis_url: str, database_url: str, url: str) -> None:
     gaps = engine.gaps_ms[1:]
     print(f"responses: {len(gaps)} (one tool turn each, session reused)")
     print(f"first tool turn (warm-up, not counted): {engine.gaps_ms[0]:.2f} ms")
-    print(f"tool turn in the worker p50: {statistics.median(gaps):.2f} ms")
-    print(f"tool turn in the worker p99: {percentile(gaps, 99):.2f} ms")
-    print(f"tool_turn_worker_p50: {statistics.median(gaps):.2f} ms")
+    p50 = percentile(gaps, 0.5)
+    print(f"tool turn in the worker p50: {p50:.2f} ms")
+    print(f"tool turn in the worker p99: {percentile(gaps, 0.99):.2f} ms")
+    print(f"tool_turn_worker_p50: {p50:.2f} ms")
     db.dispose()
     redis.close()
 

@@ -4,30 +4,31 @@ A mixed transcript of about 100,000 tokens (reasoning + final answers, function 
 calls with their results) is translated three times: harmony parsing alone, parsing plus event
 building, and the whole path with ``event.model_dump_json()``. Prints the per-token split and, last,
 the headline ``translate: N tokens/s``.
+
+    PYTHONPATH=.:tests python bench/translate.py
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run as `python bench/translate.py` from a checkout (Makefile's bench target)
+from openai.types.responses import Response
+from openai_harmony import Role, StreamableParser
+from support import TIKTOKEN_DIR
 
-from openai.types.responses import Response  # noqa: E402
-from openai_harmony import Role, StreamableParser  # noqa: E402
+from oss_responses.harmony.translator import ResponseTranslator
+from oss_responses.harmony.vocab import load_encoding
 
-from oss_responses.harmony.translator import ResponseTranslator  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
 TARGET_TOKENS = 100_000
 PROSE = (
     "The quick brown fox considers the problem carefully, weighing each option before it jumps; "
     "numbers like 123*456 = 56088 and words like café, naïve and 日本語 keep the tokenizer honest. "
 )
 RESPONSES = [
-    [f"<|channel|>analysis<|message|>{PROSE * 6}<|end|><|start|>assistant<|channel|>final<|message|>{PROSE * 4}<|return|>"],
-    [f"<|channel|>analysis<|message|>{PROSE * 3}<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+    [f"<|channel|>analysis<|message|>{PROSE * 6}<|end|>"
+     f"<|start|>assistant<|channel|>final<|message|>{PROSE * 4}<|return|>"],
+    [f"<|channel|>analysis<|message|>{PROSE * 3}<|end|>"
+     "<|start|>assistant<|channel|>commentary to=functions.get_weather "
      '<|constrain|>json<|message|>{"city": "Paris", "unit": "celsius"}<|call|>'],
     [f"<|channel|>analysis<|message|>{PROSE * 2}<|end|><|start|>assistant<|channel|>analysis to=python code<|message|>"
      "print(123*456)\n<|call|>",
@@ -93,7 +94,7 @@ def _time(fn) -> float:
 
 
 def main() -> None:
-    encoding = load_encoding(REPO / "var" / "tiktoken")
+    encoding = load_encoding(TIKTOKEN_DIR)
     responses = transcript(encoding)
     tokens = sum(len(t) for calls in responses for t in calls)
     parse = _time(lambda: parse_only(encoding, responses))

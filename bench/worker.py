@@ -5,7 +5,7 @@ event loop (as on the worker's engine loop), their events written to a real redi
 here on a free port). Prints events/s and tokens/s over a window after warm-up and the loop thread's
 CPU per token; the headline is the last line. ``--profile`` prints cProfile's top functions.
 
-    python bench/worker.py [--streams 200] [--seconds 4] [--profile]
+    PYTHONPATH=.:tests python bench/worker.py [--streams 200] [--seconds 4] [--profile]
 """
 
 from __future__ import annotations
@@ -14,25 +14,20 @@ import argparse
 import asyncio
 import cProfile
 import pstats
-import sys
 import time
 from functools import partial
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]
+from openai.types.responses import Response
+from redis.asyncio import Redis
+from support.servers import start_redis
 
-from openai.types.responses import Response  # noqa: E402
-from redis.asyncio import Redis  # noqa: E402
-from support.servers import start_redis  # noqa: E402
-
-from oss_responses.engine.base import SamplingSettings  # noqa: E402
-from oss_responses.engine.scripted import ScriptedEngine  # noqa: E402
-from oss_responses.eventlog.writer import EventWriter  # noqa: E402
-from oss_responses.harmony.render import render_prompt  # noqa: E402, F401  (import cost outside the window)
-from oss_responses.workers.journal import JournaledTranslator  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
-from oss_responses.workers.generation import Generation  # noqa: E402
+from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.eventlog.writer import EventWriter
+from oss_responses.harmony.render import render_prompt  # noqa: F401 (its import cost stays outside the window)
+from oss_responses.harmony.vocab import load_encoding
+from oss_responses.workers.generation import Generation
+from oss_responses.workers.journal import JournaledTranslator
 
 
 def _response(n: int) -> Response:
@@ -83,7 +78,8 @@ async def run(streams: int, seconds: float, tokens: int, profile: bool) -> None:
         for n in range(streams):
             response_id = f"resp_bench{n:06d}"
             # As the runner makes it: journaled (every call recorded ahead of its events), ids seeded.
-            translator = JournaledTranslator(_response(n), encoding=encoding, first_sequence_number=2, id_seed=response_id)
+            translator = JournaledTranslator(_response(n), encoding=encoding, first_sequence_number=2,
+                                             id_seed=response_id)
             translator.record = partial(writer.append_journal, response_id)
             gens.append(Generation(response_id, engine, writer, translator, None,  # type: ignore[arg-type]
                                    SamplingSettings(max_tokens=tokens + 100, stop_token_ids=stops),

@@ -10,7 +10,7 @@ thread's CPU per token (the loop thread is the one that would feed the GPU). The
 last line; ``--profile`` prints cProfile's top functions of the loop thread over that run, timed by
 the thread's CPU clock (which makes the run about ten times slower: compare entries, not rates).
 
-    python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--profile]
+    PYTHONPATH=.:tests python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--profile]
 """
 
 from __future__ import annotations
@@ -18,19 +18,14 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "bench"), str(REPO / "tests"), str(REPO / "tests" / "workers")]
 
 import redis as redis_lib
 from _ceiling.synthetic_llm import StepSample, SyntheticLLM
 from support.servers import start_redis
-from worker_support import accept, worker_settings
+from support.workers import accept, worker_settings
 
 from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine
 from oss_responses.harmony.vocab import load_encoding

@@ -1,14 +1,13 @@
-"""Print README.md's configuration table from the Settings class (the one source of truth)."""
+"""Print README.md's configuration table from the Settings class (the one source of truth).
+
+Run from the checkout: ``.venv/bin/python -m scripts.settings_table``.
+"""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from oss_responses.config import Settings  # noqa: E402
+from oss_responses.config import Settings
 
 
 def rows() -> list[str]:

@@ -1,5 +1,5 @@
 """The whole service on loopback for a bench: redis-server, a migrated SQLite file, ONE API process
-and (switchable) one Celery worker process, through the tests' own starters (tests/api/api_server.py,
+and (switchable) one Celery worker process, through the tests' own starters (tests/support/processes.py,
 tests/support/servers.py)."""
 
 from __future__ import annotations
@@ -12,16 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis as redis_lib
+from support import REPO
+from support.processes import (
+    ready_workers,
+    service_env,
+    start_api_process,
+    stop_process,
+    wait_until,
+)
+from support.servers import RedisServer, start_redis
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "api")]
-
-from api_server import service_env, start_api_process, stop_process, wait_until  # noqa: E402
-from support.servers import RedisServer, start_redis  # noqa: E402
-
-from oss_responses import redis_keys  # noqa: E402
-from oss_responses.config import Settings  # noqa: E402
-from oss_responses.storage import migrate  # noqa: E402
+from oss_responses.config import Settings
+from oss_responses.storage import migrate
 
 SERVED = "gpt-oss-20b"  # a worker listens on its queue
 UNSERVED = "gpt-oss-120b"  # configured, but no worker: its responses stay queued
@@ -53,15 +55,14 @@ class Stack:
             BENCH_TRACE_FILE=str(self.trace_file),
         )
         client = redis_lib.Redis.from_url(self.settings.redis_url)
-        before = set(client.scan_iter(redis_keys.worker_ready("*")))
+        before = ready_workers(client)
         with (self.directory / f"worker-{self._workers_started}.log").open("wb") as log:
             self.worker = subprocess.Popen(
                 [sys.executable, "-m", "bench._service.traced_worker" if traced else "oss_responses.workers",
                  "--loglevel=WARNING"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
             )
-        ready = lambda: bool(set(client.scan_iter(redis_keys.worker_ready("*"))) - before)  # noqa: E731
-        wait_until(ready, self.worker, "the worker")
+        wait_until(lambda: bool(ready_workers(client) - before), self.worker, "the worker")
         client.close()
 
     def stop_worker(self) -> None:

@@ -1,0 +1,95 @@
+"""What every bench script computes alike: percentiles of samples and the CPU time of processes.
+
+The scripts run as ``python bench/NAME.py`` (their folder, so this module, is on ``sys.path``); they
+import the checkout (``oss_responses``) and the test helpers (``support``, in tests/), which the
+Makefile's ``bench`` target puts on ``PYTHONPATH``: by hand, ``PYTHONPATH=.:tests python bench/NAME.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def nearest_rank(count: int, q: float) -> int:
+    """The index, in ``count`` sorted samples, of the ``q`` percentile (``0 < q <= 1``) by nearest rank."""
+    if count < 1:
+        raise ValueError("no samples")
+    return min(count, max(1, math.ceil(q * count))) - 1
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q`` percentile (``0 < q <= 1``: 0.5 is p50, 0.99 is p99) by the nearest-rank method.
+
+    The smallest sample with at least ``q`` of the samples at or below it: always one of the samples,
+    never interpolated, so a p99 of 50 samples is their largest. Every bench reports p50 (its median
+    included) and p99 with this function, so their figures compare.
+    """
+    return sorted(samples)[nearest_rank(len(samples), q)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` (all its threads) so far; 0 once it has ended."""
+    if pid == os.getpid():
+        return time.process_time()
+    return stat_cpu_seconds(f"/proc/{pid}/stat")
+
+
+def stat_cpu_seconds(stat_path: str) -> float:
+    """utime + stime of a ``/proc/PID/stat`` or ``/proc/PID/task/TID/stat`` file; 0 if it is gone."""
+    try:
+        with open(stat_path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:  # it ended meanwhile
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process started by ``pid``, recursively (vLLM's engine core, a worker's pool...)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                children = [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds of named process groups over a window, and this process's own as ``"client"``.
+
+    ``groups`` maps a name to its pids; it is called at every reading, so processes started meanwhile
+    count. ``begin()`` opens a window, ``end()`` gives each group's CPU seconds in it (``"client"``
+    last) and ``wall`` the window's wall-clock seconds.
+    """
+
+    groups: Callable[[], dict[str, list[int]]]
+    start: dict[str, float] = field(default_factory=dict)
+    started_at: float = 0.0
+    wall: float = 0.0
+
+    def now(self) -> dict[str, float]:
+        used = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in self.groups().items()}
+        return used | {"client": cpu_seconds(os.getpid())}
+
+    def begin(self) -> None:
+        self.start, self.started_at = self.now(), time.monotonic()
+
+    def end(self) -> dict[str, float]:
+        now = self.now()
+        self.wall = time.monotonic() - self.started_at
+        return {name: value - self.start.get(name, 0.0) for name, value in now.items()}
