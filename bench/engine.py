@@ -320,7 +320,8 @@ def http_round(
 
     async def gather() -> list[Trace]:
         # A response that never ends (a worker error) must fail the bench, not hang it.
-        requests = asyncio.gather(*(sse_request(host, int(port), text, extra) for text, extra in zip(texts, bodies, strict=True)))
+        pairs = zip(texts, bodies, strict=True)
+        requests = asyncio.gather(*(sse_request(host, int(port), text, extra) for text, extra in pairs))
         return list(await asyncio.wait_for(requests, timeout=ROUND_TIMEOUT_SECONDS))
 
     meter.begin()
