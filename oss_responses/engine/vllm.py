@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, FinishReason, SamplingSettings
+from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.harmony.vocab import ensure_vocabulary
+from oss_responses.statuses import FinishReason
 
 STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"  # loaded by name in vLLM
 

@@ -75,9 +75,7 @@ from oss_responses.harmony.items import (
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
-from oss_responses.statuses import TerminalStatus
-
-FinishReason = Literal["stop", "length", "abort"]
+from oss_responses.statuses import FinishReason, TerminalStatus
 
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
 END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
