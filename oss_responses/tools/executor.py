@@ -26,14 +26,18 @@ from typing import Any, Protocol
 import mcp_types
 from mcp.shared.exceptions import MCPError
 
+from oss_responses.harmony.builtin_tools import (
+    BROWSER,
+    BROWSER_ACTIONS,
+    PYTHON,
+    PYTHON_CODE_ARGUMENT,
+    builtin_of_recipient,
+)
 from oss_responses.metrics import MCP_CALL_ERRORS, MCP_CALL_SECONDS
 from oss_responses.tools.mcp_client import McpSessionPool, McpToolSpec, McpUnavailable
 from oss_responses.tools.policy import ResolvedServer, allowed_tools, is_tool_allowed
 
 logger = logging.getLogger(__name__)
-
-PYTHON_TOOL = "python"
-BROWSER_TOOLS = frozenset({"search", "open", "find"})
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,10 @@ class McpToolExecutor:
     def route(self, recipient: str) -> tuple[str, str] | None:
         """(server_label, tool) for a harmony recipient, or None if no MCP server serves it."""
         namespace, _, tool = recipient.partition(".")
+        builtin = builtin_of_recipient(recipient)
         for server in self._servers.values():
-            if server.builtin == PYTHON_TOOL and recipient == PYTHON_TOOL:
-                return server.label, PYTHON_TOOL
-            if server.builtin == "browser" and namespace == "browser" and tool in BROWSER_TOOLS:
-                return server.label, tool
+            if builtin is not None and server.builtin == builtin:
+                return server.label, tool or PYTHON  # python's one tool is named like its namespace
         server = self._servers.get(namespace)
         if server is not None and server.builtin is None and tool:
             return server.label, tool
@@ -122,10 +125,10 @@ class McpToolExecutor:
 
 def _mcp_call(server: ResolvedServer, tool: str, arguments: str) -> tuple[str, dict[str, Any]]:
     """The MCP tool name and arguments for the model's call (raises ValueError for the model)."""
-    if server.builtin == PYTHON_TOOL:
-        return PYTHON_TOOL, {"code": arguments}
-    if server.builtin == "browser" and tool not in BROWSER_TOOLS:
-        raise ValueError(f"the browser tool has no '{tool}' action (use search, open or find)")
+    if server.builtin == PYTHON:
+        return PYTHON, {PYTHON_CODE_ARGUMENT: arguments}
+    if server.builtin == BROWSER and tool not in BROWSER_ACTIONS:
+        raise ValueError(f"the browser tool has no '{tool}' action (use {', '.join(sorted(BROWSER_ACTIONS))})")
     return tool, _json_object(arguments)
 
 
