@@ -33,8 +33,9 @@ from oss_responses.harmony.builtin_tools import (
     PYTHON_CODE_ARGUMENT,
     builtin_of_recipient,
 )
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.metrics import MCP_CALL_ERRORS, MCP_CALL_SECONDS
-from oss_responses.tools.mcp_client import McpSessionPool, McpToolSpec, McpUnavailable
+from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
 from oss_responses.tools.policy import ResolvedServer, allowed_tools, is_tool_allowed
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class McpToolExecutor:
         server = self._servers.get(server_label)
         if server is None:
             return ToolOutcome(error=f"no MCP server labelled '{server_label}' in this response")
-        if not is_tool_allowed(server, McpToolSpec(tool, None, {})):
+        if not is_tool_allowed(server, McpToolSpec(tool)):
             return ToolOutcome(error=f"the tool '{tool}' of '{server_label}' is not allowed in this response")
         try:
             name, payload = _mcp_call(server, tool, arguments)
