@@ -32,6 +32,7 @@ from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.metrics import REAPER_ACTIONS
 from oss_responses.storage import (
     Database,
@@ -72,7 +73,7 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     sequence_number = next_sequence_number(redis, response_id)
     if sequence_number is None:
         return
-    event = ResponseFailedEvent(type="response.failed", sequence_number=sequence_number, response=response)
+    event = EventEmitter(sequence_number).emit(ResponseFailedEvent, response=response)
     commands = event_commands(response_id, [event]) + close_commands(response_id, "failed", ttl_seconds)
     with redis.pipeline(transaction=False) as pipe:
         for command in commands:
