@@ -23,7 +23,7 @@ from openai_harmony import (
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.harmony.render import RenderOptions, render_prompt
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 from oss_responses.requests import parse_create_request
 
 REPO = Path(__file__).resolve().parents[2]
