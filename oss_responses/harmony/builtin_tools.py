@@ -44,13 +44,3 @@ DEFAULT_BUILTIN_LABELS: dict[str, Builtin] = {"code_interpreter": PYTHON, "web_s
 def builtin_of_type(tool_type: str) -> Builtin | None:
     """The built-in namespace a request tool type selects (None for other types)."""
     return TOOL_TYPES.get(tool_type)
-
-
-def builtin_of_recipient(recipient: str) -> Builtin | None:
-    """The built-in a harmony recipient calls: ``python``, ``browser.search`` ... (None for others)."""
-    namespace, _, action = recipient.partition(".")
-    if namespace == PYTHON and not action:
-        return PYTHON
-    if namespace == BROWSER and action in BROWSER_ACTIONS:
-        return BROWSER
-    return None

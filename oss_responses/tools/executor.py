@@ -5,13 +5,12 @@ label and a tool name) and the raw argument text, and always gets a :class:`Tool
 that errors, a timeout, an unreachable server or arguments that are not JSON become ``error``; it
 never raises (except on cancellation).
 
-Harmony recipients map to calls as follows (:meth:`McpToolExecutor.route`):
+The translator names the server label of a harmony recipient; the call goes to that server as:
 
 - ``<label>.<tool>`` (an MCP namespace): the tool of that server, arguments a JSON object;
-- ``python`` (built-in): the label configured as python; its code text goes to the server's
-  ``python`` tool as ``{"code": text}``;
-- ``browser.search`` / ``browser.open`` / ``browser.find`` (built-in): the label configured as
-  browser; the tool of the same name, arguments the JSON object the model wrote.
+- ``python`` (built-in): its code text goes to the server's ``python`` tool as ``{"code": text}``;
+- ``browser.search`` / ``browser.open`` / ``browser.find`` (built-in): the tool of the same name,
+  arguments the JSON object the model wrote.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from oss_responses.harmony.builtin_tools import (
     BROWSER_ACTIONS,
     PYTHON,
     PYTHON_CODE_ARGUMENT,
-    builtin_of_recipient,
 )
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.metrics import MCP_CALL_ERRORS, MCP_CALL_SECONDS
@@ -64,18 +62,6 @@ class McpToolExecutor:
         self._pool = pool
         self._servers = {server.label: server for server in servers}
         self._timeout = timeout
-
-    def route(self, recipient: str) -> tuple[str, str] | None:
-        """(server_label, tool) for a harmony recipient, or None if no MCP server serves it."""
-        namespace, _, tool = recipient.partition(".")
-        builtin = builtin_of_recipient(recipient)
-        for server in self._servers.values():
-            if builtin is not None and server.builtin == builtin:
-                return server.label, tool or PYTHON  # python's one tool is named like its namespace
-        server = self._servers.get(namespace)
-        if server is not None and server.builtin is None and tool:
-            return server.label, tool
-        return None
 
     async def list_tools(self, server_label: str) -> list[McpToolSpec]:
         """The server's tools the model may use (``allowed_tools`` applied); raises McpUnavailable."""
