@@ -14,6 +14,7 @@ always 0 (gpt-oss writes one text per message) and can never leak from one item 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, Literal
 
 from openai.types.responses import (
@@ -51,6 +52,13 @@ ItemStatus = Literal["completed", "incomplete"]
 # An item as the added (in_progress) and done events carry it; an MCP call may also end "failed".
 LiveStatus = Literal["in_progress", "completed", "incomplete"]
 McpCallStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
+@cache
+def _item_fields(event_class: type[BaseModel]) -> tuple[bool, bool]:
+    """Whether the event class has ``item_id``, and ``content_index`` (read once: events are per token)."""
+    declared = event_class.model_fields
+    return "item_id" in declared, "content_index" in declared
 
 
 class ItemBuilder:
@@ -104,11 +112,11 @@ class ItemBuilder:
     def _emit(self, event_class: type[BaseModel], **fields: Any) -> None:
         """An event about this item: its ``output_index``, and its ``item_id`` and ``content_index``
         (always 0: one content part per item) where the event class has them."""
-        declared = event_class.model_fields
+        names_item, has_part = _item_fields(event_class)
         fields["output_index"] = self.output_index
-        if "item_id" in declared:
+        if names_item:
             fields["item_id"] = self.item_id
-        if "content_index" in declared:
+        if has_part:
             fields["content_index"] = 0
         self.emitter.emit(event_class, **fields)
 
