@@ -21,6 +21,7 @@ from oss_responses.storage.records import (
 )
 from oss_responses.storage.responses import (
     InFlightLimitReached,
+    cancel_queued,
     count_background_in_flight,
     delete_response,
     get_chain,
@@ -50,6 +51,7 @@ __all__ = [
     "ResponseRow",
     "Status",
     "async_url",
+    "cancel_queued",
     "count_background_in_flight",
     "create_api_key",
     "delete_response",
