@@ -33,11 +33,12 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 
@@ -73,6 +74,13 @@ class EventHubStopped(RuntimeError):
 def parse_id(entry_id: bytes) -> EntryId:
     ms, _, seq = entry_id.partition(b"-")
     return int(ms), int(seq)
+
+
+def as_entries(reply: StreamRangeResponse | None) -> list[Entry]:
+    """An XRANGE/XREVRANGE reply as the hub's clients get it. redis-py types replies for every client
+    setting; these clients never decode responses (ids and fields are bytes), and a range reply never
+    holds a deleted entry (None, which only XCLAIM/XAUTOCLAIM return)."""
+    return cast(list[Entry], reply or [])
 
 
 def cursor_after(after: int | None) -> EntryId:
@@ -216,7 +224,7 @@ class EventHub:
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
-        entries = await self._side_client.xrevrange(redis_keys.events(response_id), count=2)
+        entries = as_entries(await self._side_client.xrevrange(redis_keys.events(response_id), count=2))
         if not entries:
             raise StreamNotFound(response_id)
         for entry_id, fields in entries:
@@ -316,14 +324,14 @@ class EventHub:
             exists, page = await pipe.execute()
         if not exists:
             raise StreamNotFound(key)
-        return page
+        return as_entries(page)
 
     async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
         """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
         delay, waited = 0.1, 0.0
         while True:
             try:
-                return await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count)
+                return as_entries(await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count))
             except (RedisConnectionError, RedisTimeoutError):
                 if waited >= self._outage_seconds:
                     raise
@@ -395,7 +403,9 @@ class EventHub:
                 continue
             finally:
                 self._reading = False
-            for raw_key, entries in reply or ():
+            # RESP2, the reader's protocol: a list of [key, entries] (RESP3 would give a dict).
+            assert isinstance(reply, list)
+            for raw_key, entries in reply:
                 self._dispatch(raw_key.decode(), entries, reading)
 
     async def _drop_lost_streams(self, reader: Redis) -> None:
