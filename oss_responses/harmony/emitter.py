@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from openai.types.responses import ResponseStreamEvent
 
 from oss_responses.harmony.ids import IdSource
 
-E = TypeVar("E", bound=BaseModel)
+E = TypeVar("E", bound=ResponseStreamEvent)
 
 
 class EventEmitter:
@@ -26,7 +26,7 @@ class EventEmitter:
 
     def __init__(self, first_sequence_number: int, id_seed: str | None = None) -> None:
         self.next_sequence_number = first_sequence_number
-        self._pending: list[BaseModel] = []
+        self._pending: list[ResponseStreamEvent] = []
         self._ids = IdSource(id_seed)
 
     def new_id(self, prefix: str) -> str:
@@ -38,7 +38,7 @@ class EventEmitter:
         self._pending.append(event)
         return event
 
-    def drain(self) -> list[BaseModel]:
+    def drain(self) -> list[ResponseStreamEvent]:
         """The events emitted since the last drain, in order."""
         events, self._pending = self._pending, []
         return events

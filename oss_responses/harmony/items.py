@@ -34,6 +34,7 @@ from openai.types.responses import (
     ResponseReasoningItem,
     ResponseReasoningTextDeltaEvent,
     ResponseReasoningTextDoneEvent,
+    ResponseStreamEvent,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
 )
@@ -340,7 +341,7 @@ class McpCallBuilder(ItemBuilder):
             type="mcp_call", id=self.item_id, server_label=self.server_label, name=self.name, arguments=text, status=status, **result
         )
 
-    def _emit_simple(self, event_type: type[BaseModel], type_: str) -> None:
+    def _emit_simple(self, event_type: type[ResponseStreamEvent], type_: str) -> None:
         self.emitter.emit(event_type, type=type_, item_id=self.item_id, output_index=self.output_index)
 
     def _emit_delta(self, delta: str) -> None:

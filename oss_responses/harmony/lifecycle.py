@@ -20,6 +20,7 @@ from openai.types.responses import (
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
     ResponseQueuedEvent,
+    ResponseStreamEvent,
     ResponseUsage,
 )
 from openai.types.responses.response import IncompleteDetails
@@ -30,7 +31,7 @@ from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.statuses import TerminalStatus
 
 
-_TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
+_TERMINAL_EVENTS: dict[str, tuple[type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent], str]] = {
     "completed": (ResponseCompletedEvent, "response.completed"),
     "incomplete": (ResponseIncompleteEvent, "response.incomplete"),
     "failed": (ResponseFailedEvent, "response.failed"),
@@ -55,7 +56,7 @@ def placeholder_response(response_id: str, model: str, created_at: float, *, bac
     )
 
 
-def opening_events(response: Response) -> list[BaseModel]:
+def opening_events(response: Response) -> list[ResponseStreamEvent]:
     """``response.created`` (sequence 0) and, for background responses, ``response.queued`` (1)."""
     emitter = EventEmitter(0)
     emitter.emit(ResponseCreatedEvent, type="response.created", response=response)

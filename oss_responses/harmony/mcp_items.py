@@ -18,6 +18,7 @@ from openai.types.responses import (
     ResponseMcpListToolsInProgressEvent,
     ResponseOutputItemAddedEvent,
     ResponseOutputItemDoneEvent,
+    ResponseStreamEvent,
 )
 from openai.types.responses.response_output_item import McpApprovalRequest, McpListTools
 from pydantic import BaseModel
@@ -62,7 +63,7 @@ class ListToolsBuilder(ItemBuilder):
     def _list_item(self, tools: list[Any], error: str | None) -> BaseModel:
         return McpListTools(type="mcp_list_tools", id=self.item_id, server_label=self.server_label, tools=tools, error=error)
 
-    def _emit_simple(self, event_type: type[BaseModel], type_: str) -> None:
+    def _emit_simple(self, event_type: type[ResponseStreamEvent], type_: str) -> None:
         self.emitter.emit(event_type, type=type_, item_id=self.item_id, output_index=self.output_index)
 
 
