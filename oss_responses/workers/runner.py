@@ -104,7 +104,7 @@ Outcome = Literal[
 ]
 
 
-def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = None) -> Outcome:  # type: ignore[type-arg]
+def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Outcome:
     """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
     job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
@@ -125,7 +125,7 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = No
             log.warning("releasing the lease of %s failed", response_id, exc_info=True)
 
 
-def send_back(ctx: WorkerContext, response_id: str, secrets: dict | None) -> Outcome:  # type: ignore[type-arg]
+def send_back(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None) -> Outcome:
     """A task that arrived while this worker shuts down: its response goes back to the queue, untouched."""
     job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
@@ -472,7 +472,9 @@ def _finish(run: _Run) -> Outcome:
         ctx.loop.run(ctx.writer.drain(job.response_id))
     except EventWriteError:
         log.exception("events of %s did not all reach Redis; storing its end anyway", job.response_id)
-    status = translator.response.status or "failed"
+    status = translator.response.status
+    if status not in TERMINAL_STATUSES:  # a translator ends its response; a status-less one counts as failed
+        status = "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
     saved = _save_retrying(run)
@@ -482,7 +484,7 @@ def _finish(run: _Run) -> Outcome:
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     if saved:
         response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
-    return status  # type: ignore[return-value]
+    return status
 
 
 def _save_retrying(run: _Run) -> bool:
@@ -512,7 +514,7 @@ def _save(run: _Run) -> bool:
     response = translator.response
     with run.ctx.db.session() as session:
         ended = save_turn(
-            session, job.response_id, status=response.status or "failed",  # type: ignore[arg-type]
+            session, job.response_id, status=response.status or "failed",
             response=response_json(response),
             output_messages=translator.output_messages,
             function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},

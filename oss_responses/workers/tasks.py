@@ -66,7 +66,7 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
 
 
 def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
-    class EngineStep(bootsteps.StartStopStep):
+    class EngineStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery ships no types: its base is Any
         """Starts the worker context with the worker; stops it (engine included) at shutdown."""
 
         label = "oss-responses engine"
