@@ -68,9 +68,9 @@ class McpToolExecutor:
                 return server.label, PYTHON_TOOL
             if server.builtin == "browser" and namespace == "browser" and tool in BROWSER_TOOLS:
                 return server.label, tool
-        server = self._servers.get(namespace)
-        if server is not None and server.builtin is None and tool:
-            return server.label, tool
+        named = self._servers.get(namespace)
+        if named is not None and named.builtin is None and tool:
+            return named.label, tool
         return None
 
     async def list_tools(self, server_label: str) -> list[McpToolSpec]:
