@@ -13,7 +13,7 @@ from typing import Literal
 Builtin = Literal["python", "browser"]
 PYTHON: Builtin = "python"
 BROWSER: Builtin = "browser"
-BUILTIN_NAMESPACES: frozenset[str] = frozenset({PYTHON, BROWSER})
+BUILTIN_NAMESPACES: frozenset[Builtin] = frozenset({PYTHON, BROWSER})
 
 # Harmony namespaces the model already knows; a request's namespace or MCP label may not take them.
 RESERVED_NAMESPACES: frozenset[str] = frozenset({"functions", PYTHON, BROWSER, "container"})

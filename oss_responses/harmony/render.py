@@ -232,8 +232,8 @@ def _sort_tools(request: Any, options: RenderOptions, mcp_tools: Mapping[str, li
             tools.builtins[options.builtin_tool_labels[tool.server_label]] = tool.server_label
         elif isinstance(tool, Mcp):
             tools.servers.append(_server_namespace(tool, mcp_tools.get(tool.server_label, [])))
-        elif builtin_of_type(tool.type) is not None:
-            tools.builtins[builtin_of_type(tool.type)] = tool.type  # type: ignore[index]
+        elif (builtin := builtin_of_type(tool.type)) is not None:
+            tools.builtins[builtin] = tool.type
         else:
             raise BadRequest(
                 f"Invalid value for '{param}.type': '{tool.type}' is not available on this server.",
