@@ -12,11 +12,11 @@ from typing import Any, Literal, TypeVar
 
 from openai.types.responses import (
     EasyInputMessage,
-    ResponseIncludable,
     FunctionTool,
-    ResponseCompactionItemParam,
     NamespaceTool,
+    ResponseCompactionItemParam,
     ResponseFunctionToolCall,
+    ResponseIncludable,
     ResponseOutputMessage,
     ResponseReasoningItem,
     WebSearchPreviewTool,
@@ -170,7 +170,8 @@ def parse_input_item(value: Any, param: str) -> InputItem:
     model = _ITEM_MODELS.get(item_type) if item_type is not None else None
     if model is None:
         raise BadRequest(
-            f"Invalid value for '{param}.type': input items of type {value.get('type')!r} are not supported by gpt-oss.",
+            f"Invalid value for '{param}.type': input items of type {value.get('type')!r} "
+            "are not supported by gpt-oss.",
             param=f"{param}.type",
             code="unsupported_value",
         )
@@ -317,5 +318,7 @@ def parse_create_request(body: Any) -> CreateResponseRequest:
         if first["type"] == "extra_forbidden":
             raise BadRequest(f"Unrecognized request argument supplied: {param}", param=param) from exc
         if first["type"] == "missing":
-            raise BadRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter") from exc
+            raise BadRequest(
+                f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+            ) from exc
         raise BadRequest(f"Invalid value for '{param}': {first['msg']}", param=param, code="invalid_value") from exc

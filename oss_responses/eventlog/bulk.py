@@ -101,7 +101,7 @@ async def run_commands(redis: Redis, commands: Sequence[Command]) -> dict[int, s
     for number, reply in enumerate(replies):
         if isinstance(reply, Exception):
             raise reply
-        for index, message in zip(reply[::2], reply[1::2]):
+        for index, message in zip(reply[::2], reply[1::2], strict=True):  # {index, error, ...} pairs
             errors[number * CHUNK + index] = message.decode() if isinstance(message, bytes) else str(message)
     return errors
 

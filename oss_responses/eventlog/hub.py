@@ -278,7 +278,9 @@ class EventHub:
                     # read from here on is queued as well) closes the gap.
                     page = await self._range(key, cursor)
                     continue
-                async for frames, cursor, end in self._live(sub, cursor):
+                live = self._live(sub, cursor)
+                # cursor follows the live batches: after a detach, history resumes from where they ended
+                async for frames, cursor, end in live:
                     if frames:
                         yield frames
                     if end is not None:
@@ -389,7 +391,7 @@ class EventHub:
                     await asyncio.sleep(0.5)
                     continue
             reading = dict(self._streams)
-            request: dict[Any, Any] = {key: "%d-%d" % s.cursor for key, s in reading.items()}
+            request: dict[Any, Any] = {key: f"{s.cursor[0]}-{s.cursor[1]}" for key, s in reading.items()}
             request[self._wake_key] = self._wake_cursor
             self._reading, self._wake_sent = True, False
             try:
@@ -416,7 +418,7 @@ class EventHub:
                 pipe.exists(key)
             found = await pipe.execute()
         self._recheck = False
-        for key, exists in zip(keys, found):
+        for key, exists in zip(keys, found, strict=True):
             stream = self._streams.get(key)
             if exists or stream is None:
                 continue
@@ -456,4 +458,4 @@ class EventHub:
 
 
 def _exclusive(cursor: EntryId) -> str:
-    return "(%d-%d" % cursor
+    return f"({cursor[0]}-{cursor[1]}"
