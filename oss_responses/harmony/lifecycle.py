@@ -31,7 +31,8 @@ from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.statuses import TerminalStatus
 
 
-_TERMINAL_EVENTS: dict[str, tuple[type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent], str]] = {
+TerminalEvent = ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent
+_TERMINAL_EVENTS: dict[str, tuple[type[TerminalEvent], str]] = {
     "completed": (ResponseCompletedEvent, "response.completed"),
     "incomplete": (ResponseIncompleteEvent, "response.incomplete"),
     "failed": (ResponseFailedEvent, "response.failed"),

@@ -60,7 +60,6 @@ from typing import Any, Literal
 
 from openai.types.responses import Response, ResponseError, ResponseStreamEvent
 from openai_harmony import HarmonyEncoding, HarmonyError, Message, Role, StreamableParser
-from pydantic import BaseModel
 
 from oss_responses.harmony import lifecycle
 from oss_responses.harmony.emitter import EventEmitter
