@@ -224,7 +224,7 @@ def forced_requests(texts: Sequence[str]) -> tuple[list[list[int]], list[Samplin
     """Prompts and samplings carrying the script the service's worker computes for the same text."""
     from forced_harmony import prompt_for
 
-    from oss_responses.harmony.vocab import load_encoding
+    from oss_responses.vocab import load_encoding
 
     encoding = load_encoding(REPO / "var" / "tiktoken")
     answers, stops = ScriptedAnswers(encoding), tuple(encoding.stop_tokens_for_assistant_actions())

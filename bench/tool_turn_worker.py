@@ -30,7 +30,7 @@ from worker_support import accept, worker_settings  # noqa: E402
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings  # noqa: E402
 from oss_responses.engine.scripted import ScriptedEngine  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
+from oss_responses.vocab import load_encoding  # noqa: E402
 from oss_responses.storage import Database, get_response  # noqa: E402
 from oss_responses.storage.migrations import migrate  # noqa: E402
 from oss_responses.workers.testing import local_worker, run_response_now  # noqa: E402

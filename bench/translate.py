@@ -19,7 +19,7 @@ from openai.types.responses import Response  # noqa: E402
 from openai_harmony import Role, StreamableParser  # noqa: E402
 
 from oss_responses.harmony.translator import ResponseTranslator  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
+from oss_responses.vocab import load_encoding  # noqa: E402
 TARGET_TOKENS = 100_000
 PROSE = (
     "The quick brown fox considers the problem carefully, weighing each option before it jumps; "

@@ -31,7 +31,7 @@ from oss_responses.engine.scripted import ScriptedEngine  # noqa: E402
 from oss_responses.eventlog.writer import EventWriter  # noqa: E402
 from oss_responses.harmony.render import render_prompt  # noqa: E402, F401  (import cost outside the window)
 from oss_responses.workers.journal import JournaledTranslator  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
+from oss_responses.vocab import load_encoding  # noqa: E402
 from oss_responses.workers.generation import Generation  # noqa: E402
 
 

@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, FinishReason, SamplingSettings
-from oss_responses.harmony.vocab import ensure_vocabulary
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.statuses import FinishReason
+from oss_responses.vocab import ensure_vocabulary
 
 STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"  # loaded by name in vLLM
 
@@ -175,7 +176,7 @@ class VllmEngine:
         # TIKTOKEN_ENCODINGS_BASE, which this sets before vLLM spawns it.
         ensure_vocabulary(self._settings.tiktoken_dir)
         if self._settings.vllm_force_scripted:
-            from oss_responses.harmony.vocab import load_encoding
+            from oss_responses.vocab import load_encoding
 
             self._scripts = ScriptedAnswers(self._encoding or load_encoding(self._settings.tiktoken_dir))
             log.warning("vllm_force_scripted: outputs are the scripted engine's answers (tests/demos only)")

@@ -74,9 +74,7 @@ from oss_responses.harmony.items import (
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
-from oss_responses.statuses import TerminalStatus
-
-FinishReason = Literal["stop", "length", "abort"]
+from oss_responses.statuses import FinishReason, TerminalStatus
 
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
 END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
@@ -223,14 +221,16 @@ class ResponseTranslator:
         if self._terminal:
             return []
         builder = ApprovedCallBuilder(
-            self._emitter, len(self._items), answer.server_label, answer.name, answer.arguments, answer.approval_request_id
+            self._emitter, len(self._items), answer.server_label, answer.name, answer.arguments,
+            answer.approval_request_id,
         )
         self._items.append(builder)
         builder.open()
         self._mcp_calls += 1
         self._awaiting = builder
         self.pending_tool_call = PendingToolCall(
-            "mcp", answer.server_label, answer.name, answer.arguments, builder.item_id, None, _recipient(answer), answer.channel
+            "mcp", answer.server_label, answer.name, answer.arguments, builder.item_id, None, _recipient(answer),
+            answer.channel,
         )
         return self._emitter.drain()
 
@@ -247,7 +247,8 @@ class ResponseTranslator:
             self._consume(token_ids)
         except (HarmonyError, InvalidHarmony) as exc:
             self._flush()
-            self._terminate("failed", ResponseError(code="server_error", message=f"The model's output is not valid harmony: {exc}"))
+            message = f"The model's output is not valid harmony: {exc}"
+            self._terminate("failed", ResponseError(code="server_error", message=message))
         return self._emitter.drain()
 
     def feed_tool_result(self, output: str | None, error: str | None = None) -> list[ResponseStreamEvent]:
@@ -348,7 +349,9 @@ class ResponseTranslator:
         self._buffer.clear()
 
     def _begin_message(self, parser: Any) -> ItemBuilder:
-        header = _Header(parser.current_channel, parser.current_recipient, parser.current_content_type, self._message_start)
+        header = _Header(
+            parser.current_channel, parser.current_recipient, parser.current_content_type, self._message_start
+        )
         builder = self._builder_for(header)
         builder.open()
         self._header, self._current = header, builder
@@ -361,7 +364,10 @@ class ResponseTranslator:
         if header.recipient is None:
             if header.channel == "analysis":
                 return ReasoningBuilder(self._emitter, index, self._reasoning_seal(header))
-            return MessageBuilder(self._emitter, index, "commentary" if header.channel == "commentary" else "final_answer")
+            phase: Literal["commentary", "final_answer"] = (
+                "commentary" if header.channel == "commentary" else "final_answer"
+            )
+            return MessageBuilder(self._emitter, index, phase)
         target = Recipient.parse(header.recipient)
         if target.namespace == FUNCTIONS_NAMESPACE:
             return FunctionCallBuilder(self._emitter, index, target.tool)
@@ -408,7 +414,9 @@ class ResponseTranslator:
                 "function", None, builder.name, builder.text, builder.item_id, builder.call_id, recipient, channel
             )
         elif isinstance(builder, ApprovalRequestBuilder):
-            self.pending_approval = PendingApproval(builder.item_id, builder.server_label, builder.name, builder.text, recipient)
+            self.pending_approval = PendingApproval(
+                builder.item_id, builder.server_label, builder.name, builder.text, recipient
+            )
         elif builder is self._refused:
             self._refuse(builder, recipient, channel)
         elif isinstance(builder, UnavailableToolCallBuilder):
@@ -423,7 +431,10 @@ class ResponseTranslator:
 
     def _refuse(self, builder: McpCallBuilder, recipient: str, channel: str | None) -> None:
         """A call beyond max_tool_calls: failed without running; the turn ends (no pending call)."""
-        message = f"This response reached its limit of {self._max_tool_calls} tool calls (max_tool_calls); the call was not run."
+        message = (
+            f"This response reached its limit of {self._max_tool_calls} tool calls (max_tool_calls); "
+            "the call was not run."
+        )
         builder.fail(message)
         self.output_messages.append(tool_result_message(recipient, message, channel))
         self.tool_limit_reached = True
@@ -459,7 +470,9 @@ class ResponseTranslator:
 
 
 def _message_of(text: str, header: _Header) -> dict[str, Any]:
-    return text_message("assistant", text, channel=header.channel, recipient=header.recipient, content_type=header.content_type)
+    return text_message(
+        "assistant", text, channel=header.channel, recipient=header.recipient, content_type=header.content_type
+    )
 
 
 def _recipient(answer: ApprovalAnswer) -> str:

@@ -14,6 +14,7 @@ from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItem
 from oss_responses.storage.records import ApiKeyRecord, Order, ResponseRecord, utcnow
 from oss_responses.storage.responses import (
     InFlightLimitReached,
+    cancel_queued,
     count_background_in_flight,
     delete_response,
     get_chain,
@@ -43,6 +44,7 @@ __all__ = [
     "ResponseRow",
     "Status",
     "async_url",
+    "cancel_queued",
     "count_background_in_flight",
     "create_api_key",
     "delete_response",

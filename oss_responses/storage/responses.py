@@ -116,10 +116,21 @@ def transition(
     return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
 
 
+def cancel_queued(session: Session, response_id: str, response: Mapping[str, Any]) -> bool:
+    """Cancel a response that is still queued, its stored Response (``response``) marked cancelled;
+    False if it had left the queue (a worker took it, or it ended). The API's cancel and a worker
+    that finds the cancel flag before starting race here: one wins."""
+    return transition(
+        session, response_id, from_statuses=("queued",), to_status="cancelled",
+        response={**response, "status": "cancelled"}, completed_at=utcnow(),
+    )
+
+
 def save_turn(
     session: Session,
     response_id: str,
     *,
+    store: bool = True,
     status: Status,
     response: dict[str, Any],
     output_messages: list[dict[str, Any]],
@@ -129,7 +140,11 @@ def save_turn(
     state: dict[str, Any] | None = None,
     completed_at: datetime | None = None,
 ) -> bool:
-    """Store the end of a turn, unless the response already ended (then nothing changes: False)."""
+    """Store the end of a turn, unless the response already ended (then nothing changes: False).
+
+    ``store=False``: the response is deleted once ended (its row only carried it while it ran;
+    nobody may read it later), in the same transaction.
+    """
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"save_turn needs a terminal status, not {status!r}")
     fields: dict[str, Any] = {
@@ -143,7 +158,10 @@ def save_turn(
         fields["function_calls"] = function_calls
     if input_messages is not None:
         fields["input_messages"] = input_messages
-    return transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+    ended = transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+    if ended and not store:
+        delete_response(session, response_id)
+    return ended
 
 
 def delete_response(session: Session, response_id: str) -> bool:

@@ -37,6 +37,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.tools.pinned_http import pinned_client_factory
 
 logger = logging.getLogger(__name__)
@@ -81,23 +82,10 @@ class McpEndpoint:
         return f"McpEndpoint(url={self.url!r}, headers={sorted(self.headers)!r}, addresses={self.addresses!r})"
 
 
-@dataclass(frozen=True)
-class McpToolSpec:
-    """One tool a server lists (what the model is shown and the mcp_list_tools item holds)."""
-
-    name: str
-    description: str | None
-    input_schema: dict[str, Any]
-    annotations: dict[str, Any] | None = None
-
-    @property
-    def read_only(self) -> bool | None:
-        return None if self.annotations is None else self.annotations.get("read_only_hint")
-
-    @classmethod
-    def from_mcp(cls, tool: mcp_types.Tool) -> McpToolSpec:
-        annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
-        return cls(tool.name, tool.description, dict(tool.input_schema), annotations)
+def tool_spec(tool: mcp_types.Tool) -> McpToolSpec:
+    """A listed tool as the rest of the service sees it (annotations under their Python names)."""
+    annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
+    return McpToolSpec(tool.name, tool.description or "", dict(tool.input_schema), annotations)
 
 
 class _Session:
@@ -136,7 +124,9 @@ class _Session:
     def _transport(self, stack: AsyncExitStack) -> Any:
         headers = dict(self.endpoint.headers)
         endpoint = self.endpoint
-        factory = pinned_client_factory(endpoint.url, endpoint.addresses) if endpoint.addresses else create_mcp_http_client
+        factory = (
+            pinned_client_factory(endpoint.url, endpoint.addresses) if endpoint.addresses else create_mcp_http_client
+        )
         if endpoint.transport == "sse":
             return sse_client(endpoint.url, headers=headers, httpx_client_factory=factory)
         http_client = factory(headers=headers)
@@ -185,7 +175,7 @@ class McpSessionPool:
             cursor: str | None = None
             while True:
                 page = await client.list_tools(cursor=cursor)
-                tools.extend(McpToolSpec.from_mcp(tool) for tool in page.tools)
+                tools.extend(tool_spec(tool) for tool in page.tools)
                 if not (cursor := page.next_cursor):
                     return tools
 

@@ -27,14 +27,14 @@ from typing import Any, Literal
 
 from openai.types.responses import ResponseStreamEvent
 
-from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
+from oss_responses.engine.base import Engine, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
 from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
+from oss_responses.statuses import TERMINAL_STATUSES, FinishReason
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 from oss_responses.workers.journal import apply_translator_step
-from oss_responses.statuses import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 

@@ -32,10 +32,10 @@ from openai.types.responses import ResponseStreamEvent
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
-from oss_responses.engine.base import FinishReason
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.translator import ResponseTranslator
+from oss_responses.statuses import FinishReason
 
 Step = list[Any]
 Record = Callable[[Step], None]

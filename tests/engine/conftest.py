@@ -31,7 +31,7 @@ from openai_harmony import HarmonyEncoding  # noqa: E402
 from tiny_engine import EngineLoop, build_tiny_gpt_oss, tiny_settings  # noqa: E402
 
 from oss_responses.engine.vllm import VllmEngine  # noqa: E402
-from oss_responses.harmony.vocab import load_encoding  # noqa: E402
+from oss_responses.vocab import load_encoding  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

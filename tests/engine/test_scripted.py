@@ -23,8 +23,8 @@ from openai_harmony import (
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.harmony.render import RenderOptions, render_prompt
-from oss_responses.harmony.vocab import load_encoding
 from oss_responses.requests import parse_create_request
+from oss_responses.vocab import load_encoding
 
 REPO = Path(__file__).resolve().parents[2]
 RETURN, CALL = 200002, 200012
@@ -55,7 +55,9 @@ def sampling(enc: HarmonyEncoding, max_tokens: int = 10_000) -> SamplingSettings
     return SamplingSettings(max_tokens=max_tokens, stop_token_ids=enc.stop_tokens_for_assistant_actions())
 
 
-async def collect(engine: ScriptedEngine, request_id: str, tokens: list[int], params: SamplingSettings) -> list[EngineOutput]:
+async def collect(
+    engine: ScriptedEngine, request_id: str, tokens: list[int], params: SamplingSettings
+) -> list[EngineOutput]:
     return [output async for output in engine.generate(request_id, tokens, params)]
 
 
@@ -90,7 +92,8 @@ def test_generate_lists_earlier_user_messages_in_order(enc: HarmonyEncoding) -> 
 def test_generate_calls_function_with_constrained_json(enc: HarmonyEncoding) -> None:
     outputs = generate(enc, prompt(enc, 'call functions.get_weather {"city": "Paris"}'))
     call = messages_of(enc, outputs)[-1]
-    assert (call.channel, call.recipient, call.content_type) == ("commentary", "functions.get_weather", "<|constrain|>json")
+    expected = ("commentary", "functions.get_weather", "<|constrain|>json")
+    assert (call.channel, call.recipient, call.content_type) == expected
     assert json.loads(text(call)) == {"city": "Paris"}
     assert outputs[-1].token_ids == [CALL] and outputs[-1].finish_reason == "stop"
 
@@ -114,7 +117,8 @@ def test_generate_answers_exactly_n_tokens(enc: HarmonyEncoding) -> None:
 
 
 def test_generate_quotes_tool_result(enc: HarmonyEncoding) -> None:
-    tokens = prompt(enc, 'call functions.get_weather {"city": "Paris"}', tool_result=("functions.get_weather", '{"temp": 20}'))
+    result = ("functions.get_weather", '{"temp": 20}')
+    tokens = prompt(enc, 'call functions.get_weather {"city": "Paris"}', tool_result=result)
     final = messages_of(enc, generate(enc, tokens))[-1]
     assert final.channel == "final"
     assert text(final) == 'The tool functions.get_weather returned: {"temp": 20}'
@@ -178,7 +182,9 @@ def test_tokens_per_second_paces_each_response(enc: HarmonyEncoding) -> None:
 
 
 def rendered(enc: HarmonyEncoding, text_format: dict[str, Any], user: str = "list two steps") -> list[int]:
-    request = parse_create_request({"model": "m", "input": user, "instructions": "Be brief.", "text": {"format": text_format}})
+    request = parse_create_request(
+        {"model": "m", "input": user, "instructions": "Be brief.", "text": {"format": text_format}}
+    )
     return render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
 
 

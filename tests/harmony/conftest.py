@@ -12,7 +12,7 @@ import pytest  # noqa: E402
 from harmony_transcripts import REPO, SCENARIOS, Run, run_scenario
 from openai_harmony import HarmonyEncoding
 
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 
 
 @pytest.fixture(scope="session")

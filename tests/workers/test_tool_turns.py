@@ -14,7 +14,7 @@ from tool_support import RecordingEngine, SequenceEngine
 from worker_support import wait_for_event
 
 from oss_responses.engine.scripted import ScriptedEngine
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
 
