@@ -161,7 +161,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
             "Retry shortly.", code="queue_unavailable",
         ) from exc
     ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
-    return [frame(event) for event in events]  # type: ignore[arg-type]
+    return [frame(event) for event in events]
 
 
 async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:

@@ -74,7 +74,8 @@ def parse_prompt(encoding: HarmonyEncoding, prompt_token_ids: Sequence[int]) -> 
         last_start = len(tokens) - 1 - tokens[::-1].index(START)
         if MESSAGE not in tokens[last_start:]:
             tokens = tokens[:last_start]
-    return encoding.parse_messages_from_completion_tokens(tokens, None)
+    messages: list[Message] = encoding.parse_messages_from_completion_tokens(tokens, None)
+    return messages
 
 
 class ScriptWriter:
@@ -85,7 +86,8 @@ class ScriptWriter:
         self.filler = [encoding.encode(word)[0] for word in _FILLER_WORDS]
 
     def _text(self, text: str) -> list[int]:
-        return self.encoding.encode(text, allowed_special="all")
+        tokens: list[int] = self.encoding.encode(text, allowed_special="all")
+        return tokens
 
     def script_for(self, prompt_token_ids: Sequence[int]) -> list[int]:
         """The answer's tokens still to come: all of it, or, when the prompt already ends with part of

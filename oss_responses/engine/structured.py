@@ -148,7 +148,8 @@ class _Constrained:
         return any(a == CHANNEL and b == self.final_token for a, b in itertools.pairwise(header))
 
 
-class StructuredFinalLogitsProcessor(LogitsProcessor):
+# vLLM is optional (OSS_RESPONSES_SKIP_ENGINE=1): without it this base is Any; with it the ignore is unused.
+class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unused-ignore]
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._vocab_size = vllm_config.model_config.get_vocab_size()
         self._max_rows = vllm_config.scheduler_config.max_num_seqs

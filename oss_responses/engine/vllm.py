@@ -98,19 +98,16 @@ def sampling_params(sampling: SamplingSettings) -> SamplingParams:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    optional = {
-        name: value
-        for name, value in (("temperature", sampling.temperature), ("top_p", sampling.top_p))
-        if value is not None
-    }
-    return SamplingParams(
+    # from_optional: an unset temperature or top_p takes vLLM's default.
+    return SamplingParams.from_optional(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
         max_tokens=sampling.max_tokens,
         seed=sampling.seed,
         stop_token_ids=list(sampling.stop_token_ids),
         detokenize=False,
         output_kind=RequestOutputKind.DELTA,
         extra_args=dict(sampling.extra) or None,
-        **optional,
     )
 
 

@@ -17,7 +17,7 @@ from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE
 Builtin = Literal["python", "browser"]
 PYTHON: Builtin = "python"
 BROWSER: Builtin = "browser"
-BUILTIN_NAMESPACES: frozenset[str] = frozenset({PYTHON, BROWSER})
+BUILTIN_NAMESPACES: frozenset[Builtin] = frozenset({PYTHON, BROWSER})
 
 # The browser's actions (recipients ``browser.search`` ...); python has one recipient, ``python``.
 BROWSER_ACTIONS: frozenset[str] = frozenset({"search", "open", "find"})

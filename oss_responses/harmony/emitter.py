@@ -10,11 +10,12 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, TypeVar, get_args
 
+from openai.types.responses import ResponseStreamEvent
 from pydantic import BaseModel
 
 from oss_responses.harmony.ids import IdSource
 
-E = TypeVar("E", bound=BaseModel)
+E = TypeVar("E", bound=ResponseStreamEvent)
 
 
 @cache
@@ -37,19 +38,21 @@ class EventEmitter:
 
     def __init__(self, first_sequence_number: int, id_seed: str | None = None) -> None:
         self.next_sequence_number = first_sequence_number
-        self._pending: list[BaseModel] = []
+        self._pending: list[ResponseStreamEvent] = []
         self._ids = IdSource(id_seed)
 
     def new_id(self, prefix: str) -> str:
         return self._ids.new(prefix)
 
     def emit(self, event_class: type[E], **fields: Any) -> E:
-        event = event_class(type=event_type(event_class), sequence_number=self.next_sequence_number, **fields)
+        # Upcast for event_type's cache: mypy sees no __hash__ on type[E] when E is bound to a union.
+        wire_class: type[BaseModel] = event_class
+        event = event_class(type=event_type(wire_class), sequence_number=self.next_sequence_number, **fields)
         self.next_sequence_number += 1
         self._pending.append(event)
         return event
 
-    def drain(self) -> list[BaseModel]:
+    def drain(self) -> list[ResponseStreamEvent]:
         """The events emitted since the last drain, in order."""
         events, self._pending = self._pending, []
         return events

@@ -35,6 +35,7 @@ from openai.types.responses import (
     ResponseReasoningItem,
     ResponseReasoningTextDeltaEvent,
     ResponseReasoningTextDoneEvent,
+    ResponseStreamEvent,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
 )
@@ -109,7 +110,7 @@ class ItemBuilder:
         self.done_item = item
         return item
 
-    def _emit(self, event_class: type[BaseModel], **fields: Any) -> None:
+    def _emit(self, event_class: type[ResponseStreamEvent], **fields: Any) -> None:
         """An event about this item: its ``output_index``, and its ``item_id`` and ``content_index``
         (always 0: one content part per item) where the event class has them."""
         names_item, has_part = _item_fields(event_class)

@@ -20,6 +20,7 @@ from openai.types.responses import (
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
     ResponseQueuedEvent,
+    ResponseStreamEvent,
     ResponseUsage,
 )
 from openai.types.responses.response import IncompleteDetails
@@ -29,7 +30,8 @@ from pydantic import BaseModel
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.statuses import TerminalStatus
 
-_TERMINAL_EVENTS: dict[str, type[BaseModel]] = {
+TerminalEvent = ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent
+_TERMINAL_EVENTS: dict[str, type[TerminalEvent]] = {
     "completed": ResponseCompletedEvent,
     "incomplete": ResponseIncompleteEvent,
     "failed": ResponseFailedEvent,
@@ -54,7 +56,7 @@ def placeholder_response(response_id: str, model: str, created_at: float, *, bac
     )
 
 
-def opening_events(response: Response) -> list[BaseModel]:
+def opening_events(response: Response) -> list[ResponseStreamEvent]:
     """``response.created`` (sequence 0) and, for background responses, ``response.queued`` (1)."""
     emitter = EventEmitter(0)
     emitter.emit(ResponseCreatedEvent, response=response)

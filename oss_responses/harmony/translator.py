@@ -58,9 +58,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from openai.types.responses import Response, ResponseError
+from openai.types.responses import Response, ResponseError, ResponseStreamEvent
 from openai_harmony import HarmonyEncoding, HarmonyError, Message, Role, StreamableParser
-from pydantic import BaseModel
 
 from oss_responses.harmony import lifecycle
 from oss_responses.harmony.emitter import EventEmitter
@@ -178,7 +177,7 @@ class ResponseTranslator:
     def next_sequence_number(self) -> int:
         return self._emitter.next_sequence_number
 
-    def start(self) -> list[BaseModel]:
+    def start(self) -> list[ResponseStreamEvent]:
         if self._started:
             return []
         self._started = True
@@ -194,7 +193,7 @@ class ResponseTranslator:
         self._input_tokens = input_tokens
 
     # --- MCP tool lists (before generation) ---------------------------------
-    def list_tools_started(self, server_label: str) -> list[BaseModel]:
+    def list_tools_started(self, server_label: str) -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
         builder = ListToolsBuilder(self._emitter, len(self._items), server_label)
@@ -203,21 +202,21 @@ class ResponseTranslator:
         builder.open()
         return self._emitter.drain()
 
-    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[BaseModel]:
+    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[ResponseStreamEvent]:
         """``tools``: McpToolSpec-like objects (name, description, input_schema, annotations)."""
         builder = self._listing(server_label)
         if builder is not None:
             builder.complete(tools)
         return self._emitter.drain()
 
-    def list_tools_failed(self, server_label: str, message: str) -> list[BaseModel]:
+    def list_tools_failed(self, server_label: str, message: str) -> list[ResponseStreamEvent]:
         builder = self._listing(server_label)
         if builder is not None:
             builder.fail(message)
         return self._emitter.drain()
 
     # --- approvals answered in this response ---------------------------------
-    def open_approved_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+    def open_approved_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         """Open the approved call as an mcp_call item; the worker runs it and calls feed_tool_result."""
         if self._terminal:
             return []
@@ -235,13 +234,13 @@ class ResponseTranslator:
         )
         return self._emitter.drain()
 
-    def decline_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+    def decline_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         """The user declined: no item; the model reads so in a tool message (continuation_token_ids)."""
         text = DECLINED + (f" Reason: {answer.reason}" if answer.reason else "")
         self.output_messages.append(tool_result_message(_recipient(answer), text, answer.channel))
         return []
 
-    def feed(self, token_ids: Sequence[int]) -> list[BaseModel]:
+    def feed(self, token_ids: Sequence[int]) -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
         try:
@@ -252,7 +251,7 @@ class ResponseTranslator:
             self._terminate("failed", ResponseError(code="server_error", message=message))
         return self._emitter.drain()
 
-    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[BaseModel]:
+    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[ResponseStreamEvent]:
         """The pending call's result: ``output`` on success, ``error`` (a message) on failure."""
         call = self.pending_tool_call
         if call is None or self._terminal:
@@ -281,7 +280,7 @@ class ResponseTranslator:
         cached_tokens: int | None = None,
         input_tokens: int | None = None,
         completed_at: int | None = None,
-    ) -> list[BaseModel]:
+    ) -> list[ResponseStreamEvent]:
         """``input_tokens``: the caller's count over all engine calls (default: prompt + continuations).
 
         ``completed_at``: the completion time to state (default: now), so that a replay states it alike.
@@ -300,7 +299,7 @@ class ResponseTranslator:
             self._stop(cached_tokens)
         return self._emitter.drain()
 
-    def fail(self, message: str, code: str = "server_error") -> list[BaseModel]:
+    def fail(self, message: str, code: str = "server_error") -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
         self._flush()
@@ -480,6 +479,6 @@ def _recipient(answer: ApprovalAnswer) -> str:
     return answer.recipient or f"{answer.server_label}.{answer.name}"
 
 
-def opening_events(response: Response) -> list[BaseModel]:
+def opening_events(response: Response) -> list[ResponseStreamEvent]:
     """``response.created`` (seq 0) and, for background responses, ``response.queued`` (seq 1)."""
     return lifecycle.opening_events(response)

@@ -21,10 +21,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -51,6 +51,9 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     anyio.EndOfStream,
     ConnectionError,
 )
+# Retried once on a new session: a dead connection, or an MCPError that says the session is gone.
+_RETRIED_ERRORS: tuple[type[BaseException], ...] = (*_CONNECTION_ERRORS, MCPError)
+T = TypeVar("T")
 
 
 class McpUnavailable(Exception):
@@ -184,17 +187,21 @@ class McpSessionPool:
         """Call a tool; raises TimeoutError, McpUnavailable, or MCPError (a protocol-level refusal)."""
         return await self._with_retry(endpoint, timeout, lambda client: client.call_tool(name, arguments))
 
-    async def _with_retry(self, endpoint: McpEndpoint, timeout: float, action: Any) -> Any:
+    async def _with_retry(
+        self, endpoint: McpEndpoint, timeout: float, action: Callable[[Client], Awaitable[T]]
+    ) -> T:
+        attempts_left = 2
         async with asyncio.timeout(timeout):
-            for attempt in (1, 2):
+            while True:  # each attempt returns or raises; only a first broken connection is retried
+                attempts_left -= 1
                 client = await self.client(endpoint)
                 try:
                     return await action(client)
-                except (*_CONNECTION_ERRORS, MCPError) as exc:
+                except _RETRIED_ERRORS as exc:
                     if isinstance(exc, MCPError) and not _session_lost(exc):
                         raise
                     await self._discard(endpoint, client)
-                    if attempt == 2:
+                    if not attempts_left:
                         raise McpUnavailable(f"connection to the MCP server broke ({type(exc).__name__})") from exc
 
     async def _connect(self, endpoint: McpEndpoint) -> _Session:

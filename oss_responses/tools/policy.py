@@ -152,7 +152,7 @@ def _resolve_builtin_type(tool_type: str, param: str, settings: Settings) -> Res
 
 def _builtin_of(label: str, settings: Settings) -> Builtin | None:
     name = settings.builtin_tool_labels.get(label)
-    return name if name in BUILTIN_NAMESPACES else None  # type: ignore[return-value]
+    return name if name in BUILTIN_NAMESPACES else None
 
 
 def _headers(tool: Mcp) -> dict[str, str]:

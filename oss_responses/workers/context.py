@@ -21,6 +21,7 @@ from typing import Any
 import redis
 import redis.asyncio as redis_asyncio
 from openai_harmony import HarmonyEncoding
+from redis import Redis as SyncRedis  # the field named redis hides the module in the class body
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
@@ -77,7 +78,7 @@ class WorkerContext:
     engine: Engine
     db: Database
     redis: redis_asyncio.Redis  # used on the engine loop only
-    sync_redis: redis.Redis  # task threads and the reaper
+    sync_redis: SyncRedis  # task threads and the reaper
     writer_redis: redis_asyncio.Redis  # the event writer's own client, never retrying (see RECONNECT)
     writer: EventWriter
     cancels: CancelListener

@@ -77,7 +77,7 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     commands = event_commands(response_id, [event]) + close_commands(response_id, "failed", ttl_seconds)
     with redis.pipeline(transaction=False) as pipe:
         for command in commands:
-            pipe.execute_command(*command)
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         pipe.execute(raise_on_error=False)  # an XADD refused (the stream ended meanwhile) is fine
 
 

@@ -98,7 +98,7 @@ Outcome = Literal[
 ]
 
 
-def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = None) -> Outcome:  # type: ignore[type-arg]
+def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Outcome:
     """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
     job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
@@ -119,7 +119,7 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = No
             log.warning("releasing the lease of %s failed", response_id, exc_info=True)
 
 
-def send_back(ctx: WorkerContext, response_id: str, secrets: dict | None) -> Outcome:  # type: ignore[type-arg]
+def send_back(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None) -> Outcome:
     """A task that arrived while this worker shuts down: its response goes back to the queue, untouched."""
     job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
@@ -466,7 +466,9 @@ def _finish(run: _Run) -> Outcome:
         ctx.loop.run(ctx.writer.drain(job.response_id))
     except EventWriteError:
         log.exception("events of %s did not all reach Redis; storing its end anyway", job.response_id)
-    status = translator.response.status or "failed"
+    status = translator.response.status
+    if status not in TERMINAL_STATUSES:  # a translator ends its response; a status-less one counts as failed
+        status = "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
     saved = _save_retrying(run)
@@ -476,7 +478,7 @@ def _finish(run: _Run) -> Outcome:
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     if saved:
         response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
-    return status  # type: ignore[return-value]
+    return status
 
 
 def _save_retrying(run: _Run) -> bool:

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from openai.types.responses import WebSearchPreviewTool, WebSearchTool
+from openai.types.responses import ResponseStreamEvent, WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import CodeInterpreter, Mcp
-from pydantic import BaseModel
 
 from oss_responses.config import Settings
 from oss_responses.harmony.mcp_tools import McpToolSpec
@@ -26,7 +25,7 @@ from oss_responses.tools.executor import McpToolExecutor, ToolExecutor, ToolOutc
 from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
 from oss_responses.tools.policy import ResolvedServer, requires_approval, resolve_servers
 
-Emit = Callable[[list[BaseModel]], None]
+Emit = Callable[[list[ResponseStreamEvent]], None]
 
 
 class NoToolExecutor:
