@@ -10,6 +10,6 @@ RUN pip install --no-cache-dir --no-deps /src && rm -rf /src
 WORKDIR /app
 ENV OSS_RESPONSES_TIKTOKEN_DIR=/app/var/tiktoken
 # Unpack and check the harmony vocabulary at build time, so containers never try to download it.
-RUN python -c "from oss_responses.harmony.vocab import load_encoding; load_encoding()"
+RUN python -c "from oss_responses.vocab import load_encoding; load_encoding()"
 EXPOSE 8000
 CMD ["oss-responses", "api"]

@@ -1,5 +1,5 @@
 # The two commands: `make run` (the whole stack locally) and `make test` (the test suite).
-.PHONY: run test bootstrap bench soak fuzz
+.PHONY: run test lint bootstrap bench soak fuzz
 
 bootstrap:
 	bash scripts/bootstrap.sh
@@ -9,6 +9,10 @@ run: bootstrap
 
 test: bootstrap
 	.venv/bin/python -m pytest
+
+# ruff and mypy over the package (their settings: pyproject.toml)
+lint: bootstrap
+	.venv/bin/ruff check oss_responses && .venv/bin/mypy oss_responses
 
 # Bench scripts and the soak import the checkout and the test helpers (tests/support) from here.
 DEV_PATH := PYTHONPATH=$(CURDIR):$(CURDIR)/tests

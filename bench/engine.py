@@ -10,23 +10,32 @@ of ``--rounds`` rounds counts.
 1. In this process, one engine: ``raw_asyncllm`` (AsyncLLM.generate, the script passed by hand) and
    ``vllm_engine`` (VllmEngine.generate from a thread per request), rounds alternating; then the
    engine is shut down (never two engines at once).
-2. The service: redis-server, SQLite, an API process and a Celery worker process with
+2. vLLM's own ``/v1/responses`` server (``python -m vllm.entrypoints.openai.api_server``) on the same
+   model, with the forcing logits processor; each request carries its script in ``vllm_xargs`` and
+   vLLM renders and parses harmony itself (bench/_engine/vllm_frontend.py builds gpt-oss's tokenizer,
+   which its server needs, from the local vocabulary).
+3. The service: redis-server, SQLite, an API process and a Celery worker process with
    ``engine=vllm`` and ``vllm_force_scripted`` (bench/_engine/traced_worker.py, which also records,
    for each event, the time from vLLM handing over the output to the event's write to Redis
-   returning: the latency the worker adds, and the worker's steps to the first token). Clients (the
-   raw asyncio client of bench/_service/client.py) POST ``stream: true`` and read the SSE stream,
-   counting deltas; tokens are the completed responses' ``usage.output_tokens``. Warm-up: one short
-   and one full round, not counted.
+   returning: the latency the worker adds, and the worker's steps to the first token).
+HTTP clients (the raw asyncio client of bench/_service/client.py) POST ``stream: true`` and read the SSE
+stream, counting deltas; tokens are the completed responses' ``usage.output_tokens``. Warm-up: one
+short and one full round per path, not counted. Engines never run at once.
 
 Every phase prints the CPU seconds per round of each process (this client, the engine core processes,
-the API, the worker, redis-server) and the service's time to first token split by stage. On a CPU
-machine the engine's compute shares the cores with the service's processes; ``--pin`` puts the
-engine's OpenMP threads on CPU 1 and everything else on CPU 0.
+vLLM's API server, the service's API, worker and redis-server), then the serving CPU per generated
+token of each path (everything but the engine core: for raw AsyncLLM, this process, which holds
+AsyncLLM's own front end), and the service's time to first token split by stage. On a CPU
+machine the engine's compute shares the cores with the serving processes; ``--pin`` puts the
+engine's OpenMP threads on CPU 1 and everything else on CPU 0. ``--profile`` samples the service's API
+and worker with py-spy during its rounds and prints their top functions.
 
-    . .venv-engine/bin/activate && PYTHONPATH=.:tests python bench/engine.py [--rounds 5] [--tokens 256] [--pin]
+    PYTHONPATH=.:tests python bench/engine.py [--rounds 5] [--tokens 256] [--phases in_process,vllm,service]
+        [--profile] [--pin]
 
-The last line is the headline: ``engine_service_ratio: X`` (service end-to-end tokens/s over raw
-AsyncLLM tokens/s; target >= 0.90).
+The last line is the headline: ``service_cpu_per_token_vs_raw: X x`` (the service's serving CPU per
+token over raw AsyncLLM's; target <= 3, and at most vLLM's own frontend's); the tokens/s ratios to raw
+AsyncLLM (target >= 0.95) come before it.
 """
 
 from __future__ import annotations
@@ -44,8 +53,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from _common import CpuMeter, descendants, nearest_rank, percentile
+from _engine.profile import Profiler
 
 from oss_responses.engine.base import SamplingSettings
 from oss_responses.engine.forced import FORCED_TOKENS_KEY
@@ -169,7 +180,7 @@ def forced_requests(texts: Sequence[str]) -> tuple[list[list[int]], list[Samplin
     from support import TIKTOKEN_DIR
     from support.forced_harmony import prompt_for
 
-    from oss_responses.harmony.vocab import load_encoding
+    from oss_responses.vocab import load_encoding
 
     encoding = load_encoding(TIKTOKEN_DIR)
     answers, stops = ScriptedAnswers(encoding), tuple(encoding.stop_tokens_for_assistant_actions())
@@ -215,9 +226,10 @@ def run_in_process(model: Path, args: argparse.Namespace) -> dict[str, list[Run]
 
 
 RESPONSE_ID = re.compile(rb'"id":"(resp_[^"]+)"')
+ROUND_TIMEOUT_SECONDS = 300
 
 
-async def sse_request(host: str, port: int, text: str) -> Trace:
+async def sse_request(host: str, port: int, text: str, extra: dict[str, Any] | None = None) -> Trace:
     """POST a streamed response (the raw asyncio client: a few % of a core, not httpx's line
     iterator); a Trace of its delta events, tokens = usage.output_tokens."""
     from _service import client as http
@@ -238,7 +250,7 @@ async def sse_request(host: str, port: int, text: str) -> Trace:
         elif kind in (b"response.failed", b"response.incomplete"):
             failure.append(frame)
 
-    body = {"model": SERVICE_MODEL, "input": text, "stream": True}
+    body = {"model": SERVICE_MODEL, "input": text, "stream": True} | (extra or {})
     request = await http.request(host, port, "POST", "/v1/responses", body, on_data=http.FrameSplitter(on_frame))
     await request.wait()
     if failure or not trace.tokens:
@@ -246,16 +258,56 @@ async def sse_request(host: str, port: int, text: str) -> Trace:
     return trace
 
 
-def service_round(base_url: str, texts: Sequence[str], meter: CpuMeter) -> Run:
+def http_round(
+    name: str, base_url: str, texts: Sequence[str], meter: CpuMeter, extras: Sequence[dict[str, Any]] | None = None
+) -> Run:
+    """One round of concurrent streamed POSTs (``extras``: more body fields per request)."""
     host, port = base_url.removeprefix("http://").split(":")
+    bodies = extras or [{}] * len(texts)
 
     async def gather() -> list[Trace]:
-        return list(await asyncio.gather(*(sse_request(host, int(port), text) for text in texts)))
+        # A response that never ends (a worker error) must fail the bench, not hang it.
+        pairs = zip(texts, bodies, strict=True)
+        requests = asyncio.gather(*(sse_request(host, int(port), text, extra) for text, extra in pairs))
+        return list(await asyncio.wait_for(requests, timeout=ROUND_TIMEOUT_SECONDS))
 
     meter.begin()
     started = time.monotonic()
     traces = asyncio.run(gather())
-    return Run("service", time.monotonic() - started, traces, meter.end())
+    return Run(name, time.monotonic() - started, traces, meter.end())
+
+
+def service_round(base_url: str, texts: Sequence[str], meter: CpuMeter) -> Run:
+    return http_round("service", base_url, texts, meter)
+
+
+def run_vllm_frontend(model: Path, scratch: Path, args: argparse.Namespace) -> list[Run]:
+    """Phase 2: vLLM's own /v1/responses server, the same requests forced to the same scripts."""
+    from _engine import vllm_frontend
+    from support import TIKTOKEN_DIR
+    from support.tiny_engine import MAX_MODEL_LEN
+
+    vocabulary = TIKTOKEN_DIR / "o200k_base.tiktoken"
+    served = vllm_frontend.add_tokenizer(model, vocabulary, scratch / "model-with-tokenizer")
+    started = time.monotonic()
+    process, port = vllm_frontend.start_server(
+        served, SERVICE_MODEL, args.concurrency, MAX_MODEL_LEN, vocabulary, scratch / "vllm-server.log"
+    )
+    print(f"vLLM server start: {time.monotonic() - started:.1f} s", flush=True)
+    base_url = f"http://127.0.0.1:{port}"
+    meter = CpuMeter(lambda: {"api_server": [process.pid], "engine_core": descendants(process.pid)})
+
+    def forced(texts: Sequence[str]) -> list[dict[str, Any]]:
+        _, samplings = forced_requests(texts)
+        return [{"vllm_xargs": {FORCED_TOKENS_KEY: sampling.extra[FORCED_TOKENS_KEY]}} for sampling in samplings]
+
+    try:
+        for texts in (user_texts(args.concurrency, 8), user_texts(args.concurrency, args.tokens)):
+            http_round("vllm_responses", base_url, texts, meter, forced(texts))  # warm-up, as for the others
+        texts = user_texts(args.concurrency, args.tokens)
+        return [http_round("vllm_responses", base_url, texts, meter, forced(texts)) for _ in range(args.rounds)]
+    finally:
+        vllm_frontend.stop_server(process)
 
 
 @dataclass
@@ -263,6 +315,7 @@ class ServiceResult:
     runs: list[Run]
     latencies: list[float]  # worker added latency per event (s)
     stages: dict[tuple[str, str], float]  # (response id, stage) -> time.monotonic()
+    profile: list[str]  # --profile: the API's and the worker's top functions
 
 
 def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> ServiceResult:
@@ -296,7 +349,12 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
             service_round(base_url, texts, meter)  # warm-up, like the in-process phase's (plus one full round)
         time.sleep(0.3)  # the trace thread writes every 0.1 s
         skip = len(trace_file.read_text().split()) if trace_file.exists() else 0
+        profiler = Profiler({"api": api.pid, "worker": worker.pid}, scratch) if args.profile else None
+        if profiler is not None:
+            profiler.start()
         runs = [service_round(base_url, user_texts(args.concurrency, args.tokens), meter) for _ in range(args.rounds)]
+        if profiler is not None:
+            profiler.stop()
         time.sleep(0.3)
         latencies = [float(value) for value in trace_file.read_text().split()[skip:]]
         stage_lines = (line.split() for line in stage_file.read_text().splitlines())
@@ -305,7 +363,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         for process in reversed(processes):
             stop_process(process)
         redis_server.stop()
-    return ServiceResult(runs, latencies, stages)
+    return ServiceResult(runs, latencies, stages, profiler.summary() if profiler is not None else [])
 
 
 # The service's time to first token, step by step: (label, stage); "created"/"delta" are the client's.
@@ -355,24 +413,54 @@ def contention(raw: list[Run], service: list[Run]) -> str:
             f"{wall(raw):.2f} s); a GPU machine keeps the model's compute off these cores")
 
 
-def report(args: argparse.Namespace, in_process: dict[str, list[Run]], service: ServiceResult) -> list[str]:
-    described = {name: describe(runs) for name, runs in in_process.items()}
+SERVING = {  # the processes that serve requests, the model's compute (engine core) excluded
+    "raw_asyncllm": ("client",), "vllm_responses": ("api_server",), "service": ("api", "worker", "redis"),
+}
+CPU_PER_TOKEN_TARGET = 3.0  # x raw AsyncLLM's, and at most vLLM's own frontend's
+
+
+def serving_cpu_per_token(runs: list[Run]) -> float:
+    """Mean CPU seconds of the serving processes per generated token (engine core excluded)."""
+    names = SERVING[runs[0].name]
+    cpu = sum(sec for run in runs for name, sec in run.cpu.items() if name in names)
+    return cpu / sum(trace.tokens for run in runs for trace in run.traces)
+
+
+def cpu_lines(paths: dict[str, list[Run]]) -> list[str]:
+    per_token = {name: serving_cpu_per_token(runs) for name, runs in paths.items() if name in SERVING}
+    raw = per_token["raw_asyncllm"]
+    lines = ["serving CPU per generated token (engine core excluded; target: service <= "
+             f"{CPU_PER_TOKEN_TARGET:.0f}x raw and <= vLLM's /v1/responses):"]
+    lines += [f"  {name:>14}: {value * 1e6:7.1f} us ({value / raw:.2f}x raw; {', '.join(SERVING[name])})"
+              for name, value in per_token.items()]
+    return lines
+
+
+def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: ServiceResult | None) -> list[str]:
+    described = {name: describe(runs) for name, runs in paths.items()}
     raw = described["raw_asyncllm"][0]
-    service_tps, service_line = describe(service.runs)
-    added_ms = [value * 1000 for value in service.latencies]
-    return [
+    lines = [
         f"{args.concurrency} concurrent requests x (analysis + {args.tokens} final tokens), "
         f"{args.rounds} rounds, median round:",
         *(line for _, line in described.values()),
-        service_line,
-        *(describe_cpu(runs) for runs in (*in_process.values(), service.runs)),
-        contention(in_process["raw_asyncllm"], service.runs),
-        *stage_split(median_run(service.runs), service.stages),
-        f"worker added latency (vLLM output -> event written to Redis), {len(added_ms)} events: "
-        f"p50 {percentile(added_ms, 0.5):.2f} ms, p99 {percentile(added_ms, 0.99):.2f} ms",
-        f"engine_ratio: {described['vllm_engine'][0] / raw:.3f}",
-        f"engine_service_ratio: {service_tps / raw:.3f}",
+        *(describe_cpu(runs) for runs in paths.values()),
     ]
+    if service is not None:
+        added_ms = [value * 1000 for value in service.latencies]
+        lines += [
+            contention(paths["raw_asyncllm"], service.runs),
+            *stage_split(median_run(service.runs), service.stages),
+            f"worker added latency (vLLM output -> event written to Redis), {len(added_ms)} events: "
+            f"p50 {percentile(added_ms, 0.5):.2f} ms, p99 {percentile(added_ms, 0.99):.2f} ms",
+            *service.profile,
+        ]
+    lines += [f"{name}_ratio: {tps / raw:.3f} (tokens/s over raw AsyncLLM's)"
+              for name, (tps, _) in described.items() if name != "raw_asyncllm"]
+    lines += cpu_lines(paths)
+    if "service" in paths:
+        ratio = serving_cpu_per_token(paths["service"]) / serving_cpu_per_token(paths["raw_asyncllm"])
+        lines.append(f"service_cpu_per_token_vs_raw: {ratio:.2f} x")
+    return lines
 
 
 def main() -> None:
@@ -381,6 +469,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--phases", default="in_process,vllm,service",
+                        help="comma-separated: in_process (raw AsyncLLM and VllmEngine; always run: the baseline), "
+                             "vllm (vLLM's own /v1/responses server), service (this service)")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy the service's API and worker during its rounds; print their top functions")
     parser.add_argument("--pin", action="store_true",
                         help="the engine's compute threads on CPU 1, everything else on CPU 0 (as a GPU would "
                              "keep the model's compute off the cores the service runs on)")
@@ -398,9 +491,14 @@ def main() -> None:
             from support.tiny_engine import build_tiny_gpt_oss
 
             model = build_tiny_gpt_oss(root / "model")
-        in_process = run_in_process(model, args)
-        service = run_service(model, root, args)
-        lines = report(args, in_process, service)
+        phases = set(args.phases.split(","))
+        paths = run_in_process(model, args)
+        if "vllm" in phases:
+            paths["vllm_responses"] = run_vllm_frontend(model, root, args)
+        service = run_service(model, root, args) if "service" in phases else None
+        if service is not None:
+            paths["service"] = service.runs
+        lines = report(args, paths, service)
     print("\n".join(lines))
 
 

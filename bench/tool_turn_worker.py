@@ -25,9 +25,9 @@ from support.workers import accept, worker_settings
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
-from oss_responses.harmony.vocab import load_encoding
 from oss_responses.storage import Database, get_response
 from oss_responses.storage.migrations import migrate
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.testing import local_worker, run_response_now
 
 CALL = 200012  # <|call|>

@@ -17,7 +17,7 @@ from openai_harmony import Role, StreamableParser
 from support import TIKTOKEN_DIR
 
 from oss_responses.harmony.translator import ResponseTranslator
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 
 TARGET_TOKENS = 100_000
 PROSE = (

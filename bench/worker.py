@@ -25,7 +25,7 @@ from oss_responses.engine.base import SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.render import render_prompt  # noqa: F401 (its import cost stays outside the window)
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.generation import Generation
 from oss_responses.workers.journal import JournaledTranslator
 

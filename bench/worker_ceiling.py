@@ -28,8 +28,8 @@ from support.servers import start_redis
 from support.workers import accept, worker_settings
 
 from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine
-from oss_responses.harmony.vocab import load_encoding
 from oss_responses.storage import Database, migrate
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.testing import local_worker, run_response_now
 
 TARGET_TOKENS_PER_SECOND = 20_000

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from oss_responses.harmony.builtin_tools import DEFAULT_BUILTIN_LABELS
+
 
 class WebhookEndpoint(BaseModel):
     """Where terminal background responses are announced, and the Standard Webhooks secret signing them."""
@@ -68,7 +70,9 @@ class Settings(BaseSettings):
     visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
 
     # --- scripted engine ----------------------------------------------------
-    scripted_tokens_per_second: float = Field(0.0, description="Per-response speed of the scripted engine; 0 = unlimited")
+    scripted_tokens_per_second: float = Field(
+        0.0, description="Per-response speed of the scripted engine; 0 = unlimited"
+    )
     scripted_step_interval_seconds: float = Field(
         0.0, description="Scripted engine step: one token for every running response per step; 0 = no stepping"
     )
@@ -103,7 +107,7 @@ class Settings(BaseSettings):
         description='MCP servers by label, as JSON: {"code_interpreter": "http://calc:8811/mcp"}',
     )
     builtin_tool_labels: dict[str, str] = Field(
-        default_factory=lambda: {"code_interpreter": "python", "web_search_preview": "browser"},
+        default_factory=lambda: dict[str, str](DEFAULT_BUILTIN_LABELS),
         description="Labels served as gpt-oss's built-in tools: label -> python | browser",
     )
     mcp_url_allowlist: list[str] = Field(
@@ -113,22 +117,26 @@ class Settings(BaseSettings):
     mcp_call_timeout_seconds: float = Field(30.0, description="Timeout of one MCP tool call")
     idempotent_tools: list[str] = Field(
         default_factory=list,
-        description='MCP tools safe to run again after a lost worker, besides those with idempotentHint: ["calc.*", "docs.search"]',
+        description="MCP tools safe to run again after a lost worker, besides those with idempotentHint: "
+        '["calc.*", "docs.search"]',
     )
 
     # --- sealed items (store=false clients) -----------------------------------
     encryption_keys: list[SecretStr] = Field(
         default_factory=list,
-        description="Keys sealing reasoning.encrypted_content, compaction items and MCP credentials, as a JSON list: the first "
-        "seals, every one opens (rotate by prepending). Each: python -c \"from oss_responses.sealing import new_key; "
-        "print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] and MCP authorization/headers are 400s",
+        description="Keys sealing reasoning.encrypted_content, compaction items and MCP credentials, as a JSON list: "
+        "the first seals, every one opens (rotate by prepending). Each: python -c \"from oss_responses.sealing "
+        "import new_key; print(new_key())\". None set: include=[\"reasoning.encrypted_content\"] and MCP "
+        "authorization/headers are 400s",
     )
 
     # --- limits (what one request may ask for) --------------------------------
     max_body_bytes: int = Field(
         16 * 1024 * 1024, description="Largest request body accepted; a larger one is a 413 before it is read whole"
     )
-    max_json_depth: int = Field(64, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)")
+    max_json_depth: int = Field(
+        64, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)"
+    )
     max_input_items: int = Field(2048, description="Most items one request's `input` may hold (400 beyond)")
     max_tools: int = Field(128, description="Most entries one request's `tools` may hold (400 beyond)")
     max_output_tokens_ceiling: int = Field(
@@ -136,7 +144,8 @@ class Settings(BaseSettings):
     )
     max_output_tokens_ceilings: dict[str, int] = Field(
         default_factory=dict,
-        description='Per-model max_output_tokens ceilings, as JSON: {"gpt-oss-20b": 32768} (400 naming max_output_tokens beyond)',
+        description='Per-model max_output_tokens ceilings, as JSON: {"gpt-oss-20b": 32768} '
+        "(400 naming max_output_tokens beyond)",
     )
     max_queued_per_model: int = Field(
         1000, description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)"

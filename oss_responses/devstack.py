@@ -32,6 +32,7 @@ import redis
 from oss_responses.config import get_settings
 from oss_responses.sealing import new_key
 from oss_responses.storage import migrate
+from oss_responses.vocab import ensure_vocabulary
 
 
 def _redis_answers(url: str) -> bool:
@@ -113,6 +114,7 @@ def main() -> None:
     if not _redis_answers(settings.redis_url):
         procs.append(_start_redis(settings.redis_url, var / "redis"))
     migrate(settings.database_url)
+    ensure_vocabulary(settings.tiktoken_dir)  # once, before the worker and the API both look for it
     env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
     env.setdefault("OSS_RESPONSES_LOG_FORMAT", "text")  # a terminal, not a log collector
     if not settings.encryption_keys:

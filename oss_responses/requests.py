@@ -8,15 +8,15 @@ checked lazily), so the body is validated here: top-level fields strictly (an un
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from openai.types.responses import (
     EasyInputMessage,
-    ResponseIncludable,
     FunctionTool,
-    ResponseCompactionItemParam,
     NamespaceTool,
+    ResponseCompactionItemParam,
     ResponseFunctionToolCall,
+    ResponseIncludable,
     ResponseOutputMessage,
     ResponseReasoningItem,
     WebSearchPreviewTool,
@@ -33,6 +33,7 @@ from openai.types.responses.response_input_item import (
 )
 from openai.types.responses.tool import CodeInterpreter, Mcp
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.ids import new_id
@@ -52,11 +53,12 @@ InputItem = (
     | ResponseCompactionItemParam
 )
 RequestTool = FunctionTool | NamespaceTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
+M = TypeVar("M", bound=BaseModel)
 
 # The ``include`` value asking for reasoning items' sealed harmony messages (stateless multi-turn).
 REASONING_ENCRYPTED_CONTENT = "reasoning.encrypted_content"
 
-_TOOL_MODELS: dict[str, type[BaseModel]] = {
+_TOOL_MODELS: dict[str, type[RequestTool]] = {
     "function": FunctionTool,
     "namespace": NamespaceTool,
     "mcp": Mcp,
@@ -66,7 +68,7 @@ _TOOL_MODELS: dict[str, type[BaseModel]] = {
     "web_search": WebSearchTool,
 }
 
-_ITEM_MODELS: dict[str, type[BaseModel]] = {
+_ITEM_MODELS: dict[str, type[InputItem]] = {
     "reasoning": ResponseReasoningItem,
     "function_call": ResponseFunctionToolCall,
     "function_call_output": FunctionCallOutput,
@@ -79,7 +81,7 @@ _ITEM_MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def _message_model(item: dict[str, Any]) -> type[BaseModel]:
+def _message_model(item: dict[str, Any]) -> type[EasyInputMessage | Message | ResponseOutputMessage]:
     """A ``type: message`` item is one of three shapes; pick by role and content."""
     content = item.get("content")
     if item.get("role") == "assistant" and "id" in item and isinstance(content, list):
@@ -144,12 +146,12 @@ def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def _loc(prefix: str, error: dict[str, Any]) -> str:
+def _loc(prefix: str, error: ErrorDetails) -> str:
     parts = [prefix] + [f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]]
     return "".join(parts)
 
 
-def _validate_one(model: type[BaseModel], value: Any, param: str) -> BaseModel:
+def _validate_one(model: type[M], value: Any, param: str) -> M:
     try:
         return model.model_validate(value)
     except ValidationError as exc:
@@ -157,7 +159,7 @@ def _validate_one(model: type[BaseModel], value: Any, param: str) -> BaseModel:
         raise BadRequest(f"Invalid value for '{_loc(param, first)}': {first['msg']}", param=_loc(param, first)) from exc
 
 
-def parse_input_item(value: Any, param: str) -> BaseModel:
+def parse_input_item(value: Any, param: str) -> InputItem:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
     value = normalise_input_item(value)
@@ -168,14 +170,15 @@ def parse_input_item(value: Any, param: str) -> BaseModel:
     model = _ITEM_MODELS.get(item_type) if item_type is not None else None
     if model is None:
         raise BadRequest(
-            f"Invalid value for '{param}.type': input items of type {value.get('type')!r} are not supported by gpt-oss.",
+            f"Invalid value for '{param}.type': input items of type {value.get('type')!r} "
+            "are not supported by gpt-oss.",
             param=f"{param}.type",
             code="unsupported_value",
         )
     return _validate_one(model, value, param)
 
 
-def parse_tool(value: Any, param: str) -> BaseModel:
+def parse_tool(value: Any, param: str) -> RequestTool:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
     tool_type = _type_of(value, "")
@@ -293,7 +296,7 @@ class CreateResponseRequest(BaseModel):
             raise ValueError("metadata can hold at most 16 keys")
         return value
 
-    def input_items(self) -> list[BaseModel]:
+    def input_items(self) -> list[InputItem]:
         """``input`` as a list of items (a string is one user message)."""
         if isinstance(self.input, str):
             return [EasyInputMessage(role="user", content=self.input, type="message")]
@@ -315,5 +318,7 @@ def parse_create_request(body: Any) -> CreateResponseRequest:
         if first["type"] == "extra_forbidden":
             raise BadRequest(f"Unrecognized request argument supplied: {param}", param=param) from exc
         if first["type"] == "missing":
-            raise BadRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter") from exc
+            raise BadRequest(
+                f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
+            ) from exc
         raise BadRequest(f"Invalid value for '{param}': {first['msg']}", param=param, code="invalid_value") from exc

@@ -18,5 +18,9 @@ TERMINAL_STATUSES: tuple[TerminalStatus, ...] = get_args(TerminalStatus)
 # The events that end a response's story in its stream (a cancel ends it with the end marker alone).
 TERMINAL_EVENT_TYPES = frozenset({"response.completed", "response.failed", "response.incomplete"})
 
+# Why a generation ended, as engines report it and the translator reads it: "length" is the token
+# budget (the response ends incomplete), "abort" a stop asked for (cancel, lost lease, shutdown).
+FinishReason = Literal["stop", "length", "abort"]
+
 # The Celery task that runs a response: sent by name by the API (a producer only) and by workers.
 RUN_RESPONSE_TASK = "oss_responses.run_response"

@@ -110,8 +110,8 @@ def _trace_stages() -> None:
         _stage("started", response_id)
         return run_response(ctx, response_id, secrets)
 
-    def traced_load_job(db: Any, response_id: str, secrets: Any = None) -> Any:
-        job = load_job(db, response_id, secrets)
+    def traced_load_job(db: Any, response_id: str, *args: Any) -> Any:
+        job = load_job(db, response_id, *args)
         _stage("loaded", response_id)
         return job
 

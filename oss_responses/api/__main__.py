@@ -7,11 +7,14 @@ import uvicorn
 from oss_responses.api.app import create_app
 from oss_responses.config import get_settings
 from oss_responses.logs import configure_logging
+from oss_responses.vocab import ensure_vocabulary
 
 
 def main() -> None:
     settings = get_settings()
     configure_logging(settings)
+    # Unpacked now, not by the first /v1/responses/input_tokens request (which loads the encoding).
+    ensure_vocabulary(settings.tiktoken_dir)
     # log_config=None: uvicorn's loggers propagate to the root handler configured above.
     uvicorn.run(create_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)
 

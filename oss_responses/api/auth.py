@@ -49,7 +49,9 @@ class Owner:
 
     @property
     def background_limit(self) -> int | None:
-        return self.max_background if self.name is not None and self.max_background and self.max_background > 0 else None
+        if self.name is None or not self.max_background or self.max_background <= 0:
+            return None
+        return self.max_background
 
 
 OPEN = Owner(name=None)

@@ -91,7 +91,8 @@ def compacted(final: dict[str, Any], users: list[dict[str, Any]], sealer: Sealer
     sealed = sealer.seal("compaction", [text_message("user", SUMMARY_HEADING + summary)])
     item = ResponseCompactionItem(id=new_id("cmp"), type="compaction", encrypted_content=sealed)
     body = CompactedResponse(
-        id=new_id("resp"), object="response.compaction", created_at=int(time.time()), output=[item], usage=final["usage"]
+        id=new_id("resp"), object="response.compaction", created_at=int(time.time()), output=[item],
+        usage=final["usage"],
     ).model_dump(mode="json", exclude_none=True)
     body["output"] = users + body["output"]
     return body

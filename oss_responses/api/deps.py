@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
-from redis.asyncio import Redis
 
 from oss_responses.api.auth import Owner, authenticate
 from oss_responses.api.services import Services
 from oss_responses.config import Settings
-from oss_responses.storage import AsyncDatabase
 
 
 def get_services(request: Request) -> Services:
@@ -22,14 +20,6 @@ def get_settings(request: Request) -> Settings:
     return get_services(request).settings
 
 
-def get_db(request: Request) -> AsyncDatabase:
-    return get_services(request).db
-
-
-def get_redis(request: Request) -> Redis:
-    return get_services(request).redis
-
-
 async def get_owner(request: Request) -> Owner:
     """The owner of the request's API key (keys mode: 401 without a valid one), or ``auth.OPEN``."""
     services = get_services(request)
@@ -38,6 +28,4 @@ async def get_owner(request: Request) -> Owner:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-DatabaseDep = Annotated[AsyncDatabase, Depends(get_db)]
-RedisDep = Annotated[Redis, Depends(get_redis)]
 OwnerDep = Annotated[Owner, Depends(get_owner)]

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 from openai_harmony import HarmonyEncoding
 
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 
 
 class LazyEncoding:

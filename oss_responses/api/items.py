@@ -7,6 +7,7 @@ shorthand the request used (``"input": "hi"``, ``{"role": "user", "content": "hi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from openai.types.responses import (
@@ -47,14 +48,14 @@ def _message_item(item: EasyInputMessage | Message) -> BaseModel:
             type="message",
             role="assistant",
             status="completed",
-            content=_text_parts(item.content, "output_text"),  # type: ignore[arg-type]
+            content=_text_parts(item.content, "output_text"),
         )
     return ResponseInputMessageItem(
         id=new_id("msg"),
         type="message",
         role=item.role,
         status="completed",
-        content=_text_parts(item.content, "input_text"),  # type: ignore[arg-type]
+        content=_text_parts(item.content, "input_text"),
     )
 
 
@@ -82,5 +83,5 @@ def stored_item(item: BaseModel) -> dict[str, Any]:
     return stored
 
 
-def stored_items(items: list[BaseModel]) -> list[dict[str, Any]]:
+def stored_items(items: Sequence[BaseModel]) -> list[dict[str, Any]]:
     return [stored_item(item) for item in items]

@@ -41,16 +41,17 @@ from oss_responses.harmony.render import ConversationPlan, plan_conversation
 from oss_responses.metrics import ACCEPTED, response_ended
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
 from oss_responses.storage import (
     InFlightLimitReached,
     ResponseRecord,
+    cancel_queued,
     delete_response,
     find_input_items,
     get_chain,
     get_response,
     insert_background_within_limit,
     insert_response,
-    transition,
     utcnow,
 )
 from oss_responses.storage.webhook_deliveries import add_pending
@@ -58,7 +59,6 @@ from oss_responses.tools.policy import resolve_servers
 from oss_responses.webhooks.events import planned_deliveries
 from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json
-from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
             "Retry shortly.", code="queue_unavailable",
         ) from exc
     ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
-    return [frame(event) for event in events]  # type: ignore[arg-type]
+    return [frame(event) for event in events]
 
 
 async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:
@@ -197,11 +197,7 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
         pipe.set(redis_keys.cancel(record.id), "1", ex=ttl)
         pipe.publish(redis_keys.CANCEL_CHANNEL, record.id)
         await pipe.execute()
-    cancelled = record.response | {"status": "cancelled"}
-    won = await services.db.run(
-        transition, record.id, from_statuses=("queued",), to_status="cancelled",
-        response=cancelled, completed_at=utcnow(),
-    )
+    won = await services.db.run(cancel_queued, record.id, record.response)
     if won:
         await write_events(services.redis, record.id, [], close="cancelled", ttl_seconds=ttl)
         await _announce_end(services, record, "cancelled")

@@ -81,5 +81,5 @@ def _process_metrics() -> Collector:
     if not os.environ.get(MULTIPROC_ENV):
         return REGISTRY
     registry = CollectorRegistry()
-    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
     return registry

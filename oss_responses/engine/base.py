@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-FinishReason = Literal["stop", "length", "abort"]
+from oss_responses.statuses import FinishReason
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,8 @@ def forced_script(params: SamplingParams) -> list[int] | None:
     return script
 
 
-class ForcedTokensLogitsProcessor(LogitsProcessor):
+# vLLM is optional (OSS_RESPONSES_SKIP_ENGINE=1): without it this base is Any; with it the ignore is unused.
+class ForcedTokensLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unused-ignore]
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._by_row: dict[int, _Forcing] = {}
 

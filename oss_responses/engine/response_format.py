@@ -20,7 +20,6 @@ from openai_harmony import Message, Role
 
 from oss_responses.harmony.render import JSON_OBJECT_FORMAT, RESPONSE_FORMATS_HEADING
 
-
 STRUCTURED_OUTPUT_KEY = "structured_output"
 
 

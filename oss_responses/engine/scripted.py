@@ -52,9 +52,9 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.json_instance import instance_of
 from oss_responses.engine.response_format import ResponseFormat, requested_format
+from oss_responses.harmony.builtin_tools import BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
-BUILTIN_TOOLS = ("python", "browser")
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
 # How many trailing message starts a continuation is looked for behind (an answer has at most two
@@ -74,7 +74,8 @@ def parse_prompt(encoding: HarmonyEncoding, prompt_token_ids: Sequence[int]) -> 
         last_start = len(tokens) - 1 - tokens[::-1].index(START)
         if MESSAGE not in tokens[last_start:]:
             tokens = tokens[:last_start]
-    return encoding.parse_messages_from_completion_tokens(tokens, None)
+    messages: list[Message] = encoding.parse_messages_from_completion_tokens(tokens, None)
+    return messages
 
 
 class ScriptWriter:
@@ -85,7 +86,8 @@ class ScriptWriter:
         self.filler = [encoding.encode(word)[0] for word in _FILLER_WORDS]
 
     def _text(self, text: str) -> list[int]:
-        return self.encoding.encode(text, allowed_special="all")
+        tokens: list[int] = self.encoding.encode(text, allowed_special="all")
+        return tokens
 
     def script_for(self, prompt_token_ids: Sequence[int]) -> list[int]:
         """The answer's tokens still to come: all of it, or, when the prompt already ends with part of
@@ -148,8 +150,9 @@ class ScriptWriter:
         return self._text("<|start|>assistant<|channel|>final<|message|>") + body + [RETURN]
 
     def _tool_call(self, recipient: str, arguments: str) -> list[int]:
-        channel = "analysis" if recipient.split(".")[0] in BUILTIN_TOOLS else "commentary"
-        constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == "python" else "")
+        builtin = recipient.partition(".")[0] in BUILTIN_NAMESPACES
+        channel = BUILTIN_CALL_CHANNEL if builtin else "commentary"
+        constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == PYTHON else "")
         header = f"<|start|>assistant<|channel|>{channel} to={recipient}{constrain}<|message|>"
         return self._text(header) + self._text(arguments) + [CALL]
 

@@ -11,15 +11,16 @@ complete only ``<|return|>`` remains allowed, so the response ends right after t
 
 A request opts in with ``SamplingParams.extra_args = {"structured_output": SPEC}``, SPEC being
 ``{"type": "json_schema", "schema": {...}}`` or ``{"type": "json_object"}`` (see
-:func:`oss_responses.engine.response_format.structured_output_spec`). The vocabulary (o200k bytes, special tokens empty) is read once per
-engine process from ``TIKTOKEN_ENCODINGS_BASE`` (set by the worker before vLLM starts); grammars
-are compiled once per schema. JSON is constrained to compact separators, as the scripted engine
-writes it, so a forced scripted answer passes the grammar too. This module imports vLLM; the engine
-core process loads it by name.
+:func:`oss_responses.engine.response_format.structured_output_spec`). The vocabulary (o200k bytes,
+special tokens empty) is read once per engine process from ``TIKTOKEN_ENCODINGS_BASE`` (set by the
+worker before vLLM starts); grammars are compiled once per schema. JSON is constrained to compact
+separators, as the scripted engine writes it, so a forced scripted answer passes the grammar too. This
+module imports vLLM; the engine core process loads it by name.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -72,7 +73,7 @@ class Grammars:
     def __init__(self, vocab_size: int) -> None:
         import xgrammar
 
-        from oss_responses.harmony.vocab import token_bytes
+        from oss_responses.vocab import token_bytes
 
         vocabulary = token_bytes(_vocab_folder(), vocab_size)
         self.final_token = vocabulary.index(b"final")
@@ -144,10 +145,11 @@ class _Constrained:
         return False
 
     def _is_final_header(self, header: list[int]) -> bool:
-        return any(a == CHANNEL and b == self.final_token for a, b in zip(header, header[1:]))
+        return any(a == CHANNEL and b == self.final_token for a, b in itertools.pairwise(header))
 
 
-class StructuredFinalLogitsProcessor(LogitsProcessor):
+# vLLM is optional (OSS_RESPONSES_SKIP_ENGINE=1): without it this base is Any; with it the ignore is unused.
+class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unused-ignore]
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._vocab_size = vllm_config.model_config.get_vocab_size()
         self._max_rows = vllm_config.scheduler_config.max_num_seqs
@@ -167,7 +169,9 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         process_dict_updates(self._by_row, batch_update, self._new_request)
 
-    def _new_request(self, params: SamplingParams, _prompt: list[int] | None, generated: list[int]) -> _Constrained | None:
+    def _new_request(
+        self, params: SamplingParams, _prompt: list[int] | None, generated: list[int]
+    ) -> _Constrained | None:
         spec = _spec_of(params)
         if spec is None:
             return None

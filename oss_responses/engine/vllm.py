@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, FinishReason, SamplingSettings
-from oss_responses.harmony.vocab import ensure_vocabulary
+from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.statuses import FinishReason
+from oss_responses.vocab import ensure_vocabulary
 
 STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"  # loaded by name in vLLM
 
@@ -97,19 +98,16 @@ def sampling_params(sampling: SamplingSettings) -> SamplingParams:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    optional = {
-        name: value
-        for name, value in (("temperature", sampling.temperature), ("top_p", sampling.top_p))
-        if value is not None
-    }
-    return SamplingParams(
+    # from_optional: an unset temperature or top_p takes vLLM's default.
+    return SamplingParams.from_optional(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
         max_tokens=sampling.max_tokens,
         seed=sampling.seed,
         stop_token_ids=list(sampling.stop_token_ids),
         detokenize=False,
         output_kind=RequestOutputKind.DELTA,
         extra_args=dict(sampling.extra) or None,
-        **optional,
     )
 
 
@@ -178,7 +176,7 @@ class VllmEngine:
         # TIKTOKEN_ENCODINGS_BASE, which this sets before vLLM spawns it.
         ensure_vocabulary(self._settings.tiktoken_dir)
         if self._settings.vllm_force_scripted:
-            from oss_responses.harmony.vocab import load_encoding
+            from oss_responses.vocab import load_encoding
 
             self._scripts = ScriptedAnswers(self._encoding or load_encoding(self._settings.tiktoken_dir))
             log.warning("vllm_force_scripted: outputs are the scripted engine's answers (tests/demos only)")

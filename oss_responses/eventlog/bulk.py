@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection, ConnectionPoolInterface
 from redis.exceptions import NoScriptError, ResponseError
 
 Command = tuple[Any, ...]  # (name, key, *args)
@@ -100,7 +101,7 @@ async def run_commands(redis: Redis, commands: Sequence[Command]) -> dict[int, s
     for number, reply in enumerate(replies):
         if isinstance(reply, Exception):
             raise reply
-        for index, message in zip(reply[::2], reply[1::2]):
+        for index, message in zip(reply[::2], reply[1::2], strict=True):  # {index, error, ...} pairs
             errors[number * CHUNK + index] = message.decode() if isinstance(message, bytes) else str(message)
     return errors
 
@@ -108,7 +109,8 @@ async def run_commands(redis: Redis, commands: Sequence[Command]) -> dict[int, s
 async def _send(redis: Redis, chunks: list[Sequence[Command]]) -> list[Any]:
     """Every chunk's EVALSHA in one write; the replies in order (an error reply as its exception)."""
     payload = b"".join(pack(_script_call(chunk)) for chunk in chunks)
-    pool = redis.connection_pool
+    # Typed as the pool interface: ConnectionPool's own get_connection carries no annotations.
+    pool: ConnectionPoolInterface = redis.connection_pool
     connection = await pool.get_connection()
     try:
         await connection.send_packed_command(payload, check_health=False)
@@ -117,7 +119,7 @@ async def _send(redis: Redis, chunks: list[Sequence[Command]]) -> list[Any]:
         await pool.release(connection)
 
 
-async def _reply(connection: Any) -> Any:
+async def _reply(connection: AbstractConnection) -> Any:
     try:
         return await connection.read_response(disable_decoding=True)
     except ResponseError as error:  # NOSCRIPT, or the script itself failed: the caller decides

@@ -7,23 +7,18 @@ stream; the API relays those bytes untouched, so per-event work in the API is co
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any, TypeAlias
+
+from openai.types.responses import ResponseStreamEvent
 
 from oss_responses.wire import event_json
 
-
-class StreamEvent(Protocol):
-    """What :func:`frame` needs of an ``openai.types.responses`` event."""
-
-    type: str
-    sequence_number: int
-
-    def model_dump_json(self, *, by_alias: bool | None = None) -> str: ...
+StreamEvent: TypeAlias = ResponseStreamEvent  # the log holds the openai package's own event types
 
 
 def frame(event: StreamEvent) -> bytes:
     """``event: TYPE\\ndata: JSON\\n\\n`` for one event."""
-    return b"event: " + event.type.encode() + b"\ndata: " + event_json(event).encode() + b"\n\n"  # type: ignore[arg-type]
+    return b"event: " + event.type.encode() + b"\ndata: " + event_json(event).encode() + b"\n\n"
 
 
 def parse_frame(data: bytes) -> dict[str, Any]:

@@ -33,11 +33,12 @@ import logging
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 
@@ -73,6 +74,13 @@ class EventHubStopped(RuntimeError):
 def parse_id(entry_id: bytes) -> EntryId:
     ms, _, seq = entry_id.partition(b"-")
     return int(ms), int(seq)
+
+
+def as_entries(reply: StreamRangeResponse | None) -> list[Entry]:
+    """An XRANGE/XREVRANGE reply as the hub's clients get it. redis-py types replies for every client
+    setting; these clients never decode responses (ids and fields are bytes), and a range reply never
+    holds a deleted entry (None, which only XCLAIM/XAUTOCLAIM return)."""
+    return cast(list[Entry], reply or [])
 
 
 def cursor_after(after: int | None) -> EntryId:
@@ -216,7 +224,7 @@ class EventHub:
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
-        entries = await self._side_client.xrevrange(redis_keys.events(response_id), count=2)
+        entries = as_entries(await self._side_client.xrevrange(redis_keys.events(response_id), count=2))
         if not entries:
             raise StreamNotFound(response_id)
         for entry_id, fields in entries:
@@ -270,7 +278,9 @@ class EventHub:
                     # read from here on is queued as well) closes the gap.
                     page = await self._range(key, cursor)
                     continue
-                async for frames, cursor, end in self._live(sub, cursor):
+                live = self._live(sub, cursor)
+                # cursor follows the live batches: after a detach, history resumes from where they ended
+                async for frames, cursor, end in live:
                     if frames:
                         yield frames
                     if end is not None:
@@ -316,14 +326,14 @@ class EventHub:
             exists, page = await pipe.execute()
         if not exists:
             raise StreamNotFound(key)
-        return page
+        return as_entries(page)
 
     async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
         """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
         delay, waited = 0.1, 0.0
         while True:
             try:
-                return await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count)
+                return as_entries(await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count))
             except (RedisConnectionError, RedisTimeoutError):
                 if waited >= self._outage_seconds:
                     raise
@@ -381,7 +391,7 @@ class EventHub:
                     await asyncio.sleep(0.5)
                     continue
             reading = dict(self._streams)
-            request: dict[Any, Any] = {key: "%d-%d" % s.cursor for key, s in reading.items()}
+            request: dict[Any, Any] = {key: f"{s.cursor[0]}-{s.cursor[1]}" for key, s in reading.items()}
             request[self._wake_key] = self._wake_cursor
             self._reading, self._wake_sent = True, False
             try:
@@ -395,7 +405,9 @@ class EventHub:
                 continue
             finally:
                 self._reading = False
-            for raw_key, entries in reply or ():
+            # RESP2, the reader's protocol: a list of [key, entries] (RESP3 would give a dict).
+            assert isinstance(reply, list)
+            for raw_key, entries in reply:
                 self._dispatch(raw_key.decode(), entries, reading)
 
     async def _drop_lost_streams(self, reader: Redis) -> None:
@@ -406,7 +418,7 @@ class EventHub:
                 pipe.exists(key)
             found = await pipe.execute()
         self._recheck = False
-        for key, exists in zip(keys, found):
+        for key, exists in zip(keys, found, strict=True):
             stream = self._streams.get(key)
             if exists or stream is None:
                 continue
@@ -446,4 +458,4 @@ class EventHub:
 
 
 def _exclusive(cursor: EntryId) -> str:
-    return "(%d-%d" % cursor
+    return f"({cursor[0]}-{cursor[1]}"

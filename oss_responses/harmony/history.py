@@ -59,7 +59,10 @@ class ApprovalAnswer:
 
 def turn_items(request_input: Any, response_output: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """A stored turn's items: its request's ``input`` (a string is one user message), then its output."""
-    inputs = [{"type": "message", "role": "user", "content": request_input}] if isinstance(request_input, str) else list(request_input or [])
+    if isinstance(request_input, str):
+        inputs = [{"type": "message", "role": "user", "content": request_input}]
+    else:
+        inputs = list(request_input or [])
     return [dict(item) for item in inputs] + [dict(item) for item in response_output]
 
 
@@ -112,7 +115,10 @@ def find_approval(history: Sequence[ConversationTurn], input_items: Sequence[Any
 def stored_approval_ids(history: Sequence[ConversationTurn]) -> frozenset[str]:
     """Ids of the approval requests whose call message is already in the stored messages."""
     return frozenset(
-        field_of(item, "id") for turn in history for item in turn.items if field_of(item, "type") == "mcp_approval_request"
+        field_of(item, "id")
+        for turn in history
+        for item in turn.items
+        if field_of(item, "type") == "mcp_approval_request"
     )
 
 

@@ -20,34 +20,6 @@ def response_id() -> str:
     return new_id("resp")
 
 
-def message_id() -> str:
-    return new_id("msg")
-
-
-def reasoning_id() -> str:
-    return new_id("rs")
-
-
-def function_call_item_id() -> str:
-    return new_id("fc")
-
-
-def call_id() -> str:
-    return new_id("call")
-
-
-def mcp_call_id() -> str:
-    return new_id("mcp")
-
-
-def mcp_list_tools_id() -> str:
-    return new_id("mcpl")
-
-
-def mcp_approval_request_id() -> str:
-    return new_id("mcpr")
-
-
 class IdSource:
     """Item and call ids for one response: random, or, with a ``seed``, the same sequence every time.
 

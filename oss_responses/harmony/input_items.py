@@ -15,7 +15,6 @@ it (see ``compaction.py``); a blob that does not open is a 400 naming it.
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -37,6 +36,7 @@ from openai.types.responses.response_input_item import (
 from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.builtin_tools import BUILTIN_CALL_CHANNEL
 from oss_responses.harmony.messages import (
     Recipient,
     function_recipient,
@@ -123,7 +123,8 @@ class InputConverter:
         recipient = function_recipient(name)
         return [
             text_message(
-                "assistant", item.arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
+                "assistant", item.arguments, channel="commentary", recipient=recipient,
+                content_type=FUNCTION_ARGUMENTS_TYPE,
             )
         ]
 
@@ -150,7 +151,7 @@ class InputConverter:
         namespace = self._namespaces.get(server_label, server_label)
         recipient = Recipient.address(namespace, name)
         if namespace in self._builtin_namespaces:
-            return text_message("assistant", arguments, channel="analysis", recipient=recipient)
+            return text_message("assistant", arguments, channel=BUILTIN_CALL_CHANNEL, recipient=recipient)
         return text_message(
             "assistant", arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
         )

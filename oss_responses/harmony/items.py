@@ -14,6 +14,7 @@ always 0 (gpt-oss writes one text per message) and can never leak from one item 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any, Literal
 
 from openai.types.responses import (
@@ -34,6 +35,7 @@ from openai.types.responses import (
     ResponseReasoningItem,
     ResponseReasoningTextDeltaEvent,
     ResponseReasoningTextDoneEvent,
+    ResponseStreamEvent,
     ResponseTextDeltaEvent,
     ResponseTextDoneEvent,
 )
@@ -51,6 +53,13 @@ ItemStatus = Literal["completed", "incomplete"]
 # An item as the added (in_progress) and done events carry it; an MCP call may also end "failed".
 LiveStatus = Literal["in_progress", "completed", "incomplete"]
 McpCallStatus = Literal["in_progress", "completed", "incomplete", "failed"]
+
+
+@cache
+def _item_fields(event_class: type[BaseModel]) -> tuple[bool, bool]:
+    """Whether the event class has ``item_id``, and ``content_index`` (read once: events are per token)."""
+    declared = event_class.model_fields
+    return "item_id" in declared, "content_index" in declared
 
 
 class ItemBuilder:
@@ -76,9 +85,7 @@ class ItemBuilder:
         return self.done_item is not None
 
     def open(self) -> None:
-        self.emitter.emit(
-            ResponseOutputItemAddedEvent, type="response.output_item.added", output_index=self.output_index, item=self._item("", "in_progress")
-        )
+        self._emit(ResponseOutputItemAddedEvent, item=self._item("", "in_progress"))
 
     def append(self, delta: str) -> None:
         self._chunks.append(delta)
@@ -95,10 +102,24 @@ class ItemBuilder:
     def _done(self, status: LiveStatus) -> BaseModel:
         text = self.text
         self._emit_text_done(text)
-        item = self._item(text, status)
-        self.emitter.emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=self.output_index, item=item)
+        return self._finish(self._item(text, status))
+
+    def _finish(self, item: BaseModel) -> BaseModel:
+        """``output_item.done`` with the item as it ends; the builder is done."""
+        self._emit(ResponseOutputItemDoneEvent, item=item)
         self.done_item = item
         return item
+
+    def _emit(self, event_class: type[ResponseStreamEvent], **fields: Any) -> None:
+        """An event about this item: its ``output_index``, and its ``item_id`` and ``content_index``
+        (always 0: one content part per item) where the event class has them."""
+        names_item, has_part = _item_fields(event_class)
+        fields["output_index"] = self.output_index
+        if names_item:
+            fields["item_id"] = self.item_id
+        if has_part:
+            fields["content_index"] = 0
+        self.emitter.emit(event_class, **fields)
 
     # --- per kind ---------------------------------------------------------
     def _item(self, text: str, status: LiveStatus) -> BaseModel:
@@ -120,25 +141,11 @@ class _OnePartBuilder(ItemBuilder):
 
     def open(self) -> None:
         super().open()
-        self.emitter.emit(
-            ResponseContentPartAddedEvent,
-            type="response.content_part.added",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            content_index=0,
-            part=self._part("", False),
-        )
+        self._emit(ResponseContentPartAddedEvent, part=self._part("", False))
 
     def _emit_text_done(self, text: str) -> None:
         self._emit_part_text_done(text)
-        self.emitter.emit(
-            ResponseContentPartDoneEvent,
-            type="response.content_part.done",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            content_index=0,
-            part=self._part(text, True),
-        )
+        self._emit(ResponseContentPartDoneEvent, part=self._part(text, True))
 
     def _emit_part_text_done(self, text: str) -> None:
         raise NotImplementedError
@@ -166,24 +173,10 @@ class ReasoningBuilder(_OnePartBuilder):
         )
 
     def _emit_delta(self, delta: str) -> None:
-        self.emitter.emit(
-            ResponseReasoningTextDeltaEvent,
-            type="response.reasoning_text.delta",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            content_index=0,
-            delta=delta,
-        )
+        self._emit(ResponseReasoningTextDeltaEvent, delta=delta)
 
     def _emit_part_text_done(self, text: str) -> None:
-        self.emitter.emit(
-            ResponseReasoningTextDoneEvent,
-            type="response.reasoning_text.done",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            content_index=0,
-            text=text,
-        )
+        self._emit(ResponseReasoningTextDoneEvent, text=text)
 
 
 class MessageBuilder(_OnePartBuilder):
@@ -203,26 +196,10 @@ class MessageBuilder(_OnePartBuilder):
         )
 
     def _emit_delta(self, delta: str) -> None:
-        self.emitter.emit(
-            ResponseTextDeltaEvent,
-            type="response.output_text.delta",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            content_index=0,
-            delta=delta,
-            logprobs=[],
-        )
+        self._emit(ResponseTextDeltaEvent, delta=delta, logprobs=[])
 
     def _emit_part_text_done(self, text: str) -> None:
-        self.emitter.emit(
-            ResponseTextDoneEvent,
-            type="response.output_text.done",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            content_index=0,
-            text=text,
-            logprobs=[],
-        )
+        self._emit(ResponseTextDoneEvent, text=text, logprobs=[])
 
 
 class FunctionCallBuilder(ItemBuilder):
@@ -251,22 +228,10 @@ class FunctionCallBuilder(ItemBuilder):
         )
 
     def _emit_delta(self, delta: str) -> None:
-        self.emitter.emit(
-            ResponseFunctionCallArgumentsDeltaEvent,
-            type="response.function_call_arguments.delta",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            delta=delta,
-        )
+        self._emit(ResponseFunctionCallArgumentsDeltaEvent, delta=delta)
 
     def _emit_text_done(self, text: str) -> None:
-        self.emitter.emit(
-            ResponseFunctionCallArgumentsDoneEvent,
-            type="response.function_call_arguments.done",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            arguments=text,
-        )
+        self._emit(ResponseFunctionCallArgumentsDoneEvent, arguments=text)
 
 
 class UnavailableToolCallBuilder(ItemBuilder):
@@ -310,25 +275,23 @@ class McpCallBuilder(ItemBuilder):
     def end_message(self, status: ItemStatus) -> BaseModel | None:
         if status != "completed":
             return self._done(status)
-        self._emit_arguments_done()
-        self._emit_simple(ResponseMcpCallInProgressEvent, "response.mcp_call.in_progress")
+        self._emit_text_done(self.text)
+        self._emit(ResponseMcpCallInProgressEvent)
         self.awaiting_result = True
         return None
 
     def complete(self, output: str) -> BaseModel:
-        self._emit_simple(ResponseMcpCallCompletedEvent, "response.mcp_call.completed")
+        self._emit(ResponseMcpCallCompletedEvent)
         return self._finish(self._item(self.text, "completed", output=output))
 
     def fail(self, error: str) -> BaseModel:
-        self._emit_simple(ResponseMcpCallFailedEvent, "response.mcp_call.failed")
+        self._emit(ResponseMcpCallFailedEvent)
         detail = McpToolExecutionError(type="mcp_tool_execution_error", content=[{"type": "text", "text": error}])
         return self._finish(self._item(self.text, "failed", error=detail))
 
     def _finish(self, item: BaseModel) -> BaseModel:
         self.awaiting_result = False
-        self.emitter.emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=self.output_index, item=item)
-        self.done_item = item
-        return item
+        return super()._finish(item)
 
     def _done(self, status: LiveStatus) -> BaseModel:
         if self.awaiting_result:  # arguments already closed; only the item is left
@@ -337,29 +300,12 @@ class McpCallBuilder(ItemBuilder):
 
     def _item(self, text: str, status: McpCallStatus, **result: Any) -> BaseModel:
         return McpCall(
-            type="mcp_call", id=self.item_id, server_label=self.server_label, name=self.name, arguments=text, status=status, **result
+            type="mcp_call", id=self.item_id, server_label=self.server_label, name=self.name, arguments=text,
+            status=status, **result,
         )
-
-    def _emit_simple(self, event_type: type[BaseModel], type_: str) -> None:
-        self.emitter.emit(event_type, type=type_, item_id=self.item_id, output_index=self.output_index)
 
     def _emit_delta(self, delta: str) -> None:
-        self.emitter.emit(
-            ResponseMcpCallArgumentsDeltaEvent,
-            type="response.mcp_call_arguments.delta",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            delta=delta,
-        )
-
-    def _emit_arguments_done(self) -> None:
-        self.emitter.emit(
-            ResponseMcpCallArgumentsDoneEvent,
-            type="response.mcp_call_arguments.done",
-            item_id=self.item_id,
-            output_index=self.output_index,
-            arguments=self.text,
-        )
+        self._emit(ResponseMcpCallArgumentsDeltaEvent, delta=delta)
 
     def _emit_text_done(self, text: str) -> None:
-        self._emit_arguments_done()
+        self._emit(ResponseMcpCallArgumentsDoneEvent, arguments=text)

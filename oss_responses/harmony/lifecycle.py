@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
-    ResponseError,
     ResponseCreatedEvent,
+    ResponseError,
     ResponseFailedEvent,
     ResponseIncompleteEvent,
     ResponseInProgressEvent,
     ResponseQueuedEvent,
+    ResponseStreamEvent,
     ResponseUsage,
 )
 from openai.types.responses.response import IncompleteDetails
@@ -29,11 +30,11 @@ from pydantic import BaseModel
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.statuses import TerminalStatus
 
-
-_TERMINAL_EVENTS: dict[str, tuple[type[BaseModel], str]] = {
-    "completed": (ResponseCompletedEvent, "response.completed"),
-    "incomplete": (ResponseIncompleteEvent, "response.incomplete"),
-    "failed": (ResponseFailedEvent, "response.failed"),
+TerminalEvent = ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent
+_TERMINAL_EVENTS: dict[str, type[TerminalEvent]] = {
+    "completed": ResponseCompletedEvent,
+    "incomplete": ResponseIncompleteEvent,
+    "failed": ResponseFailedEvent,
 }
 
 
@@ -55,18 +56,18 @@ def placeholder_response(response_id: str, model: str, created_at: float, *, bac
     )
 
 
-def opening_events(response: Response) -> list[BaseModel]:
+def opening_events(response: Response) -> list[ResponseStreamEvent]:
     """``response.created`` (sequence 0) and, for background responses, ``response.queued`` (1)."""
     emitter = EventEmitter(0)
-    emitter.emit(ResponseCreatedEvent, type="response.created", response=response)
+    emitter.emit(ResponseCreatedEvent, response=response)
     if response.background:
-        emitter.emit(ResponseQueuedEvent, type="response.queued", response=response)
+        emitter.emit(ResponseQueuedEvent, response=response)
     return emitter.drain()
 
 
 def emit_in_progress(emitter: EventEmitter, response: Response) -> Response:
     snapshot = response.model_copy(update={"status": "in_progress", "output": []})
-    emitter.emit(ResponseInProgressEvent, type="response.in_progress", response=snapshot)
+    emitter.emit(ResponseInProgressEvent, response=snapshot)
     return snapshot
 
 
@@ -102,5 +103,4 @@ def emit_terminal(emitter: EventEmitter, response: Response) -> None:
     """The one terminal event; a cancelled response has none (OpenAI defines no such event)."""
     terminal = _TERMINAL_EVENTS.get(response.status or "")
     if terminal is not None:
-        event_type, type_ = terminal
-        emitter.emit(event_type, type=type_, response=response)
+        emitter.emit(terminal, response=response)

@@ -17,7 +17,6 @@ from openai.types.responses import (
     ResponseMcpListToolsFailedEvent,
     ResponseMcpListToolsInProgressEvent,
     ResponseOutputItemAddedEvent,
-    ResponseOutputItemDoneEvent,
 )
 from openai.types.responses.response_output_item import McpApprovalRequest, McpListTools
 from pydantic import BaseModel
@@ -38,32 +37,26 @@ class ListToolsBuilder(ItemBuilder):
 
     def open(self) -> None:
         super().open()
-        self._emit_simple(ResponseMcpListToolsInProgressEvent, "response.mcp_list_tools.in_progress")
+        self._emit(ResponseMcpListToolsInProgressEvent)
 
     def complete(self, tools: Sequence[Any]) -> BaseModel:
-        self._emit_simple(ResponseMcpListToolsCompletedEvent, "response.mcp_list_tools.completed")
+        self._emit(ResponseMcpListToolsCompletedEvent)
         return self._finish(self._list_item(list_entries(tools), None))
 
     def fail(self, message: str) -> BaseModel:
-        self._emit_simple(ResponseMcpListToolsFailedEvent, "response.mcp_list_tools.failed")
+        self._emit(ResponseMcpListToolsFailedEvent)
         return self._finish(self._list_item([], message))
 
     def _done(self, status: str) -> BaseModel:  # cut by cancel or failure while listing
         return self.fail("The tool listing was interrupted: the response ended before the server answered.")
 
-    def _finish(self, item: BaseModel) -> BaseModel:
-        self.emitter.emit(ResponseOutputItemDoneEvent, type="response.output_item.done", output_index=self.output_index, item=item)
-        self.done_item = item
-        return item
-
     def _item(self, text: str, status: str) -> BaseModel:
         return self._list_item([], None)
 
     def _list_item(self, tools: list[Any], error: str | None) -> BaseModel:
-        return McpListTools(type="mcp_list_tools", id=self.item_id, server_label=self.server_label, tools=tools, error=error)
-
-    def _emit_simple(self, event_type: type[BaseModel], type_: str) -> None:
-        self.emitter.emit(event_type, type=type_, item_id=self.item_id, output_index=self.output_index)
+        return McpListTools(
+            type="mcp_list_tools", id=self.item_id, server_label=self.server_label, tools=tools, error=error
+        )
 
 
 class ApprovalRequestBuilder(ItemBuilder):
@@ -86,10 +79,8 @@ class ApprovalRequestBuilder(ItemBuilder):
         if status != "completed":
             return None
         item = self._item(self.text, status)
-        for event_type, type_ in ((ResponseOutputItemAddedEvent, "response.output_item.added"), (ResponseOutputItemDoneEvent, "response.output_item.done")):
-            self.emitter.emit(event_type, type=type_, output_index=self.output_index, item=item)
-        self.done_item = item
-        return item
+        self._emit(ResponseOutputItemAddedEvent, item=item)
+        return self._finish(item)
 
     def abandon(self) -> BaseModel | None:
         return None  # a call cut before <|call|> was never shown: nothing to close
@@ -104,19 +95,15 @@ class ApprovedCallBuilder(McpCallBuilder):
     """The call an ``mcp_approval_response`` approved, run in the response that carries the answer."""
 
     def __init__(
-        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, arguments: str, approval_request_id: str
+        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, arguments: str,
+        approval_request_id: str,
     ) -> None:
         super().__init__(emitter, output_index, server_label, name)
         self.approval_request_id = approval_request_id
         self._chunks = [arguments]
 
     def open(self) -> None:
-        self.emitter.emit(
-            ResponseOutputItemAddedEvent,
-            type="response.output_item.added",
-            output_index=self.output_index,
-            item=self._item(self.text, "in_progress"),
-        )
+        self._emit(ResponseOutputItemAddedEvent, item=self._item(self.text, "in_progress"))
         self.end_message("completed")  # arguments.done, mcp_call.in_progress; now awaiting the result
 
     def _item(self, text: str, status: McpCallStatus, **result: Any) -> BaseModel:

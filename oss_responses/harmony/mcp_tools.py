@@ -1,6 +1,7 @@
 """An MCP server's tool list: what the model is shown and what an ``mcp_list_tools`` item holds.
 
-:class:`McpToolSpec` is this package's view of one listed tool. ``specs_from_item`` reads the tools
+:class:`McpToolSpec` is the service's one view of a listed tool (the MCP client lists servers into it,
+the policy filters it, the journal records it). ``specs_from_item`` reads the tools
 back from an ``mcp_list_tools`` item (a stored JSON dict or an openai model), so that a later turn
 renders the list stored in the conversation instead of listing the server again.
 """
@@ -22,6 +23,12 @@ class McpToolSpec:
     description: str = ""
     input_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] | None = None
+
+    @property
+    def read_only(self) -> bool | None:
+        """The server's ``read_only_hint`` (None when it gives none)."""
+        hint = None if self.annotations is None else self.annotations.get("read_only_hint")
+        return None if hint is None else bool(hint)
 
 
 def field_of(item: Any, name: str, default: Any = None) -> Any:

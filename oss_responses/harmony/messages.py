@@ -65,10 +65,3 @@ class Recipient:
     def address(namespace: str, tool: str) -> str:
         return namespace if tool == namespace else f"{namespace}.{tool}"
 
-
-def message_text(message: dict[str, Any]) -> str:
-    """All text content of a stored harmony message, joined."""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") for part in content or [] if part.get("type") == "text")

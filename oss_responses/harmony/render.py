@@ -26,8 +26,9 @@ closed are dropped; those of a still-open tool-call chain are kept (gpt-oss's ru
 MCP tool lists: ``RenderOptions.mcp_tools`` holds each server's full list as the server gave it
 (listed for this response); a server not listed there is shown the latest list stored in the
 conversation (``mcp_list_tools`` items of earlier turns or of this input, see
-``history.listed_tools``). Render filters the list by the request's ``allowed_tools``. ``tool_choice="none"`` renders no tools;
-``required`` and named choices cannot be enforced by gpt-oss and render like ``auto``.
+``history.listed_tools``). Render filters the list by the request's ``allowed_tools``.
+``tool_choice="none"`` renders no tools; ``required`` and named choices cannot be enforced by gpt-oss
+and render like ``auto``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ from openai_harmony import (
 )
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.builtin_tools import (
+    BROWSER,
+    BUILTIN_NAMESPACES,
+    PYTHON,
+    RESERVED_NAMESPACES,
+    TOOL_TYPES,
+    builtin_of_type,
+)
 from oss_responses.harmony.history import (
     ApprovalAnswer,
     ConversationTurn,
@@ -60,7 +69,6 @@ from oss_responses.harmony.history import (
     listed_tools,
     stored_approval_ids,
 )
-from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_NAMESPACES, PYTHON, RESERVED_NAMESPACES, TOOL_TYPES, builtin_of_type
 from oss_responses.harmony.input_items import InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 
@@ -189,7 +197,9 @@ def tokenize_messages(messages: list[dict[str, Any]], for_completion: bool, enco
     return list(encoding.render_conversation(conversation, config))
 
 
-def rendered_prompt(plan: ConversationPlan, token_ids: list[int], prompt_messages: list[dict[str, Any]]) -> RenderedPrompt:
+def rendered_prompt(
+    plan: ConversationPlan, token_ids: list[int], prompt_messages: list[dict[str, Any]]
+) -> RenderedPrompt:
     return RenderedPrompt(
         token_ids, plan.new_messages, plan.function_calls, plan.mcp_labels, plan.approval,
         plan.function_namespaces, prompt_messages,
@@ -232,8 +242,8 @@ def _sort_tools(request: Any, options: RenderOptions, mcp_tools: Mapping[str, li
             tools.builtins[options.builtin_tool_labels[tool.server_label]] = tool.server_label
         elif isinstance(tool, Mcp):
             tools.servers.append(_server_namespace(tool, mcp_tools.get(tool.server_label, [])))
-        elif builtin_of_type(tool.type) is not None:
-            tools.builtins[builtin_of_type(tool.type)] = tool.type  # type: ignore[index]
+        elif (builtin := builtin_of_type(tool.type)) is not None:
+            tools.builtins[builtin] = tool.type
         else:
             raise BadRequest(
                 f"Invalid value for '{param}.type': '{tool.type}' is not available on this server.",
@@ -331,4 +341,5 @@ def _response_format(request: Any) -> str | None:
         return RESPONSE_FORMATS_HEADING + JSON_OBJECT_FORMAT
     extra = text_format.model_extra or {}
     schema = extra.get("schema", {})
-    return f"{RESPONSE_FORMATS_HEADING}## {extra.get('name', 'response')}\n\n{json.dumps(schema, separators=(',', ':'))}"
+    compact = json.dumps(schema, separators=(",", ":"))
+    return f"{RESPONSE_FORMATS_HEADING}## {extra.get('name', 'response')}\n\n{compact}"

@@ -58,9 +58,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from openai.types.responses import Response, ResponseError
+from openai.types.responses import Response, ResponseError, ResponseStreamEvent
 from openai_harmony import HarmonyEncoding, HarmonyError, Message, Role, StreamableParser
-from pydantic import BaseModel
 
 from oss_responses.harmony import lifecycle
 from oss_responses.harmony.emitter import EventEmitter
@@ -75,9 +74,7 @@ from oss_responses.harmony.items import (
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
-from oss_responses.statuses import TerminalStatus
-
-FinishReason = Literal["stop", "length", "abort"]
+from oss_responses.statuses import FinishReason, TerminalStatus
 
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
 END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
@@ -180,7 +177,7 @@ class ResponseTranslator:
     def next_sequence_number(self) -> int:
         return self._emitter.next_sequence_number
 
-    def start(self) -> list[BaseModel]:
+    def start(self) -> list[ResponseStreamEvent]:
         if self._started:
             return []
         self._started = True
@@ -196,7 +193,7 @@ class ResponseTranslator:
         self._input_tokens = input_tokens
 
     # --- MCP tool lists (before generation) ---------------------------------
-    def list_tools_started(self, server_label: str) -> list[BaseModel]:
+    def list_tools_started(self, server_label: str) -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
         builder = ListToolsBuilder(self._emitter, len(self._items), server_label)
@@ -205,53 +202,56 @@ class ResponseTranslator:
         builder.open()
         return self._emitter.drain()
 
-    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[BaseModel]:
+    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[ResponseStreamEvent]:
         """``tools``: McpToolSpec-like objects (name, description, input_schema, annotations)."""
         builder = self._listing(server_label)
         if builder is not None:
             builder.complete(tools)
         return self._emitter.drain()
 
-    def list_tools_failed(self, server_label: str, message: str) -> list[BaseModel]:
+    def list_tools_failed(self, server_label: str, message: str) -> list[ResponseStreamEvent]:
         builder = self._listing(server_label)
         if builder is not None:
             builder.fail(message)
         return self._emitter.drain()
 
     # --- approvals answered in this response ---------------------------------
-    def open_approved_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+    def open_approved_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         """Open the approved call as an mcp_call item; the worker runs it and calls feed_tool_result."""
         if self._terminal:
             return []
         builder = ApprovedCallBuilder(
-            self._emitter, len(self._items), answer.server_label, answer.name, answer.arguments, answer.approval_request_id
+            self._emitter, len(self._items), answer.server_label, answer.name, answer.arguments,
+            answer.approval_request_id,
         )
         self._items.append(builder)
         builder.open()
         self._mcp_calls += 1
         self._awaiting = builder
         self.pending_tool_call = PendingToolCall(
-            "mcp", answer.server_label, answer.name, answer.arguments, builder.item_id, None, _recipient(answer), answer.channel
+            "mcp", answer.server_label, answer.name, answer.arguments, builder.item_id, None, _recipient(answer),
+            answer.channel,
         )
         return self._emitter.drain()
 
-    def decline_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+    def decline_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         """The user declined: no item; the model reads so in a tool message (continuation_token_ids)."""
         text = DECLINED + (f" Reason: {answer.reason}" if answer.reason else "")
         self.output_messages.append(tool_result_message(_recipient(answer), text, answer.channel))
         return []
 
-    def feed(self, token_ids: Sequence[int]) -> list[BaseModel]:
+    def feed(self, token_ids: Sequence[int]) -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
         try:
             self._consume(token_ids)
         except (HarmonyError, InvalidHarmony) as exc:
             self._flush()
-            self._terminate("failed", ResponseError(code="server_error", message=f"The model's output is not valid harmony: {exc}"))
+            message = f"The model's output is not valid harmony: {exc}"
+            self._terminate("failed", ResponseError(code="server_error", message=message))
         return self._emitter.drain()
 
-    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[BaseModel]:
+    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[ResponseStreamEvent]:
         """The pending call's result: ``output`` on success, ``error`` (a message) on failure."""
         call = self.pending_tool_call
         if call is None or self._terminal:
@@ -280,7 +280,7 @@ class ResponseTranslator:
         cached_tokens: int | None = None,
         input_tokens: int | None = None,
         completed_at: int | None = None,
-    ) -> list[BaseModel]:
+    ) -> list[ResponseStreamEvent]:
         """``input_tokens``: the caller's count over all engine calls (default: prompt + continuations).
 
         ``completed_at``: the completion time to state (default: now), so that a replay states it alike.
@@ -299,7 +299,7 @@ class ResponseTranslator:
             self._stop(cached_tokens)
         return self._emitter.drain()
 
-    def fail(self, message: str, code: str = "server_error") -> list[BaseModel]:
+    def fail(self, message: str, code: str = "server_error") -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
         self._flush()
@@ -349,7 +349,9 @@ class ResponseTranslator:
         self._buffer.clear()
 
     def _begin_message(self, parser: Any) -> ItemBuilder:
-        header = _Header(parser.current_channel, parser.current_recipient, parser.current_content_type, self._message_start)
+        header = _Header(
+            parser.current_channel, parser.current_recipient, parser.current_content_type, self._message_start
+        )
         builder = self._builder_for(header)
         builder.open()
         self._header, self._current = header, builder
@@ -362,7 +364,10 @@ class ResponseTranslator:
         if header.recipient is None:
             if header.channel == "analysis":
                 return ReasoningBuilder(self._emitter, index, self._reasoning_seal(header))
-            return MessageBuilder(self._emitter, index, "commentary" if header.channel == "commentary" else "final_answer")
+            phase: Literal["commentary", "final_answer"] = (
+                "commentary" if header.channel == "commentary" else "final_answer"
+            )
+            return MessageBuilder(self._emitter, index, phase)
         target = Recipient.parse(header.recipient)
         if target.namespace == FUNCTIONS_NAMESPACE:
             return FunctionCallBuilder(self._emitter, index, target.tool)
@@ -409,7 +414,9 @@ class ResponseTranslator:
                 "function", None, builder.name, builder.text, builder.item_id, builder.call_id, recipient, channel
             )
         elif isinstance(builder, ApprovalRequestBuilder):
-            self.pending_approval = PendingApproval(builder.item_id, builder.server_label, builder.name, builder.text, recipient)
+            self.pending_approval = PendingApproval(
+                builder.item_id, builder.server_label, builder.name, builder.text, recipient
+            )
         elif builder is self._refused:
             self._refuse(builder, recipient, channel)
         elif isinstance(builder, UnavailableToolCallBuilder):
@@ -424,7 +431,10 @@ class ResponseTranslator:
 
     def _refuse(self, builder: McpCallBuilder, recipient: str, channel: str | None) -> None:
         """A call beyond max_tool_calls: failed without running; the turn ends (no pending call)."""
-        message = f"This response reached its limit of {self._max_tool_calls} tool calls (max_tool_calls); the call was not run."
+        message = (
+            f"This response reached its limit of {self._max_tool_calls} tool calls (max_tool_calls); "
+            "the call was not run."
+        )
         builder.fail(message)
         self.output_messages.append(tool_result_message(recipient, message, channel))
         self.tool_limit_reached = True
@@ -460,13 +470,15 @@ class ResponseTranslator:
 
 
 def _message_of(text: str, header: _Header) -> dict[str, Any]:
-    return text_message("assistant", text, channel=header.channel, recipient=header.recipient, content_type=header.content_type)
+    return text_message(
+        "assistant", text, channel=header.channel, recipient=header.recipient, content_type=header.content_type
+    )
 
 
 def _recipient(answer: ApprovalAnswer) -> str:
     return answer.recipient or f"{answer.server_label}.{answer.name}"
 
 
-def opening_events(response: Response) -> list[BaseModel]:
+def opening_events(response: Response) -> list[ResponseStreamEvent]:
     """``response.created`` (seq 0) and, for background responses, ``response.queued`` (seq 1)."""
     return lifecycle.opening_events(response)

@@ -4,23 +4,17 @@ Data access is plain sync functions taking a ``Session``; run them with ``Databa
 ``await AsyncDatabase.run`` (the API).
 """
 
+from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import create_api_key, find_active_key, list_api_keys, revoke_api_key
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
 from oss_responses.storage.event_logs import EventLog, get_event_log, purge_expired_event_logs, save_event_log
 from oss_responses.storage.input_items import find_input_items, list_input_items
 from oss_responses.storage.migrations import migrate
 from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItemRow, ResponseRow
-from oss_responses.storage.records import (
-    ACTIVE_STATUSES,
-    TERMINAL_STATUSES,
-    ApiKeyRecord,
-    Order,
-    ResponseRecord,
-    Status,
-    utcnow,
-)
+from oss_responses.storage.records import ApiKeyRecord, Order, ResponseRecord, utcnow
 from oss_responses.storage.responses import (
     InFlightLimitReached,
+    cancel_queued,
     count_background_in_flight,
     delete_response,
     get_chain,
@@ -50,6 +44,7 @@ __all__ = [
     "ResponseRow",
     "Status",
     "async_url",
+    "cancel_queued",
     "count_background_in_flight",
     "create_api_key",
     "delete_response",

@@ -9,7 +9,7 @@ timeout, and foreign keys (which SQLite leaves off, and the cascades need). On S
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
 from pathlib import Path

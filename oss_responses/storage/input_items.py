@@ -38,13 +38,15 @@ def _position_of(session: Session, response_id: str, item_id: str) -> int:
     query = select(_input_items.c.position).where(
         _input_items.c.response_id == response_id, _input_items.c.item_id == item_id
     )
-    position = session.execute(query.limit(1)).scalar_one_or_none()
+    position: int | None = session.execute(query.limit(1)).scalar_one_or_none()
     if position is None:
         raise BadRequest(f"No input item with id '{item_id}' in response '{response_id}'.", param="after")
     return position
 
 
-def find_input_items(session: Session, response_ids: Sequence[str], item_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def find_input_items(
+    session: Session, response_ids: Sequence[str], item_ids: Sequence[str]
+) -> dict[str, dict[str, Any]]:
     """item id → stored input item, among the input items of ``response_ids``."""
     if not response_ids or not item_ids:
         return {}

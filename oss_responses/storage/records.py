@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
+from oss_responses.statuses import TERMINAL_STATUSES, Status
 
 Order = Literal["asc", "desc"]
 

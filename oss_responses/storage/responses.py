@@ -10,23 +10,18 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import RowMapping, delete, func, insert, literal, select, update
+from sqlalchemy import CursorResult, RowMapping, Table, delete, func, insert, literal, select, update
 from sqlalchemy.orm import Session
 
+from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import lock_owner_keys
 from oss_responses.storage.models import InputItemRow, ResponseRow
-from oss_responses.storage.records import (
-    ACTIVE_STATUSES,
-    TERMINAL_STATUSES,
-    ResponseRecord,
-    Status,
-    utcnow,
-)
+from oss_responses.storage.records import ResponseRecord, utcnow
 
-_responses = ResponseRow.__table__
-_input_items = InputItemRow.__table__
+_responses = cast(Table, ResponseRow.__table__)
+_input_items = cast(Table, InputItemRow.__table__)
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ResponseRecord))
 _UPDATABLE = frozenset(_RECORD_FIELDS) - {"id", "status", "created_at"}
 MAX_CHAIN_DEPTH = 10_000  # a guard only: ids are fresh, so a chain cannot loop
@@ -107,7 +102,7 @@ def get_chain(session: Session, response_id: str) -> list[ResponseRecord]:
 
 
 def transition(
-    session: Session, response_id: str, *, from_statuses: Iterable[Status], to_status: Status, **fields: Any
+    session: Session, /, response_id: str, *, from_statuses: Iterable[Status], to_status: Status, **fields: Any
 ) -> bool:
     """Set ``status`` (and ``fields``) only if the status is one of ``from_statuses``; True if it was."""
     unknown = set(fields) - _UPDATABLE
@@ -118,13 +113,24 @@ def transition(
         .where(_responses.c.id == response_id, _responses.c.status.in_(list(from_statuses)))
         .values(status=to_status, updated_at=utcnow(), **fields)
     )
-    return session.execute(statement).rowcount == 1
+    return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
+
+
+def cancel_queued(session: Session, response_id: str, response: Mapping[str, Any]) -> bool:
+    """Cancel a response that is still queued, its stored Response (``response``) marked cancelled;
+    False if it had left the queue (a worker took it, or it ended). The API's cancel and a worker
+    that finds the cancel flag before starting race here: one wins."""
+    return transition(
+        session, response_id, from_statuses=("queued",), to_status="cancelled",
+        response={**response, "status": "cancelled"}, completed_at=utcnow(),
+    )
 
 
 def save_turn(
     session: Session,
     response_id: str,
     *,
+    store: bool = True,
     status: Status,
     response: dict[str, Any],
     output_messages: list[dict[str, Any]],
@@ -134,7 +140,11 @@ def save_turn(
     state: dict[str, Any] | None = None,
     completed_at: datetime | None = None,
 ) -> bool:
-    """Store the end of a turn, unless the response already ended (then nothing changes: False)."""
+    """Store the end of a turn, unless the response already ended (then nothing changes: False).
+
+    ``store=False``: the response is deleted once ended (its row only carried it while it ran;
+    nobody may read it later), in the same transaction.
+    """
     if status not in TERMINAL_STATUSES:
         raise ValueError(f"save_turn needs a terminal status, not {status!r}")
     fields: dict[str, Any] = {
@@ -148,12 +158,16 @@ def save_turn(
         fields["function_calls"] = function_calls
     if input_messages is not None:
         fields["input_messages"] = input_messages
-    return transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+    ended = transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+    if ended and not store:
+        delete_response(session, response_id)
+    return ended
 
 
 def delete_response(session: Session, response_id: str) -> bool:
     """Delete a response and its input items; later turns keep their rows (their link becomes NULL)."""
-    return session.execute(delete(_responses).where(_responses.c.id == response_id)).rowcount == 1
+    statement = delete(_responses).where(_responses.c.id == response_id)
+    return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
 
 
 def list_in_progress_ids(session: Session) -> list[str]:

@@ -5,13 +5,12 @@ label and a tool name) and the raw argument text, and always gets a :class:`Tool
 that errors, a timeout, an unreachable server or arguments that are not JSON become ``error``; it
 never raises (except on cancellation).
 
-Harmony recipients map to calls as follows (:meth:`McpToolExecutor.route`):
+The translator names the server label of a harmony recipient; the call goes to that server as:
 
 - ``<label>.<tool>`` (an MCP namespace): the tool of that server, arguments a JSON object;
-- ``python`` (built-in): the label configured as python; its code text goes to the server's
-  ``python`` tool as ``{"code": text}``;
-- ``browser.search`` / ``browser.open`` / ``browser.find`` (built-in): the label configured as
-  browser; the tool of the same name, arguments the JSON object the model wrote.
+- ``python`` (built-in): its code text goes to the server's ``python`` tool as ``{"code": text}``;
+- ``browser.search`` / ``browser.open`` / ``browser.find`` (built-in): the tool of the same name,
+  arguments the JSON object the model wrote.
 """
 
 from __future__ import annotations
@@ -26,14 +25,18 @@ from typing import Any, Protocol
 import mcp_types
 from mcp.shared.exceptions import MCPError
 
+from oss_responses.harmony.builtin_tools import (
+    BROWSER,
+    BROWSER_ACTIONS,
+    PYTHON,
+    PYTHON_CODE_ARGUMENT,
+)
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.metrics import MCP_CALL_ERRORS, MCP_CALL_SECONDS
-from oss_responses.tools.mcp_client import McpSessionPool, McpToolSpec, McpUnavailable
+from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
 from oss_responses.tools.policy import ResolvedServer, allowed_tools, is_tool_allowed
 
 logger = logging.getLogger(__name__)
-
-PYTHON_TOOL = "python"
-BROWSER_TOOLS = frozenset({"search", "open", "find"})
 
 
 @dataclass(frozen=True)
@@ -60,19 +63,6 @@ class McpToolExecutor:
         self._servers = {server.label: server for server in servers}
         self._timeout = timeout
 
-    def route(self, recipient: str) -> tuple[str, str] | None:
-        """(server_label, tool) for a harmony recipient, or None if no MCP server serves it."""
-        namespace, _, tool = recipient.partition(".")
-        for server in self._servers.values():
-            if server.builtin == PYTHON_TOOL and recipient == PYTHON_TOOL:
-                return server.label, PYTHON_TOOL
-            if server.builtin == "browser" and namespace == "browser" and tool in BROWSER_TOOLS:
-                return server.label, tool
-        server = self._servers.get(namespace)
-        if server is not None and server.builtin is None and tool:
-            return server.label, tool
-        return None
-
     async def list_tools(self, server_label: str) -> list[McpToolSpec]:
         """The server's tools the model may use (``allowed_tools`` applied); raises McpUnavailable."""
         server = self._servers[server_label]
@@ -88,7 +78,7 @@ class McpToolExecutor:
         server = self._servers.get(server_label)
         if server is None:
             return ToolOutcome(error=f"no MCP server labelled '{server_label}' in this response")
-        if not is_tool_allowed(server, McpToolSpec(tool, None, {})):
+        if not is_tool_allowed(server, McpToolSpec(tool)):
             return ToolOutcome(error=f"the tool '{tool}' of '{server_label}' is not allowed in this response")
         try:
             name, payload = _mcp_call(server, tool, arguments)
@@ -122,10 +112,10 @@ class McpToolExecutor:
 
 def _mcp_call(server: ResolvedServer, tool: str, arguments: str) -> tuple[str, dict[str, Any]]:
     """The MCP tool name and arguments for the model's call (raises ValueError for the model)."""
-    if server.builtin == PYTHON_TOOL:
-        return PYTHON_TOOL, {"code": arguments}
-    if server.builtin == "browser" and tool not in BROWSER_TOOLS:
-        raise ValueError(f"the browser tool has no '{tool}' action (use search, open or find)")
+    if server.builtin == PYTHON:
+        return PYTHON, {PYTHON_CODE_ARGUMENT: arguments}
+    if server.builtin == BROWSER and tool not in BROWSER_ACTIONS:
+        raise ValueError(f"the browser tool has no '{tool}' action (use {', '.join(sorted(BROWSER_ACTIONS))})")
     return tool, _json_object(arguments)
 
 

@@ -21,10 +21,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import anyio
@@ -37,6 +37,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.tools.pinned_http import pinned_client_factory
 
 logger = logging.getLogger(__name__)
@@ -50,6 +51,9 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     anyio.EndOfStream,
     ConnectionError,
 )
+# Retried once on a new session: a dead connection, or an MCPError that says the session is gone.
+_RETRIED_ERRORS: tuple[type[BaseException], ...] = (*_CONNECTION_ERRORS, MCPError)
+T = TypeVar("T")
 
 
 class McpUnavailable(Exception):
@@ -78,23 +82,10 @@ class McpEndpoint:
         return f"McpEndpoint(url={self.url!r}, headers={sorted(self.headers)!r}, addresses={self.addresses!r})"
 
 
-@dataclass(frozen=True)
-class McpToolSpec:
-    """One tool a server lists (what the model is shown and the mcp_list_tools item holds)."""
-
-    name: str
-    description: str | None
-    input_schema: dict[str, Any]
-    annotations: dict[str, Any] | None = None
-
-    @property
-    def read_only(self) -> bool | None:
-        return None if self.annotations is None else self.annotations.get("read_only_hint")
-
-    @classmethod
-    def from_mcp(cls, tool: mcp_types.Tool) -> McpToolSpec:
-        annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
-        return cls(tool.name, tool.description, dict(tool.input_schema), annotations)
+def tool_spec(tool: mcp_types.Tool) -> McpToolSpec:
+    """A listed tool as the rest of the service sees it (annotations under their Python names)."""
+    annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
+    return McpToolSpec(tool.name, tool.description or "", dict(tool.input_schema), annotations)
 
 
 class _Session:
@@ -133,7 +124,9 @@ class _Session:
     def _transport(self, stack: AsyncExitStack) -> Any:
         headers = dict(self.endpoint.headers)
         endpoint = self.endpoint
-        factory = pinned_client_factory(endpoint.url, endpoint.addresses) if endpoint.addresses else create_mcp_http_client
+        factory = (
+            pinned_client_factory(endpoint.url, endpoint.addresses) if endpoint.addresses else create_mcp_http_client
+        )
         if endpoint.transport == "sse":
             return sse_client(endpoint.url, headers=headers, httpx_client_factory=factory)
         http_client = factory(headers=headers)
@@ -182,7 +175,7 @@ class McpSessionPool:
             cursor: str | None = None
             while True:
                 page = await client.list_tools(cursor=cursor)
-                tools.extend(McpToolSpec.from_mcp(tool) for tool in page.tools)
+                tools.extend(tool_spec(tool) for tool in page.tools)
                 if not (cursor := page.next_cursor):
                     return tools
 
@@ -194,17 +187,21 @@ class McpSessionPool:
         """Call a tool; raises TimeoutError, McpUnavailable, or MCPError (a protocol-level refusal)."""
         return await self._with_retry(endpoint, timeout, lambda client: client.call_tool(name, arguments))
 
-    async def _with_retry(self, endpoint: McpEndpoint, timeout: float, action: Any) -> Any:
+    async def _with_retry(
+        self, endpoint: McpEndpoint, timeout: float, action: Callable[[Client], Awaitable[T]]
+    ) -> T:
+        attempts_left = 2
         async with asyncio.timeout(timeout):
-            for attempt in (1, 2):
+            while True:  # each attempt returns or raises; only a first broken connection is retried
+                attempts_left -= 1
                 client = await self.client(endpoint)
                 try:
                     return await action(client)
-                except (*_CONNECTION_ERRORS, MCPError) as exc:
+                except _RETRIED_ERRORS as exc:
                     if isinstance(exc, MCPError) and not _session_lost(exc):
                         raise
                     await self._discard(endpoint, client)
-                    if attempt == 2:
+                    if not attempts_left:
                         raise McpUnavailable(f"connection to the MCP server broke ({type(exc).__name__})") from exc
 
     async def _connect(self, endpoint: McpEndpoint) -> _Session:

@@ -23,6 +23,7 @@ import httpcore2
 import httpx2
 from httpcore2._backends.auto import AutoBackend
 from httpcore2._backends.base import AsyncNetworkStream
+from mcp.shared._httpx_utils import McpHttpClientFactory
 
 from oss_responses.tools.urls import normalise_url
 
@@ -53,9 +54,9 @@ class PinnedBackend(AutoBackend):
         raise httpcore2.ConnectError(f"no pinned address accepted the connection ({type(error).__name__})")
 
 
-def pinned_client_factory(  # type: ignore[no-untyped-def]
+def pinned_client_factory(
     url: str, addresses: Sequence[str], *, ssl_context: ssl.SSLContext | None = None
-):
+) -> McpHttpClientFactory:
     """An ``McpHttpClientFactory`` (the mcp SDK's signature) whose clients are pinned to ``addresses``.
 
     ``ssl_context``: the system's trust store unless given (tests give one trusting their own CA).

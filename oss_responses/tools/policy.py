@@ -24,7 +24,7 @@ import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from openai.types.responses import WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import (
@@ -39,7 +39,8 @@ from openai.types.responses.tool import (
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import BUILTIN_NAMESPACES, RESERVED_NAMESPACES, TOOL_TYPES, Builtin
-from oss_responses.tools.mcp_client import McpEndpoint, McpToolSpec
+from oss_responses.harmony.mcp_tools import McpToolSpec
+from oss_responses.tools.mcp_client import McpEndpoint
 from oss_responses.tools.urls import NormalUrl, UnsafeUrl, normalise_url
 
 HostResolver = Callable[[str], Awaitable[list[str]]]
@@ -151,7 +152,7 @@ def _resolve_builtin_type(tool_type: str, param: str, settings: Settings) -> Res
 
 def _builtin_of(label: str, settings: Settings) -> Builtin | None:
     name = settings.builtin_tool_labels.get(label)
-    return name if name in BUILTIN_NAMESPACES else None  # type: ignore[return-value]
+    return name if name in BUILTIN_NAMESPACES else None
 
 
 def _headers(tool: Mcp) -> dict[str, str]:

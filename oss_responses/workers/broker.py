@@ -24,31 +24,32 @@ log = logging.getLogger(__name__)
 TRANSPORT = f"{__name__}:Transport"
 
 
-class QoS(kombu_redis.QoS):  # type: ignore[misc]
+class QoS(kombu_redis.QoS):
     def restore_unacked(self, client: Any = None) -> None:
         if client is None and not self._connected():
             log.warning("broker connection lost: %d unacknowledged tasks stay in the broker's unacked set "
                         "(redelivered after the visibility timeout)", len(self._delivered))
             self._delivered.clear()
             return
-        super().restore_unacked(client)
+        super().restore_unacked(client)  # type: ignore[no-untyped-call]  # kombu's QoS has no annotations
 
     def ack(self, delivery_tag: Any) -> None:
         if not self._connected():
             log.warning("broker connection lost: task %s stays unacknowledged (its redelivery is a no-op)",
                         delivery_tag)
-            super(kombu_redis.QoS, self).ack(delivery_tag)  # forget it locally
+            # Forget it locally. kombu's QoS methods have no annotations (here and below).
+            super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]
             return
-        super().ack(delivery_tag)
+        super().ack(delivery_tag)  # type: ignore[no-untyped-call]
 
     def _connected(self) -> bool:
         # The channel's transport drops its client (the kombu Connection) when the connection closes.
         return self.channel.connection is not None and self.channel.connection.client is not None
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]
+class Channel(kombu_redis.Channel):
     QoS = QoS
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class Transport(kombu_redis.Transport):
     Channel = Channel

@@ -17,9 +17,9 @@ from typing import Any
 from celery import Celery
 
 from oss_responses.config import Settings, get_settings
+from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.workers.broker import TRANSPORT
-from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.workers.tasks import register
 
 
@@ -50,7 +50,9 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-def enqueue(app: Celery, settings: Settings, response_id: str, model: str, secrets: dict[str, Any] | None = None) -> None:
+def enqueue(
+    app: Celery, settings: Settings, response_id: str, model: str, secrets: dict[str, Any] | None = None
+) -> None:
     """Send a response's task to its model's queue (what the API does, by task name)."""
     queue = settings.queue_for(model)
     app.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue)

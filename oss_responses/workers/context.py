@@ -20,19 +20,20 @@ from typing import Any
 
 import redis
 import redis.asyncio as redis_asyncio
+from openai_harmony import HarmonyEncoding
+from redis import Redis as SyncRedis  # the field named redis hides the module in the class body
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
-from openai_harmony import HarmonyEncoding
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
 from oss_responses.eventlog.writer import EventWriter
-from oss_responses.harmony.vocab import load_encoding
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.storage import Database
 from oss_responses.tools.mcp_client import McpSessionPool
+from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
@@ -77,7 +78,7 @@ class WorkerContext:
     engine: Engine
     db: Database
     redis: redis_asyncio.Redis  # used on the engine loop only
-    sync_redis: redis.Redis  # task threads and the reaper
+    sync_redis: SyncRedis  # task threads and the reaper
     writer_redis: redis_asyncio.Redis  # the event writer's own client, never retrying (see RECONNECT)
     writer: EventWriter
     cancels: CancelListener
@@ -217,5 +218,7 @@ RECONNECT = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
 async def _async_redis(url: str, max_connections: int, *, retrying: bool) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
     retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries if retrying else 0)
-    pool = redis_asyncio.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=None, retry=retry)
+    pool = redis_asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=None, retry=retry
+    )
     return redis_asyncio.Redis(connection_pool=pool)

@@ -21,18 +21,20 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from oss_responses.engine.base import Engine, FinishReason, SamplingSettings
+from openai.types.responses import ResponseStreamEvent
+
+from oss_responses.engine.base import Engine, SamplingSettings
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
 from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
+from oss_responses.statuses import TERMINAL_STATUSES, FinishReason
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
 from oss_responses.workers.journal import apply_translator_step
-from oss_responses.statuses import TERMINAL_STATUSES
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +95,7 @@ class Generation:
             self._abort = asyncio.get_running_loop().create_task(self.engine.abort(self._request_id))
 
     # --- the run -----------------------------------------------------------
-    def emit(self, events: list) -> None:  # type: ignore[type-arg]
+    def emit(self, events: list[ResponseStreamEvent]) -> None:
         if events:
             self.writer.append(self.response_id, events)
 
@@ -112,11 +114,13 @@ class Generation:
             self._continue()
         await self._loop()
 
-    def replay(self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None) -> list:  # type: ignore[type-arg]
+    def replay(
+        self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None
+    ) -> list[ResponseStreamEvent]:
         """Rebuild the state a lost worker had from its journal (from ``use_prompt`` on); the events replayed."""
         self._tokens = list(prompt_token_ids)
         self._first_token_seen = True  # the lost worker observed it (or the time would count the loss)
-        events: list = []  # type: ignore[type-arg]
+        events: list[ResponseStreamEvent] = []
         for step in steps:
             kind = step[0]
             if kind == "engine_call":
@@ -228,7 +232,7 @@ class Generation:
         self._turn += 1
         self._input_tokens += len(self._tokens)
 
-    def _take_tokens(self, token_ids: list[int]) -> list:  # type: ignore[type-arg]
+    def _take_tokens(self, token_ids: Sequence[int]) -> list[ResponseStreamEvent]:
         self._generated += len(token_ids)
         self._tokens += token_ids
         return self.translator.feed(token_ids)

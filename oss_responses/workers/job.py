@@ -102,7 +102,8 @@ def stored_response(record: ResponseRecord) -> Response:
 
 
 def placeholder_of(record: ResponseRecord) -> Response:
-    return placeholder_response(record.id, record.model, int(record.created_at.timestamp()), background=record.background)
+    created_at = int(record.created_at.timestamp())
+    return placeholder_response(record.id, record.model, created_at, background=record.background)
 
 
 def job_render_options(

@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from pydantic import BaseModel
+from openai.types.responses import ResponseStreamEvent
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
-from oss_responses.engine.base import FinishReason
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.translator import ResponseTranslator
+from oss_responses.statuses import FinishReason
 
 Step = list[Any]
 Record = Callable[[Step], None]
@@ -57,7 +57,7 @@ class JournaledTranslator(ResponseTranslator):
         if self.record is not None:
             self.record(list(step))
 
-    def start(self) -> list[BaseModel]:
+    def start(self) -> list[ResponseStreamEvent]:
         self._note("start")
         return super().start()
 
@@ -67,33 +67,33 @@ class JournaledTranslator(ResponseTranslator):
         self._note("use_prompt", dict(mcp_labels), input_tokens, sorted(function_namespaces))
         super().use_prompt(mcp_labels=mcp_labels, input_tokens=input_tokens, function_namespaces=function_namespaces)
 
-    def list_tools_started(self, server_label: str) -> list[BaseModel]:
+    def list_tools_started(self, server_label: str) -> list[ResponseStreamEvent]:
         self._note("list_tools_started", server_label)
         return super().list_tools_started(server_label)
 
-    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[BaseModel]:
+    def list_tools_completed(self, server_label: str, tools: Sequence[Any]) -> list[ResponseStreamEvent]:
         self._note("list_tools_completed", server_label, [asdict(tool) for tool in tools])
         return super().list_tools_completed(server_label, tools)
 
-    def list_tools_failed(self, server_label: str, message: str) -> list[BaseModel]:
+    def list_tools_failed(self, server_label: str, message: str) -> list[ResponseStreamEvent]:
         self._note("list_tools_failed", server_label, message)
         return super().list_tools_failed(server_label, message)
 
-    def open_approved_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+    def open_approved_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         self._note("open_approved_call")
         return super().open_approved_call(answer)
 
-    def decline_call(self, answer: ApprovalAnswer) -> list[BaseModel]:
+    def decline_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         self._note("decline_call")
         return super().decline_call(answer)
 
-    def feed(self, token_ids: Sequence[int]) -> list[BaseModel]:
+    def feed(self, token_ids: Sequence[int]) -> list[ResponseStreamEvent]:
         record = self.record  # once per token: the short way
         if record is not None:
             record(["feed", list(token_ids)])
         return super().feed(token_ids)
 
-    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[BaseModel]:
+    def feed_tool_result(self, output: str | None, error: str | None = None) -> list[ResponseStreamEvent]:
         self._note("feed_tool_result", output, error)
         return super().feed_tool_result(output, error)
 
@@ -108,12 +108,12 @@ class JournaledTranslator(ResponseTranslator):
         cached_tokens: int | None = None,
         input_tokens: int | None = None,
         completed_at: int | None = None,
-    ) -> list[BaseModel]:
+    ) -> list[ResponseStreamEvent]:
         completed_at = int(time.time()) if completed_at is None else completed_at
         self._note("finish", reason, cached_tokens, input_tokens, completed_at)
         return super().finish(reason, cached_tokens=cached_tokens, input_tokens=input_tokens, completed_at=completed_at)
 
-    def fail(self, message: str, code: str = "server_error") -> list[BaseModel]:
+    def fail(self, message: str, code: str = "server_error") -> list[ResponseStreamEvent]:
         self._note("fail", message, code)
         return super().fail(message, code)
 
@@ -149,7 +149,7 @@ def split_at_prompt(steps: Sequence[Step]) -> tuple[list[Step], list[Step]]:
 
 def apply_translator_step(
     translator: ResponseTranslator, step: Step, approval: ApprovalAnswer | None
-) -> list[BaseModel]:
+) -> list[ResponseStreamEvent]:
     """Run one recorded translator call again; the events it yields (``feed``/``continuation`` are the caller's)."""
     kind, args = step[0], step[1:]
     if kind == "begin":
@@ -169,7 +169,8 @@ def apply_translator_step(
     if kind in ("open_approved_call", "decline_call"):
         if approval is None:
             raise JournalError(f"the journal answers an approval the request does not hold ({kind})")
-        return getattr(translator, kind)(approval)
+        answer = translator.open_approved_call if kind == "open_approved_call" else translator.decline_call
+        return answer(approval)
     if kind == "feed_tool_result":
         return translator.feed_tool_result(args[0], args[1])
     if kind == "finish":

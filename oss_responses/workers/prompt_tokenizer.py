@@ -34,7 +34,7 @@ _child_encoding: HarmonyEncoding | None = None
 
 def _load_in_child(tiktoken_dir: str) -> None:
     global _child_encoding  # one encoding per child process, loaded by its initializer
-    from oss_responses.harmony.vocab import load_encoding
+    from oss_responses.vocab import load_encoding
 
     _child_encoding = load_encoding(Path(tiktoken_dir))
 
@@ -69,7 +69,9 @@ class PromptTokenizer:
             return await loop.run_in_executor(None, tokenize_messages, messages, for_completion, self.encoding)
         return await self._in_child(loop, messages, for_completion)
 
-    async def _in_child(self, loop: asyncio.AbstractEventLoop, messages: list[dict[str, Any]], for_completion: bool) -> list[int]:
+    async def _in_child(
+        self, loop: asyncio.AbstractEventLoop, messages: list[dict[str, Any]], for_completion: bool
+    ) -> list[int]:
         executor = self._child()
         try:
             return await loop.run_in_executor(executor, _tokenize_in_child, messages, for_completion)

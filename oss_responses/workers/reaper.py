@@ -23,8 +23,8 @@ import logging
 import threading
 import time
 import uuid
-from datetime import timedelta
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from openai.types.responses import Response, ResponseError, ResponseFailedEvent
@@ -32,11 +32,11 @@ from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.writer import close_commands, event_commands
-from oss_responses.workers.stream_tail import next_from_tail
+from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.metrics import REAPER_ACTIONS
 from oss_responses.storage import (
     Database,
     ResponseRecord,
-    delete_response,
     get_response,
     list_in_progress_ids,
     list_stale_queued,
@@ -44,11 +44,11 @@ from oss_responses.storage import (
     save_turn,
     utcnow,
 )
-from oss_responses.metrics import REAPER_ACTIONS
 from oss_responses.webhooks.notify import WebhookNotifier
+from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.ended import response_ended
 from oss_responses.workers.job import stored_response
-from oss_responses.wire import response_json, wire_json
+from oss_responses.workers.stream_tail import next_from_tail
 
 log = logging.getLogger(__name__)
 
@@ -73,25 +73,21 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     sequence_number = next_sequence_number(redis, response_id)
     if sequence_number is None:
         return
-    event = ResponseFailedEvent(type="response.failed", sequence_number=sequence_number, response=response)
+    event = EventEmitter(sequence_number).emit(ResponseFailedEvent, response=response)
     commands = event_commands(response_id, [event]) + close_commands(response_id, "failed", ttl_seconds)
     with redis.pipeline(transaction=False) as pipe:
         for command in commands:
-            pipe.execute_command(*command)
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         pipe.execute(raise_on_error=False)  # an XADD refused (the stream ended meanwhile) is fine
 
 
 def store_failure(db: Database, response_id: str, store: bool, response: Response) -> bool:
     """Save the response failed (deleted when ``store`` is false); False if it had ended already."""
     error = wire_json(response.error) if response.error else None
-    with db.session() as session:
-        ended = save_turn(
-            session, response_id, status="failed", response=response_json(response),
-            output_messages=[], error=error,
-        )
-        if ended and not store:
-            delete_response(session, response_id)
-    return ended
+    return db.run(
+        save_turn, response_id, store=store, status="failed", response=response_json(response),
+        output_messages=[], error=error,
+    )
 
 
 class Reaper:
@@ -147,7 +143,9 @@ class Reaper:
         sent = []
         for response_id, model in self.db.run(list_stale_queued, before):
             if self.redis.set(redis_keys.resume(response_id), "sweeper", nx=True, ex=self.stale_queued_seconds):
-                log.warning("%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds)
+                log.warning(
+                    "%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds
+                )
                 self.dispatch(response_id, model, None)
                 REAPER_ACTIONS.labels("requeued_stale").inc()
                 sent.append(response_id)

@@ -47,19 +47,13 @@ from oss_responses.harmony.render import (
     rendered_prompt,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
+from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
-from oss_responses.storage import (
-    delete_response,
-    get_response,
-    save_turn,
-    transition,
-    utcnow,
-)
+from oss_responses.storage import cancel_queued, get_response, save_turn, transition
 from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.cancel import is_cancel_requested
-from oss_responses.metrics import TAKEOVERS
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import response_ended
 from oss_responses.workers.generation import Generation, StopCause
@@ -104,7 +98,7 @@ Outcome = Literal[
 ]
 
 
-def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = None) -> Outcome:  # type: ignore[type-arg]
+def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Outcome:
     """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
     job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
@@ -125,7 +119,7 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict | None = No
             log.warning("releasing the lease of %s failed", response_id, exc_info=True)
 
 
-def send_back(ctx: WorkerContext, response_id: str, secrets: dict | None) -> Outcome:  # type: ignore[type-arg]
+def send_back(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None) -> Outcome:
     """A task that arrived while this worker shuts down: its response goes back to the queue, untouched."""
     job = load_job(ctx.db, response_id, secrets, ctx.sealer)
     if job is None:
@@ -181,12 +175,7 @@ def _stop(run: _Run, cause: StopCause) -> None:
 
 
 def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
-    cancelled = job.record.response | {"status": "cancelled"}
-    won = ctx.db.run(
-        transition, job.response_id, from_statuses=("queued",), to_status="cancelled",
-        response=cancelled, completed_at=utcnow(),
-    )
-    if won:
+    if ctx.db.run(cancel_queued, job.response_id, job.record.response):
         ctx.loop.run(_close_stream(ctx, job.response_id, "cancelled"))
         response_ended(ctx.webhooks, job.response_id, job.record.model, "cancelled", background=job.record.background)
     return "cancelled"
@@ -207,7 +196,10 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
         return _leave_for_takeover(run)
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
-        _fail(run, str(exc) if isinstance(exc, JobLoadError) else f"The response failed in the worker: {type(exc).__name__}: {exc}")
+        if isinstance(exc, JobLoadError):
+            _fail(run, str(exc))
+        else:
+            _fail(run, f"The response failed in the worker: {type(exc).__name__}: {exc}")
     stop_cause = run.generation.stop_cause if run.generation is not None else run.stop_cause
     if stop_cause == "lease_lost":
         return "lease_lost"
@@ -297,7 +289,9 @@ def _hand_off(run: _Run) -> Outcome:
     return "handed_off"
 
 
-def _translator(run: _Run, approval_required: ApprovalPolicy | None = None, *, record: bool = True) -> JournaledTranslator:
+def _translator(
+    run: _Run, approval_required: ApprovalPolicy | None = None, *, record: bool = True
+) -> JournaledTranslator:
     """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows.
 
     Its item ids are seeded by the response id, so a takeover's replay names items alike.
@@ -472,7 +466,9 @@ def _finish(run: _Run) -> Outcome:
         ctx.loop.run(ctx.writer.drain(job.response_id))
     except EventWriteError:
         log.exception("events of %s did not all reach Redis; storing its end anyway", job.response_id)
-    status = translator.response.status or "failed"
+    status = translator.response.status
+    if status not in TERMINAL_STATUSES:  # a translator ends its response; a status-less one counts as failed
+        status = "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
     saved = _save_retrying(run)
@@ -482,7 +478,7 @@ def _finish(run: _Run) -> Outcome:
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     if saved:
         response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
-    return status  # type: ignore[return-value]
+    return status
 
 
 def _save_retrying(run: _Run) -> bool:
@@ -510,19 +506,16 @@ def _save(run: _Run) -> bool:
     assert translator is not None
     rendered = run.rendered
     response = translator.response
-    with run.ctx.db.session() as session:
-        ended = save_turn(
-            session, job.response_id, status=response.status or "failed",  # type: ignore[arg-type]
-            response=response_json(response),
-            output_messages=translator.output_messages,
-            function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
-            input_messages=rendered.new_messages if rendered else None,
-            error=wire_json(response.error) if response.error else None,
-            state=_state(job, rendered),
-        )
-        if ended and not job.record.store:
-            delete_response(session, job.response_id)
-    return ended
+    return run.ctx.db.run(
+        save_turn, job.response_id, store=job.record.store,
+        status=response.status or "failed",
+        response=response_json(response),
+        output_messages=translator.output_messages,
+        function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
+        input_messages=rendered.new_messages if rendered else None,
+        error=wire_json(response.error) if response.error else None,
+        state=_state(job, rendered),
+    )
 
 
 def _state(job: Job, rendered: RenderedPrompt | None) -> dict[str, Any] | None:

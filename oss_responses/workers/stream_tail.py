@@ -7,18 +7,19 @@ The API writes the opening events (``response.created``, ``response.queued``); w
 
 from __future__ import annotations
 
-from typing import Any
-
 from redis.asyncio import Redis
+from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 
 
-def next_from_tail(tail: list[tuple[Any, dict[Any, Any]]]) -> int | None:
+def next_from_tail(tail: StreamRangeResponse | None) -> int | None:
     """The next sequence number after ``XREVRANGE key + - COUNT 1``; None if the stream ended."""
     if not tail:
         return 0
     entry_id, fields = tail[0]
+    # Only XCLAIM/XAUTOCLAIM replies hold deleted entries (None); a range reply never does.
+    assert entry_id is not None and fields is not None
     if b"end" in fields or "end" in fields:
         return None
     entry = entry_id.decode() if isinstance(entry_id, bytes) else entry_id

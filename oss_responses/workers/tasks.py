@@ -20,6 +20,7 @@ from celery import Celery, bootsteps, signals
 from oss_responses.config import Settings
 from oss_responses.logs import configure_logging, log_context
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
+from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
@@ -27,7 +28,6 @@ from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import runner
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
-from oss_responses.statuses import RUN_RESPONSE_TASK
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
 
 
 def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
-    class EngineStep(bootsteps.StartStopStep):
+    class EngineStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery ships no types: its base is Any
         """Starts the worker context with the worker; stops it (engine included) at shutdown."""
 
         label = "oss-responses engine"
@@ -121,7 +121,9 @@ def webhook_sender(app: Celery, settings: Settings) -> SendDelivery:
     return send
 
 
-def _hand_off_on_shutdown(sig: str | None = None, how: str | None = None, exitcode: int | None = None, **_: Any) -> None:
+def _hand_off_on_shutdown(
+    sig: str | None = None, how: str | None = None, exitcode: int | None = None, **_: Any
+) -> None:
     if _context is not None:
         handed = _context.hand_off_all()
         log.warning("worker shutting down (%s): handing off %d running responses", how or sig, handed)

@@ -14,25 +14,25 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from openai.types.responses import WebSearchPreviewTool, WebSearchTool
+from openai.types.responses import ResponseStreamEvent, WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import CodeInterpreter, Mcp
-from pydantic import BaseModel
 
 from oss_responses.config import Settings
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.translator import ApprovalPolicy, ResponseTranslator
 from oss_responses.requests import CreateResponseRequest
-from oss_responses.tools import mcp_client
 from oss_responses.tools.executor import McpToolExecutor, ToolExecutor, ToolOutcome
 from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
 from oss_responses.tools.policy import ResolvedServer, requires_approval, resolve_servers
 
-Emit = Callable[[list[BaseModel]], None]
+Emit = Callable[[list[ResponseStreamEvent]], None]
 
 
 class NoToolExecutor:
     async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome:
-        return ToolOutcome(error=f"no MCP tool executor is configured on this worker: '{server_label}.{tool}' cannot run")
+        return ToolOutcome(
+            error=f"no MCP tool executor is configured on this worker: '{server_label}.{tool}' cannot run"
+        )
 
 
 @dataclass(slots=True)
@@ -71,7 +71,7 @@ async def list_new_tools(
         if server.label not in started:
             emit(translator.list_tools_started(server.label))
         try:
-            specs = [_harmony_spec(spec) for spec in await tools.executor.list_tools(server.label)]
+            specs = await tools.executor.list_tools(server.label)
         except McpUnavailable as exc:
             emit(translator.list_tools_failed(server.label, str(exc)))
             continue
@@ -90,13 +90,9 @@ def approval_policy(servers: Sequence[ResolvedServer], tools: Mapping[str, list[
             return False  # no such server: the call fails when run, nothing to approve
         spec = next((s for s in tools.get(server_label, []) if s.name == tool), None)
         annotations = spec.annotations if spec is not None else None
-        return requires_approval(server, mcp_client.McpToolSpec(tool, None, {}, annotations))
+        return requires_approval(server, McpToolSpec(tool, annotations=annotations))
 
     return needs_approval
-
-
-def _harmony_spec(spec: mcp_client.McpToolSpec) -> McpToolSpec:
-    return McpToolSpec(spec.name, spec.description or "", spec.input_schema, spec.annotations)
 
 
 def idempotent_calls(settings: Settings, tools: Mapping[str, list[McpToolSpec]]) -> Callable[[str, str], bool]:

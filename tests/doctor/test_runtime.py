@@ -9,14 +9,9 @@ import pytest
 
 from oss_responses.config import Settings
 from oss_responses.doctor import CheckResult
-from oss_responses.doctor.runtime import (
-    DEMO_ENCRYPTION_KEY,
-    check_encryption_keys,
-    check_engine,
-    check_vocabulary,
-)
-from oss_responses.harmony.vocab import VOCAB_FILE, ensure_vocabulary
+from oss_responses.doctor.runtime import DEMO_ENCRYPTION_KEY, check_encryption_keys, check_engine, check_vocabulary
 from oss_responses.sealing import new_key
+from oss_responses.vocab import VOCAB_FILE, ensure_vocabulary
 
 
 def only(results: Iterator[CheckResult]) -> CheckResult:

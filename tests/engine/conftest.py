@@ -20,7 +20,7 @@ from support import TIKTOKEN_DIR
 from support.tiny_engine import EngineLoop, build_tiny_gpt_oss, tiny_settings
 
 from oss_responses.engine.vllm import VllmEngine
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 
 if importlib.util.find_spec("vllm") is None:
     raise ImportError(

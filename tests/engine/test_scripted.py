@@ -23,8 +23,8 @@ from openai_harmony import (
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.harmony.render import RenderOptions, render_prompt
-from oss_responses.harmony.vocab import load_encoding
 from oss_responses.requests import parse_create_request
+from oss_responses.vocab import load_encoding
 
 REPO = Path(__file__).resolve().parents[2]
 RETURN, CALL = 200002, 200012
@@ -92,9 +92,8 @@ def test_generate_lists_earlier_user_messages_in_order(enc: HarmonyEncoding) -> 
 def test_generate_calls_function_with_constrained_json(enc: HarmonyEncoding) -> None:
     outputs = generate(enc, prompt(enc, 'call functions.get_weather {"city": "Paris"}'))
     call = messages_of(enc, outputs)[-1]
-    assert (call.channel, call.recipient, call.content_type) == (
-        "commentary", "functions.get_weather", "<|constrain|>json"
-    )
+    expected = ("commentary", "functions.get_weather", "<|constrain|>json")
+    assert (call.channel, call.recipient, call.content_type) == expected
     assert json.loads(text(call)) == {"city": "Paris"}
     assert outputs[-1].token_ids == [CALL] and outputs[-1].finish_reason == "stop"
 
@@ -118,8 +117,8 @@ def test_generate_answers_exactly_n_tokens(enc: HarmonyEncoding) -> None:
 
 
 def test_generate_quotes_tool_result(enc: HarmonyEncoding) -> None:
-    tokens = prompt(enc, 'call functions.get_weather {"city": "Paris"}',
-                    tool_result=("functions.get_weather", '{"temp": 20}'))
+    result = ("functions.get_weather", '{"temp": 20}')
+    tokens = prompt(enc, 'call functions.get_weather {"city": "Paris"}', tool_result=result)
     final = messages_of(enc, generate(enc, tokens))[-1]
     assert final.channel == "final"
     assert text(final) == 'The tool functions.get_weather returned: {"temp": 20}'

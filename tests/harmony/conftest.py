@@ -7,7 +7,7 @@ from openai_harmony import HarmonyEncoding
 from support import TIKTOKEN_DIR
 from support.harmony_transcripts import SCENARIOS, Run, run_scenario
 
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from oss_responses.storage import (
     ACTIVE_STATUSES,
     Database,
     Status,
+    cancel_queued,
     get_response,
     insert_response,
     save_turn,
@@ -145,3 +146,43 @@ def test_save_turn_leaves_cancelled_response(db: Database) -> None:
 def test_save_turn_rejects_active_status(db: Database) -> None:
     with pytest.raises(ValueError):
         db.run(save_turn, "resp_x", status="in_progress", response=FINAL, output_messages=[])
+
+
+def test_save_turn_deletes_response_when_store_is_false(db: Database) -> None:
+    record = new_response(status="in_progress")
+    db.run(insert_response, record)
+
+    saved = db.run(save_turn, record.id, store=False, status="completed", response=FINAL, output_messages=[])
+
+    assert saved is True and db.run(get_response, record.id) is None
+
+
+def test_save_turn_keeps_ended_response_when_store_is_false(db: Database) -> None:
+    record = new_response(status="cancelled")
+    db.run(insert_response, record)
+
+    saved = db.run(save_turn, record.id, store=False, status="completed", response=FINAL, output_messages=[])
+
+    stored = db.run(get_response, record.id)
+    assert saved is False and stored is not None and stored.status == "cancelled"
+
+
+def test_cancel_queued_marks_response_and_its_json_cancelled(db: Database) -> None:
+    record = new_response()
+    db.run(insert_response, record)
+
+    cancelled = db.run(cancel_queued, record.id, {"id": record.id, "status": "queued"})
+
+    stored = db.run(get_response, record.id)
+    assert cancelled is True and stored is not None and stored.status == "cancelled"
+    assert stored.response == {"id": record.id, "status": "cancelled"} and stored.completed_at is not None
+
+
+def test_cancel_queued_leaves_response_a_worker_took(db: Database) -> None:
+    record = new_response(status="in_progress")
+    db.run(insert_response, record)
+
+    cancelled = db.run(cancel_queued, record.id, {"id": record.id, "status": "queued"})
+
+    stored = db.run(get_response, record.id)
+    assert cancelled is False and stored is not None and stored.status == "in_progress"

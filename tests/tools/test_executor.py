@@ -85,27 +85,6 @@ async def test_list_tools_applies_allowed_tools(executor: McpToolExecutor) -> No
     assert [tool.name for tool in await executor.list_tools("calc")] == ["calculate"]
 
 
-@pytest.mark.parametrize(
-    ("recipient", "route"),
-    [
-        ("python", ("code_interpreter", "python")),
-        ("browser.search", ("web_search_preview", "search")),
-        ("browser.open", ("web_search_preview", "open")),
-        ("calc.calculate", ("calc", "calculate")),
-        ("functions.get_weather", None),
-        ("code_interpreter.python", None),
-        ("browser.scroll", None),
-    ],
-)
-def test_route_maps_harmony_recipient(recipient: str, route: tuple[str, str] | None) -> None:
-    servers = [
-        ResolvedServer("code_interpreter", "http://calc/mcp", builtin="python"),
-        ResolvedServer("web_search_preview", "http://docs/mcp", builtin="browser"),
-        ResolvedServer("calc", "http://calc/mcp"),
-    ]
-    assert McpToolExecutor(McpSessionPool(), servers, timeout=1).route(recipient) == route
-
-
 async def test_call_cancelled_in_flight_raises_cancelled(executor: McpToolExecutor) -> None:
     task = asyncio.ensure_future(executor.call("flaky", "sleep", '{"seconds": 30}'))
     done, _ = await asyncio.wait({task}, timeout=0.3)

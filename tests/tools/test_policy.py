@@ -10,7 +10,7 @@ from openai.types.responses.tool import CodeInterpreter, Mcp
 
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
-from oss_responses.tools.mcp_client import McpToolSpec
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.tools.policy import (
     ResolvedServer,
     allowed_tools,
@@ -143,9 +143,9 @@ async def test_resolve_authorization_becomes_bearer_header_hidden_from_repr() ->
 
 # --- allowed_tools and approvals ---------------------------------------------------------
 
-READ = McpToolSpec("search", None, {}, {"read_only_hint": True})
-WRITE = McpToolSpec("delete", None, {}, {"read_only_hint": False})
-PLAIN = McpToolSpec("ping", None, {})
+READ = McpToolSpec("search", annotations={"read_only_hint": True})
+WRITE = McpToolSpec("delete", annotations={"read_only_hint": False})
+PLAIN = McpToolSpec("ping")
 
 
 def _server(**fields: Any) -> ResolvedServer:

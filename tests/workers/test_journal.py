@@ -11,7 +11,7 @@ import pytest
 from openai_harmony import HarmonyEncoding
 from support.replay import CALC, Run, cuts, wire
 
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.generation import INTERRUPTED
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from support.workers import accept
 
 from oss_responses.config import Settings
 from oss_responses.harmony.render import tokenize_messages
-from oss_responses.harmony.vocab import load_encoding
 from oss_responses.storage import Database
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.prompt_tokenizer import PromptTokenizer
 from oss_responses.workers.testing import local_worker, run_response_now

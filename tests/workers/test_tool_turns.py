@@ -22,7 +22,7 @@ from support.tool_turns import (
 )
 
 from oss_responses.engine.scripted import ScriptedEngine
-from oss_responses.harmony.vocab import load_encoding
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
 

@@ -84,7 +84,8 @@ def _eval(node: ast.expr) -> Number:
 
 
 def _eval_node(node: ast.expr) -> Number:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    # bool is an int subclass, but True is no number to compute with
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval_node(node.operand))

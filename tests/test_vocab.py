@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from oss_responses.errors import VocabularyError
-from oss_responses.harmony.vocab import VOCAB_FILE, VOCAB_SHA256, ensure_vocabulary
+from oss_responses.vocab import VOCAB_FILE, VOCAB_SHA256, ensure_vocabulary
 
 
 @pytest.fixture(autouse=True)
