@@ -7,12 +7,14 @@ bootstrap:
 run: bootstrap
 	.venv/bin/python -m oss_responses.devstack
 
-test: bootstrap
+# The checks first: a finding fails the run before the suite starts.
+test: lint
 	.venv/bin/python -m pytest
 
-# ruff and mypy over the package (their settings: pyproject.toml)
+# ruff over the repository, mypy over the package (their settings: pyproject.toml)
 lint: bootstrap
-	.venv/bin/ruff check oss_responses && .venv/bin/mypy oss_responses
+	.venv/bin/ruff check .
+	.venv/bin/mypy oss_responses
 
 # Bench scripts and the soak import the checkout and the test helpers (tests/support) from here.
 DEV_PATH := PYTHONPATH=$(CURDIR):$(CURDIR)/tests

@@ -17,9 +17,15 @@ def test_readme_lists_every_setting() -> None:
 
 
 def test_readme_commands_are_make_targets() -> None:
-    for target in ("run", "test", "fuzz"):
+    for target in ("run", "test", "lint", "fuzz"):
         assert f"`make {target}`" in README
         assert f"\n{target}:" in MAKEFILE
+
+
+def test_make_test_runs_lint_first() -> None:
+    assert re.search(r"^test: lint$", MAKEFILE, re.MULTILINE)
+    lint = MAKEFILE.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "ruff check ." in lint and "mypy oss_responses" in lint
 
 
 def test_readme_oss_responses_commands_exist() -> None:
