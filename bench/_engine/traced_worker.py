@@ -11,7 +11,8 @@ Bench-only, no production code changes: before the worker starts, this patches (
 
 With ``$BENCH_STAGE_FILE`` it also writes ``stage response_id t`` lines: when each response's task
 message reached the worker (``received``), its task thread started (``started``), its row and chain
-were loaded (``loaded``), it was in_progress (``in_progress``), the engine's ``generate`` ran
+were loaded (``loaded``), its lease was taken (``leased``), its prompt rendered (``rendered``), it
+was in_progress (``in_progress``), the engine's ``generate`` ran
 (``generate``), vLLM got the request (``submitted``), vLLM's first output came (``first_output``)
 and that output's first event was written to Redis (``first_written``): the split of the time to
 first token on the worker's side.
@@ -105,6 +106,23 @@ def _trace_stages() -> None:
 
     signals.task_received.connect(lambda request, **_: _stage("received", request.args[0]), weak=False)
     run_response, load_job, execute = runner.run_response, runner.load_job, runner._execute
+    claim, render_early, render = runner.claim, runner._render_early, runner._render
+
+    async def traced_claim(redis: Any, lease: Any, response_id: str) -> Any:
+        taken = await claim(redis, lease, response_id)
+        _stage("leased", response_id)
+        return taken
+
+    def traced_render_early(run: Any) -> Any:
+        prompt = render_early(run)
+        _stage("rendered", run.job.response_id)
+        return prompt
+
+    async def traced_render(run: Any, *args: Any) -> None:
+        rendered_here = run.early_prompt is None
+        await render(run, *args)
+        if rendered_here:
+            _stage("rendered", run.job.response_id)
 
     def traced_run_response(ctx: Any, response_id: str, secrets: Any = None) -> Any:
         _stage("started", response_id)
@@ -127,6 +145,7 @@ def _trace_stages() -> None:
         return traced
 
     runner.run_response, runner.load_job, runner._execute = traced_run_response, traced_load_job, traced_execute
+    runner.claim, runner._render_early, runner._render = traced_claim, traced_render_early, traced_render
     vllm_module.VllmEngine.generate = wrap_generator(vllm_module.VllmEngine.generate, "generate")  # type: ignore[method-assign]
     AsyncLLM.generate = wrap_generator(AsyncLLM.generate, "submitted")  # type: ignore[method-assign]
 

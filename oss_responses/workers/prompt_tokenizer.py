@@ -69,6 +69,17 @@ class PromptTokenizer:
             return await loop.run_in_executor(None, tokenize_messages, messages, for_completion, self.encoding)
         return await self._in_child(loop, messages, for_completion)
 
+    def tokenize_blocking(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]:
+        """The same, from a thread that may block (a task thread): here, or waiting for the child."""
+        if prompt_chars(messages) <= self.process_above_chars:
+            return tokenize_messages(messages, for_completion, self.encoding)
+        executor = self._child()
+        try:
+            return executor.submit(_tokenize_in_child, messages, for_completion).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            self._replace(executor)
+            raise
+
     async def _in_child(
         self, loop: asyncio.AbstractEventLoop, messages: list[dict[str, Any]], for_completion: bool
     ) -> list[int]:
@@ -76,12 +87,15 @@ class PromptTokenizer:
         try:
             return await loop.run_in_executor(executor, _tokenize_in_child, messages, for_completion)
         except concurrent.futures.process.BrokenProcessPool:
-            log.warning("the prompt tokenizer process died; a new one serves the next prompt")
-            with self._lock:
-                if self._executor is executor:
-                    self._executor = None
-            executor.shutdown(wait=False, cancel_futures=True)
+            self._replace(executor)
             raise
+
+    def _replace(self, executor: concurrent.futures.ProcessPoolExecutor) -> None:
+        log.warning("the prompt tokenizer process died; a new one serves the next prompt")
+        with self._lock:
+            if self._executor is executor:
+                self._executor = None
+        executor.shutdown(wait=False, cancel_futures=True)
 
     def _child(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:

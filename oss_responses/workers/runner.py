@@ -1,12 +1,14 @@
 """The job of one response, run in a Celery task thread; the generation itself runs on the engine loop.
 
     load row + chain (SQL) ─ terminal or gone? skip; in_progress? a takeover (below)
-    take the lease ─ held by another worker? skip
-    register for cancel, then check the cancel flag ─ set? cancelled, stream closed, nothing generated
+    register for cancel; take the lease, read the handoff mark, the cancel flag and the stream's tail
+    in one round trip (workers/claim.py) ─ lease held by another worker? skip; flag set? cancelled,
+    stream closed, nothing generated
+    prompt rendered here if the request lists no MCP tools (kept for the loop, an error included)
     queued → in_progress (SQL)
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
-    in_progress event, tool lists streamed, prompt rendered, an answered approval run or declined,
-    generation (engine loop) ─ any exception fails the response
+    in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
+    or declined, generation (engine loop) ─ any exception fails the response
     drain the events (the terminal one included) → save the turn (SQL) → close the stream
     release the lease
 
@@ -54,6 +56,7 @@ from oss_responses.storage import cancel_queued, get_response, save_turn, transi
 from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.cancel import is_cancel_requested
+from oss_responses.workers.claim import Claim, claim
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import response_ended
 from oss_responses.workers.generation import Generation, StopCause
@@ -82,6 +85,7 @@ from oss_responses.workers.tooling import (
     idempotent_calls,
     list_new_tools,
     prepare_tools,
+    uses_mcp,
 )
 
 log = logging.getLogger(__name__)
@@ -106,12 +110,12 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[s
     if job.record.status not in ("queued", "in_progress"):
         return "skipped"
     lease = Lease(ctx.redis, response_id, ctx.worker_id, ctx.settings.lease_seconds)
-    if not ctx.loop.run(lease.acquire()):
+    run = _Run(ctx, job, lease)
+    taken = ctx.loop.run(_claim(run))
+    if taken is None:
         return "leased_elsewhere"
-    # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
-    handed_off = ctx.sync_redis.getdel(redis_keys.resume(response_id)) == HANDOFF.encode()
     try:
-        return _run_leased(ctx, job, lease, handed_off=handed_off)
+        return _run_leased(run, taken)
     finally:
         try:
             ctx.loop.run(lease.release())
@@ -139,18 +143,20 @@ class _Run:
     generation: Generation | None = None
     rendered: RenderedPrompt | None = None
     stop_cause: StopCause | None = None  # asked before the generation existed
+    early_prompt: RenderedPrompt | Exception | None = None  # rendered in the task thread (see _render_early)
     fail_after_replay: str | None = None  # taken over too often: replayed, then failed
 
 
-def _run_leased(ctx: WorkerContext, job: Job, lease: Lease, *, handed_off: bool = False) -> Outcome:
-    ctx.writer.forget_failure(job.response_id)
-    run = _Run(ctx, job, lease)
-    ctx.loop.run(_register(run))
+def _run_leased(run: _Run, taken: Claim) -> Outcome:
+    ctx, job = run.ctx, run.job
     try:
         if job.record.status == "in_progress":
-            return _take_over(run, counted=not handed_off)
-        if ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
+            # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
+            return _take_over(run, counted=taken.resume_mark != HANDOFF.encode())
+        if taken.cancel_requested:
             return _cancel_queued(ctx, job)
+        run.first_sequence_number = taken.next_sequence_number or 0
+        run.early_prompt = _render_early(run)
         if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
             return "skipped"  # cancelled by the API meanwhile
         return _execute(run)
@@ -159,12 +165,34 @@ def _run_leased(ctx: WorkerContext, job: Job, lease: Lease, *, handed_off: bool 
         ctx.running.pop(job.response_id, None)
 
 
-async def _register(run: _Run) -> None:
-    """Cancel, a lost lease and shutdown stop the run; the lease is renewed while it runs."""
+async def _claim(run: _Run) -> Claim | None:
+    """Registered for cancel first (so a cancel published while the flag is read is not missed), then
+    the lease and what the start needs, in one round trip; unregistered again without the lease."""
+    _register(run)
+    try:
+        taken = await claim(run.ctx.redis, run.lease, run.job.response_id)
+    except BaseException:
+        _unregister(run)
+        raise
+    if taken is None:
+        _unregister(run)
+    else:  # ours now: an old failed write of it (on this worker) is history
+        run.ctx.writer.forget_failure(run.job.response_id)
+        run.lease.keep_alive()
+    return taken
+
+
+def _register(run: _Run) -> None:
+    """Cancel, a lost lease and shutdown stop the run (on the loop)."""
     run.ctx.cancels.register(run.job.response_id, lambda: _stop(run, "cancelled"))
     run.ctx.running[run.job.response_id] = lambda: _stop(run, "handoff")
-    run.lease.keep_alive()
     run.lease.on_lost = lambda: _stop(run, "lease_lost")
+
+
+def _unregister(run: _Run) -> None:
+    run.ctx.cancels.unregister(run.job.response_id)
+    run.ctx.running.pop(run.job.response_id, None)
+    run.lease.on_lost = None
 
 
 def _stop(run: _Run, cause: StopCause) -> None:
@@ -188,8 +216,6 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
         if steps is not None:
             ctx.loop.run(_resume(run, job.request(), steps))
         else:
-            first = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id))
-            run.first_sequence_number = first or 0
             ctx.loop.run(_generate(run, job.request()))
     except EventWriteError:
         log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id, exc_info=True)
@@ -234,6 +260,7 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     if not steps and not ctx.sync_redis.exists(redis_keys.events(job.response_id)):
         return _fail_lost(run)
     if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
+        run.first_sequence_number = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id)) or 0
         return _execute(run)
     return _execute(run, steps)
 
@@ -414,9 +441,33 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
+def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
+    """A fresh start's prompt, rendered here in the task thread before the engine loop takes the
+    response: no hops to the loop and to a render thread on the way to the first token. Only a
+    request without MCP servers knows its prompt now (listing tools can add to it). A render error is
+    kept and raised where the loop would have rendered, so the response fails alike."""
+    try:
+        request = run.job.request()
+        if uses_mcp(request):
+            return None
+        known = listed_tools(run.job.history, request.input_items())
+        options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
+        plan, messages = _plan(request, run.job.history, options)
+        token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
+    except Exception as exc:
+        return exc
+    return rendered_prompt(plan, token_ids, messages)
+
+
 async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
     """Planned in a thread, tokenised by the worker's PromptTokenizer: never on the engine loop itself,
     where a large input would stall every running response (workers/prompt_tokenizer.py)."""
+    early, run.early_prompt = run.early_prompt, None
+    if isinstance(early, Exception):
+        raise early
+    if early is not None:
+        run.rendered = early
+        return
     options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
     plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
     token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)

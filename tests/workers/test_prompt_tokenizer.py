@@ -91,6 +91,17 @@ def test_tokenize_in_child_process_equals_tokenize_inline(settings: Settings) ->
     assert in_child == tokenize_messages(messages, True, encoding)
 
 
+def test_tokenize_blocking_in_child_process_equals_tokenize_inline(settings: Settings) -> None:
+    encoding = load_encoding(settings.tiktoken_dir)
+    messages = [{"role": "user", "content": [{"type": "text", "text": "hello " * 500}]}]
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
+    try:
+        in_child = tokenizer.tokenize_blocking(messages, for_completion=True)
+    finally:
+        tokenizer.close()
+    assert in_child == tokenize_messages(messages, True, encoding)
+
+
 def test_render_large_input_does_not_stall_engine_loop(
     worker_for, db: Database, redis: redis_lib.Redis, settings: Settings  # type: ignore[no-untyped-def]
 ) -> None:

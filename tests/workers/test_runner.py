@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis as redis_lib
 from openai.types.responses import Response
 from support.streams import assert_contiguous, events_of, is_closed
@@ -209,3 +210,17 @@ def test_run_response_takes_over_lost_response_before_first_flush(
     events = events_of(redis, response_id)
     assert_contiguous(events)
     assert final_text(events[-1]["response"]) == 'You said: "hello again".'
+
+
+def test_run_response_fails_response_whose_prompt_does_not_render_in_task_thread(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> list[int]:
+        raise ValueError("no tokens today")
+
+    monkeypatch.setattr(worker.tokenizer, "tokenize_blocking", broken)
+    response_id = accept(db, redis, settings, input="hi")
+    assert run_response_now(response_id, worker=worker) == "failed"
+    assert_failed_at_once(db, redis, response_id, "no tokens today")
+    types = [event["type"] for event in events_of(redis, response_id)]
+    assert types[-2:] == ["response.in_progress", "response.failed"]  # the error surfaced where the loop renders

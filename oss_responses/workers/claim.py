@@ -1,0 +1,49 @@
+"""Taking a response: its lease and what the worker must know before it starts, in one round trip.
+
+A task thread used to ask these one at a time, each a hop to the engine loop and a Redis round trip:
+the lease (``SET NX PX``), a handoff's mark (``GETDEL resume``), the cancel flag, the stream's tail.
+On a busy worker every hop waits for the loop and the GIL; together they were a fifth of the time
+from the task message to the first token (bench/engine.py's split). One script answers them all,
+and reads the rest only when the lease was taken: a worker that did not get it must not consume
+the handoff mark meant for the one that did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from redis.typing import StreamRangeResponse
+
+from oss_responses import redis_keys
+from oss_responses.workers.lease import Lease
+from oss_responses.workers.stream_tail import next_from_tail
+
+# KEYS: lease, resume, cancel, events. ARGV: owner, TTL in ms.
+# Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}.
+_CLAIM = """
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
+local mark = redis.call('GETDEL', KEYS[2]) or ''
+return {mark, redis.call('EXISTS', KEYS[3]), redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)}
+"""
+
+
+@dataclass(frozen=True)
+class Claim:
+    resume_mark: bytes  # b"" when none (a handoff leaves b"handoff")
+    cancel_requested: bool
+    next_sequence_number: int | None  # None: the stream already ended
+
+
+async def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
+    """Take ``lease``; None if another worker holds it (then nothing else was read or changed)."""
+    keys = (lease.key, redis_keys.resume(response_id), redis_keys.cancel(response_id), redis_keys.events(response_id))
+    reply = await redis.eval(_CLAIM, len(keys), *keys, lease.owner, lease.ttl_ms)
+    if reply is None:
+        return None
+    mark, cancel, tail = reply
+    # A script's reply is not parsed as XREVRANGE's would be: each entry is [id, [field, value, ...]].
+    entries: StreamRangeResponse = [
+        (entry_id, dict(zip(fields[::2], fields[1::2], strict=True))) for entry_id, fields in tail
+    ]
+    return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=next_from_tail(entries))

@@ -1,0 +1,63 @@
+"""Taking a response: the lease, the handoff mark, the cancel flag and the stream's tail in one round trip."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis as redis_lib
+import redis.asyncio as redis_asyncio
+
+from oss_responses import redis_keys
+from oss_responses.workers.claim import Claim, claim
+from oss_responses.workers.lease import Lease
+
+
+def run_with_client(redis_url: str, body: Callable[[redis_asyncio.Redis], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        client = redis_asyncio.Redis.from_url(redis_url)
+        try:
+            return await body(client)
+        finally:
+            await client.aclose()
+
+    return asyncio.run(main())
+
+
+def claim_as(redis_url: str, worker: str) -> Claim | None:
+    return run_with_client(redis_url, lambda client: claim(client, Lease(client, "r1", worker, 5), "r1"))
+
+
+def test_claim_response_reads_its_flags_and_the_next_sequence_number(redis_url: str, redis: redis_lib.Redis) -> None:
+    redis.set(redis_keys.resume("r1"), "handoff")
+    redis.set(redis_keys.cancel("r1"), "1")
+    redis.xadd(redis_keys.events("r1"), {"f": b"created"}, id="0-1")
+    redis.xadd(redis_keys.events("r1"), {"f": b"queued"}, id="0-2")
+
+    assert claim_as(redis_url, "w1") == Claim(resume_mark=b"handoff", cancel_requested=True, next_sequence_number=2)
+    assert redis.get(redis_keys.lease("r1")) == b"w1"
+    assert redis.pttl(redis_keys.lease("r1")) > 4_000
+    assert redis.exists(redis_keys.resume("r1")) == 0  # a handoff is counted once
+
+
+def test_claim_response_without_stream_or_flags_starts_at_zero(redis_url: str, redis: redis_lib.Redis) -> None:
+    assert claim_as(redis_url, "w1") == Claim(resume_mark=b"", cancel_requested=False, next_sequence_number=0)
+
+
+def test_claim_response_of_ended_stream_has_no_next_sequence_number(redis_url: str, redis: redis_lib.Redis) -> None:
+    redis.xadd(redis_keys.events("r1"), {"f": b"created"}, id="0-1")
+    redis.xadd(redis_keys.events("r1"), {"end": "cancelled"})
+
+    taken = claim_as(redis_url, "w1")
+
+    assert taken is not None and taken.next_sequence_number is None
+
+
+def test_claim_response_leased_elsewhere_changes_nothing(redis_url: str, redis: redis_lib.Redis) -> None:
+    redis.set(redis_keys.lease("r1"), "w1")
+    redis.set(redis_keys.resume("r1"), "handoff")
+
+    assert claim_as(redis_url, "w2") is None
+    assert redis.get(redis_keys.lease("r1")) == b"w1"
+    assert redis.get(redis_keys.resume("r1")) == b"handoff"  # left for the worker that holds the lease
