@@ -4,7 +4,8 @@ Built on demand from a URL, never at import time. Either form of a URL works for
 driver is chosen here (``sqlite`` / ``sqlite+aiosqlite``, ``postgresql+psycopg`` sync or async).
 Several processes (API, workers) share one SQLite file, so every SQLite connection gets WAL, a busy
 timeout, and foreign keys (which SQLite leaves off, and the cascades need). On SQLite, the API's
-``AsyncDatabase.run`` runs each transaction in a pool thread with the sync driver (see there).
+``AsyncDatabase.run`` runs each transaction in a pool thread with the sync driver (see there), and
+every write transaction on a SQLite file takes a file lock first (``sqlite_lock.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import anyio
 from sqlalchemy import URL, Engine, create_engine, event, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
+
+from oss_responses.storage import sqlite_lock
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -76,6 +79,8 @@ class Database:
         ensure_sqlite_directory(self.url)
         self.engine = create_engine(self.url, **(_engine_options(self.url) | engine_options))
         _configure(self.engine)
+        if self.url.get_backend_name() == "sqlite" and self.url.database not in (None, "", ":memory:"):
+            sqlite_lock.install(self.engine, self.url.database)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

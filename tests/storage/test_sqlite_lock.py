@@ -1,0 +1,88 @@
+"""SQLite writers take turns on a file lock: a waiting writer goes on the moment the lock is free."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from support.rows import new_response
+
+from oss_responses.storage import Database, get_response, insert_response
+from oss_responses.storage.sqlite_lock import WriterLock, is_write
+
+HOLD_SECONDS = 0.34
+# SQLite's busy handler retries a waiting writer 328 and 428 ms after its first try (sleeping 100 ms at a
+# time by then): released at 340 ms, it would go on ~88 ms later. A writer woken by the lock takes a few ms.
+AT_ONCE_SECONDS = 0.04
+
+
+@pytest.fixture
+def database_file(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "oss-responses.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+def hold_a_write(url: str, written: threading.Event, released: list[float]) -> None:
+    """A writer (its own engine, as another process's) that keeps its transaction open a while."""
+    db = Database(url)
+    with db.session() as session:
+        insert_response(session, new_response())
+        written.set()
+        time.sleep(HOLD_SECONDS)
+    released.append(time.perf_counter())
+    db.dispose()
+
+
+def test_write_goes_on_at_once_when_other_writer_commits(database_file: str) -> None:
+    written, released = threading.Event(), []
+    holder = threading.Thread(target=hold_a_write, args=(database_file, written, released))
+    holder.start()
+    written.wait(5)
+    db, record = Database(database_file), new_response()
+    db.run(insert_response, record)
+    done = time.perf_counter()
+    holder.join()
+
+    assert done - released[0] < AT_ONCE_SECONDS
+    assert db.run(get_response, record.id) is not None
+    db.dispose()
+
+
+def test_read_does_not_wait_for_writer(database_file: str) -> None:
+    db, record = Database(database_file), new_response()
+    db.run(insert_response, record)
+    written, released = threading.Event(), []
+    holder = threading.Thread(target=hold_a_write, args=(database_file, written, released))
+    holder.start()
+    written.wait(5)
+    started = time.perf_counter()
+    found = db.run(get_response, record.id)
+    read_in = time.perf_counter() - started
+    holder.join()
+
+    assert found is not None and read_in < HOLD_SECONDS / 2
+    db.dispose()
+
+
+def test_writer_lock_is_not_taken_twice_by_one_thread(tmp_path: Path) -> None:
+    lock = WriterLock(tmp_path / "db-writer.lock")
+    first = lock.acquire()
+    assert first is not None
+    assert lock.acquire() is None  # its second connection meets SQLite's own lock instead
+    lock.release(first)
+    again = lock.acquire()
+    assert again is not None
+    lock.release(again)
+
+
+@pytest.mark.parametrize(
+    ("statement", "writes"),
+    [("INSERT INTO r VALUES (1)", True), ("  update r set a=1", True), ("DELETE FROM r", True),
+     ("SELECT * FROM r", False), ("PRAGMA journal_mode=WAL", False)],
+)
+def test_is_write_tells_write_statements(statement: str, writes: bool) -> None:
+    assert is_write(statement) is writes
