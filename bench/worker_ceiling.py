@@ -10,7 +10,10 @@ thread's CPU per token (the loop thread is the one that would feed the GPU). The
 last line; ``--profile`` prints cProfile's top functions of the loop thread over that run, timed by
 the thread's CPU clock (which makes the run about ten times slower: compare entries, not rates).
 
-    PYTHONPATH=.:tests python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--profile]
+The worker's garbage collection is tuned as a worker process's start-up tunes it (oss_responses/heap.py);
+``--default-gc`` keeps CPython's defaults, for comparison.
+
+    PYTHONPATH=.:tests python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--profile] [--default-gc]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from support.servers import start_redis
 from support.workers import accept, worker_settings
 
 from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine
+from oss_responses.heap import tune_garbage_collection
 from oss_responses.storage import Database, migrate
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -56,6 +60,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=128)
     parser.add_argument("--tokens", type=int, default=1500)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--default-gc", action="store_true", help="keep CPython's own garbage collection settings")
     args = parser.parse_args()
     encoding = load_encoding()
     server = start_redis()
@@ -73,6 +78,8 @@ def main() -> None:
             # Timed by the loop thread's CPU clock: wall time would charge GIL waits to whatever was running.
             profiler = cProfile.Profile(time.thread_time) if args.profile else None
             with local_worker(settings, engine=engine, with_mcp=False) as worker:
+                if not args.default_gc:  # as a worker process's start-up step does
+                    tune_garbage_collection("worker")
                 ids = [accept(db, redis, settings, input=f"tokens {args.tokens}", background=True)
                        for _ in range(args.streams)]
                 if profiler:

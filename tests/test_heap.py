@@ -6,27 +6,30 @@ import gc
 import subprocess
 import sys
 
-from oss_responses.heap import freeze_startup_heap
+from oss_responses.heap import THRESHOLDS, tune_garbage_collection
 
 
-def test_freeze_startup_heap_freezes_what_start_up_left() -> None:
+def test_tune_garbage_collection_freezes_start_up_heap_and_raises_thresholds() -> None:
+    thresholds = gc.get_threshold()
     try:
-        frozen = freeze_startup_heap("test")
+        frozen = tune_garbage_collection("test")
         assert frozen > 0 and gc.get_freeze_count() == frozen
+        assert gc.get_threshold() == THRESHOLDS
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 def test_full_collection_skips_frozen_heap() -> None:
     # In a fresh interpreter: a heap of 300k tracked objects, collected in full before and after freezing.
     script = """
 import gc, time
-from oss_responses.heap import freeze_startup_heap
+from oss_responses.heap import tune_garbage_collection
 heap = [[i] for i in range(300_000)]
 def full_pass():
     started = time.perf_counter(); gc.collect(); return time.perf_counter() - started
 before = min(full_pass() for _ in range(3))
-freeze_startup_heap("test")
+tune_garbage_collection("test")
 after = min(full_pass() for _ in range(3))
 print(before, after)
 """

@@ -18,7 +18,7 @@ from typing import Any
 from celery import Celery, bootsteps, signals
 
 from oss_responses.config import Settings
-from oss_responses.heap import freeze_startup_heap
+from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
 from oss_responses.statuses import RUN_RESPONSE_TASK
@@ -86,7 +86,7 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
             if settings.webhook_endpoints:
                 send = webhook_sender(worker.app, settings)
                 _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send).start()
-            freeze_startup_heap("worker")  # the engine included
+            tune_garbage_collection("worker")  # the engine included
 
         def stop(self, worker: Any) -> None:
             global _context, _metrics_server, _webhook_sweeper
