@@ -35,7 +35,9 @@ def insert_response(
     # CPU per accept), and the insert only reads them.
     values = {name: getattr(record, name) for name in _RECORD_FIELDS}
     values["updated_at"] = record.updated_at or record.created_at
-    session.execute(insert(_responses).values(values))
+    # Parameters beside the statement, not in it (``.values(values)``): the statement is then the same
+    # every time, compiled once, and SQLAlchemy does not walk the documents to build its cache key.
+    session.execute(insert(_responses), [values])
     if input_items:
         session.execute(
             insert(_input_items),
