@@ -10,6 +10,7 @@ from redis.asyncio import Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
+from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import Sealer
@@ -27,6 +28,7 @@ class TaskQueue:
         self._broker = Redis.from_url(broker_url, socket_connect_timeout=2)
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
         self._celery.conf.update(
+            broker_transport=TRANSPORT,  # kombu's Redis transport, publishing without a client per task
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
             # With Redis down, a POST answers 503 within a few seconds instead of retrying for long.
             task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},

@@ -16,10 +16,10 @@ from typing import Any
 
 from celery import Celery
 
+from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings, get_settings
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
-from oss_responses.workers.broker import TRANSPORT
 from oss_responses.workers.tasks import register
 
 

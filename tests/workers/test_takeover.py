@@ -113,7 +113,7 @@ def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str,
         events = wait_for_end(client, response_id, timeout=60)
         assert_one_story(events, db, response_id)
         assert len(story_text(events).split()) == 200
-        assert worker.process.poll() is None, "the worker died with its broker connection (workers/broker.py)"
+        assert worker.process.poll() is None, "the worker died with its broker connection (broker.py)"
         db.dispose()
         client.close()
     finally:

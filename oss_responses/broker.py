@@ -1,0 +1,71 @@
+"""kombu's Redis transport as this service uses it, for the API's and the workers' Celery apps.
+
+Publishing reuses the channel's Redis client. kombu builds a new ``redis.Redis`` for every command
+it sends outside a pipeline (``Channel.conn_or_acquire``), a publish included, and redis-py's client
+copies its table of reply callbacks when it is built: a quarter of the CPU of the API's
+``send_task``, which is one of the largest parts of accepting a response. The client is safe to
+share between threads (its connections come from the channel's pool), and a new pool (after a
+reconnect) gets a new client.
+
+Consuming survives a loss of Redis. When Redis goes away under a consumer holding unacknowledged
+messages (``acks_late``: every running response), kombu 5 closes the channel and tries to put those
+messages back on their queue through a connection pool that the close has already torn down. The
+resulting ``AttributeError`` is not among the connection errors kombu ignores there, so it escapes and
+stops the worker ("Unrecoverable error"). The same happens when a task that started before the loss
+is acknowledged on the dead channel. Neither put-back nor ack is needed for correctness: an
+unacknowledged message stays in the broker's unacked hash and is redelivered after the visibility
+timeout, and a redelivered task whose response already ended, or runs elsewhere under a lease, does
+nothing. So this transport skips them when the channel's connection is gone, and the consumer
+reconnects as Celery intends.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+
+log = logging.getLogger(__name__)
+
+TRANSPORT = f"{__name__}:Transport"
+
+
+class QoS(kombu_redis.QoS):
+    def restore_unacked(self, client: Any = None) -> None:
+        if client is None and not self._connected():
+            log.warning("broker connection lost: %d unacknowledged tasks stay in the broker's unacked set "
+                        "(redelivered after the visibility timeout)", len(self._delivered))
+            self._delivered.clear()
+            return
+        super().restore_unacked(client)  # type: ignore[no-untyped-call]  # kombu's QoS has no annotations
+
+    def ack(self, delivery_tag: Any) -> None:
+        if not self._connected():
+            log.warning("broker connection lost: task %s stays unacknowledged (its redelivery is a no-op)",
+                        delivery_tag)
+            # Forget it locally. kombu's QoS methods have no annotations (here and below).
+            super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]
+            return
+        super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+
+    def _connected(self) -> bool:
+        # The channel's transport drops its client (the kombu Connection) when the connection closes.
+        return self.channel.connection is not None and self.channel.connection.client is not None
+
+
+class Channel(kombu_redis.Channel):
+    QoS = QoS
+    _sync_client: Any = None
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:  # the consumer's own client (its BRPOP): kombu manages it
+            return super()._create_client(asynchronous=True)  # type: ignore[no-untyped-call]  # kombu: no annotations
+        client = self._sync_client
+        if client is None or client.connection_pool is not self.pool:
+            client = self._sync_client = super()._create_client()  # type: ignore[no-untyped-call]
+        return client
+
+
+class Transport(kombu_redis.Transport):
+    Channel = Channel
