@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import redis as redis_lib
-import redis.asyncio as redis_asyncio
+from support.async_redis import run_with_client
 
 from oss_responses import redis_keys
 from oss_responses.workers.claim import Claim, claim
 from oss_responses.workers.lease import Lease
-
-
-def run_with_client(redis_url: str, body: Callable[[redis_asyncio.Redis], Awaitable[Any]]) -> Any:
-    async def main() -> Any:
-        client = redis_asyncio.Redis.from_url(redis_url)
-        try:
-            return await body(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
 
 
 def claim_as(redis_url: str, worker: str) -> Claim | None:

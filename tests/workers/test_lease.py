@@ -6,7 +6,7 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import redis as redis_lib
-import redis.asyncio as redis_asyncio
+from support.async_redis import run_with_client
 from support.streams import events_of
 from support.workers import accept, worker_settings
 
@@ -16,23 +16,12 @@ from oss_responses.workers.lease import Lease
 from oss_responses.workers.testing import local_worker, run_response_now
 
 
-def lease_scenario(redis_url: str, body):  # type: ignore[no-untyped-def]
-    async def main():  # type: ignore[no-untyped-def]
-        client = redis_asyncio.Redis.from_url(redis_url)
-        try:
-            return await body(client)
-        finally:
-            await client.aclose()
-
-    return asyncio.run(main())
-
-
 def test_acquire_lease_refused_while_another_holds_it(redis_url: str, redis: redis_lib.Redis) -> None:
     async def body(client):  # type: ignore[no-untyped-def]
         first, second = Lease(client, "r1", "w1", 5), Lease(client, "r1", "w2", 5)
         return await first.acquire(), await second.acquire(), await second.release(), await first.holder()
 
-    assert lease_scenario(redis_url, body) == (True, False, False, "w1")
+    assert run_with_client(redis_url, body) == (True, False, False, "w1")
 
 
 def test_keep_alive_renews_lease_past_its_ttl(redis_url: str, redis: redis_lib.Redis) -> None:
@@ -45,7 +34,7 @@ def test_keep_alive_renews_lease_past_its_ttl(redis_url: str, redis: redis_lib.R
         await lease.release()
         return holder, await lease.holder()
 
-    assert lease_scenario(redis_url, body) == ("w1", None)
+    assert run_with_client(redis_url, body) == ("w1", None)
 
 
 def test_keep_alive_reports_lost_lease(redis_url: str, redis: redis_lib.Redis) -> None:
@@ -59,7 +48,7 @@ def test_keep_alive_reports_lost_lease(redis_url: str, redis: redis_lib.Redis) -
         await asyncio.wait_for(lost.wait(), 2)
         return await client.get(redis_keys.lease("r1"))
 
-    assert lease_scenario(redis_url, body) == b"someone-else"
+    assert run_with_client(redis_url, body) == b"someone-else"
 
 
 def test_two_runners_one_response_only_one_runs(database_url: str, redis_url: str, redis: redis_lib.Redis) -> None:
