@@ -37,13 +37,13 @@ class WriterLock:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._guard = threading.Lock()
-        self._holding: dict[int, int] = {}  # thread id -> holds
+        self._holders: set[int] = set()  # threads holding the lock (through one of their connections)
 
     def acquire(self) -> tuple[int, int] | None:
         """Wait for the lock; its hold (descriptor, thread id), or None if this thread holds it already."""
         thread = threading.get_ident()
         with self._guard:
-            if self._holding.get(thread):
+            if thread in self._holders:
                 return None
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -52,15 +52,13 @@ class WriterLock:
             os.close(fd)
             raise
         with self._guard:
-            self._holding[thread] = self._holding.get(thread, 0) + 1
+            self._holders.add(thread)
         return fd, thread
 
     def release(self, hold: tuple[int, int]) -> None:
         fd, thread = hold
         with self._guard:
-            left = self._holding.pop(thread, 1) - 1
-            if left:
-                self._holding[thread] = left
+            self._holders.discard(thread)
         os.close(fd)  # closing the descriptor releases its flock
 
 
@@ -69,7 +67,7 @@ def is_write(statement: str) -> bool:
 
 
 def install(engine: Engine, database_file: str) -> WriterLock:
-    """Take ``lock`` around every write transaction of ``engine`` (a SQLite file's)."""
+    """The writer lock of ``database_file``, taken by every write transaction of ``engine``."""
     lock = WriterLock(Path(f"{database_file}-writer.lock"))
 
     def before_write(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
