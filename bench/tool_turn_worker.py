@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import redis as redis_lib
 from _common import percentile
+from support.engines import WrappedEngine
 from support.mcp import CALCULATOR, mcp_server
 from support.servers import start_redis
 from support.workers import accept, worker_settings
@@ -33,11 +34,11 @@ from oss_responses.workers.testing import local_worker, run_response_now
 CALL = 200012  # <|call|>
 
 
-class TimingEngine:
+class TimingEngine(WrappedEngine):
     """The scripted engine; records the gap between a ``<|call|>`` output and the next generate()."""
 
     def __init__(self, inner: ScriptedEngine) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.call_at: float | None = None
         self.gaps_ms: list[float] = []
 
@@ -52,14 +53,6 @@ class TimingEngine:
                 self.call_at = time.perf_counter()
             yield output
 
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def shutdown(self) -> None:
-        await self.inner.shutdown()
 
 
 def main() -> None:

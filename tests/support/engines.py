@@ -1,5 +1,6 @@
-"""Engines of the tool-turn tests: the scripted engine keeping every prompt it was shown, and an engine
-answering its n-th generation with the n-th of a list of harmony texts."""
+"""Engines of the tool-turn tests (and benches): a wrapper of the scripted engine that passes the engine
+calls through, one keeping every prompt it was shown, and an engine answering its n-th generation with
+the n-th of a list of harmony texts."""
 
 from __future__ import annotations
 
@@ -12,11 +13,28 @@ from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 
 
-class RecordingEngine:
+class WrappedEngine:
+    """The scripted engine behind a wrapper: ``abort``/``start``/``shutdown`` pass through; a subclass
+    watches ``generate``."""
+
+    def __init__(self, inner: ScriptedEngine) -> None:
+        self.inner = inner
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def start(self) -> None:
+        await self.inner.start()
+
+    async def shutdown(self) -> None:
+        await self.inner.shutdown()
+
+
+class RecordingEngine(WrappedEngine):
     """The scripted engine, keeping every prompt it was given (to read what the model was shown)."""
 
     def __init__(self, inner: ScriptedEngine, encoding: HarmonyEncoding) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.encoding = encoding
         self.prompts: list[list[int]] = []
 
@@ -28,15 +46,6 @@ class RecordingEngine:
 
     def prompt_text(self, index: int = -1) -> str:
         return self.encoding.decode(self.prompts[index])
-
-    async def abort(self, request_id: str) -> None:
-        await self.inner.abort(request_id)
-
-    async def start(self) -> None:
-        await self.inner.start()
-
-    async def shutdown(self) -> None:
-        await self.inner.shutdown()
 
 
 class SequenceEngine:
