@@ -5,8 +5,10 @@ token ids, ``finished`` and ``finish_reason`` as vLLM sets them), so the worker'
 adapter runs unchanged on top. One stepper task plays the engine core: each step gives every
 running request ONE token, and the next step starts as soon as every request took its previous
 output (steps as fast as the worker takes them; vLLM would merge deltas a consumer did not take yet,
-here the consumer is never behind by more than one token, its most expensive case). The tokens are
-the scripted engine's answer to the prompt, so the translator sees valid harmony.
+here the consumer is never behind by more than one token, its most expensive case). With
+``step_seconds`` a step starts no sooner than that after the previous one, as a GPU's forward pass
+paces them: then every step pays the loop's fixed costs (a wake, a flush) for its few tokens. The
+tokens are the scripted engine's answer to the prompt, so the translator sees valid harmony.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class StepSample:
 
 
 class SyntheticLLM:
-    def __init__(self, answers: ScriptedAnswers, *, max_model_len: int = 131_072) -> None:
+    def __init__(self, answers: ScriptedAnswers, *, max_model_len: int = 131_072, step_seconds: float = 0.0) -> None:
+        self.step_seconds = step_seconds
         self.model_config = SimpleNamespace(max_model_len=max_model_len)
         self._answers = answers
         self._requests: dict[str, _Request] = {}
@@ -92,11 +95,15 @@ class SyntheticLLM:
             self._stepper.cancel()
 
     async def _step_forever(self) -> None:
+        stepped = time.monotonic()
         while True:
             await self._taken.wait()
             self._taken.clear()
             if self._outstanding > 0:
                 continue  # somebody has not taken the last step yet
+            if self.step_seconds:
+                await asyncio.sleep(max(0.0, stepped + self.step_seconds - time.monotonic()))
+                stepped = time.monotonic()
             self._outstanding = len(self._requests)
             for request in list(self._requests.values()):
                 request.output = self._next_output(request)
