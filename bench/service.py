@@ -19,7 +19,9 @@ Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything
 machine's cores; each phase prints the CPU seconds of every process.
   (e) concurrent accepts: 8 POST stream=true at once (issue 11's first-token case), 30 rounds:
       ``response.created`` at the client after the round's start, for all and for the last of each.
-Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d]   (r = (c) replay; default: all, in that order)
+Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--database postgresql]
+(r = (c) replay; default: all, in that order; the database is SQLite unless told: PostgreSQL is a
+cluster started here with the tests' settings, fsync and synchronous_commit off)
 A failed run prints the tail of the API's and the worker's logs.
 """
 
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
-from _common import CpuMeter, percentile, stat_cpu_seconds
+from _common import CpuMeter, descendants, percentile, stat_cpu_seconds
 from _service import client as http
 from _service.stack import SERVED, UNSERVED, Stack, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
@@ -68,8 +70,11 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 def stack_processes(stack: Stack) -> dict[str, list[int]]:
-    """The processes a CpuMeter reads: the API, redis-server and the worker (while there is one)."""
+    """The processes a CpuMeter reads: the API, redis-server, PostgreSQL (its server processes; its
+    connections are pooled, so they live through a phase) and the worker (while there is one)."""
     pids = {"api": [stack.api.pid], "redis": [stack.redis.process.pid]}
+    if stack.postgres is not None:
+        pids["postgres"] = [stack.postgres.process.pid, *descendants(stack.postgres.process.pid)]
     if stack.worker is not None:
         pids["worker"] = [stack.worker.pid]
     return pids
@@ -396,11 +401,13 @@ def print_log_tails(stack: Stack, lines: int = 40) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--phases", default="a,e,c,b,r,d", help="comma-separated subset of a,e,c,b,r,d")
-    phases = set(parser.parse_args().phases.split(","))
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    args = parser.parse_args()
+    phases = set(args.phases.split(","))
     t0 = time.monotonic()
     print(f"oss-responses service bench: {os.cpu_count()} cores shared by redis-server, the API process, "
-          "the worker process and this client (each phase shows the CPU split)\n")
-    stack = start_stack()
+          f"the worker process and this client (each phase shows the CPU split); database: {args.database}\n")
+    stack = start_stack(args.database)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             rate = runner.run(run(stack, phases))

@@ -1,6 +1,6 @@
-"""The whole service on loopback for a bench: redis-server, a migrated SQLite file, ONE API process
-and (switchable) one Celery worker process, through the tests' own starters (tests/support/processes.py,
-tests/support/servers.py)."""
+"""The whole service on loopback for a bench: redis-server, a migrated database (a SQLite file, or a
+throw-away PostgreSQL cluster started here), ONE API process and (switchable) one Celery worker
+process, through the tests' own starters (tests/support/processes.py, tests/support/servers.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from support.processes import (
     stop_process,
     wait_until,
 )
-from support.servers import RedisServer, start_redis
+from support.servers import PostgresCluster, RedisServer, start_postgres, start_redis
 
 from oss_responses.config import Settings
 from oss_responses.storage import migrate
@@ -37,6 +37,7 @@ class Stack:
     api: subprocess.Popen[bytes]
     host: str
     port: int
+    postgres: PostgresCluster | None = None
     worker: subprocess.Popen[bytes] | None = None
     trace_file: Path | None = None
     _workers_started: int = field(default=0)
@@ -76,20 +77,31 @@ class Stack:
             stop_process(self.api)
         finally:
             self.redis.stop()
+            if self.postgres is not None:
+                self.postgres.stop()
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_stack() -> Stack:
+def start_stack(database: str = "sqlite") -> Stack:
+    """``database``: "sqlite" (a file in the stack's folder) or "postgresql" (its own cluster)."""
     directory = Path(tempfile.mkdtemp(prefix="oss-bench-service-"))
     redis = start_redis()
+    postgres = None
     try:
-        database_url = f"sqlite:///{directory / 'oss-responses.db'}"
+        if database == "postgresql":
+            postgres = start_postgres()
+            database_url = postgres.create_database("bench")
+        else:
+            database_url = f"sqlite:///{directory / 'oss-responses.db'}"
         migrate(database_url)
         settings = Settings(database_url=database_url, redis_url=redis.url, models=[SERVED, UNSERVED])
         api, base_url = start_api_process(settings, directory / "api.log")
     except BaseException:
         redis.stop()
+        if postgres is not None:
+            postgres.stop()
         shutil.rmtree(directory, ignore_errors=True)
         raise
     host, port = base_url.removeprefix("http://").split(":")
-    return Stack(directory=directory, redis=redis, settings=settings, api=api, host=host, port=int(port))
+    return Stack(directory=directory, redis=redis, settings=settings, api=api, host=host, port=int(port),
+                 postgres=postgres)
