@@ -21,6 +21,7 @@ from oss_responses.config import Settings
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
+from oss_responses.schemas import build_protocol_schemas
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.webhooks.notify import SendDelivery
@@ -74,6 +75,7 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
 
         def start(self, worker: Any) -> None:
             global _context, _start_error, _metrics_server, _webhook_sweeper
+            build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)
             try:
                 _context = start_worker(
                     settings, dispatch=dispatcher(worker.app, settings),
