@@ -5,7 +5,7 @@ the first response built ~35 of them in 58 ms, on the worker's engine loop (ever
 waited) and again in the API. Measured on fresh API and worker processes (SQLite, scripted engine,
 one request after another): the first request's ``response.created`` came after ~80 ms and its first
 delta after ~150 ms, the next requests' after ~25 and ~32 ms. With the validators built at start-up
-(every model of the response types, ~150 ms, before the worker reports itself ready) the first
+(every model of the response types: ~480 in 60-150 ms, before the worker reports itself ready) the first
 request's came after ~58 and ~68 ms. In the API this runs before ``heap.tune_garbage_collection``,
 which then freezes the validators with the rest of the start-up heap; in a worker before its engine
 starts.
