@@ -54,7 +54,6 @@ class TimingEngine(WrappedEngine):
             yield output
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--responses", type=int, default=200)
