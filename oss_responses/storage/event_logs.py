@@ -14,14 +14,17 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 
-from sqlalchemy import delete, select
+from sqlalchemy import Insert, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from oss_responses.storage.models import EventLogRow
 from oss_responses.storage.records import utcnow
+
+_SAVED_COLUMNS = ("first_sequence_number", "event_count", "frames", "expires_at")
 
 
 @dataclass(frozen=True)
@@ -63,9 +66,16 @@ def save_event_log(
         "frames": pack_frames(frames),
         "expires_at": expires_at,
     }
-    insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-    statement = insert(EventLogRow).values(**values)
-    session.execute(statement.on_conflict_do_update(index_elements=["response_id"], set_=values))
+    session.execute(_upsert(session.get_bind().dialect.name), values)
+
+
+@cache
+def _upsert(dialect: str) -> Insert:
+    """The archive's upsert, built once per dialect; its values are the execution's parameters."""
+    insert = pg_insert if dialect == "postgresql" else sqlite_insert
+    statement = insert(EventLogRow)
+    replaced = {name: statement.excluded[name] for name in _SAVED_COLUMNS}
+    return statement.on_conflict_do_update(index_elements=["response_id"], set_=replaced)
 
 
 def get_event_log(session: Session, response_id: str) -> EventLog | None:
