@@ -226,11 +226,16 @@ async def cancel_if_running(services: Services, response_id: str) -> None:
         await request_cancel(services, record)
 
 
-async def wait_for_end(services: Services, response_id: str, after: int | None) -> dict[str, Any] | None:
-    """Follow the event log to its end marker; the last event's payload (None if there was none)."""
+async def wait_for_end(
+    services: Services, response_id: str, after: int | None, *, history: bool = True
+) -> dict[str, Any] | None:
+    """Follow the event log to its end marker; the last event's payload (None if there was none).
+
+    ``history=False``: the caller wrote the log up to ``after`` itself (see ``EventHub.subscribe``).
+    """
     last: bytes | None = None
     try:
-        async for chunk in services.hub.subscribe(response_id, after=after):
+        async for chunk in services.hub.subscribe(response_id, after=after, history=history):
             last = chunk
     except StreamLost:
         log.warning("event stream of %s was lost; waiting for its end in SQL", response_id)

@@ -128,8 +128,10 @@ async def relay(
 ) -> EventSourceResponse:
     """Stream ``head`` (frames already in hand), then the log after event ``after``, to its end.
 
-    Raises ``StreamNotFound`` here, before any byte is sent, if the response has no event log.
+    Raises ``StreamNotFound`` here, before any byte is sent, if the response has no event log. With
+    ``head``, the caller wrote those frames to the log itself: the log exists and nothing after ``after``
+    needs reading from history, so the hub follows it live at once (one Redis round trip fewer).
     """
-    log_frames = await services.hub.open(response_id, after=after, chunked=True)
+    log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head)
     frames = _frames(services, response_id, head, log_frames, cancel_on_disconnect)
     return FrameResponse(frames, ping=services.settings.stream_ping_seconds)

@@ -204,22 +204,24 @@ class EventHub:
             await self._reader.aclose()
 
     # --- public interface ----------------------------------------------------------------------
-    def subscribe(self, response_id: str, *, after: int | None = None) -> AsyncIterator[bytes]:
+    def subscribe(self, response_id: str, *, after: int | None = None, history: bool = True) -> AsyncIterator[bytes]:
         """Frames after sequence number ``after`` (all with None), in order, until the end marker.
 
-        Lazy: a missing stream raises :class:`StreamNotFound` on the first iteration.
+        Lazy: a missing stream raises :class:`StreamNotFound` on the first iteration. ``history=False``:
+        the caller itself just wrote the stream up to event ``after`` (an accept's opening events), so
+        the subscription goes live from there without a first history read (nor its 404 check).
         """
-        return self._frames(response_id, cursor_after(after), None, chunked=False)
+        return self._frames(response_id, cursor_after(after), None if history else [], chunked=False)
 
     async def open(
-        self, response_id: str, *, after: int | None = None, chunked: bool = False
+        self, response_id: str, *, after: int | None = None, chunked: bool = False, history: bool = True
     ) -> AsyncIterator[bytes]:
         """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent.
 
         With ``chunked``, each item is the frames of one read joined (fewer socket writes).
         """
         cursor = cursor_after(after)
-        page = await self._first_page(redis_keys.events(response_id), cursor)
+        page = await self._first_page(redis_keys.events(response_id), cursor) if history else []
         return self._frames(response_id, cursor, page, chunked=chunked)
 
     async def last_sequence(self, response_id: str) -> int | None:

@@ -153,6 +153,35 @@ async def test_open_chunked_joins_frames_of_one_read(hub, aredis, make_events) -
     assert len(chunks) == 1 and chunks[0].count(b"\n\n") == 3
 
 
+def xrange_calls(redis) -> int:
+    return int(redis.info("commandstats").get("cmdstat_xrange", {}).get("calls", 0))
+
+
+async def test_open_without_history_reads_no_history(hub, redis, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    before = xrange_calls(redis)
+    frames = await hub.open("resp_a", after=1, history=False)
+    await write_events(aredis, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=60)
+    assert await collect(frames) == [2, 3]
+    assert xrange_calls(redis) == before
+
+
+async def test_open_without_history_gets_events_written_before_it(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(5)), close="completed", ttl_seconds=60)
+    assert await collect(await hub.open("resp_a", after=1, history=False)) == [2, 3, 4]
+
+
+async def test_open_without_history_behind_a_live_follower_catches_up(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    ahead = hub.subscribe("resp_a", after=None)
+    await write_events(aredis, "resp_a", make_events(range(2, 4)), ttl_seconds=60)
+    assert await collect(ahead, limit=4) == [0, 1, 2, 3]  # the hub now reads the stream after event 3
+    behind = await hub.open("resp_a", after=1, history=False)
+    await write_events(aredis, "resp_a", make_events(range(4, 5)), close="completed", ttl_seconds=60)
+    assert await collect(behind) == [2, 3, 4]
+    assert await collect(ahead) == [4]
+
+
 async def test_slow_subscriber_catches_up_from_history(redis_url, redis, aredis, make_events) -> None:
     hub = EventHub(redis_url, max_pending_batches=1)
     await hub.start()

@@ -75,9 +75,12 @@ async def create_response(request: Request, services: ServicesDep, owner: OwnerD
 async def _final_unless_disconnected(
     request: Request, services: Services, response_id: str, after: int
 ) -> dict[str, Any] | None:
-    """The response once ended; None (and the response cancelled) if the client left first."""
+    """The response once ended; None (and the response cancelled) if the client left first.
+
+    Its callers have just accepted it: the log holds exactly their opening events, up to ``after``.
+    """
     try:
-        last = await unless_disconnected(request, jobs.wait_for_end(services, response_id, after=after))
+        last = await unless_disconnected(request, jobs.wait_for_end(services, response_id, after=after, history=False))
     except ClientDisconnected:
         await jobs.cancel_if_running(services, response_id)
         return None
