@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import anyio
 import redis as redis_lib
 from kombu import Connection
 
@@ -24,3 +25,14 @@ def test_task_queue_publishes_tasks_through_service_transport(redis_url: str, re
     finally:
         queue._celery.close()
     assert redis.llen("responses.test") == 3
+
+
+def test_task_queue_warm_declares_its_queues_before_any_task(redis_url: str, redis: redis_lib.Redis) -> None:
+    queue = TaskQueue(redis_url)
+    try:
+        # Names no other test sent to: kombu remembers a process's bindings once made.
+        anyio.run(queue.warm, ["responses.warmed", "webhooks.warmed"])
+    finally:
+        queue._celery.close()
+    assert redis.exists("_kombu.binding.responses.warmed", "_kombu.binding.webhooks.warmed") == 2
+    assert redis.llen("responses.warmed") == 0  # declared, nothing sent

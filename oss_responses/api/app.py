@@ -34,6 +34,8 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
     exporter = MetricsExporter(settings)
     await hub.start()
+    await redis.ping()  # its first connection now, not in the first accept (~1.3 ms)
+    await tasks.warm([settings.queue_for(model) for model in settings.models] + [settings.webhook_queue])
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
                        encoding=LazyEncoding(settings.tiktoken_dir), metrics=exporter, sealer=sealer)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import anyio
@@ -17,6 +19,8 @@ from oss_responses.sealing import Sealer
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.storage import AsyncDatabase
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
+
+log = logging.getLogger(__name__)
 
 
 class TaskQueue:
@@ -34,6 +38,25 @@ class TaskQueue:
             task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
             broker_transport_options={"socket_connect_timeout": 2, "socket_timeout": 5},
         )
+
+    async def warm(self, queues: Iterable[str]) -> None:
+        """Do now, while the API starts, what its first ``send_task`` would otherwise do during a
+        request: Celery builds its result backend (a scan of installed entry points) and its task
+        sender, kombu its producer and broker connection, and declares each queue (a Redis round trip,
+        once per queue). Measured: the first accept of a fresh API spent 12.4 ms in ``send_task``
+        (later ones 0.5 ms). With Redis away here, that work waits for the first request instead."""
+        try:
+            await anyio.to_thread.run_sync(self._warm_producer, list(queues))
+            await self._broker.ping()  # the queue-depth check's connection
+        except Exception:
+            log.warning("could not warm up the broker connection; the first request will connect", exc_info=True)
+
+    def _warm_producer(self, queues: list[str]) -> None:
+        self._celery.backend  # noqa: B018  (built on first access)
+        self._celery.amqp.send_task_message  # noqa: B018  (a cached property)
+        with self._celery.producer_or_acquire() as producer:
+            for name in queues:
+                producer.maybe_declare(self._celery.amqp.queues[name])
 
     async def run_response(self, response_id: str, queue: str) -> None:
         # send_task does blocking socket I/O: keep it off the event loop.
