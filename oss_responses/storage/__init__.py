@@ -25,6 +25,7 @@ from oss_responses.storage.responses import (
     list_stale_queued,
     save_turn,
     transition,
+    warm_statements,
 )
 
 __all__ = [
@@ -67,4 +68,5 @@ __all__ = [
     "sync_url",
     "transition",
     "utcnow",
+    "warm_statements",
 ]

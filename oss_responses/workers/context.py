@@ -29,9 +29,10 @@ from redis.retry import Retry
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
+from oss_responses.eventlog import bulk
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.sealing import Sealer, build_sealer
-from oss_responses.storage import Database
+from oss_responses.storage import Database, warm_statements
 from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
@@ -143,6 +144,7 @@ async def _start_on_loop(ctx: WorkerContext) -> None:
     except Exception as exc:
         raise EngineStartError(f"the {ctx.settings.engine} engine failed to start: {exc!r}") from exc
     await ctx.cancels.start()
+    await ctx.writer_redis.script_load(bulk.SCRIPT)  # the first flush then finds it (no NOSCRIPT retry)
     ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid()})
     await ctx.redis.set(redis_keys.worker_ready(ctx.worker_id), ready, ex=READY_TTL_SECONDS)
     ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, ctx.worker_id, ready))
@@ -187,6 +189,7 @@ def start_worker(
         )
         if send_webhook is not None:
             ctx.webhooks = WebhookNotifier(settings, ctx.db, send_webhook)
+        ctx.db.run(warm_statements)  # before the worker is ready: compiled now, not in its first response
         loop.run(_start_on_loop(ctx))
     except BaseException:
         loop.stop()

@@ -15,6 +15,7 @@ from oss_responses.storage import (
     insert_response,
     list_in_progress_ids,
     list_input_items,
+    warm_statements,
 )
 
 
@@ -151,3 +152,13 @@ def test_list_in_progress_ids_returns_only_in_progress(db: Database) -> None:
         db.run(insert_response, record)
 
     assert db.run(list_in_progress_ids) == [records[1].id, records[3].id]
+
+
+def test_warm_statements_leaves_every_response_as_it_was(db: Database) -> None:
+    record = new_response()
+    db.run(insert_response, record)
+
+    db.run(warm_statements)
+
+    assert db.run(get_response, record.id) == db.run(get_chain, record.id)[0] == dataclasses.replace(
+        record, updated_at=record.created_at)
