@@ -11,18 +11,24 @@ from oss_responses.api.services import Services
 from oss_responses.config import Settings
 
 
-def get_services(request: Request) -> Services:
+# ``async def`` although they only read attributes: FastAPI runs a plain ``def`` dependency in its
+# thread pool, a hop to a thread and back (and a wait for the GIL under load) on every request.
+async def get_services(request: Request) -> Services:
+    return _services(request)
+
+
+async def get_settings(request: Request) -> Settings:
+    return _services(request).settings
+
+
+def _services(request: Request) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-def get_settings(request: Request) -> Settings:
-    return get_services(request).settings
-
-
 async def get_owner(request: Request) -> Owner:
     """The owner of the request's API key (keys mode: 401 without a valid one), or ``auth.OPEN``."""
-    services = get_services(request)
+    services = _services(request)
     return await authenticate(services.settings, services.db, request.headers.get("authorization"))
 
 
