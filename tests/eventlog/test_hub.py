@@ -54,6 +54,22 @@ async def test_subscribe_pages_through_long_history(redis_url, redis, aredis, ma
         await hub.stop()
 
 
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_live_read_follows_a_stream_in_either_redis_protocol(
+    redis_url, redis, aredis, make_events, protocol
+) -> None:
+    hub = EventHub(f"{redis_url}{'&' if '?' in redis_url else '?'}protocol={protocol}")
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+        frames = hub.subscribe("resp_a", after=None)
+        assert await collect(frames, limit=2) == [0, 1]
+        await write_events(aredis, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=60)
+        assert await collect(frames) == [2, 3]
+    finally:
+        await hub.stop()
+
+
 async def test_subscribers_follow_a_concurrent_writer_without_gap_or_duplicate(hub, aredis, make_events) -> None:
     await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
     writer = EventWriter(aredis, ttl_seconds=60)
