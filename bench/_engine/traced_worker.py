@@ -5,7 +5,7 @@ Bench-only, no production code changes: before the worker starts, this patches (
   over a request's output; it puts that time into a context variable of the response's task (an
   async generator runs in its consumer's context, so the Generation sees it);
 - ``EventWriter.append``: notes that time for each event built from that output;
-- ``EventWriter._send``: once the pipelined write to Redis returned, records
+- ``EventWriter._await_replies``: once Redis answered a flush, records
   ``written_at - engine_output_at`` for every event of the batch (seconds), appended to
   ``$BENCH_TRACE_FILE`` by a thread every 0.1 s. Times are ``time.monotonic()``.
 
@@ -45,7 +45,7 @@ def _stage(name: str, response_id: str) -> None:
 
 _engine_output = vllm_module.engine_output
 _append = writer_module.EventWriter.append
-_send = writer_module.EventWriter._send
+_await_replies = writer_module.EventWriter._await_replies
 
 
 def _traced_engine_output(output: Any, first: bool) -> Any:
@@ -70,9 +70,9 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def _traced_send(self: writer_module.EventWriter, batch: Any) -> None:
+async def _traced_await_replies(self: writer_module.EventWriter, pipe: Any, batch: Any, *args: Any) -> None:
     sent = [(_text(cmd[1]), _text(cmd[2])) for cmd in batch.commands if cmd[0] == "XADD"]
-    await _send(self, batch)
+    await _await_replies(self, pipe, batch, *args)
     written_at = time.monotonic()
     for entry in sent:
         output_at = _pending.pop(entry, None)
@@ -153,7 +153,7 @@ def _trace_stages() -> None:
 def main() -> None:
     vllm_module.engine_output = _traced_engine_output  # type: ignore[assignment]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
-    writer_module.EventWriter._send = _traced_send  # type: ignore[method-assign]
+    writer_module.EventWriter._await_replies = _traced_await_replies  # type: ignore[method-assign]
     stage_file = os.environ.get("BENCH_STAGE_FILE")
     if stage_file:
         _trace_stages()

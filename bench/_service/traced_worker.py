@@ -7,8 +7,8 @@ Bench-only, no production code changes: before the worker starts, this patches (
   into a context variable of the response's task (without a clock: the time its turn came);
 - ``EventWriter.append``: records ``E response_id sequence_number emitted_at`` for each event built
   from that token;
-- ``EventWriter._send``: records ``W response_id sequence_number sent replied`` for each event XADD
-  of a flush (when the pipeline was sent, and when its reply was read);
+- ``EventWriter._write``: records ``W response_id sequence_number sent sent`` for each event XADD
+  of a flush, when it was written to the writer's connection (its reply is not waited for there);
 a thread appends the records to ``$BENCH_TRACE_FILE`` every 0.1 s. The bench uses them to split the
 added latency into the worker's part and the rest (Redis, API, client).
 Times are ``time.monotonic()`` (CLOCK_MONOTONIC, one clock for every process on the machine).
@@ -70,7 +70,7 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
     _append(self, response_id, events)
 
 
-_send = writer_module.EventWriter._send
+_write = writer_module.EventWriter._write
 
 
 def _text(value: Any) -> str:
@@ -78,12 +78,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-async def _traced_send(self: writer_module.EventWriter, batch: Any) -> None:
+def _traced_write(self: writer_module.EventWriter, pipe: Any, batch: Any) -> None:
     sent = [(_text(cmd[1]), _text(cmd[2])) for cmd in batch.commands if cmd[0] == "XADD" and cmd[2] != "*"]
-    before = time.monotonic()
-    await _send(self, batch)
-    after = time.monotonic()
-    _writes.extend((key, int(entry_id.split("-")[1]) - 1, before, after) for key, entry_id in sent)
+    _write(self, pipe, batch)
+    now = time.monotonic()
+    _writes.extend((key, int(entry_id.split("-")[1]) - 1, now, now) for key, entry_id in sent)
 
 
 def _dump_forever(path: str) -> None:
@@ -105,7 +104,7 @@ def main() -> None:
     scripted.StepClock._run = _run  # type: ignore[method-assign]
     scripted.ScriptedEngine._wait_turn = _wait_turn  # type: ignore[method-assign]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
-    writer_module.EventWriter._send = _traced_send  # type: ignore[method-assign]
+    writer_module.EventWriter._write = _traced_write  # type: ignore[method-assign]
     threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"],), daemon=True).start()
     from oss_responses.workers.__main__ import main as worker_main
 

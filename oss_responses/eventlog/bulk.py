@@ -87,16 +87,17 @@ def pack(args: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-async def run_commands(redis: Redis, commands: Sequence[Command]) -> dict[int, str]:
-    """Run ``commands`` in order in one round trip; the error message of each failed command by index.
-
-    Raises on connection errors (then nothing or only a prefix of the commands ran).
-    """
+def script_calls(commands: Sequence[Command]) -> tuple[bytes, int]:
+    """The EVALSHA calls that run ``commands`` in order, packed for one write, and how many they are."""
     chunks = [commands[i : i + CHUNK] for i in range(len(commands))[::CHUNK]]
-    replies = await _send(redis, chunks)
-    if any(isinstance(r, NoScriptError) for r in replies):  # first use on this server (or flushed)
-        await redis.script_load(SCRIPT)
-        replies = await _send(redis, chunks)
+    return b"".join(pack(_script_call(chunk)) for chunk in chunks), len(chunks)
+
+
+def failed_commands(replies: Sequence[Any]) -> dict[int, str]:
+    """The error message of each failed command, by its index, from the replies of ``script_calls``.
+
+    Raises a reply that is itself an error (NOSCRIPT, a script that could not run): its commands did not run.
+    """
     errors: dict[int, str] = {}
     for number, reply in enumerate(replies):
         if isinstance(reply, Exception):
@@ -106,15 +107,28 @@ async def run_commands(redis: Redis, commands: Sequence[Command]) -> dict[int, s
     return errors
 
 
-async def _send(redis: Redis, chunks: list[Sequence[Command]]) -> list[Any]:
-    """Every chunk's EVALSHA in one write; the replies in order (an error reply as its exception)."""
-    payload = b"".join(pack(_script_call(chunk)) for chunk in chunks)
+async def run_commands(redis: Redis, commands: Sequence[Command]) -> dict[int, str]:
+    """Run ``commands`` in order in one round trip; the error message of each failed command by index.
+
+    Raises on connection errors (then nothing or only a prefix of the commands ran).
+    """
+    payload, count = script_calls(commands)
+    replies = await _send(redis, payload, count)
+    if any(isinstance(r, NoScriptError) for r in replies):  # first use on this server (or flushed)
+        await redis.script_load(SCRIPT)
+        replies = await _send(redis, payload, count)
+    return failed_commands(replies)
+
+
+async def _send(redis: Redis, payload: bytes, count: int) -> list[Any]:
+    """The ``count`` script calls of ``payload`` in one write; the replies in order (an error reply as
+    its exception)."""
     # Typed as the pool interface: ConnectionPool's own get_connection carries no annotations.
     pool: ConnectionPoolInterface = redis.connection_pool
     connection = await pool.get_connection()
     try:
         await connection.send_packed_command(payload, check_health=False)
-        return [await _reply(connection) for _ in chunks]
+        return [await _reply(connection) for _ in range(count)]
     finally:  # a connection broken midway was disconnected by redis-py; the pool reconnects it
         await pool.release(connection)
 

@@ -3,12 +3,17 @@
 One :class:`EventWriter` lives on the worker's engine loop. ``append``/``close``/``append_journal``
 only buffer commands; the first buffered command of a loop iteration starts a flush task, which runs
 on the next iteration and sends everything buffered by then (all running responses' events of one
-engine step) in ONE round trip (``bulk.run_commands``: one write of scripts, one per 1,000 commands,
-so the client's cost is packing arguments, not a reply per command). A response's journal steps
-(what another worker replays to take it over, ``workers/journal.py``) are one RPUSH per flush,
-placed before every event of the flush: whatever prefix of a flush reaches Redis, the journal
-covers every event in the stream. Flushes never overlap: stream ids must reach Redis in
-order, so what is buffered while a flush is in flight goes in the next one (batches grow under load).
+engine step) in ONE write (``bulk.script_calls``: one script call per 1,000 commands, so the cost
+is packing arguments, not a reply per command). A response's journal steps (what another worker
+replays to take it over, ``workers/journal.py``) are one RPUSH per flush, placed before every event
+of the flush: whatever prefix of a flush reaches Redis, the journal covers every event in the stream.
+
+The writes go on the writer's own connection (``pipe.RedisPipe``), so stream ids reach Redis in the
+order they were written, and a flush need not wait for the one before it. That allows an early flush:
+when translating one engine step's tokens takes longer than ``early_flush_seconds`` (many streams),
+what is buffered so far is written at once, from ``append`` itself, instead of after the step's last
+token. While a flush's reply is awaited, the flush task lets the next batch grow (batches grow under
+load).
 
 A failed write poisons its response: later ``append`` calls and ``drain`` raise
 :class:`EventWriteError`, so a worker never writes a stream with a gap and then calls it finished.
@@ -30,11 +35,20 @@ from typing import Any
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.bulk import Command, run_commands
+from oss_responses.eventlog.bulk import SCRIPT, Command, failed_commands, run_commands, script_calls
 from oss_responses.eventlog.frames import StreamEvent, frame
+from oss_responses.eventlog.pipe import RedisPipe
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
 
 log = logging.getLogger(__name__)
+
+# An engine step whose tokens take longer than this to translate ships what it has so far. Each early
+# flush costs the loop more than its write (a reply to read, a wake): at 128 streams paced like a GPU
+# (bench/worker_ceiling.py --step-ms 6.7) a 2 ms threshold cost +0.7 us of loop CPU per token, 0.5 ms
+# cost +3 us for ~0.8 ms lower median latency per event (bench/service.py b, 100 streams).
+EARLY_FLUSH_SECONDS = 0.002
+_LOAD_SCRIPT = [b"SCRIPT", b"LOAD", SCRIPT.encode()]
+
 
 class EventWriteError(RuntimeError):
     """A buffered write of this response did not reach Redis."""
@@ -48,6 +62,7 @@ class _Batch:
     # Journal steps per response, sent as ONE RPUSH per response per flush (not one per step).
     journal: dict[str, list[Any]] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    started: float | None = None  # when its first event or close was buffered (perf_counter)
 
     def take_journal(self) -> None:
         """Put the journal RPUSHes first: before the events they produced, and before a close's DEL."""
@@ -100,14 +115,17 @@ async def write_events(
 class EventWriter:
     """Buffers stream writes of all responses; flushes them once per loop iteration, pipelined."""
 
-    def __init__(self, redis: Redis, *, ttl_seconds: int) -> None:
-        self._redis = redis
+    def __init__(self, redis: Redis, *, ttl_seconds: int, early_flush_seconds: float = EARLY_FLUSH_SECONDS) -> None:
+        self._redis = redis  # whose settings the writer's own connection copies
         self._ttl_seconds = ttl_seconds
+        self._early_flush_seconds = early_flush_seconds
         self._pending = _Batch()
         self._last_batch: dict[str, _Batch] = {}  # response id -> latest batch holding its writes
         self._failed: dict[str, BaseException] = {}
         self._closed: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
+        self._pipe: RedisPipe | None = None
+        self._settling: set[asyncio.Task[None]] = set()
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
         self._buffer(response_id, event_commands(response_id, events))
@@ -136,6 +154,8 @@ class EventWriter:
             await batch.done.wait()
         elif self._flusher is not None:
             await asyncio.shield(self._flusher)
+        if self._settling:  # early flushes still awaiting their replies (asyncio.wait cancels none)
+            await asyncio.wait(list(self._settling))
 
     async def drain(self, response_id: str) -> None:
         """Wait until this response's buffered writes are in Redis; raise if any of them failed.
@@ -152,6 +172,13 @@ class EventWriter:
                 raise EventWriteError(f"event log write failed for {response_id}: {error}") from error
         self._raise_if_failed(response_id)
 
+    async def aclose(self) -> None:
+        """Flush, then close the writer's connection (a later flush would open a new one)."""
+        await self.flush()
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+
     def _buffer(self, response_id: str, commands: list[Command], *, closing: bool = False) -> None:
         if not closing:
             self._raise_if_failed(response_id)
@@ -162,7 +189,17 @@ class EventWriter:
         if closing:
             batch.closing.add(response_id)
             self._closed.add(response_id)
-        self._start_flusher()
+        if batch.started is None:
+            batch.started = time.perf_counter()
+            self._start_flusher()
+        elif time.perf_counter() - batch.started >= self._early_flush_seconds:
+            self._flush_early(batch)
+
+    def _flush_early(self, batch: _Batch) -> None:
+        pipe = self._pipe
+        if pipe is not None and pipe.usable:  # else the flush task (re)connects first
+            self._pending = _Batch()
+            self._write(pipe, batch)
 
     def forget_failure(self, response_id: str) -> None:
         """A response starts (or is taken over) on this worker: an old failed write of it is history."""
@@ -185,18 +222,53 @@ class EventWriter:
             while self._pending.commands or self._pending.journal:
                 batch, self._pending = self._pending, _Batch()
                 batch.take_journal()
-                await self._send(batch)
+                try:
+                    pipe = await self._connected_pipe()
+                except Exception as exc:  # Redis unreachable: every response in the batch failed
+                    log.exception("the event writer could not connect to Redis")
+                    self._settle(batch, dict.fromkeys(range(len(batch.commands)), exc))
+                    continue
+                self._write(pipe, batch)
+                await batch.done.wait()  # meanwhile the next batch grows
         finally:
             self._flusher = None
 
-    async def _send(self, batch: _Batch) -> None:
-        started = time.perf_counter()
+    async def _connected_pipe(self) -> RedisPipe:
+        if self._pipe is None or not self._pipe.usable:
+            self._pipe = None
+            # The script is loaded on every new connection: a restarted Redis has lost it.
+            self._pipe = await RedisPipe.open(self._redis, [_LOAD_SCRIPT])
+        return self._pipe
+
+    def _write(self, pipe: RedisPipe, batch: _Batch) -> None:
+        """Put the batch on the wire now; a task settles it once its replies came."""
+        batch.take_journal()
+        payload, count = script_calls(batch.commands)
+        replies = pipe.send(payload, count)
+        task = asyncio.get_running_loop().create_task(
+            self._await_replies(pipe, batch, replies, time.perf_counter()), context=contextvars.Context()
+        )
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+
+    async def _await_replies(
+        self, pipe: RedisPipe, batch: _Batch, replies: list[asyncio.Future[Any]], started: float
+    ) -> None:
         try:
-            errors: dict[int, str | Exception] = dict(await run_commands(self._redis, batch.commands))
-        except Exception as exc:  # connection lost, ...: every response in the batch failed
+            # Every reply retrieved, errors included: a broken pipe fails them all at once.
+            errors: dict[int, str | Exception] = dict(
+                failed_commands(await asyncio.gather(*replies, return_exceptions=True))
+            )
+        except Exception as exc:  # connection lost, or a whole script call refused: the batch failed
             log.exception("event log flush of %d commands failed", len(batch.commands))
             errors = dict.fromkeys(range(len(batch.commands)), exc)
+            if self._pipe is pipe:  # the batches written after it fail as well; the next flush reconnects
+                self._pipe = None
+                pipe.close()
         EVENT_WRITE_SECONDS.observe(time.perf_counter() - started)
+        self._settle(batch, errors)
+
+    def _settle(self, batch: _Batch, errors: dict[int, str | Exception]) -> None:
         if errors:
             EVENT_WRITE_FAILURES.inc()
         for index, error in errors.items():

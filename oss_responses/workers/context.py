@@ -29,7 +29,6 @@ from redis.retry import Retry
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
-from oss_responses.eventlog import bulk
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.storage import Database, warm_statements
@@ -122,7 +121,7 @@ class WorkerContext:
         if self.mcp_pool is not None:
             await self.mcp_pool.close()
         await self.engine.shutdown()
-        await self.writer.flush()
+        await self.writer.aclose()
         await self.writer_redis.aclose()
         await self.redis.aclose()
 
@@ -144,7 +143,6 @@ async def _start_on_loop(ctx: WorkerContext) -> None:
     except Exception as exc:
         raise EngineStartError(f"the {ctx.settings.engine} engine failed to start: {exc!r}") from exc
     await ctx.cancels.start()
-    await ctx.writer_redis.script_load(bulk.SCRIPT)  # the first flush then finds it (no NOSCRIPT retry)
     ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid()})
     await ctx.redis.set(redis_keys.worker_ready(ctx.worker_id), ready, ex=READY_TTL_SECONDS)
     ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, ctx.worker_id, ready))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import redis as redis_lib
@@ -19,7 +20,7 @@ def round_trips(redis: redis_lib.Redis) -> int:
 
 
 async def test_writer_sends_one_step_of_many_responses_in_one_round_trip(aredis, redis, make_events) -> None:
-    writer = EventWriter(aredis, ttl_seconds=60)
+    writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=60)  # however slow the step
     writer.append("warm_up", make_events(range(1)))  # loads the script on the server
     await writer.flush()
     redis.config_resetstat()
@@ -36,6 +37,42 @@ async def test_writer_sends_one_step_of_many_responses_in_one_round_trip(aredis,
     await writer.flush()
     assert round_trips(redis) == 1
     assert all(redis.xlen(redis_keys.events(f"resp_{n}")) == 1 for n in range(50))
+
+
+async def test_a_long_step_ships_what_it_has_before_it_ends(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=0.001)
+    writer.append("warm_up", make_events(range(1)))  # connects the writer
+    await writer.flush()
+    writer.append("resp_a", make_events(range(1)))
+    time.sleep(0.002)  # the step goes on translating, without giving the loop a turn
+    writer.append("resp_b", make_events(range(1)))  # past the threshold: written from here
+    deadline = time.monotonic() + 5
+    while not redis.exists(redis_keys.events("resp_b")):  # Redis has it while the step still runs
+        assert time.monotonic() < deadline, "the step's writes waited for the step to end"
+        time.sleep(0.001)
+    assert redis.xlen(redis_keys.events("resp_a")) == 1
+    await writer.aclose()
+
+
+async def test_writer_reconnects_after_redis_dropped_its_connection(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    redis.client_kill_filter(_type="normal", skipme=True)
+    await asyncio.sleep(0.1)  # the writer's loop reads the close
+    writer.append("resp_b", make_events(range(1)))
+    await writer.drain("resp_b")
+    assert redis.xlen(redis_keys.events("resp_b")) == 1
+    await writer.aclose()
+
+
+async def test_writer_loads_its_script_on_a_server_that_lost_it(aredis, redis, make_events) -> None:
+    redis.script_flush()
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(2)))
+    await writer.drain("resp_a")
+    assert redis.xlen(redis_keys.events("resp_a")) == 2
+    await writer.aclose()
 
 
 async def test_append_uses_sequence_numbers_as_entry_ids(aredis, redis, make_events) -> None:
@@ -69,13 +106,13 @@ async def test_append_journal_pushes_one_entry_per_flush(aredis, redis) -> None:
 
 async def test_journal_lands_before_the_events_of_its_flush(aredis, redis, make_events, monkeypatch) -> None:
     sent: list[tuple] = []
-    real = writer_module.run_commands
+    real = writer_module.script_calls
 
-    async def spy(client, commands):  # type: ignore[no-untyped-def]
+    def spy(commands):  # type: ignore[no-untyped-def]
         sent.extend(commands)
-        return await real(client, commands)
+        return real(commands)
 
-    monkeypatch.setattr(writer_module, "run_commands", spy)
+    monkeypatch.setattr(writer_module, "script_calls", spy)
     writer = EventWriter(aredis, ttl_seconds=60)
     writer.append("resp_a", make_events(range(0, 2)))
     writer.append_journal("resp_a", ["feed", [1]])
