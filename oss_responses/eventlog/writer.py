@@ -221,11 +221,11 @@ class EventWriter:
         try:
             while self._pending.commands or self._pending.journal:
                 batch, self._pending = self._pending, _Batch()
-                batch.take_journal()
                 try:
                     pipe = await self._connected_pipe()
                 except Exception as exc:  # Redis unreachable: every response in the batch failed
                     log.exception("the event writer could not connect to Redis")
+                    batch.take_journal()  # its journal's owners fail too
                     self._settle(batch, dict.fromkeys(range(len(batch.commands)), exc))
                     continue
                 self._write(pipe, batch)

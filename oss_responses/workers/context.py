@@ -79,7 +79,6 @@ class WorkerContext:
     db: Database
     redis: redis_asyncio.Redis  # used on the engine loop only
     sync_redis: SyncRedis  # task threads and the reaper
-    writer_redis: redis_asyncio.Redis  # the event writer's own client, never retrying (see RECONNECT)
     writer: EventWriter
     cancels: CancelListener
     mcp_pool: McpSessionPool | None
@@ -122,7 +121,6 @@ class WorkerContext:
             await self.mcp_pool.close()
         await self.engine.shutdown()
         await self.writer.aclose()
-        await self.writer_redis.aclose()
         await self.redis.aclose()
 
 
@@ -164,8 +162,7 @@ def start_worker(
     try:
         encoding = encoding or load_encoding(settings.tiktoken_dir)
         connections = _redis_connections(settings)
-        redis_client = loop.run(_async_redis(settings.redis_url, connections, retrying=True))
-        writer_client = loop.run(_async_redis(settings.redis_url, connections, retrying=False))
+        redis_client = loop.run(_async_redis(settings.redis_url, connections))
         ctx = WorkerContext(
             settings=settings,
             worker_id=worker_id or new_worker_id(),
@@ -178,8 +175,8 @@ def start_worker(
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
                 settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT)),
-            writer_redis=writer_client,
-            writer=EventWriter(writer_client, ttl_seconds=settings.event_ttl_seconds),
+            # Its own connection, opened with this client's settings and never retried (see RECONNECT).
+            writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
             mcp_pool=McpSessionPool() if with_mcp else None,
             sealer=build_sealer(settings.encryption_key_values),
@@ -211,14 +208,15 @@ def _redis_connections(settings: Settings) -> int:
 
 # After a Redis restart every pooled connection is dead, and each fails its next command: leases,
 # cancel flags, journal reads and the reaper's calls are safe to repeat, so their clients reconnect
-# and retry. The event writer's client does not: its journal RPUSH must never land twice, and a
-# failed flush already leaves the response to a takeover that writes what is missing.
+# and retry. The event writer (its own connection, eventlog/pipe.py) does not: its journal RPUSH must
+# never land twice, and a failed flush already leaves the response to a takeover that writes what is
+# missing.
 RECONNECT = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
 
 
-async def _async_redis(url: str, max_connections: int, *, retrying: bool) -> redis_asyncio.Redis:
+async def _async_redis(url: str, max_connections: int) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
-    retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries if retrying else 0)
+    retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries)
     pool = redis_asyncio.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=None, retry=retry
     )
