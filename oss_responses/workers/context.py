@@ -13,8 +13,10 @@ import json
 import logging
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +46,9 @@ log = logging.getLogger(__name__)
 
 READY_TTL_SECONDS = 30
 READY_REFRESH_SECONDS = 10
+# How long a stopping worker waits for its task threads (their responses handed off, which takes
+# about a second) before it stops the engine under them; within compose's 30 s grace period.
+TASKS_STOP_TIMEOUT_SECONDS = 20.0
 
 
 # (response id, model, MCP secrets) → the response's task sent to its model's queue.
@@ -93,6 +98,26 @@ class WorkerContext:
     running: dict[str, Callable[[], None]] = field(default_factory=dict)
     shutting_down: bool = False
     _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
+    _tasks: int = field(default=0, repr=False)
+    _tasks_changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
+
+    @contextmanager
+    def task(self) -> Iterator[None]:
+        """Counts a task thread as running until it leaves: :meth:`stop` waits for it."""
+        with self._tasks_changed:
+            self._tasks += 1
+        try:
+            yield
+        finally:
+            with self._tasks_changed:
+                self._tasks -= 1
+                self._tasks_changed.notify_all()
+
+    def wait_for_tasks(self, timeout: float) -> int:
+        """Waits until no task thread runs (at most ``timeout`` seconds); how many still do."""
+        with self._tasks_changed:
+            self._tasks_changed.wait_for(lambda: self._tasks == 0, timeout)
+            return self._tasks
 
     def hand_off_all(self) -> int:
         """Shutting down: every running response stops generating and goes to another worker; how many."""
@@ -102,7 +127,17 @@ class WorkerContext:
             self.loop.run(_call_all(callbacks))
         return len(callbacks)
 
-    def stop(self) -> None:
+    def stop(self, tasks_timeout: float = TASKS_STOP_TIMEOUT_SECONDS) -> None:
+        """Hands off what still runs, waits for the task threads, then stops everything under them.
+
+        Celery stops this (a worker bootstep) before its pool, while task threads still run: stopped
+        under them, the engine loop would fail their last steps (releasing a lease, writing a
+        handoff) and could leave one waiting forever."""
+        if not self.shutting_down:
+            self.hand_off_all()
+        left = self.wait_for_tasks(tasks_timeout)
+        if left:
+            log.warning("stopping the worker with %d task threads still running", left)
         if self.reaper is not None:
             self.reaper.stop()
         if self.loop.running:

@@ -30,6 +30,11 @@ class EngineLoop:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._started = threading.Event()
+        # Held while a coroutine is scheduled and while the loop is told to stop: a coroutine is
+        # either scheduled before the stop (and cancelled by it, so its waiter wakes) or refused.
+        # Scheduled after the stop, it would never run and its task thread would wait forever.
+        self._scheduling = threading.Lock()
+        self._stopping = False
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -54,16 +59,17 @@ class EngineLoop:
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive() and self.loop.is_running()
+        return not self._stopping and self._thread.is_alive() and self.loop.is_running()
 
     def in_loop(self) -> bool:
         return threading.current_thread() is self._thread
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        if not self.running:
-            coro.close()
-            raise RuntimeError("the engine loop is not running")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+        with self._scheduling:
+            if not self.running:
+                coro.close()
+                raise RuntimeError("the engine loop is not running")
+            return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (from any thread but the loop's own)."""
@@ -79,6 +85,9 @@ class EngineLoop:
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop: pending tasks are cancelled, async generators closed, the thread joined."""
-        if self._thread.is_alive():
+        with self._scheduling:
+            if self._stopping or not self._thread.is_alive():
+                return
+            self._stopping = True
             self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join(timeout)
+        self._thread.join(timeout)

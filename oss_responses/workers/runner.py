@@ -187,6 +187,8 @@ def _register(run: _Run) -> None:
     run.ctx.cancels.register(run.job.response_id, lambda: _stop(run, "cancelled"))
     run.ctx.running[run.job.response_id] = lambda: _stop(run, "handoff")
     run.lease.on_lost = lambda: _stop(run, "lease_lost")
+    if run.ctx.shutting_down:  # the worker began to shut down after hand_off_all looked: handed off too
+        _stop(run, "handoff")
 
 
 def _unregister(run: _Run) -> None:

@@ -55,7 +55,7 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
     """Task body: run one response on this worker's engine; the outcome (completed, skipped, ...)."""
     ctx = current_context()
     model = ctx.settings.worker_model  # the queue's model: every response it brings is of that model
-    with log_context(response_id=response_id, model=model, worker_id=ctx.worker_id):
+    with ctx.task(), log_context(response_id=response_id, model=model, worker_id=ctx.worker_id):
         if ctx.shutting_down and ctx.dispatch is not None:
             outcome = runner.send_back(ctx, response_id, secrets)
         else:
