@@ -7,7 +7,8 @@ start raises out of the bootstep, so Celery stops the worker with the reason ins
 Shutdown (SIGTERM, Ctrl-C): Celery's ``worker_shutting_down`` signal comes first, before Celery waits
 for running tasks; then every running response is handed off (``runner``), so the tasks end within a
 second or so and the worker exits well inside an orchestrator's grace period. A task that starts
-after that sends its response back to the queue untouched.
+after that sends its response back to the queue untouched. Celery stops this step before its pool:
+the step's stop waits for the task threads (``WorkerContext.stop``) before the engine goes.
 """
 
 from __future__ import annotations
