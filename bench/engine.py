@@ -33,9 +33,12 @@ and worker with py-spy during its rounds and prints their top functions.
     PYTHONPATH=.:tests python bench/engine.py [--rounds 5] [--tokens 256] [--phases in_process,vllm,service]
         [--profile] [--pin]
 
-The last line is the headline: ``service_cpu_per_token_vs_raw: X x`` (the service's serving CPU per
-token over raw AsyncLLM's; target <= 3, and at most vLLM's own frontend's); the tokens/s ratios to raw
-AsyncLLM (target >= 0.95) come before it.
+Before the ratios, a speed check compares the engine core's CPU seconds per round across phases (it
+does the same compute every round): past 1.2x apart, the machine's speed changed between phases and
+the ratios compare different machines. The last line is the headline:
+``service_cpu_per_token_vs_raw: X x`` (the service's serving CPU per token over raw AsyncLLM's; target
+<= 3, and at most vLLM's own frontend's); the tokens/s ratios to raw AsyncLLM (target >= 0.95) come
+before it.
 """
 
 from __future__ import annotations
@@ -438,6 +441,23 @@ def contention(raw: list[Run], service: list[Run]) -> str:
             f"{wall(raw):.2f} s); a GPU machine keeps the model's compute off these cores")
 
 
+# The engine core does the same compute every round, so its CPU seconds per round measure the
+# machine's speed in each phase. This machine's speed has been seen to halve for minutes at a time:
+# past this spread between phases, the ratios to raw compare different machines.
+SPEED_SPREAD_LIMIT = 1.2
+
+
+def speed_check(paths: dict[str, list[Run]]) -> str:
+    """The engine core's CPU seconds per round in each phase, and whether the phases are comparable."""
+    per_round = {name: sum(run.cpu.get("engine_core", 0.0) for run in runs) / len(runs)
+                 for name, runs in paths.items()}
+    spread = max(per_round.values()) / min(per_round.values())
+    verdict = ("comparable" if spread <= SPEED_SPREAD_LIMIT else
+               f"NOT comparable (over {SPEED_SPREAD_LIMIT}x: the machine's speed changed between phases; run again)")
+    seconds = ", ".join(f"{name} {value:.2f} s" for name, value in per_round.items())
+    return f"machine speed check, engine core CPU per round: {seconds}; spread {spread:.2f}x: {verdict}"
+
+
 SERVING = {  # the processes that serve requests, the model's compute (engine core) excluded
     "raw_asyncllm": ("client",), "vllm_responses": ("api_server",), "service": ("api", "worker", "redis"),
 }
@@ -493,6 +513,7 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
             f"p50 {percentile(added_ms, 0.5):.2f} ms, p99 {percentile(added_ms, 0.99):.2f} ms",
             *service.profile,
         ]
+    lines.append(speed_check(paths))
     lines += ttft_lines(paths)
     lines += [f"{name}_ratio: {tps / raw:.3f} (tokens/s over raw AsyncLLM's)"
               for name, (tps, _) in described.items() if name != "raw_asyncllm"]
