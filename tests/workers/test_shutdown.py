@@ -10,7 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import redis as redis_lib
-from support.streams import events_of
+from support.streams import wait_for_event
 from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
@@ -27,13 +27,6 @@ def _run_as_task(ctx: WorkerContext, response_id: str) -> Outcome:
         return run_response_now(response_id, worker=ctx)
 
 
-def _wait_for_text(redis: redis_lib.Redis, response_id: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not any(e["type"] == "response.output_text.delta" for e in events_of(redis, response_id)):
-        assert time.monotonic() < deadline, "no text was generated"
-        time.sleep(0.02)
-
-
 def test_stop_worker_waits_for_running_task_to_hand_off(
     database_url: str, redis_url: str, redis: redis_lib.Redis
 ) -> None:
@@ -43,7 +36,7 @@ def test_stop_worker_waits_for_running_task_to_hand_off(
     ctx = start_worker(settings, with_reaper=False)
     with ThreadPoolExecutor(1) as pool:
         task = pool.submit(_run_as_task, ctx, response_id)
-        _wait_for_text(redis, response_id)
+        wait_for_event(redis, response_id, "response.output_text.delta")
         ctx.stop()
         assert task.done() and task.result() == "handed_off"
     assert not redis.exists(redis_keys.lease(response_id))  # free for the worker that takes it over
