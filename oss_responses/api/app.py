@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 from fastapi import FastAPI
-from redis.asyncio import Redis
 
 from oss_responses.api.auth import log_auth_mode
 from oss_responses.api.encoding import LazyEncoding
@@ -17,7 +16,7 @@ from oss_responses.api.openapi import install_openapi
 from oss_responses.api.relay import archived_frames
 from oss_responses.api.request_id import RequestIdMiddleware
 from oss_responses.api.routes import health, metrics, models, responses
-from oss_responses.api.services import Services, TaskQueue
+from oss_responses.api.services import Services, TaskQueue, api_redis
 from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
@@ -29,7 +28,7 @@ from oss_responses.storage import AsyncDatabase
 async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
     db = AsyncDatabase(settings.database_url)
-    redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2)
+    redis = api_redis(settings.redis_url)
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db))
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
     exporter = MetricsExporter(settings)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import anyio
 from celery import Celery
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
@@ -22,6 +22,19 @@ from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
+# redis-py's pools refuse a 101st connection at once (MaxConnectionsError): a burst of 200 concurrent
+# POSTs answered half of them 503. Each command holds a connection for a round trip, so a bounded pool
+# that waits serves any burst; a wait this long means Redis is in trouble, and the request gets its 503.
+REDIS_CONNECTIONS = 100
+REDIS_POOL_WAIT_SECONDS = 10.0
+
+
+def api_redis(url: str) -> Redis:
+    """An asyncio Redis client for one API process: its pool waits for a free connection, never refuses."""
+    pool = BlockingConnectionPool.from_url(url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_POOL_WAIT_SECONDS,
+                                           socket_connect_timeout=2)
+    return Redis(connection_pool=pool)
+
 
 class TaskQueue:
     """Celery, as a producer only: tasks are sent by name, so no worker code is imported here."""
@@ -29,7 +42,7 @@ class TaskQueue:
     def __init__(self, broker_url: str, webhook_queue: str = "webhooks") -> None:
         self._webhook_queue = webhook_queue
         # Celery's Redis transport keeps a queue's waiting tasks in a list named after the queue.
-        self._broker = Redis.from_url(broker_url, socket_connect_timeout=2)
+        self._broker = api_redis(broker_url)
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
         self._celery.conf.update(
             broker_transport=TRANSPORT,  # kombu's Redis transport, publishing without a client per task
