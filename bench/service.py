@@ -19,7 +19,7 @@ Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything
 machine's cores; each phase prints the CPU seconds of every process.
   (e) concurrent accepts: 8 POST stream=true at once (issue 11's first-token case), 30 rounds:
       ``response.created`` at the client after the round's start, for all and for the last of each.
-Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--database postgresql]
+Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--database postgresql] [--api-processes N]
 (r = (c) replay; default: all, in that order; the database is SQLite unless told: PostgreSQL is a
 cluster started here with the tests' settings, fsync and synchronous_commit off)
 A failed run prints the tail of the API's and the worker's logs.
@@ -39,7 +39,7 @@ from typing import Any
 import uvloop
 from _common import CpuMeter, descendants, percentile, stat_cpu_seconds
 from _service import client as http
-from _service.stack import SERVED, UNSERVED, Stack, start_stack
+from _service.stack import SERVED, UNSERVED, Stack, api_pids, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
 from redis.asyncio import Redis
 
@@ -72,7 +72,7 @@ def thread_cpu(pid: int) -> dict[str, float]:
 def stack_processes(stack: Stack) -> dict[str, list[int]]:
     """The processes a CpuMeter reads: the API, redis-server, PostgreSQL (its server processes; its
     connections are pooled, so they live through a phase) and the worker (while there is one)."""
-    pids = {"api": [stack.api.pid], "redis": [stack.redis.process.pid]}
+    pids = {"api": api_pids(stack.api.pid), "redis": [stack.redis.process.pid]}
     if stack.postgres is not None:
         pids["postgres"] = [stack.postgres.process.pid, *descendants(stack.postgres.process.pid)]
     if stack.worker is not None:
@@ -349,10 +349,10 @@ async def bench_d(stack: Stack) -> float:
     for req in warm:
         req.close()
     await asyncio.sleep(0.5)
-    before = rss_kb(stack.api.pid)
+    before = sum(map(rss_kb, api_pids(stack.api.pid)))
     reqs, _ = await open_idle(stack, ids[:D_STREAMS])
     await asyncio.sleep(1.0)
-    after = rss_kb(stack.api.pid)
+    after = sum(map(rss_kb, api_pids(stack.api.pid)))
     for req in reqs:
         req.close()
     per_stream = (after - before) / D_STREAMS
@@ -402,12 +402,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--phases", default="a,e,c,b,r,d", help="comma-separated subset of a,e,c,b,r,d")
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--api-processes", type=int, default=1, help="OSS_RESPONSES_API_PROCESSES of the API")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     t0 = time.monotonic()
     print(f"oss-responses service bench: {os.cpu_count()} cores shared by redis-server, the API process, "
-          f"the worker process and this client (each phase shows the CPU split); database: {args.database}\n")
-    stack = start_stack(args.database)
+          f"the worker process and this client (each phase shows the CPU split); database: {args.database}; "
+          f"API processes: {args.api_processes}\n")
+    stack = start_stack(args.database, args.api_processes)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             rate = runner.run(run(stack, phases))

@@ -197,6 +197,10 @@ class Settings(BaseSettings):
     # --- API ------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")
     api_port: int = Field(8000, description="Port of the API")
+    api_processes: int = Field(
+        1, ge=1, le=64,
+        description="API processes sharing the port (uvicorn's workers): each relays its streams on its own core",
+    )
 
     @property
     def encryption_key_values(self) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis as redis_lib
+from _common import descendants
 from support import REPO
 from support.processes import (
     ready_workers,
@@ -82,8 +83,9 @@ class Stack:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_stack(database: str = "sqlite") -> Stack:
-    """``database``: "sqlite" (a file in the stack's folder) or "postgresql" (its own cluster)."""
+def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
+    """``database``: "sqlite" (a file in the stack's folder) or "postgresql" (its own cluster);
+    ``api_processes``: the API's (``OSS_RESPONSES_API_PROCESSES``), all up when this returns."""
     directory = Path(tempfile.mkdtemp(prefix="oss-bench-service-"))
     redis = start_redis()
     postgres = None
@@ -94,8 +96,11 @@ def start_stack(database: str = "sqlite") -> Stack:
         else:
             database_url = f"sqlite:///{directory / 'oss-responses.db'}"
         migrate(database_url)
-        settings = Settings(database_url=database_url, redis_url=redis.url, models=[SERVED, UNSERVED])
+        settings = Settings(database_url=database_url, redis_url=redis.url, models=[SERVED, UNSERVED],
+                            api_processes=api_processes)
         api, base_url = start_api_process(settings, directory / "api.log")
+        if api_processes > 1:
+            wait_until(lambda: serving_processes(api.pid) == api_processes, api, "the API processes")
     except BaseException:
         redis.stop()
         if postgres is not None:
@@ -105,3 +110,23 @@ def start_stack(database: str = "sqlite") -> Stack:
     host, port = base_url.removeprefix("http://").split(":")
     return Stack(directory=directory, redis=redis, settings=settings, api=api, host=host, port=int(port),
                  postgres=postgres)
+
+
+def api_pids(pid: int) -> list[int]:
+    """The API's processes: ``pid`` and, with several API processes, the ones its supervisor spawned."""
+    return [pid, *descendants(pid)]
+
+
+def serving_processes(pid: int) -> int:
+    """How many API processes under supervisor ``pid`` have built their app: each then has its live
+    gauge's file in their shared metrics folder."""
+    for child in descendants(pid):
+        try:
+            with open(f"/proc/{child}/environ", "rb") as f:
+                variables = dict(v.partition(b"=")[::2] for v in f.read().split(b"\0") if v)
+        except OSError:
+            continue
+        folder = variables.get(b"PROMETHEUS_MULTIPROC_DIR")
+        if folder:
+            return len(list(Path(folder.decode()).glob("gauge_live*.db")))
+    return 0

@@ -1,11 +1,21 @@
-"""``python -m oss_responses.api``: serve the API with uvicorn on ``api_host:api_port``."""
+"""``python -m oss_responses.api``: serve the API with uvicorn on ``api_host:api_port``.
+
+With ``api_processes`` above 1, uvicorn's supervisor serves the port from that many processes (spawned:
+each builds its own app through :func:`process_app`; one that dies is started again). One API process
+relays every event of its streams on one core, about 40 µs each at a GPU's pace (``bench/engine.py``), so
+one GPU's output nearly fills it: several processes use a host's cores without a proxy in front of
+several ports. Their metrics meet in one ``PROMETHEUS_MULTIPROC_DIR`` (``api/metrics.py``): the
+operator's, or a folder of this run's own.
+"""
 
 from __future__ import annotations
 
 import uvicorn
+from fastapi import FastAPI
 
 from oss_responses.api.app import create_app
-from oss_responses.config import get_settings
+from oss_responses.api.metrics import forget_dead_processes, multiprocess_folder
+from oss_responses.config import Settings, get_settings
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging
 from oss_responses.schemas import build_protocol_schemas
@@ -17,11 +27,28 @@ def main() -> None:
     configure_logging(settings)
     # Unpacked now, not by the first /v1/responses/input_tokens request (which loads the encoding).
     ensure_vocabulary(settings.tiktoken_dir)
+    # log_config=None: uvicorn's loggers propagate to the root handler configured above.
+    if settings.api_processes == 1:
+        uvicorn.run(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)
+        return
+    with multiprocess_folder():
+        uvicorn.run("oss_responses.api.__main__:process_app", factory=True, workers=settings.api_processes,
+                    host=settings.api_host, port=settings.api_port, log_config=None)
+
+
+def process_app() -> FastAPI:
+    """uvicorn's factory in each of several API processes (a fresh interpreter: nothing is inherited)."""
+    settings = get_settings()
+    configure_logging(settings)
+    forget_dead_processes()
+    return _ready_app(settings)
+
+
+def _ready_app(settings: Settings) -> FastAPI:
     app = create_app(settings)
     build_protocol_schemas("api")
     tune_garbage_collection("api")  # here, not in the app's lifespan: tests run the app inside pytest
-    # log_config=None: uvicorn's loggers propagate to the root handler configured above.
-    uvicorn.run(app, host=settings.api_host, port=settings.api_port, log_config=None)
+    return app
 
 
 if __name__ == "__main__":

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import anyio
 import redis
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
 from oss_responses import redis_keys
@@ -27,6 +32,7 @@ from oss_responses.metrics import QUEUE_DEPTH
 log = logging.getLogger(__name__)
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live\w*_(\d+)\.db")
 
 
 class QueueDepthCollector(Collector):
@@ -83,3 +89,43 @@ def _process_metrics() -> Collector:
     registry = CollectorRegistry()
     MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
     return registry
+
+
+@contextmanager
+def multiprocess_folder() -> Iterator[Path]:
+    """``PROMETHEUS_MULTIPROC_DIR`` for the API processes started within: the operator's if set (they
+    empty it), else an empty folder of this run's own, removed afterwards. Set before any process starts:
+    prometheus_client picks its storage when it is imported."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        yield Path(given)
+        return
+    folder = tempfile.mkdtemp(prefix="oss-responses-metrics-")
+    os.environ[MULTIPROC_ENV] = folder
+    try:
+        yield Path(folder)
+    finally:
+        del os.environ[MULTIPROC_ENV]
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def forget_dead_processes() -> None:
+    """A process that died (uvicorn starts another) leaves its live gauges' files behind, and
+    ``oss_responses_active_streams`` would count its streams for ever: a starting process removes them."""
+    folder = os.environ.get(MULTIPROC_ENV)
+    if not folder:
+        return
+    for path in Path(folder).glob("gauge_live*_*.db"):
+        match = _LIVE_GAUGE_FILE.fullmatch(path.name)
+        if match is not None and not _alive(int(match[1])):
+            mark_process_dead(int(match[1]), folder)  # type: ignore[no-untyped-call]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True

@@ -1,0 +1,135 @@
+"""``python -m oss_responses.api`` with ``OSS_RESPONSES_API_PROCESSES=2``: one port, two processes (uvicorn's
+supervisor), their metrics in a folder of the run's own, a killed process replaced and forgotten."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from subprocess import Popen
+
+import httpx2
+import psutil
+import pytest
+from support import MODEL
+from support.processes import service_env, start_api_process, stop_process
+
+from oss_responses.config import Settings
+
+PROCESSES = 2
+
+
+@dataclass
+class ApiProcesses:
+    supervisor: Popen[bytes]
+    base_url: str
+
+    def children(self) -> list[psutil.Process]:
+        """The serving processes (uvicorn spawns them through multiprocessing); a killed one not yet reaped
+        is left out."""
+        serving = []
+        for child in psutil.Process(self.supervisor.pid).children():
+            try:
+                if "multiprocessing.spawn" in " ".join(child.cmdline()):
+                    serving.append(child)
+            except (psutil.ZombieProcess, psutil.NoSuchProcess):
+                continue
+        return serving
+
+    def metrics_folder(self) -> Path:
+        return Path(self.children()[0].environ()["PROMETHEUS_MULTIPROC_DIR"])
+
+
+def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def serve(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str], ApiProcesses]]:
+    """Starts ``python -m oss_responses.api`` with two processes on a database; stops it afterwards."""
+    started: list[Popen[bytes]] = []
+
+    def start(database_url: str) -> ApiProcesses:
+        settings = Settings(database_url=database_url, redis_url=redis_url, models=[MODEL])
+        env = service_env(settings, OSS_RESPONSES_API_PROCESSES=str(PROCESSES))
+        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        supervisor, base_url = start_api_process(settings, tmp_path / "api.log", env)
+        started.append(supervisor)
+        processes = ApiProcesses(supervisor, base_url)
+        eventually(lambda: len(processes.children()) == PROCESSES, "the API processes did not start")
+        eventually(lambda: len(list(processes.metrics_folder().glob("gauge_live*.db"))) == PROCESSES,
+                   "the API processes did not load their metrics")
+        return processes
+
+    yield start
+    for supervisor in started:
+        stop_process(supervisor)
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """Where the database makes no difference: SQLite only."""
+    path = tmp_path / "oss-responses.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+def _create(base_url: str) -> str:
+    # A new connection each time: either process may take it.
+    created = httpx2.post(f"{base_url}/v1/responses", json={"model": MODEL, "input": "hi", "background": True},
+                          timeout=10)
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+def _accepted(base_url: str) -> float:
+    text = httpx2.get(f"{base_url}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("oss_responses_accepted_total{"))
+
+
+def test_serve_api_processes_share_one_port_and_their_metrics(
+    serve: Callable[[str], ApiProcesses], database_url: str
+) -> None:
+    api_processes = serve(database_url)
+    ids = [_create(api_processes.base_url) for _ in range(12)]
+    for response_id in ids:  # stored by one process, read by whichever answers
+        got = httpx2.get(f"{api_processes.base_url}/v1/responses/{response_id}", timeout=10)
+        assert got.status_code == 200 and got.json()["status"] == "queued"
+    counters = list(api_processes.metrics_folder().glob("counter_*.db"))
+    assert len(counters) == PROCESSES
+    assert _accepted(api_processes.base_url) == len(ids)
+
+
+def test_restart_killed_api_process_and_forget_its_live_gauges(
+    serve: Callable[[str], ApiProcesses], sqlite_url: str
+) -> None:
+    api_processes = serve(sqlite_url)
+    folder = api_processes.metrics_folder()
+    victim = api_processes.children()[0].pid
+    os.kill(victim, signal.SIGKILL)
+
+    def replaced() -> bool:
+        pids = {child.pid for child in api_processes.children()}
+        return len(pids) == PROCESSES and victim not in pids and not list(folder.glob(f"gauge_live*_{victim}.db"))
+
+    eventually(replaced, "the killed API process was not replaced")
+    _create(api_processes.base_url)
+    live_gauge_pids = {int(path.stem.rsplit("_", 1)[1]) for path in folder.glob("gauge_live*.db")}
+    assert live_gauge_pids == {child.pid for child in api_processes.children()}
+
+
+def test_stop_api_processes_removes_their_metrics_folder(serve: Callable[[str], ApiProcesses], sqlite_url: str) -> None:
+    api_processes = serve(sqlite_url)
+    folder = api_processes.metrics_folder()
+    stop_process(api_processes.supervisor)
+    assert api_processes.supervisor.returncode == 0
+    assert not folder.exists()
