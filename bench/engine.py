@@ -58,7 +58,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from _common import CpuMeter, descendants, nearest_rank, percentile
+from _common import CpuMeter, descendants, nearest_rank, percentile, stat_cpu_seconds
 from _engine.profile import Profiler
 
 from oss_responses.engine.base import SamplingSettings
@@ -342,6 +342,7 @@ class ServiceResult:
     latencies: list[float]  # worker added latency per event (s)
     stages: dict[tuple[str, str], float]  # (response id, stage) -> time.monotonic()
     profile: list[str]  # --profile: the API's and the worker's top functions
+    threads: dict[str, float]  # the worker's CPU seconds over the measured rounds, per kind of thread
 
 
 def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> ServiceResult:
@@ -358,9 +359,11 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     migrate(database)
     settings = Settings(database_url=database, redis_url=redis_server.url, models=[SERVICE_MODEL])
     trace_file, stage_file = scratch / "worker-latency.txt", scratch / "worker-stages.txt"
+    threads_file = scratch / "worker-threads.txt"
     env = vllm_worker_env(settings, model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true",
                           OSS_RESPONSES_WORKER_CONCURRENCY=str(args.concurrency),
-                          BENCH_TRACE_FILE=str(trace_file), BENCH_STAGE_FILE=str(stage_file))
+                          BENCH_TRACE_FILE=str(trace_file), BENCH_STAGE_FILE=str(stage_file),
+                          BENCH_THREADS_FILE=str(threads_file))
     processes = []
     try:
         started = time.monotonic()
@@ -378,10 +381,13 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         profiler = Profiler({"api": api.pid, "worker": worker.pid}, scratch) if args.profile else None
         if profiler is not None:
             profiler.start()
+        threads_before = thread_cpu(worker.pid)
         runs = [service_round(base_url, user_texts(args.concurrency, args.tokens), meter) for _ in range(args.rounds)]
+        threads_after = thread_cpu(worker.pid)
         if profiler is not None:
             profiler.stop()
         time.sleep(0.3)
+        threads = cpu_by_thread_kind(threads_before, threads_after, threads_file)
         latencies = [float(value) for value in trace_file.read_text().split()[skip:]]
         stage_lines = (line.split() for line in stage_file.read_text().splitlines())
         stages = {(rid, name): float(t) for name, rid, t in stage_lines}
@@ -389,7 +395,39 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         for process in reversed(processes):
             stop_process(process)
         redis_server.stop()
-    return ServiceResult(runs, latencies, stages, profiler.summary() if profiler is not None else [])
+    return ServiceResult(runs, latencies, stages, profiler.summary() if profiler is not None else [], threads)
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of ``pid``, by kernel thread id."""
+    try:
+        tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return {}
+    return {tid: stat_cpu_seconds(f"/proc/{pid}/task/{tid}/stat") for tid in tids}
+
+
+# A worker thread's name -> the kind it is counted as (first prefix that matches; else "other").
+THREAD_KINDS = (("engine-loop", "engine loop"), ("ThreadPoolExecutor", "task threads (Celery pool)"),
+                ("MainThread", "main (Celery consumer)"), ("asyncio", "loop executor (render, SQL)"))
+
+
+def cpu_by_thread_kind(before: dict[int, float], after: dict[int, float], names_file: Path) -> dict[str, float]:
+    names = dict(line.split(" ", 1) for line in names_file.read_text().splitlines()) if names_file.exists() else {}
+    kinds: dict[str, float] = {}
+    for tid, seconds in after.items():
+        name = names.get(str(tid), "").strip()
+        kind = next((label for prefix, label in THREAD_KINDS if name.startswith(prefix)),
+                    "other (vLLM's, Redis, timers)" if name else "not Python's")
+        kinds[kind] = kinds.get(kind, 0.0) + seconds - before.get(tid, 0.0)
+    return kinds
+
+
+def thread_lines(service: ServiceResult) -> list[str]:
+    tokens = sum(trace.tokens for run in service.runs for trace in run.traces)
+    shares = sorted(service.threads.items(), key=lambda item: -item[1])
+    return ["service worker CPU per token by thread: " + ", ".join(
+        f"{kind} {seconds / tokens * 1e6:.1f} us" for kind, seconds in shares if seconds > 0)]
 
 
 # The service's time to first token, step by step: (label, stage); "created"/"delta" are the client's.
@@ -511,6 +549,7 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
             *stage_split(median_run(service.runs), service.stages),
             f"worker added latency (vLLM output -> event written to Redis), {len(added_ms)} events: "
             f"p50 {percentile(added_ms, 0.5):.2f} ms, p99 {percentile(added_ms, 0.99):.2f} ms",
+            *thread_lines(service),
             *service.profile,
         ]
     lines.append(speed_check(paths))

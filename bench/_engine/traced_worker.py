@@ -15,12 +15,14 @@ were loaded (``loaded``), its lease was taken (``leased``), its prompt rendered 
 was in_progress (``in_progress``), the engine's ``generate`` ran
 (``generate``), vLLM got the request (``submitted``), vLLM's first output came (``first_output``)
 and that output's first event was written to Redis (``first_written``): the split of the time to
-first token on the worker's side.
+first token on the worker's side. With ``$BENCH_THREADS_FILE`` it keeps there the name of every
+Python thread by its kernel id (``native_id name`` lines), so a bench can tell whose CPU is whose.
 """
 
 from __future__ import annotations
 
 import contextvars
+import itertools
 import os
 import threading
 import time
@@ -83,10 +85,12 @@ async def _traced_await_replies(self: writer_module.EventWriter, pipe: Any, batc
                 _stage("first_written", entry[0].rsplit(":", 1)[-1])
 
 
-def _dump_forever(path: str, stage_path: str | None) -> None:
+def _dump_forever(path: str, stage_path: str | None, threads_path: str | None) -> None:
     with open(path, "a") as out, open(stage_path or os.devnull, "a") as stages:
-        while True:
+        for tick in itertools.count():
             time.sleep(0.1)
+            if threads_path and tick % 10 == 0:
+                _write_thread_names(threads_path)
             values = [_latencies.popleft() for _ in range(len(_latencies))]
             if values:
                 out.write("".join(f"{value:.6f}\n" for value in values))
@@ -95,6 +99,14 @@ def _dump_forever(path: str, stage_path: str | None) -> None:
             if lines:
                 stages.write("".join(lines))
                 stages.flush()
+
+
+def _write_thread_names(path: str) -> None:
+    """``native_id name`` of every Python thread now (the kernel knows them all as ``python``)."""
+    names = "".join(f"{thread.native_id} {thread.name.replace(' ', '_')}\n" for thread in threading.enumerate())
+    with open(f"{path}.new", "w") as f:
+        f.write(names)
+    os.replace(f"{path}.new", path)
 
 
 def _trace_stages() -> None:
@@ -157,7 +169,9 @@ def main() -> None:
     stage_file = os.environ.get("BENCH_STAGE_FILE")
     if stage_file:
         _trace_stages()
-    threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"], stage_file), daemon=True).start()
+    threads_file = os.environ.get("BENCH_THREADS_FILE")
+    threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"], stage_file, threads_file),
+                     daemon=True, name="bench-trace").start()
     from oss_responses.workers.__main__ import main as worker_main
 
     worker_main()
