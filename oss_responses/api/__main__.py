@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from oss_responses.api.app import create_app
 from oss_responses.api.metrics import forget_dead_processes, multiprocess_folder
 from oss_responses.config import Settings, get_settings
+from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging
 from oss_responses.schemas import build_protocol_schemas
@@ -27,6 +28,7 @@ def main() -> None:
     configure_logging(settings)
     # Unpacked now, not by the first /v1/responses/input_tokens request (which loads the encoding).
     ensure_vocabulary(settings.tiktoken_dir)
+    raise_open_files_limit("api")  # several processes inherit it
     # log_config=None: uvicorn's loggers propagate to the root handler configured above.
     if settings.api_processes == 1:
         uvicorn.run(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)

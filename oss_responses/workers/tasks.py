@@ -19,6 +19,7 @@ from typing import Any
 from celery import Celery, bootsteps, signals
 
 from oss_responses.config import Settings
+from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
@@ -76,6 +77,7 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
 
         def start(self, worker: Any) -> None:
             global _context, _start_error, _metrics_server, _webhook_sweeper
+            raise_open_files_limit("worker")  # before the engine's processes start: they inherit it
             build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)
             try:
                 _context = start_worker(

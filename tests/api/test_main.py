@@ -3,6 +3,8 @@ supervisor), their metrics in a folder of the run's own, a killed process replac
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -133,3 +135,34 @@ def test_stop_api_processes_removes_their_metrics_folder(serve: Callable[[str], 
     stop_process(api_processes.supervisor)
     assert api_processes.supervisor.returncode == 0
     assert not folder.exists()
+
+
+def _soft_open_files(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max open files"))
+    return int(line.split()[3])
+
+
+def test_serve_api_with_a_low_open_files_limit_relays_every_stream(
+    redis_url: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    """Started with a soft limit of 128 open files (as systemd's 1,024, smaller), the API raises it and
+    follows 200 streams at once; it failed most of them, some with a 500, before it did."""
+    settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
+    api, base_url = start_api_process(settings, tmp_path / "api.log", open_files=128)
+    try:
+        assert _soft_open_files(api.pid) > 128
+        ids = [_create(base_url) for _ in range(200)]
+
+        async def first_events() -> list[str]:
+            limits = httpx2.Limits(max_connections=len(ids))
+            async with httpx2.AsyncClient(base_url=base_url, timeout=30, limits=limits) as http:
+                async with contextlib.AsyncExitStack() as streams:
+                    opened = [await streams.enter_async_context(http.stream("GET", f"/v1/responses/{rid}?stream=true"))
+                              for rid in ids]  # all open at once: one socket each, held
+                    return [(await anext(stream.aiter_lines())) if stream.status_code == 200 else ""
+                            for stream in opened]
+
+        assert asyncio.run(first_events()) == ["event: response.created"] * len(ids)
+    finally:
+        stop_process(api)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -84,12 +85,24 @@ def wait_until(
         time.sleep(0.05)
 
 
+def soft_open_files(limit: int | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` starting a process with a soft open-files limit of ``limit`` (None: as ours)."""
+    if limit is None:
+        return None
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    return lower
+
+
 def start_api_process(
-    settings: Settings, log_path: Path, env: dict[str, str] | None = None
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
     """``python -m oss_responses.api`` on a free port; returns once /healthz answers.
 
     ``env`` defaults to :func:`service_env` of ``settings``; the port and host are added to it.
+    ``open_files``: the soft open-files limit it starts with.
     """
     port = free_port()
     env = (service_env(settings) if env is None else env) | {
@@ -98,7 +111,7 @@ def start_api_process(
     }
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "oss_responses.api"], cwd=REPO, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT)
+                                   stdout=log, stderr=subprocess.STDOUT, preexec_fn=soft_open_files(open_files))
     base_url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -117,18 +130,18 @@ def ready_workers(redis: redis_lib.Redis) -> set[bytes]:
 
 
 def start_worker_process(
-    settings: Settings, log_path: Path, env: dict[str, str] | None = None
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None
 ) -> subprocess.Popen[bytes]:
     """``python -m oss_responses.workers`` (scripted engine); returns once it reports ready in Redis.
 
-    ``env`` defaults to :func:`service_env` of ``settings``.
+    ``env`` defaults to :func:`service_env` of ``settings``; ``open_files`` as for :func:`start_api_process`.
     """
     client = redis_lib.Redis.from_url(settings.redis_url)
     before = ready_workers(client)
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "oss_responses.workers", "--loglevel=WARNING"], cwd=REPO,
                                    env=service_env(settings) if env is None else env, stdout=log,
-                                   stderr=subprocess.STDOUT)
+                                   stderr=subprocess.STDOUT, preexec_fn=soft_open_files(open_files))
     try:
         wait_until(lambda: bool(ready_workers(client) - before), process, "the worker")
     finally:

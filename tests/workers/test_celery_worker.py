@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import redis as redis_lib
 from support import MODEL
+from support.processes import start_worker_process, stop_process
 from support.streams import assert_contiguous, wait_for_end
 from support.workers import accept, worker_settings
 
-from oss_responses.storage import Database, get_response
+from oss_responses.storage import Database, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 
 
@@ -25,3 +28,17 @@ def test_celery_worker_runs_enqueued_response_end_to_end(
     record = db.run(get_response, response_id)
     assert record is not None and record.status == "completed"
     db.dispose()
+
+
+def test_celery_worker_raises_a_low_open_files_limit(redis_url: str, tmp_path: Path) -> None:
+    """Every running response may hold Redis connections (and MCP ones): a worker started with a soft
+    limit of 128 open files raises it before its engine starts."""
+    settings = worker_settings(f"sqlite:///{tmp_path / 'unused.db'}", redis_url)
+    migrate(settings.database_url)
+    worker = start_worker_process(settings, tmp_path / "worker.log", open_files=128)
+    try:
+        with open(f"/proc/{worker.pid}/limits") as limits:
+            soft = int(next(line for line in limits if line.startswith("Max open files")).split()[3])
+        assert soft > 128
+    finally:
+        stop_process(worker)
