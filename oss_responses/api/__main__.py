@@ -42,11 +42,11 @@ def process_app() -> FastAPI:
     """uvicorn's factory in each of several API processes (a fresh interpreter: nothing is inherited)."""
     settings = get_settings()
     configure_logging(settings)
-    forget_dead_processes()
     return _ready_app(settings)
 
 
 def _ready_app(settings: Settings) -> FastAPI:
+    forget_dead_processes()  # of the deployment's earlier processes, when their metrics folder is kept
     app = create_app(settings)
     build_protocol_schemas("api")
     tune_garbage_collection("api")  # here, not in the app's lifespan: tests run the app inside pytest

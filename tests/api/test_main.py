@@ -1,5 +1,6 @@
-"""``python -m oss_responses.api`` with ``OSS_RESPONSES_API_PROCESSES=2``: one port, two processes (uvicorn's
-supervisor), their metrics in a folder of the run's own, a killed process replaced and forgotten."""
+"""``python -m oss_responses.api``: with ``OSS_RESPONSES_API_PROCESSES=2`` one port, two processes (uvicorn's
+supervisor), their metrics in a folder of the run's own, a killed process replaced and forgotten; a
+process restarted on a kept metrics folder; a low open-files limit raised."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import contextlib
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -164,5 +167,27 @@ def test_serve_api_with_a_low_open_files_limit_relays_every_stream(
                             for stream in opened]
 
         assert asyncio.run(first_events()) == ["event: response.created"] * len(ids)
+    finally:
+        stop_process(api)
+
+
+def test_serve_api_forgets_live_gauges_of_processes_gone_before_it(
+    redis_url: str, sqlite_url: str, tmp_path: Path
+) -> None:
+    """One API process restarted (systemd, a container) on a kept PROMETHEUS_MULTIPROC_DIR: the streams
+    its predecessor was relaying when it died are not counted as active."""
+    folder = tmp_path / "prometheus"
+    folder.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = folder / f"gauge_livesum_{gone.pid}.db"
+    stale.write_bytes(b"")
+    settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
+    env = service_env(settings, PROMETHEUS_MULTIPROC_DIR=str(folder))
+    api, base_url = start_api_process(settings, tmp_path / "api.log", env)
+    try:
+        assert not stale.exists()
+        assert list(folder.glob(f"gauge_livesum_{api.pid}.db"))
+        assert httpx2.get(f"{base_url}/metrics", timeout=10).status_code == 200
     finally:
         stop_process(api)
