@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from subprocess import Popen
 
 import httpx2
 import psutil
@@ -30,7 +29,7 @@ PROCESSES = 2
 
 @dataclass
 class ApiProcesses:
-    supervisor: Popen[bytes]
+    supervisor: subprocess.Popen[bytes]
     base_url: str
 
     def children(self) -> list[psutil.Process]:
@@ -60,7 +59,7 @@ def eventually(check: Callable[[], bool], what: str, timeout: float = 30.0) -> N
 @pytest.fixture
 def serve(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str], ApiProcesses]]:
     """Starts ``python -m oss_responses.api`` with two processes on a database; stops it afterwards."""
-    started: list[Popen[bytes]] = []
+    started: list[subprocess.Popen[bytes]] = []
 
     def start(database_url: str) -> ApiProcesses:
         settings = Settings(database_url=database_url, redis_url=redis_url, models=[MODEL])
