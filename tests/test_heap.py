@@ -13,7 +13,9 @@ def test_tune_garbage_collection_freezes_start_up_heap_and_raises_thresholds() -
     thresholds = gc.get_threshold()
     try:
         frozen = tune_garbage_collection("test")
-        assert frozen > 0 and gc.get_freeze_count() == frozen
+        # Frozen objects may still be freed (reference counting; other threads of this test process
+        # run on): the permanent generation can only shrink until something freezes again.
+        assert 0 < gc.get_freeze_count() <= frozen
         assert gc.get_threshold() == THRESHOLDS
     finally:
         gc.unfreeze()
