@@ -50,6 +50,16 @@ def stat_cpu_seconds(stat_path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of ``pid`` by kernel thread id (threads that ended meanwhile read 0: left out)."""
+    try:
+        tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return {}
+    used = {tid: stat_cpu_seconds(f"/proc/{pid}/task/{tid}/stat") for tid in tids}
+    return {tid: seconds for tid, seconds in used.items() if seconds > 0}
+
+
 def descendants(pid: int) -> list[int]:
     """Every process started by ``pid``, recursively (vLLM's engine core, a worker's pool...)."""
     found: list[int] = []

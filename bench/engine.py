@@ -58,7 +58,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from _common import CpuMeter, descendants, nearest_rank, percentile, stat_cpu_seconds
+from _common import CpuMeter, descendants, nearest_rank, percentile, thread_cpu
 from _engine.profile import Profiler
 
 from oss_responses.engine.base import SamplingSettings
@@ -396,15 +396,6 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
             stop_process(process)
         redis_server.stop()
     return ServiceResult(runs, latencies, stages, profiler.summary() if profiler is not None else [], threads)
-
-
-def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds of each thread of ``pid``, by kernel thread id."""
-    try:
-        tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return {}
-    return {tid: stat_cpu_seconds(f"/proc/{pid}/task/{tid}/stat") for tid in tids}
 
 
 # A worker thread's name -> the kind it is counted as (first prefix that matches; else "other").

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
-from _common import CpuMeter, descendants, percentile, stat_cpu_seconds
+from _common import CpuMeter, descendants, percentile, thread_cpu
 from _service import client as http
 from _service.stack import SERVED, UNSERVED, Stack, api_pids, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
@@ -61,12 +61,6 @@ def rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError("no VmRSS")
-
-
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds of each thread of ``pid`` by thread id (threads that ended meanwhile read 0: left out)."""
-    used = {task.name: stat_cpu_seconds(f"{task.path}/stat") for task in os.scandir(f"/proc/{pid}/task")}
-    return {name: seconds for name, seconds in used.items() if seconds > 0}
 
 
 def stack_processes(stack: Stack) -> dict[str, list[int]]:

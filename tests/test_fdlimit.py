@@ -12,6 +12,7 @@ from support.processes import soft_open_files
 from oss_responses.fdlimit import WANTED
 
 HARD = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+TARGET = WANTED if HARD == resource.RLIM_INFINITY else min(WANTED, HARD)  # where the limit is raised to
 REPORT = ("import resource; from oss_responses.fdlimit import raise_open_files_limit; "
           "print(raise_open_files_limit('test'), resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
 
@@ -24,10 +25,8 @@ def _started_with(soft: int) -> tuple[int, int]:
 
 
 def test_raise_open_files_limit_from_a_low_soft_limit() -> None:
-    expected = WANTED if HARD == resource.RLIM_INFINITY else min(WANTED, HARD)
-    assert _started_with(256) == (expected, expected)
+    assert _started_with(256) == (TARGET, TARGET)
 
 
 def test_raise_open_files_limit_leaves_a_limit_already_there() -> None:
-    there = WANTED if HARD == resource.RLIM_INFINITY else min(WANTED, HARD)
-    assert _started_with(there) == (there, there)
+    assert _started_with(TARGET) == (TARGET, TARGET)

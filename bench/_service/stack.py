@@ -98,9 +98,15 @@ def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
         migrate(database_url)
         settings = Settings(database_url=database_url, redis_url=redis.url, models=[SERVED, UNSERVED],
                             api_processes=api_processes)
-        api, base_url = start_api_process(settings, directory / "api.log")
+        # Several API processes' metrics: each process has built its app once its live gauge is there
+        # (the supervisor, which imports the app's modules too, has one more: idle).
+        metrics = directory / "api-metrics"
+        metrics.mkdir()
+        env = service_env(settings, PROMETHEUS_MULTIPROC_DIR=str(metrics)) if api_processes > 1 else None
+        api, base_url = start_api_process(settings, directory / "api.log", env)
         if api_processes > 1:
-            wait_until(lambda: serving_processes(api.pid) == api_processes, api, "the API processes")
+            wait_until(lambda: len(list(metrics.glob("gauge_live*.db"))) == api_processes + 1, api,
+                       "the API processes")
     except BaseException:
         redis.stop()
         if postgres is not None:
@@ -116,17 +122,3 @@ def api_pids(pid: int) -> list[int]:
     """The API's processes: ``pid`` and, with several API processes, the ones its supervisor spawned."""
     return [pid, *descendants(pid)]
 
-
-def serving_processes(pid: int) -> int:
-    """How many API processes under supervisor ``pid`` have built their app: each then has its live
-    gauge's file in their shared metrics folder."""
-    for child in descendants(pid):
-        try:
-            with open(f"/proc/{child}/environ", "rb") as f:
-                variables = dict(v.partition(b"=")[::2] for v in f.read().split(b"\0") if v)
-        except OSError:
-            continue
-        folder = variables.get(b"PROMETHEUS_MULTIPROC_DIR")
-        if folder:
-            return len(list(Path(folder.decode()).glob("gauge_live*.db")))
-    return 0

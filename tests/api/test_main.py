@@ -20,7 +20,7 @@ import httpx2
 import psutil
 import pytest
 from support import MODEL
-from support.processes import service_env, start_api_process, stop_process
+from support.processes import open_files_limit, service_env, start_api_process, stop_process
 
 from oss_responses.config import Settings
 
@@ -139,12 +139,6 @@ def test_stop_api_processes_removes_their_metrics_folder(serve: Callable[[str], 
     assert not folder.exists()
 
 
-def _soft_open_files(pid: int) -> int:
-    with open(f"/proc/{pid}/limits") as limits:
-        line = next(line for line in limits if line.startswith("Max open files"))
-    return int(line.split()[3])
-
-
 def test_serve_api_with_a_low_open_files_limit_relays_every_stream(
     redis_url: str, sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -153,7 +147,7 @@ def test_serve_api_with_a_low_open_files_limit_relays_every_stream(
     settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
     api, base_url = start_api_process(settings, tmp_path / "api.log", open_files=128)
     try:
-        assert _soft_open_files(api.pid) > 128
+        assert open_files_limit(api.pid) > 128
         ids = [_create(base_url) for _ in range(200)]
 
         async def first_events() -> list[str]:

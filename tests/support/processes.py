@@ -96,6 +96,13 @@ def soft_open_files(limit: int | None) -> Callable[[], None] | None:
     return lower
 
 
+def open_files_limit(pid: int) -> int:
+    """The soft open-files limit process ``pid`` runs with."""
+    with open(f"/proc/{pid}/limits") as limits:
+        line = next(line for line in limits if line.startswith("Max open files"))
+    return int(line.split()[3])
+
+
 def start_api_process(
     settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import redis as redis_lib
 from support import MODEL
-from support.processes import start_worker_process, stop_process
+from support.processes import open_files_limit, start_worker_process, stop_process
 from support.streams import assert_contiguous, wait_for_end
 from support.workers import accept, worker_settings
 
@@ -37,8 +37,6 @@ def test_celery_worker_raises_a_low_open_files_limit(redis_url: str, tmp_path: P
     migrate(settings.database_url)
     worker = start_worker_process(settings, tmp_path / "worker.log", open_files=128)
     try:
-        with open(f"/proc/{worker.pid}/limits") as limits:
-            soft = int(next(line for line in limits if line.startswith("Max open files")).split()[3])
-        assert soft > 128
+        assert open_files_limit(worker.pid) > 128
     finally:
         stop_process(worker)
