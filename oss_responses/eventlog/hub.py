@@ -42,6 +42,7 @@ from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import pack
+from oss_responses.eventlog.pipe import RedisPipe
 
 log = logging.getLogger(__name__)
 
@@ -181,18 +182,15 @@ class EventHub:
         self._idle = asyncio.Event()  # set to start a read when there was nothing to read
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reader_task: asyncio.Task[None] | None = None
-        self._reader: Redis | None = None
+        self._reader: RedisPipe | None = None
         self._side: Redis | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
-        # The reader's socket must outlive a whole BLOCK; the side pool serves catch-up and wakes.
-        timeout = self._block_ms / 1000 + 10
-        self._reader = Redis.from_url(self._redis_url, single_connection_client=True, socket_timeout=timeout)
         # Bounded and blocking: a burst of new subscribers queues for a connection, never fails.
         pool = BlockingConnectionPool.from_url(self._redis_url, max_connections=self._side_connections, timeout=30)
         self._side = Redis(connection_pool=pool)
-        await self._reader.ping()
+        await self._connected_reader()  # Redis answers, or the API does not start
         self._reader_task = asyncio.create_task(self._read_forever(), name="event-hub-reader")
 
     async def stop(self) -> None:
@@ -211,8 +209,7 @@ class EventHub:
             except Exception:
                 log.warning("event hub: could not delete its wake stream at stop", exc_info=True)
             await self._side.aclose()
-        if self._reader is not None:
-            await self._reader.aclose()
+        self._close_reader()
 
     # --- public interface ----------------------------------------------------------------------
     def subscribe(self, response_id: str, *, after: int | None = None, history: bool = True) -> AsyncIterator[bytes]:
@@ -389,8 +386,6 @@ class EventHub:
             await pipe.execute()
 
     async def _read_forever(self) -> None:
-        reader = self._reader
-        assert reader is not None
         while True:
             if not self._streams:
                 self._idle.clear()
@@ -398,7 +393,7 @@ class EventHub:
                 continue
             if self._recheck:
                 try:
-                    await self._drop_lost_streams(reader)
+                    await self._drop_lost_streams()
                 except Exception:
                     log.warning("event hub: Redis still unreachable; retrying", exc_info=True)
                     await asyncio.sleep(0.5)
@@ -406,7 +401,7 @@ class EventHub:
             reading = dict(self._streams)
             self._reading, self._wake_sent = True, False
             try:
-                reply = await self._xread(reader, reading)
+                reply = await self._xread(reading)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -419,13 +414,13 @@ class EventHub:
             for raw_key, entries in reply:
                 self._dispatch(raw_key.decode(), [_entry(entry) for entry in entries], reading)
 
-    async def _xread(self, reader: Redis, reading: dict[str, _Stream]) -> list[Any]:
+    async def _xread(self, reading: dict[str, _Stream]) -> list[Any]:
         """XREAD COUNT n BLOCK ms STREAMS over ``reading`` and the wake stream: ``[[key, entries], ...]``.
 
-        Packed here and written on the reader's one connection, not through ``Redis.xread``: a read
-        names every followed stream, and redis-py's per-argument encoding cost ~2 us per stream per
-        read (205 vs 94 us for 100 streams), while the worker's flushes wake it several times per
-        engine step.
+        Packed here and written on the reader's own connection (``RedisPipe``): a read names every
+        followed stream, and redis-py's per-argument encoding cost ~2 us per stream per read (205 vs
+        94 us for 100 streams), its reply path ~10 us more per read than the pipe's; the worker's
+        flushes wake it once or twice per engine step.
         """
         streams = reading.values()
         command = pack([
@@ -433,26 +428,34 @@ class EventHub:
             *[stream.name for stream in streams], self._wake_name,
             *[b"%d-%d" % stream.cursor for stream in streams], self._wake_cursor,
         ])
-        connection = reader.connection
-        assert connection is not None  # a single-connection client
+        reader = await self._connected_reader()
         try:
-            await connection.send_packed_command(command, check_health=False)
-            reply = await connection.read_response(disable_decoding=True)
+            # A silent network outlives BLOCK: past it by 10 s, the connection is given up.
+            reply = await asyncio.wait_for(reader.send(command, 1)[0], self._block_ms / 1000 + 10)
         except BaseException:
             # A read cut short leaves its reply (or a broken socket) behind: the next read reconnects.
-            await connection.disconnect(nowait=True)
+            self._close_reader()
             raise
         if isinstance(reply, Exception):
             raise reply
-        if isinstance(reply, dict):  # RESP3 (redis-py 8 speaks it to a Redis 7): {key: entries}
-            return list(reply.items())
-        # RESP2: a list of [key, entries]; either protocol: nil when the block timed out.
+        # RESP2: a list of [key, entries]; nil when the block timed out.
         return cast(list[Any], reply or [])
 
-    async def _drop_lost_streams(self, reader: Redis) -> None:
+    async def _connected_reader(self) -> RedisPipe:
+        if self._reader is None or not self._reader.usable:
+            self._close_reader()
+            self._reader = await RedisPipe.open(self._side_client, [[b"PING"]])
+        return self._reader
+
+    def _close_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    async def _drop_lost_streams(self) -> None:
         """After a failed read: the followed streams that no longer exist lose their subscribers."""
         keys = list(self._streams)
-        async with reader.pipeline(transaction=False) as pipe:
+        async with self._side_client.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.exists(key)
             found = await pipe.execute()

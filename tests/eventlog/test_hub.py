@@ -4,6 +4,9 @@ import asyncio
 import time
 
 import pytest
+import redis as redis_lib
+from redis.asyncio import Redis
+from support.servers import start_redis
 
 from oss_responses.eventlog import (
     EventHub,
@@ -222,3 +225,35 @@ async def test_last_sequence_reads_the_last_event(hub, aredis, make_events) -> N
     assert await hub.last_sequence("resp_a") == 3
     with pytest.raises(StreamNotFound):
         await hub.last_sequence("resp_missing")
+
+
+async def test_live_read_goes_on_after_its_connection_is_killed(hub, redis, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
+    await until(lambda: any(c["cmd"] == "xread" for c in redis.client_list()))
+    reader = next(c for c in redis.client_list() if c["cmd"] == "xread")
+    redis.client_kill_filter(_id=reader["id"])
+    await write_events(aredis, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(following, 10) == [0, 1, 2, 3]
+
+
+async def test_live_read_follows_a_stream_behind_a_password_and_a_database_number(make_events) -> None:
+    server = start_redis()
+    try:
+        redis_lib.Redis(port=server.port).config_set("requirepass", "s3cret")
+        url = f"redis://:s3cret@127.0.0.1:{server.port}/3"
+        writer = Redis.from_url(url)
+        hub = EventHub(url)
+        await hub.start()
+        try:
+            frames = hub.subscribe("resp_a", after=None)
+            await write_events(writer, "resp_a", make_events(range(1)), ttl_seconds=60)
+            following = asyncio.create_task(collect(frames))
+            await asyncio.sleep(0.1)  # the reader is blocked on the stream now
+            await write_events(writer, "resp_a", make_events(range(1, 3)), close="completed", ttl_seconds=60)
+            assert await asyncio.wait_for(following, 10) == [0, 1, 2]
+        finally:
+            await hub.stop()
+            await writer.aclose()
+    finally:
+        server.stop()
