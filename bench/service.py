@@ -18,7 +18,8 @@ migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery 
 Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything shares this
 machine's cores; each phase prints the CPU seconds of every process.
   (e) concurrent accepts: 8 POST stream=true at once (issue 11's first-token case), 30 rounds:
-      ``response.created`` at the client after the round's start, for all and for the last of each.
+      ``response.created`` at the client after the round's start, for all and for the last of each;
+      and each process's CPU per request (a short scripted answer, start to end).
 Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--database postgresql] [--api-processes N]
 (r = (c) replay; default: all, in that order; the database is SQLite unless told: PostgreSQL is a
 cluster started here with the tests' settings, fsync and synchronous_commit off)
@@ -190,6 +191,10 @@ async def bench_e(stack: Stack, meter: CpuMeter) -> float:
     print(f"    all requests p50 {p50:6.1f} ms  p99 {percentile(created, 0.99):6.1f} ms; last of a round p50 "
           f"{percentile(last_of_round, 0.5):6.1f} ms")
     print(f"    {split(wall, used)}")
+    # What one short request costs each process, start to end: the budget that 8 concurrent accepts and
+    # starts spend on shared cores before their first tokens.
+    requests = E_ROUNDS * E_CONCURRENT
+    print("    CPU per request: " + ", ".join(f"{name} {sec / requests * 1e3:.2f} ms" for name, sec in used.items()))
     return p50
 
 
