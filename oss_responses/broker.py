@@ -22,13 +22,33 @@ reconnects as Celery intends.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as kombu_redis
+
+from oss_responses.statuses import RUN_RESPONSE_TASK
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 log = logging.getLogger(__name__)
 
 TRANSPORT = f"{__name__}:Transport"
+
+
+def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[str, Any] | None = None) -> None:
+    """A response's task on its model's queue: what the API, a takeover and a handoff send.
+
+    ``argsrepr`` names the response only: Celery would otherwise write the arguments, a takeover's MCP
+    credentials included, into the message's headers (which task events and Flower show), through its
+    ``saferepr``. Nothing is declared per message: the queue is a Redis list that the anonymous exchange
+    reaches by name, and kombu's per-publish declare check copies and binds the queue's entities. The
+    two cost a third of ``send_task``, on the API's accept path (bench/service.py's phase a).
+    """
+    app.send_task(
+        RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue, declare=[],
+        argsrepr=f"({response_id!r}, {{{'<secrets>' if secrets else ''}}})", kwargsrepr="{}",
+    )
 
 
 class QoS(kombu_redis.QoS):

@@ -12,11 +12,10 @@ from redis.asyncio import BlockingConnectionPool, Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
-from oss_responses.broker import TRANSPORT
+from oss_responses.broker import TRANSPORT, send_run_response
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.sealing import Sealer
-from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.storage import AsyncDatabase
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
 
@@ -77,7 +76,7 @@ class TaskQueue:
 
     def _send(self, response_id: str, queue: str) -> None:
         # The task names the response only: its MCP credentials are sealed in its row, not in the broker.
-        self._celery.send_task(RUN_RESPONSE_TASK, args=(response_id, {}), queue=queue, routing_key=queue)
+        send_run_response(self._celery, queue, response_id)
 
     async def deliver_webhooks(self, deliveries: list[WebhookDelivery]) -> None:
         await anyio.to_thread.run_sync(self._send_webhooks, deliveries)

@@ -16,7 +16,7 @@ from typing import Any
 
 from celery import Celery
 
-from oss_responses.broker import TRANSPORT
+from oss_responses.broker import TRANSPORT, send_run_response
 from oss_responses.config import Settings, get_settings
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
@@ -55,7 +55,7 @@ def enqueue(
 ) -> None:
     """Send a response's task to its model's queue (what the API does, by task name)."""
     queue = settings.queue_for(model)
-    app.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue)
+    send_run_response(app, queue, response_id, secrets)
 
 
 _app: Celery | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import Celery, bootsteps, signals
 
+from oss_responses.broker import send_run_response
 from oss_responses.config import Settings
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
@@ -113,7 +114,7 @@ def dispatcher(app: Celery, settings: Settings) -> Dispatch:
 
     def dispatch(response_id: str, model: str, secrets: dict[str, Any] | None) -> None:
         queue = settings.queue_for(model)
-        app.send_task(RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue)
+        send_run_response(app, queue, response_id, secrets)
 
     return dispatch
 
