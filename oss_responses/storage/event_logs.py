@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
+from typing import cast
 
-from sqlalchemy import Insert, delete, select
+from sqlalchemy import Insert, Table, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -25,6 +26,9 @@ from oss_responses.storage.models import EventLogRow
 from oss_responses.storage.records import utcnow
 
 _SAVED_COLUMNS = ("first_sequence_number", "event_count", "frames", "expires_at")
+# Statements on the table, not the ORM class: an insert of the class takes SQLAlchemy's ORM bulk path,
+# a third of an archive's save (measured: 270 against 180 us on SQLite).
+_event_logs = cast(Table, EventLogRow.__table__)
 
 
 @dataclass(frozen=True)
@@ -73,14 +77,14 @@ def save_event_log(
 def _upsert(dialect: str) -> Insert:
     """The archive's upsert, built once per dialect; its values are the execution's parameters."""
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
-    statement = insert(EventLogRow)
+    statement = insert(_event_logs)
     replaced = {name: statement.excluded[name] for name in _SAVED_COLUMNS}
     return statement.on_conflict_do_update(index_elements=["response_id"], set_=replaced)
 
 
 def get_event_log(session: Session, response_id: str) -> EventLog | None:
     """The archived frames of a response, or None (never archived, or past the event TTL)."""
-    row = session.execute(select(EventLogRow).where(EventLogRow.response_id == response_id)).scalar_one_or_none()
+    row = session.execute(select(_event_logs).where(_event_logs.c.response_id == response_id)).one_or_none()
     if row is None or row.expires_at <= utcnow():
         return None
     return EventLog(row.first_sequence_number, unpack_frames(row.frames, row.event_count))
