@@ -43,7 +43,7 @@ def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[s
     credentials included, into the message's headers (which task events and Flower show), through its
     ``saferepr``. Nothing is declared per message: the queue is a Redis list that the anonymous exchange
     reaches by name, and kombu's per-publish declare check copies and binds the queue's entities. The
-    two cost a third of ``send_task``, on the API's accept path (bench/service.py's phase a).
+    two cost a third of ``send_task`` (measured: 300-350 against 225 us per task), on the API's accept path.
     """
     app.send_task(
         RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue, declare=[],
