@@ -16,11 +16,11 @@ from typing import Any
 
 from celery import Celery
 
-from oss_responses.broker import TRANSPORT, send_run_response
+from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings, get_settings
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
-from oss_responses.workers.tasks import register
+from oss_responses.workers.tasks import dispatcher, register
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -54,8 +54,7 @@ def enqueue(
     app: Celery, settings: Settings, response_id: str, model: str, secrets: dict[str, Any] | None = None
 ) -> None:
     """Send a response's task to its model's queue (what the API does, by task name)."""
-    queue = settings.queue_for(model)
-    send_run_response(app, queue, response_id, secrets)
+    dispatcher(app, settings)(response_id, model, secrets)
 
 
 _app: Celery | None = None

@@ -240,8 +240,10 @@ async def test_live_read_goes_on_after_its_connection_is_killed(hub, redis, ared
 async def test_live_read_follows_a_stream_behind_a_password_and_a_database_number(make_events) -> None:
     server = start_redis()
     try:
-        redis_lib.Redis(port=server.port).config_set("requirepass", "s3cret")
+        with redis_lib.Redis(port=server.port) as unauthenticated:
+            unauthenticated.config_set("requirepass", "s3cret")
         url = f"redis://:s3cret@127.0.0.1:{server.port}/3"
+        admin = redis_lib.Redis.from_url(url)
         writer = Redis.from_url(url)
         hub = EventHub(url)
         await hub.start()
@@ -249,11 +251,12 @@ async def test_live_read_follows_a_stream_behind_a_password_and_a_database_numbe
             frames = hub.subscribe("resp_a", after=None)
             await write_events(writer, "resp_a", make_events(range(1)), ttl_seconds=60)
             following = asyncio.create_task(collect(frames))
-            await asyncio.sleep(0.1)  # the reader is blocked on the stream now
+            await until(lambda: any(c["cmd"] == "xread" for c in admin.client_list()))
             await write_events(writer, "resp_a", make_events(range(1, 3)), close="completed", ttl_seconds=60)
             assert await asyncio.wait_for(following, 10) == [0, 1, 2]
         finally:
             await hub.stop()
             await writer.aclose()
+            admin.close()
     finally:
         server.stop()
