@@ -9,7 +9,8 @@ migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery 
       (scripted engine stepping every 20 ms: one token for every running response per step). "Engine
       emit" is the step tick that released the token, noted in the worker by
       bench/_service/traced_worker.py (a bench-only wrapper; no production code is changed), which
-      also notes when the worker's flush of each event was sent to Redis (the split printed below);
+      also notes when the worker's flush of each event was sent to Redis (the split printed below),
+      and how many reads the API's hub made for how many worker writes (Redis's commandstats);
   (c) events/s the API process relays: live (200 streams of ``tokens 2000`` as fast as the worker
       produces) and, since one worker cannot produce that fast, replay of pre-filled streams (written
       with ``eventlog.write_events``) through GET ?stream=true to 200 concurrent clients;
@@ -42,6 +43,7 @@ from _common import CpuMeter, descendants, percentile, thread_cpu
 from _service import client as http
 from _service.stack import SERVED, UNSERVED, Stack, api_pids, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from oss_responses.eventlog import write_events
@@ -218,12 +220,29 @@ def read_trace(stack: Stack) -> Trace:
     return trace
 
 
+def command_calls(redis_url: str, names: tuple[str, ...]) -> dict[str, int]:
+    """How often the server ran each command so far (INFO commandstats)."""
+    with SyncRedis.from_url(redis_url) as redis:
+        stats = redis.info("commandstats")
+    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
+
+
+def server_version(redis_url: str) -> str:
+    with SyncRedis.from_url(redis_url) as redis:
+        info = redis.info("server")
+    return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
+
+
 async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
+    counted = ("xread", "evalsha")
+    before = command_calls(stack.settings.redis_url, counted)
     meter.begin()
     started = [stream_post(stack, f"tokens {B_TOKENS}") for _ in range(B_STREAMS)]
     streams = await asyncio.gather(*started)
     await asyncio.gather(*(req.wait() for _, req in streams))
     used = meter.end()
+    after = command_calls(stack.settings.redis_url, counted)
+    reads, writes = (after[name] - before[name] for name in counted)
     wall = meter.wall
     await asyncio.sleep(0.4)  # the trace thread writes every 0.1 s
     trace = read_trace(stack)
@@ -253,6 +272,9 @@ async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
           f"p99 {percentile(in_worker, 0.99):6.2f} ms")
     print(f"    of which flush sent → client receive  p50 {percentile(after_write, 0.5):6.2f} ms  "
           f"p99 {percentile(after_write, 0.99):6.2f} ms")
+    relayed = sum(len(record.deltas) for record, _ in streams)
+    print(f"    the API's hub: {reads} XREADs for {relayed} relayed deltas ({relayed / max(reads, 1):.1f} per read), "
+          f"the worker and accepts: {writes} EVALSHA writes; {server_version(stack.settings.redis_url)}")
     print(f"    {split(wall, used)}")
     return p50, p99
 

@@ -106,8 +106,12 @@ class RedisServer:
 
 
 def start_redis(*, appendonly: bool = False) -> RedisServer:
-    """A redis-server of our own; ``appendonly``: with AOF, fsync always (a restart loses nothing)."""
-    binary = shutil.which("redis-server")
+    """A redis-server of our own; ``appendonly``: with AOF, fsync always (a restart loses nothing).
+
+    ``$REDIS_SERVER_BINARY`` names another server binary (a newer Redis, or Valkey) for a bench to
+    compare; by default it is the ``redis-server`` on PATH (Debian's, which the tests use).
+    """
+    binary = os.environ.get("REDIS_SERVER_BINARY") or shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server not found: apt-get install -y redis-server")
     directory = _make_directory("oss-redis-")
