@@ -22,6 +22,7 @@ machine's cores; each phase prints the CPU seconds of every process.
       ``response.created`` at the client after the round's start, for all and for the last of each;
       and each process's CPU per request (a short scripted answer, start to end).
 Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--database postgresql] [--api-processes N]
+    [--b-streams N]
 (r = (c) replay; default: all, in that order; the database is SQLite unless told: PostgreSQL is a
 cluster started here with the tests' settings, fsync and synchronous_commit off)
 A failed run prints the tail of the API's and the worker's logs.
@@ -233,11 +234,11 @@ def server_version(redis_url: str) -> str:
     return f"{info.get('server_name', 'redis')} {info.get('valkey_version') or info['redis_version']}"
 
 
-async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
+async def bench_b(stack: Stack, meter: CpuMeter, streams_wanted: int = B_STREAMS) -> tuple[float, float]:
     counted = ("xread", "evalsha")
     before = command_calls(stack.settings.redis_url, counted)
     meter.begin()
-    started = [stream_post(stack, f"tokens {B_TOKENS}") for _ in range(B_STREAMS)]
+    started = [stream_post(stack, f"tokens {B_TOKENS}") for _ in range(streams_wanted)]
     streams = await asyncio.gather(*started)
     await asyncio.gather(*(req.wait() for _, req in streams))
     used = meter.end()
@@ -262,7 +263,7 @@ async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
                 in_worker.append((sent - at) * 1e3)
                 after_write.append((received - sent) * 1e3)
     p50, p99 = percentile(steady, 0.5), percentile(steady, 0.99)
-    print(f"(b) added latency per event, engine step tick → client receive, {B_STREAMS} streams × "
+    print(f"(b) added latency per event, engine step tick → client receive, {streams_wanted} streams × "
           f"{1 / B_STEP:.0f} tokens/s ({len(steady)} deltas once all streams ran; {missing} untraced)")
     print(f"    steady state                p50 {p50:6.2f} ms  p99 {p99:6.2f} ms   "
           f"target p50 ≤ 5 ms, p99 ≤ 25 ms: {verdict(p50 <= 5 and p99 <= 25)}")
@@ -275,6 +276,8 @@ async def bench_b(stack: Stack, meter: CpuMeter) -> tuple[float, float]:
     relayed = sum(len(record.deltas) for record, _ in streams)
     print(f"    the API's hub: {reads} XREADs for {relayed} relayed deltas ({relayed / max(reads, 1):.1f} per read), "
           f"the worker and accepts: {writes} EVALSHA writes; {server_version(stack.settings.redis_url)}")
+    per_delta = ", ".join(f"{name} {sec / relayed * 1e6:.1f}" for name, sec in used.items())
+    print(f"    CPU per relayed delta (us, accepts included): {per_delta}")
     print(f"    {split(wall, used)}")
     return p50, p99
 
@@ -391,7 +394,7 @@ async def timed(name: str, step: Callable[[], Awaitable[Any]]) -> Any:
     return result
 
 
-async def run(stack: Stack, phases: set[str]) -> float | None:
+async def run(stack: Stack, phases: set[str], b_streams: int = B_STREAMS) -> float | None:
     meter = CpuMeter(lambda: stack_processes(stack))
     rate = None
     if phases & {"a", "c", "e"}:
@@ -404,7 +407,7 @@ async def run(stack: Stack, phases: set[str]) -> float | None:
         await timed("c live", lambda: bench_c_live(stack, meter))
     if "b" in phases:
         stack.start_worker(concurrency=128, step_interval=B_STEP)
-        await timed("b", lambda: bench_b(stack, meter))
+        await timed("b", lambda: bench_b(stack, meter, b_streams))
     stack.stop_worker()
     if "r" in phases:
         rate = await timed("c replay", lambda: bench_c_replay(stack, meter))
@@ -424,6 +427,7 @@ def main() -> None:
     parser.add_argument("--phases", default="a,e,c,b,r,d", help="comma-separated subset of a,e,c,b,r,d")
     parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
     parser.add_argument("--api-processes", type=int, default=1, help="OSS_RESPONSES_API_PROCESSES of the API")
+    parser.add_argument("--b-streams", type=int, default=B_STREAMS, help="phase (b)'s concurrent streams")
     args = parser.parse_args()
     phases = set(args.phases.split(","))
     t0 = time.monotonic()
@@ -433,7 +437,7 @@ def main() -> None:
     stack = start_stack(args.database, args.api_processes)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            rate = runner.run(run(stack, phases))
+            rate = runner.run(run(stack, phases, args.b_streams))
     except BaseException:
         print_log_tails(stack)
         raise
