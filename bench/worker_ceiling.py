@@ -36,6 +36,7 @@ from support.workers import accept, worker_settings
 
 from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine
 from oss_responses.heap import tune_garbage_collection
+from oss_responses.schemas import build_protocol_schemas
 from oss_responses.storage import Database, migrate
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -83,6 +84,7 @@ def main() -> None:
             engine._llm = llm  # type: ignore[assignment]  # start() then keeps it: no vLLM engine core
             # Timed by the loop thread's CPU clock: wall time would charge GIL waits to whatever was running.
             profiler = cProfile.Profile(time.thread_time) if args.profile else None
+            build_protocol_schemas("worker")  # as a worker process's start-up step does, before it takes work
             with local_worker(settings, engine=engine, with_mcp=False) as worker:
                 if not args.default_gc:  # as a worker process's start-up step does
                     tune_garbage_collection("worker")

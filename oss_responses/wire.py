@@ -10,6 +10,7 @@ can forget either.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -32,15 +33,20 @@ def whole_seconds(response: dict[str, Any]) -> dict[str, Any]:
     return response
 
 
+@functools.cache
+def _carries_response(event_class: type[BaseModel]) -> bool:
+    return "response" in event_class.model_fields
+
+
 def response_json(response: BaseModel) -> dict[str, Any]:
     return whole_seconds(wire_json(response))
 
 
 def event_json(event: BaseModel) -> str:
     """An event's JSON; a response-level event's Response in its wire form."""
-    # Asked of the class, not the instance: a pydantic model's missing attribute costs a raised
-    # AttributeError, and this runs once per streamed token.
-    if "response" not in type(event).model_fields:
+    # Once per streamed token: a dict lookup by class (pydantic's model_fields is a property that
+    # costs several calls; asking the instance costs a raised AttributeError).
+    if not _carries_response(type(event)):
         return event.model_dump_json(by_alias=True)
     data = wire_json(event)
     whole_seconds(data["response"])

@@ -35,7 +35,18 @@ from typing import Any
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.bulk import SCRIPT, Command, failed_commands, run_commands, script_calls
+from oss_responses.eventlog.bulk import (
+    EVENT_ARGV,
+    SCRIPT,
+    Command,
+    Packed,
+    bulk_string,
+    failed_commands,
+    pack_command,
+    pack_push,
+    run_commands,
+    script_calls,
+)
 from oss_responses.eventlog.frames import StreamEvent, frame
 from oss_responses.eventlog.pipe import RedisPipe
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
@@ -56,7 +67,7 @@ class EventWriteError(RuntimeError):
 
 @dataclass
 class _Batch:
-    commands: list[Command] = field(default_factory=list)
+    commands: list[Packed] = field(default_factory=list)
     owners: list[str] = field(default_factory=list)  # response id of each command
     closing: set[str] = field(default_factory=set)
     # Journal steps per response, sent as ONE RPUSH per response per flush (not one per step).
@@ -67,19 +78,39 @@ class _Batch:
     def take_journal(self) -> None:
         """Put the journal RPUSHes first: before the events they produced, and before a close's DEL."""
         if self.journal:
-            pushes = [
-                ("RPUSH", redis_keys.journal(rid), json.dumps(steps, separators=(",", ":"), ensure_ascii=False))
-                for rid, steps in self.journal.items()
-            ]
+            pushes = [pack_push(redis_keys.journal(rid).encode(), _journal_json(steps))
+                      for rid, steps in self.journal.items()]
             self.commands[:0] = pushes
             self.owners[:0] = list(self.journal)
             self.journal = {}
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_FEED = '["feed",[%s]]'
+
+
+def _journal_json(steps: list[Any]) -> bytes:
+    """The steps as one JSON array. Nearly every step is a feed of token ids (one per response per
+    engine step): written directly, as ``json`` would, without building an encoder for it."""
+    return ("[" + ",".join([
+        _FEED % ",".join(map(str, step[1])) if step[0] == "feed" else _JSON.encode(step) for step in steps
+    ]) + "]").encode()
 
 
 def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Command]:
     # Once per token: the key and the entry ids (redis_keys.event_id) as bytes, ready to send.
     key = redis_keys.events(response_id).encode()
     return [("XADD", key, b"0-%d" % (e.sequence_number + 1), "f", frame(e)) for e in events]
+
+
+def packed_events(response_id: str, events: Iterable[StreamEvent]) -> list[Packed]:
+    """``event_commands``, packed for the writer's script call as they are made (once per token)."""
+    key = bulk_string(redis_keys.events(response_id).encode())
+    return [
+        (key, EVENT_ARGV % (len(entry_id := b"0-%d" % (e.sequence_number + 1)), entry_id, len(data := frame(e)), data),
+         3, "XADD")
+        for e in events
+    ]
 
 
 def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Command]:
@@ -128,11 +159,12 @@ class EventWriter:
         self._settling: set[asyncio.Task[None]] = set()
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
-        self._buffer(response_id, event_commands(response_id, events))
+        self._buffer(response_id, packed_events(response_id, events))
 
     def close(self, response_id: str, status: str) -> None:
         """Buffer the end marker and the TTL; the stream then ends for every subscriber."""
-        self._buffer(response_id, close_commands(response_id, status, self._ttl_seconds), closing=True)
+        commands = close_commands(response_id, status, self._ttl_seconds)
+        self._buffer(response_id, [pack_command(command) for command in commands], closing=True)
 
     def append_journal(self, response_id: str, step: Any) -> None:
         """Buffer one journal step (JSON-able); it lands before the events buffered after it."""
@@ -179,7 +211,7 @@ class EventWriter:
             self._pipe.close()
             self._pipe = None
 
-    def _buffer(self, response_id: str, commands: list[Command], *, closing: bool = False) -> None:
+    def _buffer(self, response_id: str, commands: list[Packed], *, closing: bool = False) -> None:
         if not closing:
             self._raise_if_failed(response_id)
         batch = self._pending

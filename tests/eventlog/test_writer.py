@@ -9,6 +9,8 @@ import redis as redis_lib
 from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
 from oss_responses.eventlog import writer as writer_module
+from oss_responses.eventlog.bulk import NAME
+from oss_responses.workers.journal import read_journal
 
 pytestmark = pytest.mark.anyio
 
@@ -104,6 +106,16 @@ async def test_append_journal_pushes_one_entry_per_flush(aredis, redis) -> None:
     assert redis.lrange(redis_keys.journal("resp_a"), 0, -1) == [b'[["feed",[1,200000]],["feed",[3]]]']
 
 
+async def test_journal_reads_back_every_step_as_appended(aredis, redis) -> None:
+    steps = [["begin", 3], ["use_prompt", {"calc": "Calculator ü"}, 12, ["fn"]], ["feed", [1, 200_000]],
+             ["feed", []], ["feed_tool_result", 'the "answer"\n', None], ["finish", "stop", None, 12, 1_700_000_000]]
+    writer = EventWriter(aredis, ttl_seconds=60)
+    for step in steps:
+        writer.append_journal("resp_a", step)
+    await writer.drain("resp_a")
+    assert await read_journal(aredis, "resp_a") == steps
+
+
 async def test_journal_lands_before_the_events_of_its_flush(aredis, redis, make_events, monkeypatch) -> None:
     sent: list[tuple] = []
     real = writer_module.script_calls
@@ -117,7 +129,7 @@ async def test_journal_lands_before_the_events_of_its_flush(aredis, redis, make_
     writer.append("resp_a", make_events(range(0, 2)))
     writer.append_journal("resp_a", ["feed", [1]])
     await writer.drain("resp_a")
-    assert [command[0] for command in sent] == ["RPUSH", "XADD", "XADD"]
+    assert [command[NAME] for command in sent] == ["RPUSH", "XADD", "XADD"]
 
 
 async def test_close_deletes_journal(aredis, redis, make_events) -> None:
