@@ -26,6 +26,7 @@ from typing import Any
 
 from oss_responses.engine import scripted
 from oss_responses.eventlog import writer as writer_module
+from oss_responses.eventlog.bulk import event_entry
 
 EMITTED_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("emitted_at", default=None)
 _records: deque[tuple[str, int, float]] = deque()
@@ -73,13 +74,14 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
 _write = writer_module.EventWriter._write
 
 
-def _text(value: Any) -> str:
-    """A command's key or entry id as text (the writer sends them as bytes)."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+def _events_of(batch: Any) -> list[tuple[str, str]]:
+    """(stream key, entry id) of each event XADD of a flush (the writer holds them packed)."""
+    entries = [event_entry(command) for command in batch.commands]
+    return [(key.decode(), entry_id.decode()) for key, entry_id in filter(None, entries)]
 
 
 def _traced_write(self: writer_module.EventWriter, pipe: Any, batch: Any) -> None:
-    sent = [(_text(cmd[1]), _text(cmd[2])) for cmd in batch.commands if cmd[0] == "XADD" and cmd[2] != "*"]
+    sent = _events_of(batch)
     _write(self, pipe, batch)
     now = time.monotonic()
     _writes.extend((key, int(entry_id.split("-")[1]) - 1, now, now) for key, entry_id in sent)

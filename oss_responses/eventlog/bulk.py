@@ -89,6 +89,14 @@ def pack_event_entries(key: bytes, entries: Iterable[tuple[bytes, bytes]]) -> li
     return [(head, EVENT_ARGV % (len(entry_id), entry_id, len(data), data), 3, "XADD") for entry_id, data in entries]
 
 
+def event_entry(command: Packed) -> tuple[bytes, bytes] | None:
+    """The stream key and entry id of a packed event (as ``pack_event_entries`` packs it); None for
+    any other command (for tracing what a flush holds)."""
+    if not command[ARGV].startswith(b"$1\r\ne\r\n"):
+        return None
+    return command[KEY].split(b"\r\n", 2)[1], command[ARGV].split(b"\r\n", 4)[3]
+
+
 def pack_push(key: bytes, value: bytes) -> Packed:
     """``RPUSH key value``, packed (a journal's steps: once per response per flush)."""
     return bulk_string(key), _RPUSH_ARGV % (len(value), value), 3, "RPUSH"

@@ -6,6 +6,7 @@ from oss_responses.eventlog.bulk import (
     CHUNK,
     SCRIPT,
     SHA,
+    event_entry,
     failed_commands,
     pack,
     pack_command,
@@ -57,3 +58,11 @@ def test_packed_commands_are_the_script_call_written_out() -> None:
     assert count == 1
     assert payload == pack([b"EVALSHA", SHA.encode(), b"2", b"oss:test:k", b"oss:test:s",
                             b"DEL", b"0", b"e", b"0-1", b"f1"])
+
+
+def test_event_entry_names_an_events_stream_and_id_only() -> None:
+    (event,) = pack_event_entries(b"oss:events:resp_1", [(b"0-7", b"event: x\r\ndata: {}\n\n")])
+    close = pack_command(("XADD", "oss:events:resp_1", "*", "end", "completed"))
+
+    assert event_entry(event) == (b"oss:events:resp_1", b"0-7")
+    assert event_entry(close) is None
