@@ -32,7 +32,7 @@ from typing import Any
 from oss_responses import redis_keys
 from oss_responses.engine import vllm as vllm_module
 from oss_responses.eventlog import writer as writer_module
-from oss_responses.eventlog.bulk import event_entry
+from oss_responses.eventlog.bulk import event_entries
 
 OUTPUT_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("output_at", default=None)
 _pending: dict[tuple[str, str], float] = {}
@@ -68,14 +68,8 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
     _append(self, response_id, events)
 
 
-def _events_of(batch: Any) -> list[tuple[str, str]]:
-    """(stream key, entry id) of each event XADD of a flush (the writer holds them packed)."""
-    entries = [event_entry(command) for command in batch.commands]
-    return [(key.decode(), entry_id.decode()) for key, entry_id in filter(None, entries)]
-
-
 async def _traced_await_replies(self: writer_module.EventWriter, pipe: Any, batch: Any, *args: Any) -> None:
-    sent = _events_of(batch)
+    sent = event_entries(batch.commands)
     await _await_replies(self, pipe, batch, *args)
     written_at = time.monotonic()
     for entry in sent:

@@ -26,7 +26,7 @@ from typing import Any
 
 from oss_responses.engine import scripted
 from oss_responses.eventlog import writer as writer_module
-from oss_responses.eventlog.bulk import event_entry
+from oss_responses.eventlog.bulk import event_entries
 
 EMITTED_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("emitted_at", default=None)
 _records: deque[tuple[str, int, float]] = deque()
@@ -74,14 +74,8 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
 _write = writer_module.EventWriter._write
 
 
-def _events_of(batch: Any) -> list[tuple[str, str]]:
-    """(stream key, entry id) of each event XADD of a flush (the writer holds them packed)."""
-    entries = [event_entry(command) for command in batch.commands]
-    return [(key.decode(), entry_id.decode()) for key, entry_id in filter(None, entries)]
-
-
 def _traced_write(self: writer_module.EventWriter, pipe: Any, batch: Any) -> None:
-    sent = _events_of(batch)
+    sent = event_entries(batch.commands)
     _write(self, pipe, batch)
     now = time.monotonic()
     _writes.extend((key, int(entry_id.split("-")[1]) - 1, now, now) for key, entry_id in sent)

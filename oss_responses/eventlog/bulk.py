@@ -75,7 +75,7 @@ NAME: Final = 3
 
 _BULK = b"$%d\r\n%b\r\n"
 # ARGV of an event: "e", then % (len(entry id), entry id, len(frame), frame)
-EVENT_ARGV = b"$1\r\ne\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
+_EVENT_ARGV = b"$1\r\ne\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n"
 _RPUSH_ARGV = b"$5\r\nRPUSH\r\n$1\r\n1\r\n$%d\r\n%b\r\n"
 _HEADER = b"*%d\r\n$7\r\nEVALSHA\r\n$40\r\n" + SHA.encode() + b"\r\n$%d\r\n%d\r\n"
 
@@ -87,7 +87,7 @@ def bulk_string(value: bytes) -> bytes:
 def pack_event_entries(key: bytes, entries: Iterable[tuple[bytes, bytes]]) -> list[Packed]:
     """``XADD key id f frame`` for each (entry id, frame), packed."""
     head = bulk_string(key)
-    return [(head, EVENT_ARGV % (len(entry_id), entry_id, len(data), data), 3, "XADD") for entry_id, data in entries]
+    return [(head, _EVENT_ARGV % (len(entry_id), entry_id, len(data), data), 3, "XADD") for entry_id, data in entries]
 
 
 def event_entry(command: Packed) -> tuple[bytes, bytes] | None:
@@ -96,6 +96,12 @@ def event_entry(command: Packed) -> tuple[bytes, bytes] | None:
     if not command[ARGV].startswith(b"$1\r\ne\r\n"):
         return None
     return command[KEY].split(b"\r\n", 2)[1], command[ARGV].split(b"\r\n", 4)[3]
+
+
+def event_entries(commands: Iterable[Packed]) -> list[tuple[str, str]]:
+    """(stream key, entry id) of each packed event among ``commands``, as text."""
+    found = [event_entry(command) for command in commands]
+    return [(key.decode(), entry_id.decode()) for key, entry_id in filter(None, found)]
 
 
 def pack_push(key: bytes, value: bytes) -> Packed:

@@ -36,13 +36,12 @@ from redis.asyncio import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import (
-    EVENT_ARGV,
     SCRIPT,
     Command,
     Packed,
-    bulk_string,
     failed_commands,
     pack_command,
+    pack_event_entries,
     pack_push,
     run_commands,
     script_calls,
@@ -105,12 +104,8 @@ def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Comm
 
 def packed_events(response_id: str, events: Iterable[StreamEvent]) -> list[Packed]:
     """``event_commands``, packed for the writer's script call as they are made (once per token)."""
-    key = bulk_string(redis_keys.events(response_id).encode())
-    return [
-        (key, EVENT_ARGV % (len(entry_id := b"0-%d" % (e.sequence_number + 1)), entry_id, len(data := frame(e)), data),
-         3, "XADD")
-        for e in events
-    ]
+    entries = [(b"0-%d" % (e.sequence_number + 1), frame(e)) for e in events]
+    return pack_event_entries(redis_keys.events(response_id).encode(), entries)
 
 
 def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Command]:

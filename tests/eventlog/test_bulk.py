@@ -6,6 +6,7 @@ from oss_responses.eventlog.bulk import (
     CHUNK,
     SCRIPT,
     SHA,
+    event_entries,
     event_entry,
     failed_commands,
     pack,
@@ -66,3 +67,4 @@ def test_event_entry_names_an_events_stream_and_id_only() -> None:
 
     assert event_entry(event) == (b"oss:events:resp_1", b"0-7")
     assert event_entry(close) is None
+    assert event_entries([close, event]) == [("oss:events:resp_1", "0-7")]
