@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import redis as redis_lib
+from sqlalchemy import select
 from support.streams import assert_contiguous, events_of, is_closed
 from support.workers import accept, overwrite_row
 
@@ -13,6 +14,7 @@ from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import (
     Database,
+    EventLogRow,
     get_event_log,
     get_response,
     save_event_log,
@@ -130,4 +132,49 @@ def test_reaper_purges_event_logs_past_their_ttl(db: Database, redis: redis_lib.
 
     reaper(db, redis, settings).reap_once()
 
-    assert db.run(get_event_log, expired) is None and db.run(get_event_log, live) is not None
+    assert not has_row(db, expired) and db.run(get_event_log, live) is not None
+
+
+def has_row(db: Database, response_id: str) -> bool:
+    """Its event log is still in SQL (get_event_log answers None for an expired one either way)."""
+    query = select(EventLogRow.response_id).where(EventLogRow.response_id == response_id)
+    return db.run(lambda session: session.execute(query).first() is not None)
+
+
+def test_reaper_finds_unleased_responses_in_one_read(db: Database, redis: redis_lib.Redis, settings: Settings) -> None:
+    lost, running, also_lost = (in_progress(db, redis, settings) for _ in range(3))
+    redis.set(redis_keys.lease(running), "alive-worker", px=5000)
+    assert reaper(db, redis, settings).unleased([lost, running, also_lost]) == [lost, also_lost]
+    assert reaper(db, redis, settings).unleased([]) == []
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reaper_purges_and_sweeps_once_per_housekeeping_interval(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    clock = FakeClock()
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    pass_maker = Reaper(db, redis, worker_id="test", interval_seconds=1, lease_seconds=3, event_ttl_seconds=60,
+                        stale_queued_seconds=600, clock=clock,
+                        dispatch=lambda response_id, model, secrets: sent.append((response_id, model)))
+    assert pass_maker.housekeeping_seconds == 60
+    assert pass_maker.reap_once() == []  # the first pass housekeeps
+    expired = accept(db, redis, settings, input="hi")
+    db.run(save_event_log, expired, 0, [b"x"], utcnow() - timedelta(seconds=1))
+    stale = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+
+    clock.now += 59
+    assert pass_maker.reap_once() == [] and sent == []
+    assert has_row(db, expired)
+
+    clock.now += 1
+    assert pass_maker.reap_once() == [stale] and sent == [(stale, "gpt-oss-20b")]
+    assert not has_row(db, expired)
