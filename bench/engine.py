@@ -15,9 +15,11 @@ of ``--rounds`` rounds counts.
    vLLM renders and parses harmony itself (bench/_engine/vllm_frontend.py builds gpt-oss's tokenizer,
    which its server needs, from the local vocabulary).
 3. The service: redis-server, SQLite, an API process and a Celery worker process with
-   ``engine=vllm`` and ``vllm_force_scripted`` (bench/_engine/traced_worker.py, which also records,
-   for each event, the time from vLLM handing over the output to the event's write to Redis
-   returning: the latency the worker adds, and the worker's steps to the first token).
+   ``engine=vllm`` and ``vllm_force_scripted``: the production worker for the measured rounds (its
+   CPU, tokens/s, first token), then a traced one (bench/_engine/traced_worker.py) for two more
+   rounds, which records for each event the time from vLLM handing over the output to the event's
+   write to Redis returning (the latency the worker adds) and the worker's steps to the first token.
+   Tracing costs CPU per event: its rounds' CPU is printed beside the production figure, not used.
 HTTP clients (the raw asyncio client of bench/_service/client.py) POST ``stream: true`` and read the SSE
 stream, counting deltas; tokens are the completed responses' ``usage.output_tokens``. Warm-up: one
 short and one full round per path, not counted. Engines never run at once.
@@ -48,6 +50,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import tempfile
 import threading
 import time
@@ -338,18 +341,25 @@ def run_vllm_frontend(model: Path, scratch: Path, args: argparse.Namespace) -> l
 
 @dataclass
 class ServiceResult:
-    runs: list[Run]
-    latencies: list[float]  # worker added latency per event (s)
-    stages: dict[tuple[str, str], float]  # (response id, stage) -> time.monotonic()
+    runs: list[Run]  # the production worker's rounds: CPU, tokens/s, first token
+    traced: list[Run]  # the traced worker's rounds: the latency and first-token splits
+    latencies: list[float]  # worker added latency per event (s), traced rounds
+    stages: dict[tuple[str, str], float]  # (response id, stage) -> time.monotonic(), traced rounds
     profile: list[str]  # --profile: the API's and the worker's top functions
-    threads: dict[str, float]  # the worker's CPU seconds over the measured rounds, per kind of thread
+    threads: dict[str, float]  # the production worker's CPU seconds over its rounds, per kind of thread
+
+
+TRACED_ROUNDS = 2  # enough for the first-token split's median round and thousands of latencies
 
 
 def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> ServiceResult:
-    """Phase 2: the service stack; its rounds, the worker's added latencies and stage times."""
+    """Phase 3: the service stack. Its CPU, tokens/s and first token are the production worker's
+    (``python -m oss_responses.workers``, wrapped only to name its threads); then a traced worker (the
+    same, plus a record per event and per start-up step) runs ``TRACED_ROUNDS`` more rounds for the
+    splits. Tracing costs the worker CPU per event: its rounds are not the service's figures."""
     from support.processes import start_api_process, stop_process
     from support.servers import start_redis
-    from support.vllm_stack import start_vllm_worker, vllm_worker_env
+    from support.vllm_stack import vllm_worker_env
 
     from oss_responses.config import Settings
     from oss_responses.storage import migrate
@@ -361,41 +371,67 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     trace_file, stage_file = scratch / "worker-latency.txt", scratch / "worker-stages.txt"
     threads_file = scratch / "worker-threads.txt"
     env = vllm_worker_env(settings, model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true",
-                          OSS_RESPONSES_WORKER_CONCURRENCY=str(args.concurrency),
-                          BENCH_TRACE_FILE=str(trace_file), BENCH_STAGE_FILE=str(stage_file),
-                          BENCH_THREADS_FILE=str(threads_file))
-    processes = []
+                          OSS_RESPONSES_WORKER_CONCURRENCY=str(args.concurrency))
+    api, base_url = start_api_process(settings, scratch / "api.log")
     try:
-        started = time.monotonic()
-        worker = start_vllm_worker(settings, env, scratch / "worker.log", "bench._engine.traced_worker")
-        processes.append(worker)
-        print(f"service worker start: {time.monotonic() - started:.1f} s", flush=True)
-        api, base_url = start_api_process(settings, scratch / "api.log")
-        processes.append(api)
-        meter = CpuMeter(lambda: {"api": [api.pid], "worker": [worker.pid], "engine_core": descendants(worker.pid),
-                                  "redis": [redis_server.process.pid]})
-        for texts in (user_texts(args.concurrency, 8), user_texts(args.concurrency, args.tokens)):
-            service_round(base_url, texts, meter)  # warm-up, like the in-process phase's (plus one full round)
-        time.sleep(0.3)  # the trace thread writes every 0.1 s
-        skip = len(trace_file.read_text().split()) if trace_file.exists() else 0
-        profiler = Profiler({"api": api.pid, "worker": worker.pid}, scratch) if args.profile else None
-        if profiler is not None:
-            profiler.start()
-        threads_before = thread_cpu(worker.pid)
-        runs = [service_round(base_url, user_texts(args.concurrency, args.tokens), meter) for _ in range(args.rounds)]
-        threads_after = thread_cpu(worker.pid)
-        if profiler is not None:
-            profiler.stop()
-        time.sleep(0.3)
-        threads = cpu_by_thread_kind(threads_before, threads_after, threads_file)
+        worker = _start_worker(settings, env | {"BENCH_THREADS_FILE": str(threads_file)}, scratch, "production")
+        try:
+            meter = _service_meter(api.pid, worker.pid, redis_server.process.pid)
+            runs, threads, profile = _production_rounds(base_url, meter, api.pid, worker.pid, threads_file, scratch,
+                                                        args)
+        finally:
+            stop_process(worker)
+        traced_env = env | {"BENCH_TRACE_FILE": str(trace_file), "BENCH_STAGE_FILE": str(stage_file)}
+        worker = _start_worker(settings, traced_env, scratch, "traced")
+        try:
+            meter = _service_meter(api.pid, worker.pid, redis_server.process.pid)
+            service_round(base_url, user_texts(args.concurrency, 8), meter)  # warm-up
+            time.sleep(0.3)  # the trace thread writes every 0.1 s
+            skip = len(trace_file.read_text().split()) if trace_file.exists() else 0
+            traced = [service_round(base_url, user_texts(args.concurrency, args.tokens), meter)
+                      for _ in range(TRACED_ROUNDS)]
+            time.sleep(0.3)
+        finally:
+            stop_process(worker)
         latencies = [float(value) for value in trace_file.read_text().split()[skip:]]
         stage_lines = (line.split() for line in stage_file.read_text().splitlines())
         stages = {(rid, name): float(t) for name, rid, t in stage_lines}
     finally:
-        for process in reversed(processes):
-            stop_process(process)
+        stop_process(api)
         redis_server.stop()
-    return ServiceResult(runs, latencies, stages, profiler.summary() if profiler is not None else [], threads)
+    return ServiceResult(runs, traced, latencies, stages, profile, threads)
+
+
+def _start_worker(settings: Any, env: dict[str, str], scratch: Path, name: str) -> subprocess.Popen[bytes]:
+    from support.vllm_stack import start_vllm_worker
+
+    started = time.monotonic()
+    worker = start_vllm_worker(settings, env, scratch / f"worker-{name}.log", "bench._engine.traced_worker")
+    print(f"service {name} worker start: {time.monotonic() - started:.1f} s", flush=True)
+    return worker
+
+
+def _service_meter(api: int, worker: int, redis: int) -> CpuMeter:
+    return CpuMeter(lambda: {"api": [api], "worker": [worker], "engine_core": descendants(worker), "redis": [redis]})
+
+
+def _production_rounds(
+    base_url: str, meter: CpuMeter, api: int, worker: int, threads_file: Path, scratch: Path, args: argparse.Namespace
+) -> tuple[list[Run], dict[str, float], list[str]]:
+    """Warm-up (a short and a full round, like the other phases), then the measured rounds."""
+    for texts in (user_texts(args.concurrency, 8), user_texts(args.concurrency, args.tokens)):
+        service_round(base_url, texts, meter)
+    profiler = Profiler({"api": api, "worker": worker}, scratch) if args.profile else None
+    if profiler is not None:
+        profiler.start()
+    threads_before = thread_cpu(worker)
+    runs = [service_round(base_url, user_texts(args.concurrency, args.tokens), meter) for _ in range(args.rounds)]
+    threads_after = thread_cpu(worker)
+    if profiler is not None:
+        profiler.stop()
+    time.sleep(1.2)  # the names thread writes every second
+    threads = cpu_by_thread_kind(threads_before, threads_after, threads_file)
+    return runs, threads, profiler.summary() if profiler is not None else []
 
 
 # A worker thread's name -> the kind it is counted as (first prefix that matches; else "other").
@@ -419,6 +455,13 @@ def thread_lines(service: ServiceResult) -> list[str]:
     shares = sorted(service.threads.items(), key=lambda item: -item[1])
     return ["service worker CPU per token by thread: " + ", ".join(
         f"{kind} {seconds / tokens * 1e6:.1f} us" for kind, seconds in shares if seconds > 0)]
+
+
+def traced_cost(service: ServiceResult) -> str:
+    """What the splits' tracing costs: the traced worker's rounds against the production worker's."""
+    traced, production = serving_cpu_per_token(service.traced), serving_cpu_per_token(service.runs)
+    return (f"the splits come from {len(service.traced)} more rounds on a traced worker: its serving CPU per token "
+            f"{traced * 1e6:.1f} us against the production worker's {production * 1e6:.1f} us (not counted)")
 
 
 # The service's time to first token, step by step: (label, stage); "created"/"delta" are the client's.
@@ -537,10 +580,11 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
         added_ms = [value * 1000 for value in service.latencies]
         lines += [
             contention(paths["raw_asyncllm"], service.runs),
-            *stage_split(median_run(service.runs), service.stages),
+            *stage_split(median_run(service.traced), service.stages),
             f"worker added latency (vLLM output -> event written to Redis), {len(added_ms)} events: "
             f"p50 {percentile(added_ms, 0.5):.2f} ms, p99 {percentile(added_ms, 0.99):.2f} ms",
             *thread_lines(service),
+            traced_cost(service),
             *service.profile,
         ]
     lines.append(speed_check(paths))

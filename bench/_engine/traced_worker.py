@@ -1,6 +1,10 @@
 """``python -m oss_responses.workers``, plus the latency the worker adds to every token event.
 
-Bench-only, no production code changes: before the worker starts, this patches (in this process)
+Without ``$BENCH_TRACE_FILE`` it is the production worker, nothing patched: with
+``$BENCH_THREADS_FILE`` a thread wakes once a second to write the worker's thread names (below).
+
+Bench-only, no production code changes: with ``$BENCH_TRACE_FILE``, before the worker starts, this
+patches (in this process)
 - ``oss_responses.engine.vllm.engine_output``: called by ``VllmEngine.generate`` the moment vLLM hands
   over a request's output; it puts that time into a context variable of the response's task (an
   async generator runs in its consumer's context, so the Generation sees it);
@@ -158,14 +162,28 @@ def _trace_stages() -> None:
     AsyncLLM.generate = wrap_generator(AsyncLLM.generate, "submitted")  # type: ignore[method-assign]
 
 
+def _name_threads_forever(threads_path: str) -> None:
+    while True:
+        _write_thread_names(threads_path)
+        time.sleep(1.0)
+
+
 def main() -> None:
+    threads_file = os.environ.get("BENCH_THREADS_FILE")
+    if "BENCH_TRACE_FILE" not in os.environ:
+        if threads_file:
+            threading.Thread(target=_name_threads_forever, args=(threads_file,), daemon=True,
+                             name="bench-thread-names").start()
+        from oss_responses.workers.__main__ import main as worker_main
+
+        worker_main()
+        return
     vllm_module.engine_output = _traced_engine_output  # type: ignore[assignment]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
     writer_module.EventWriter._await_replies = _traced_await_replies  # type: ignore[method-assign]
     stage_file = os.environ.get("BENCH_STAGE_FILE")
     if stage_file:
         _trace_stages()
-    threads_file = os.environ.get("BENCH_THREADS_FILE")
     threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"], stage_file, threads_file),
                      daemon=True, name="bench-trace").start()
     from oss_responses.workers.__main__ import main as worker_main
