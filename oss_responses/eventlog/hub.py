@@ -43,6 +43,7 @@ from redis.typing import StreamRangeResponse
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import pack
 from oss_responses.eventlog.pipe import RedisPipe
+from oss_responses.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -195,8 +196,8 @@ class EventHub:
 
     async def stop(self) -> None:
         if self._reader_task is not None:
-            self._reader_task.cancel()
-            await asyncio.gather(self._reader_task, *self._tasks, return_exceptions=True)
+            await cancel_and_wait(self._reader_task)
+            await asyncio.gather(*self._tasks, return_exceptions=True)
             self._reader_task = None
         for stream in self._streams.values():
             for sub in stream.subscribers:

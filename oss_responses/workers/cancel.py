@@ -14,6 +14,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
+from oss_responses.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +61,7 @@ class CancelListener:
         await self.subscribed.wait()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait(self._task)
 
     async def _catch_up(self) -> None:
         """Re-subscribed: a cancel published while the subscription was down is in its flag."""

@@ -33,6 +33,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.sealing import Sealer, build_sealer
+from oss_responses.stopping import cancel_and_wait
 from oss_responses.storage import Database, warm_statements
 from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.vocab import load_encoding
@@ -148,8 +149,7 @@ class WorkerContext:
         self.db.dispose()
 
     async def _stop_on_loop(self) -> None:
-        if self._ready_task is not None:
-            self._ready_task.cancel()
+        await cancel_and_wait(self._ready_task)  # its last SET lands before the DEL
         await self.redis.delete(redis_keys.worker_ready(self.worker_id))
         await self.cancels.stop()
         if self.mcp_pool is not None:
