@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from oss_responses.stopping import cancel_and_wait
+
 T = TypeVar("T")
 
 GIL_SWITCH_INTERVAL_S = 0.0005  # CPython's default is 0.005
@@ -50,11 +52,10 @@ class EngineLoop:
         self.loop.close()
 
     def _cancel_leftovers(self) -> None:
+        # Cancelled until done: a task inside a redis-py command can miss one cancel (stopping.py).
         tasks = asyncio.all_tasks(self.loop)
-        for task in tasks:
-            task.cancel()
         if tasks:
-            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            self.loop.run_until_complete(asyncio.gather(*(cancel_and_wait(task) for task in tasks)))
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
 
     def start(self) -> EngineLoop:
