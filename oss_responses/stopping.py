@@ -3,8 +3,9 @@
 ``Task.cancel()`` is a request, and a task awaiting a redis-py command can ignore it: the command
 completes and the task goes on as if nothing was asked. Measured with redis-py 8.1 (a task
 cancelled at a random point of an ``EVAL``, 300 tries): uvloop, the worker's engine loop, let 200
-of the cancels go unseen; asyncio's own loop 3. A loop that must stop therefore also checks a flag
-of its own after every await, and whoever stops it cancels until the task is done.
+of the cancels go unseen; asyncio's own loop 3. A loop whose extra iteration would do harm (the
+lease's keep-alive) therefore checks after every await whether it should still run, and whoever
+stops a task cancels it until it is done.
 """
 
 from __future__ import annotations

@@ -168,24 +168,25 @@ def _name_threads_forever(threads_path: str) -> None:
         time.sleep(1.0)
 
 
-def main() -> None:
-    threads_file = os.environ.get("BENCH_THREADS_FILE")
-    if "BENCH_TRACE_FILE" not in os.environ:
-        if threads_file:
-            threading.Thread(target=_name_threads_forever, args=(threads_file,), daemon=True,
-                             name="bench-thread-names").start()
-        from oss_responses.workers.__main__ import main as worker_main
-
-        worker_main()
-        return
+def _trace(trace_file: str, threads_file: str | None) -> None:
     vllm_module.engine_output = _traced_engine_output  # type: ignore[assignment]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
     writer_module.EventWriter._await_replies = _traced_await_replies  # type: ignore[method-assign]
     stage_file = os.environ.get("BENCH_STAGE_FILE")
     if stage_file:
         _trace_stages()
-    threading.Thread(target=_dump_forever, args=(os.environ["BENCH_TRACE_FILE"], stage_file, threads_file),
+    threading.Thread(target=_dump_forever, args=(trace_file, stage_file, threads_file),
                      daemon=True, name="bench-trace").start()
+
+
+def main() -> None:
+    threads_file = os.environ.get("BENCH_THREADS_FILE")
+    trace_file = os.environ.get("BENCH_TRACE_FILE")
+    if trace_file:
+        _trace(trace_file, threads_file)
+    elif threads_file:
+        threading.Thread(target=_name_threads_forever, args=(threads_file,), daemon=True,
+                         name="bench-thread-names").start()
     from oss_responses.workers.__main__ import main as worker_main
 
     worker_main()

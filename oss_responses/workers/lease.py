@@ -5,10 +5,10 @@ the response runs; it is released (and renewed) only while it is still ours, by 
 delete / compare-and-expire, so a worker that lost its lease can never drop another worker's.
 A lease that expires (its worker died) lets the reaper fail the response.
 
-The keep-alive stops on a flag, not on its cancel alone (see ``oss_responses.stopping``): a cancel
-that arrives while a renewal is in flight can go unseen, and the keeper then found its own released
-lease gone and reported it lost (in a fault test, an ERROR and ``on_lost`` after the response had
-completed).
+The keep-alive stops once it is no longer the lease's keeper, not on its cancel alone (see
+``oss_responses.stopping``): a cancel that arrives while a renewal is in flight can go unseen, and
+the keeper then found its own released lease gone and reported it lost (in a fault test, an ERROR
+and ``on_lost`` after the response had completed).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ class Lease:
         self.lost = False
         self.on_lost: Callable[[], None] | None = None  # called on the loop when the lease is lost
         self._keeper: asyncio.Task[None] | None = None
-        self._renewing = False
 
     async def acquire(self) -> bool:
         return bool(await self.redis.set(self.key, self.owner, nx=True, px=self.ttl_ms))
@@ -61,28 +60,30 @@ class Lease:
     def keep_alive(self) -> None:
         """Renew every third of the TTL until released; ``on_lost`` runs if it was taken away."""
         if self._keeper is None:
-            self._renewing = True
             self._keeper = asyncio.get_running_loop().create_task(self._renew_forever())
 
     def stop_renewing(self) -> None:
         """No renewal and no ``on_lost`` from now on (the task itself may finish a renewal in flight)."""
-        self._renewing = False
         if self._keeper is not None:
             self._keeper.cancel()
             self._keeper = None
 
+    def _still_keeper(self) -> bool:
+        """The running task is still this lease's keeper: not released (nor stopped) meanwhile."""
+        return self._keeper is asyncio.current_task()
+
     async def _renew_forever(self) -> None:
         interval = self.ttl_ms / 3000
-        while self._renewing:
+        while True:
             await asyncio.sleep(interval)
-            if not self._renewing:
+            if not self._still_keeper():
                 return
             try:
                 still_ours = await self.renew()
             except Exception:  # a Redis hiccup: try again next time, the TTL still has two thirds left
                 log.warning("renewing %s failed", self.key, exc_info=True)
                 continue
-            if not self._renewing:  # released while the renewal was on its way
+            if not self._still_keeper():  # released while the renewal was on its way
                 return
             if not still_ours:
                 log.error("lease %s lost (expired or taken over)", self.key)
