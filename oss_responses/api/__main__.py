@@ -10,11 +10,16 @@ operator's, or a folder of this run's own.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.config import STARTUP_FAILURE
 
 from oss_responses.api.app import create_app
 from oss_responses.api.metrics import forget_dead_processes, multiprocess_folder
+from oss_responses.api.server import ApiServer
 from oss_responses.config import Settings, get_settings
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
@@ -31,11 +36,21 @@ def main() -> None:
     raise_open_files_limit("api")  # several processes inherit it
     # log_config=None: uvicorn's loggers propagate to the root handler configured above.
     if settings.api_processes == 1:
-        uvicorn.run(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)
+        _serve_one(settings)
         return
     with multiprocess_folder():
         uvicorn.run("oss_responses.api.__main__:process_app", factory=True, workers=settings.api_processes,
                     host=settings.api_host, port=settings.api_port, log_config=None)
+
+
+def _serve_one(settings: Settings) -> None:
+    """``uvicorn.run`` for one process, on the API's own server (it wakes once a second when idle)."""
+    config = uvicorn.Config(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)
+    server = ApiServer(config)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # as uvicorn.run: the port was taken, or the app's start-up failed
+        sys.exit(STARTUP_FAILURE)
 
 
 def process_app() -> FastAPI:
