@@ -34,7 +34,7 @@ from oss_responses.conversation import BrokenChain, history_of, render_options
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import StreamLost, StreamNotFound
-from oss_responses.eventlog.writer import write_events
+from oss_responses.eventlog.writer import write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
@@ -150,9 +150,10 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
         owner=owner.name,
     )
     await _insert(services, record, queued.input_items, owner)
-    events = opening_events(response)
+    # Framed once: the same bytes go to the log and, for a stream, straight to the client.
+    opening = [(event.sequence_number, frame(event)) for event in opening_events(response)]
     try:
-        await write_events(services.redis, response.id, events)
+        await write_frames(services.redis, response.id, opening)
         await services.tasks.run_response(response.id, services.settings.queue_for(response.model))
     except BROKER_ERRORS as exc:
         await _undo_accept(services, response.id)
@@ -161,7 +162,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
             "Retry shortly.", code="queue_unavailable",
         ) from exc
     ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
-    return [frame(event) for event in events]
+    return [data for _, data in opening]
 
 
 async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:

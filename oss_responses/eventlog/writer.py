@@ -97,9 +97,14 @@ def _journal_json(steps: list[Any]) -> bytes:
 
 
 def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Command]:
-    # Once per token: the key and the entry ids (redis_keys.event_id) as bytes, ready to send.
+    return frame_commands(response_id, [(e.sequence_number, frame(e)) for e in events])
+
+
+def frame_commands(response_id: str, frames: Iterable[tuple[int, bytes]]) -> list[Command]:
+    """XADDs of (sequence number, frame) pairs: frames already built (and sent) by the caller."""
+    # The key and the entry ids (redis_keys.event_id) as bytes, ready to send.
     key = redis_keys.events(response_id).encode()
-    return [("XADD", key, b"0-%d" % (e.sequence_number + 1), "f", frame(e)) for e in events]
+    return [("XADD", key, b"0-%d" % (sequence_number + 1), "f", data) for sequence_number, data in frames]
 
 
 def packed_events(response_id: str, events: Iterable[StreamEvent]) -> list[Packed]:
@@ -128,7 +133,20 @@ async def write_events(
     ttl_seconds: int | None = None,
 ) -> None:
     """Append events (and, with ``close``, the end marker and TTL) in one round trip (API side)."""
-    commands = event_commands(response_id, events)
+    await write_frames(redis, response_id, [(e.sequence_number, frame(e)) for e in events],
+                       close=close, ttl_seconds=ttl_seconds)
+
+
+async def write_frames(
+    redis: Redis,
+    response_id: str,
+    frames: Iterable[tuple[int, bytes]],
+    *,
+    close: str | None = None,
+    ttl_seconds: int | None = None,
+) -> None:
+    """``write_events`` for events already framed: (sequence number, frame) pairs."""
+    commands = frame_commands(response_id, frames)
     if close is not None:
         if ttl_seconds is None:
             raise TypeError("write_events(close=...) needs ttl_seconds")

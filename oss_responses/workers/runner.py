@@ -498,7 +498,7 @@ def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTo
 def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSettings:
     return SamplingSettings(
         max_tokens=request.max_output_tokens or ctx.settings.default_max_output_tokens,
-        stop_token_ids=tuple(ctx.encoding.stop_tokens_for_assistant_actions()),
+        stop_token_ids=ctx.stop_token_ids,
         temperature=request.temperature,
         top_p=request.top_p,
         seed=request.seed,

@@ -10,6 +10,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
 from oss_responses.eventlog import writer as writer_module
 from oss_responses.eventlog.bulk import NAME
+from oss_responses.eventlog.writer import write_frames
 from oss_responses.workers.journal import read_journal
 
 pytestmark = pytest.mark.anyio
@@ -170,3 +171,10 @@ async def test_write_events_writes_and_closes_in_one_call(aredis, redis: redis_l
     assert [i for i, _ in entries[:2]] == [b"0-1", b"0-2"]
     assert entries[-1][1] == {b"end": b"cancelled"}
     assert redis.ttl(redis_keys.events("resp_a")) > 0
+
+
+async def test_write_frames_stores_the_given_bytes_at_their_sequence_numbers(aredis, redis: redis_lib.Redis) -> None:
+    framed = [(3, b"event: a\ndata: {}\n\n"), (4, b"event: b\ndata: {}\n\n")]
+    await write_frames(aredis, "resp_a", framed)
+    entries = redis.xrange(redis_keys.events("resp_a"))
+    assert entries == [(b"0-4", {b"f": framed[0][1]}), (b"0-5", {b"f": framed[1][1]})]
