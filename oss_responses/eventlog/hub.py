@@ -148,7 +148,7 @@ class _Stream:
 
     def __init__(self, key: str, cursor: EntryId) -> None:
         # The read names every followed stream: its two arguments are kept packed (RESP), so that a
-        # read joins bytes instead of packing 2 arguments per stream (~1.4 us each, 100 streams).
+        # read joins bytes instead of packing them (56.6 against 7.0 us per read at 100 streams).
         self.packed_name = bulk_string(key.encode())
         self.move_to(b"%d-%d" % cursor)
         self.subscribers: set[_Subscriber] = set()

@@ -101,7 +101,7 @@ def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Comm
 
 
 def frame_commands(response_id: str, frames: Iterable[tuple[int, bytes]]) -> list[Command]:
-    """XADDs of (sequence number, frame) pairs: frames already built (and sent) by the caller."""
+    """XADDs of (sequence number, frame) pairs: frames the caller built (and may send to a client too)."""
     # The key and the entry ids (redis_keys.event_id) as bytes, ready to send.
     key = redis_keys.events(response_id).encode()
     return [("XADD", key, b"0-%d" % (sequence_number + 1), "f", data) for sequence_number, data in frames]
@@ -149,7 +149,7 @@ async def write_frames(
     commands = frame_commands(response_id, frames)
     if close is not None:
         if ttl_seconds is None:
-            raise TypeError("write_events(close=...) needs ttl_seconds")
+            raise TypeError("close=... needs ttl_seconds")
         commands += close_commands(response_id, close, ttl_seconds)
     errors = await run_commands(redis, commands)
     if errors:
