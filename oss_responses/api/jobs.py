@@ -32,9 +32,9 @@ from oss_responses.api.references import conversation_items, referenced_ids, res
 from oss_responses.api.services import Services
 from oss_responses.conversation import BrokenChain, history_of, render_options
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
-from oss_responses.eventlog.frames import frame, parse_frame
+from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.hub import StreamLost, StreamNotFound
-from oss_responses.eventlog.writer import write_events, write_frames
+from oss_responses.eventlog.writer import framed, write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
@@ -151,7 +151,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
     )
     await _insert(services, record, queued.input_items, owner)
     # Framed once: the same bytes go to the log and, for a stream, straight to the client.
-    opening = [(event.sequence_number, frame(event)) for event in opening_events(response)]
+    opening = framed(opening_events(response))
     try:
         await write_frames(services.redis, response.id, opening)
         await services.tasks.run_response(response.id, services.settings.queue_for(response.model))

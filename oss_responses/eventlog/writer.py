@@ -96,8 +96,13 @@ def _journal_json(steps: list[Any]) -> bytes:
     ]) + "]").encode()
 
 
+def framed(events: Iterable[StreamEvent]) -> list[tuple[int, bytes]]:
+    """Each event's (sequence number, frame): what ``write_frames`` and ``frame_commands`` take."""
+    return [(e.sequence_number, frame(e)) for e in events]
+
+
 def event_commands(response_id: str, events: Iterable[StreamEvent]) -> list[Command]:
-    return frame_commands(response_id, [(e.sequence_number, frame(e)) for e in events])
+    return frame_commands(response_id, framed(events))
 
 
 def frame_commands(response_id: str, frames: Iterable[tuple[int, bytes]]) -> list[Command]:
@@ -133,8 +138,7 @@ async def write_events(
     ttl_seconds: int | None = None,
 ) -> None:
     """Append events (and, with ``close``, the end marker and TTL) in one round trip (API side)."""
-    await write_frames(redis, response_id, [(e.sequence_number, frame(e)) for e in events],
-                       close=close, ttl_seconds=ttl_seconds)
+    await write_frames(redis, response_id, framed(events), close=close, ttl_seconds=ttl_seconds)
 
 
 async def write_frames(
