@@ -33,7 +33,11 @@ engine's OpenMP threads on CPU 1 and everything else on CPU 0. ``--profile`` sam
 and worker with py-spy during its rounds and prints their top functions.
 
     PYTHONPATH=.:tests python bench/engine.py [--rounds 5] [--tokens 256] [--phases in_process,vllm,service]
-        [--profile] [--pin]
+        [--profile] [--pin] [--stream-interval 1]
+
+``--stream-interval N`` has every path take a request's tokens N at a time after its first (vLLM's
+``stream_interval``: the engine argument of vLLM's server, the sampling parameter in-process, the
+service's ``OSS_RESPONSES_STREAM_INTERVAL``); inter-token latency is then between outputs.
 
 Before the ratios, a speed check compares the engine core's CPU seconds per round across phases (it
 does the same compute every round): past 1.2x apart, the machine's speed changed between phases and
@@ -204,7 +208,9 @@ def user_texts(concurrency: int, tokens: int) -> list[str]:
     return [f"Request {n}: tokens {tokens}" for n in range(concurrency)]
 
 
-def forced_requests(texts: Sequence[str]) -> tuple[list[list[int]], list[SamplingSettings]]:
+def forced_requests(
+    texts: Sequence[str], stream_interval: int = 1
+) -> tuple[list[list[int]], list[SamplingSettings]]:
     """Prompts and samplings carrying the script the service's worker computes for the same text."""
     from support import TIKTOKEN_DIR
     from support.forced_harmony import prompt_for
@@ -218,7 +224,8 @@ def forced_requests(texts: Sequence[str]) -> tuple[list[list[int]], list[Samplin
     for prompt in prompts:
         script = answers.script_for(prompt) or []
         samplings.append(
-            SamplingSettings(max_tokens=len(script), stop_token_ids=stops, extra={FORCED_TOKENS_KEY: script})
+            SamplingSettings(max_tokens=len(script), stop_token_ids=stops, extra={FORCED_TOKENS_KEY: script},
+                             stream_interval=stream_interval)
         )
     return prompts, samplings
 
@@ -239,8 +246,8 @@ def start_engine(model: Path, concurrency: int) -> tuple[VllmEngine, asyncio.Abs
 def run_in_process(model: Path, args: argparse.Namespace) -> dict[str, list[Run]]:
     """Phase 1: raw AsyncLLM and VllmEngine on one in-process engine, shut down at the end."""
     engine, loop = start_engine(model, args.concurrency)
-    prompts, samplings = forced_requests(user_texts(args.concurrency, args.tokens))
-    warm_prompts, warm_samplings = forced_requests(user_texts(args.concurrency, 8))
+    prompts, samplings = forced_requests(user_texts(args.concurrency, args.tokens), args.stream_interval)
+    warm_prompts, warm_samplings = forced_requests(user_texts(args.concurrency, 8), args.stream_interval)
     try:
         for name, scenario in SCENARIOS.items():  # warm-up: fills the prefix cache for every scenario alike
             timed(name, scenario, engine, loop, warm_prompts, warm_samplings)
@@ -320,7 +327,8 @@ def run_vllm_frontend(model: Path, scratch: Path, args: argparse.Namespace) -> l
     served = vllm_frontend.add_tokenizer(model, vocabulary, scratch / "model-with-tokenizer")
     started = time.monotonic()
     process, port = vllm_frontend.start_server(
-        served, SERVICE_MODEL, args.concurrency, MAX_MODEL_LEN, vocabulary, scratch / "vllm-server.log"
+        served, SERVICE_MODEL, args.concurrency, MAX_MODEL_LEN, vocabulary, scratch / "vllm-server.log",
+        args.stream_interval,
     )
     print(f"vLLM server start: {time.monotonic() - started:.1f} s", flush=True)
     base_url = f"http://127.0.0.1:{port}"
@@ -371,7 +379,8 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     trace_file, stage_file = scratch / "worker-latency.txt", scratch / "worker-stages.txt"
     threads_file = scratch / "worker-threads.txt"
     env = vllm_worker_env(settings, model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true",
-                          OSS_RESPONSES_WORKER_CONCURRENCY=str(args.concurrency))
+                          OSS_RESPONSES_WORKER_CONCURRENCY=str(args.concurrency),
+                          OSS_RESPONSES_STREAM_INTERVAL=str(args.stream_interval))
     api, base_url = start_api_process(settings, scratch / "api.log")
     try:
         worker = _start_worker(settings, env | {"BENCH_THREADS_FILE": str(threads_file)}, scratch, "production")
@@ -572,7 +581,7 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
     raw = described["raw_asyncllm"][0]
     lines = [
         f"{args.concurrency} concurrent requests x (analysis + {args.tokens} final tokens), "
-        f"{args.rounds} rounds, median round:",
+        f"{args.rounds} rounds, stream interval {args.stream_interval} token(s), median round:",
         *(line for _, line in described.values()),
         *(describe_cpu(runs) for runs in paths.values()),
     ]
@@ -609,6 +618,9 @@ def main() -> None:
                              "vllm (vLLM's own /v1/responses server), service (this service)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy the service's API and worker during its rounds; print their top functions")
+    parser.add_argument("--stream-interval", type=int, default=1,
+                        help="tokens per engine output after the first, on every path alike (vLLM's "
+                             "stream_interval; the service's OSS_RESPONSES_STREAM_INTERVAL)")
     parser.add_argument("--pin", action="store_true",
                         help="the engine's compute threads on CPU 1, everything else on CPU 0 (as a GPU would "
                              "keep the model's compute off the cores the service runs on)")

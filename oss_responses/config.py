@@ -68,6 +68,12 @@ class Settings(BaseSettings):
         "the GIL while it tokenises (about 0.1 s per MB), which would stall every running response",
     )
     visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
+    stream_interval: int = Field(
+        1, ge=1, le=64,
+        description="Tokens per engine output of a response after its first (vLLM's stream_interval, honoured by "
+        "both engines): each delta event then carries up to this many tokens, and the worker, Redis and the API do "
+        "their per-event work that many times less often; 1 streams every token as it comes",
+    )
 
     # --- scripted engine ----------------------------------------------------
     scripted_tokens_per_second: float = Field(

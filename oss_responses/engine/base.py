@@ -23,6 +23,8 @@ class SamplingSettings:
     seed: int | None = None
     # Engine-specific passthrough (e.g. a forced token script for vLLM tests).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Tokens per output after the first (vLLM's stream_interval): the last output always comes at once.
+    stream_interval: int = 1
 
 
 @dataclass(frozen=True, slots=True)

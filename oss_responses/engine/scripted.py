@@ -264,20 +264,25 @@ class ScriptedEngine:
         request = _Request(aborted=asyncio.get_running_loop().create_future())
         self._requests[request_id] = request
         stops = set(sampling.stop_token_ids) or {RETURN, CALL}
+        interval = sampling.stream_interval
+        pending: list[int] = []  # generated, not yet output (stream_interval > 1)
         try:
             for index, token in enumerate(script):
                 if await self._wait_turn(request):
-                    yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
+                    yield EngineOutput(token_ids=pending, finished=True, finish_reason="abort")
                     return
                 cached = 0 if index == 0 else None
+                pending.append(token)
                 if token in stops:
-                    yield EngineOutput(token_ids=[token], finished=True, finish_reason="stop", cached_tokens=cached)
+                    yield EngineOutput(token_ids=pending, finished=True, finish_reason="stop", cached_tokens=cached)
                     return
                 if index + 1 >= sampling.max_tokens:
-                    yield EngineOutput(token_ids=[token], finished=True, finish_reason="length", cached_tokens=cached)
+                    yield EngineOutput(token_ids=pending, finished=True, finish_reason="length", cached_tokens=cached)
                     return
-                yield EngineOutput(token_ids=[token], cached_tokens=cached)
-            yield EngineOutput(token_ids=[], finished=True, finish_reason="stop")
+                if index == 0 or len(pending) >= interval:  # as vLLM: the first token at once
+                    yield EngineOutput(token_ids=pending, cached_tokens=cached)
+                    pending = []
+            yield EngineOutput(token_ids=pending, finished=True, finish_reason="stop")
         finally:
             self._requests.pop(request_id, None)
 

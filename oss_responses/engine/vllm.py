@@ -108,6 +108,7 @@ def sampling_params(sampling: SamplingSettings) -> SamplingParams:
         detokenize=False,
         output_kind=RequestOutputKind.DELTA,
         extra_args=dict(sampling.extra) or None,
+        stream_interval=sampling.stream_interval,
     )
 
 

@@ -22,7 +22,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from openai.types.responses import ResponseStreamEvent
@@ -248,11 +248,7 @@ class Generation:
         else:
             self._note("resume_call")
         self._request_id = f"{self.response_id}:{self._turn}:{uuid.uuid4().hex[:8]}"
-        sampling = SamplingSettings(
-            max_tokens=self._budget(), stop_token_ids=self.sampling.stop_token_ids,
-            temperature=self.sampling.temperature, top_p=self.sampling.top_p, seed=self.sampling.seed,
-            extra=self.sampling.extra,
-        )
+        sampling = replace(self.sampling, max_tokens=self._budget())
         generated_before = self._generated
         try:
             return await self._stream(list(self._tokens), sampling, counted)

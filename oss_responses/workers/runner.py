@@ -503,6 +503,7 @@ def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSet
         top_p=request.top_p,
         seed=request.seed,
         extra=_structured_output(request),
+        stream_interval=ctx.settings.stream_interval,
     )
 
 

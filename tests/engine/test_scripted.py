@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -235,3 +236,41 @@ def test_generate_continues_answer_cut_inside_its_next_header(enc: HarmonyEncodi
     cut = whole.index(200006) + 1  # the final message's <|start|>, its role not generated yet
     rest = [t for output in generate(enc, tokens + whole[:cut]) for t in output.token_ids]
     assert whole[:cut] + rest == whole
+
+
+def test_generate_with_stream_interval_outputs_first_token_then_groups_of_it(enc: HarmonyEncoding) -> None:
+    tokens = prompt(enc, "Say hello.")
+    every_token = generate(enc, tokens)
+    grouped = asyncio.run(collect(ScriptedEngine(enc), "r1", tokens, replace(sampling(enc), stream_interval=5)))
+
+    assert [t for o in grouped for t in o.token_ids] == [t for o in every_token for t in o.token_ids]
+    assert len(grouped[0].token_ids) == 1 and grouped[0].cached_tokens == 0
+    assert {len(output.token_ids) for output in grouped[1:-1]} == {5}
+    assert grouped[-1].finished and grouped[-1].finish_reason == every_token[-1].finish_reason
+
+
+def test_generate_with_stream_interval_hands_over_held_tokens_when_aborted(enc: HarmonyEncoding) -> None:
+    tokens = prompt(enc, "Say hello.")
+    script = [t for o in generate(enc, tokens) for t in o.token_ids]
+
+    async def abort_between_outputs() -> list[EngineOutput]:
+        engine, outputs = ScriptedEngine(enc), []
+
+        async def abort_two_tokens_later() -> None:
+            for _ in range(2):
+                await asyncio.sleep(0)  # the engine takes a token per loop iteration
+            await engine.abort("r1")
+
+        async for output in engine.generate("r1", tokens, replace(sampling(enc), stream_interval=4)):
+            outputs.append(output)
+            if len(outputs) == 2:
+                aborting = asyncio.ensure_future(abort_two_tokens_later())
+        await aborting
+        return outputs
+
+    outputs = asyncio.run(abort_between_outputs())
+
+    assert [len(o.token_ids) for o in outputs[:2]] == [1, 4]
+    assert outputs[-1].finish_reason == "abort" and 0 < len(outputs[-1].token_ids) < 4
+    handed_over = [t for o in outputs for t in o.token_ids]
+    assert handed_over == script[: len(handed_over)]

@@ -106,6 +106,11 @@ def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:
     assert params.extra_args == {FORCED_TOKENS_KEY: [1]}
 
 
+def test_sampling_params_passes_stream_interval() -> None:
+    assert sampling_params(SamplingSettings(max_tokens=7)).stream_interval == 1
+    assert sampling_params(SamplingSettings(max_tokens=7, stream_interval=4)).stream_interval == 4
+
+
 def test_generate_random_output_ends_with_length_or_stop(
     engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
 ) -> None:
@@ -129,6 +134,22 @@ def test_generate_forced_harmony_decodes_to_scripted_messages(
 
     assert outputs[-1].finish_reason == "stop"
     assert parse(encoding, tokens_of(outputs)) == messages
+
+
+def test_generate_with_stream_interval_outputs_first_token_then_groups_of_it(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    messages = [analysis("The user wants a sum. 2 + 2 = 4."), final("2 + 2 = 4, said in a few more words.")]
+    script = script_for(encoding, messages)
+
+    outputs = engine_loop.run(
+        collect(engine, "interval", prompt_for(encoding, "What is 2+2?"), forced(encoding, script, stream_interval=4))
+    )
+
+    assert tokens_of(outputs) == script
+    assert len(outputs[0].token_ids) == 1  # the first token is never held back
+    assert {len(output.token_ids) for output in outputs[1:-1]} == {4}
+    assert 1 <= len(outputs[-1].token_ids) <= 4 and outputs[-1].finish_reason == "stop"
 
 
 def test_generate_batches_forced_requests_at_once(

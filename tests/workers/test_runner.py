@@ -224,3 +224,24 @@ def test_run_response_fails_response_whose_prompt_does_not_render_in_task_thread
     assert_failed_at_once(db, redis, response_id, "no tokens today")
     types = [event["type"] for event in events_of(redis, response_id)]
     assert types[-2:] == ["response.in_progress", "response.failed"]  # the error surfaced where the loop renders
+
+
+def test_run_response_with_stream_interval_streams_the_same_response_in_fewer_deltas(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    every_token = accept(db, redis, settings, input="tokens 40")
+    assert run_response_now(every_token, worker=worker) == "completed"
+    with local_worker(settings.model_copy(update={"stream_interval": 4}), with_mcp=False) as grouped_worker:
+        grouped = accept(db, redis, settings, input="tokens 40")
+        assert run_response_now(grouped, worker=grouped_worker) == "completed"
+
+    def deltas(response_id: str) -> list[str]:
+        return [e["delta"] for e in events_of(redis, response_id) if e["type"] == "response.output_text.delta"]
+
+    events = events_of(redis, grouped)
+    assert_contiguous(events)
+    assert "".join(deltas(grouped)) == "".join(deltas(every_token))
+    assert len(deltas(grouped)) < len(deltas(every_token)) / 3
+    saved = [db.run(get_response, rid) for rid in (every_token, grouped)]
+    assert final_text(saved[0].response) == final_text(saved[1].response)  # type: ignore[union-attr]
+    assert saved[0].response["usage"] == saved[1].response["usage"]  # type: ignore[union-attr]
