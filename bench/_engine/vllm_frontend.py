@@ -68,8 +68,8 @@ def start_server(
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", served_name, "--dtype", "bfloat16", "--max-model-len", str(max_model_len),
         "--max-num-seqs", str(concurrency), "--gpu-memory-utilization", "0.3", "--enforce-eager",
-        "--disable-log-stats", "--logits-processors", FORCED_LOGITS_PROCESSOR, "--stream-interval", str(stream_interval),
-        "--host", "127.0.0.1", "--port", str(port),
+        "--disable-log-stats", "--logits-processors", FORCED_LOGITS_PROCESSOR,
+        "--stream-interval", str(stream_interval), "--host", "127.0.0.1", "--port", str(port),
     ]
     env = os.environ | {"TIKTOKEN_ENCODINGS_BASE": str(vocabulary.parent)}
     with log_path.open("wb") as log:
