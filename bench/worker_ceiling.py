@@ -17,7 +17,7 @@ The worker's garbage collection is tuned as a worker process's start-up tunes it
 ``--default-gc`` keeps CPython's defaults, for comparison.
 
     PYTHONPATH=.:tests python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--step-ms 6.7]
-        [--profile] [--default-gc]
+        [--stream-interval 1] [--profile] [--default-gc]
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=1500)
     parser.add_argument("--step-ms", type=float, default=0.0,
                         help="a step at most every this many ms, as a GPU paces them (default: as fast as taken)")
+    parser.add_argument("--stream-interval", type=int, default=1,
+                        help="tokens per output after a request's first (OSS_RESPONSES_STREAM_INTERVAL)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--default-gc", action="store_true", help="keep CPython's own garbage collection settings")
     args = parser.parse_args()
@@ -78,7 +80,8 @@ def main() -> None:
             migrate(url)
             db = Database(url)
             settings = worker_settings(url, server.url, engine="vllm", lease_seconds=30.0,
-                                       worker_concurrency=args.streams, default_max_output_tokens=args.tokens * 4)
+                                       worker_concurrency=args.streams, default_max_output_tokens=args.tokens * 4,
+                                       stream_interval=args.stream_interval)
             engine = VllmEngine(settings, encoding)
             llm = SyntheticLLM(ScriptedAnswers(encoding), step_seconds=args.step_ms / 1000)
             engine._llm = llm  # type: ignore[assignment]  # start() then keeps it: no vLLM engine core

@@ -9,6 +9,10 @@ here the consumer is never behind by more than one token, its most expensive cas
 ``step_seconds`` a step starts no sooner than that after the previous one, as a GPU's forward pass
 paces them: then every step pays the loop's fixed costs (a wake, a flush) for its few tokens. The
 tokens are the scripted engine's answer to the prompt, so the translator sees valid harmony.
+
+A request whose sampling parameters set ``stream_interval`` N gets its tokens as vLLM's output
+processor hands them over: the first at once, then N at a time, the last with the finish. Its token
+still advances every step; a step in which no request has an output to take goes on to the next.
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ class _Request:
     script: list[int]
     max_tokens: int
     stop: frozenset[int]
+    interval: int = 1
     position: int = 0
+    held: list[int] = field(default_factory=list)  # generated, not handed over yet (stream_interval)
     aborted: bool = False
     output: RequestOutput | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -59,7 +65,8 @@ class SyntheticLLM:
 
     async def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[RequestOutput]:
         script = self._answers.script_for(prompt["prompt_token_ids"]) or []
-        request = _Request(request_id, script, sampling_params.max_tokens, frozenset(sampling_params.stop_token_ids))
+        request = _Request(request_id, script, sampling_params.max_tokens, frozenset(sampling_params.stop_token_ids),
+                           interval=sampling_params.stream_interval or 1)
         self._requests[request_id] = request
         if self._stepper is None:
             self._stepper = asyncio.get_running_loop().create_task(self._step_forever())
@@ -104,24 +111,33 @@ class SyntheticLLM:
             if self.step_seconds:
                 await asyncio.sleep(max(0.0, stepped + self.step_seconds - time.monotonic()))
                 stepped = time.monotonic()
-            self._outstanding = len(self._requests)
+            running = len(self._requests)
+            self._outstanding = 0
             for request in list(self._requests.values()):
                 request.output = self._next_output(request)
-                request.ready.set()
-            if self._requests:
-                self.samples.append(StepSample(time.monotonic(), time.thread_time(), self.tokens, len(self._requests)))
+                if request.output is not None:
+                    self._outstanding += 1
+                    request.ready.set()
+            if running:
+                self.samples.append(StepSample(time.monotonic(), time.thread_time(), self.tokens, running))
             else:
                 await asyncio.sleep(0.001)
+            if self._outstanding == 0:  # nobody has an output to take: the next step
                 self._taken.set()
 
-    def _next_output(self, request: _Request) -> RequestOutput:
+    def _next_output(self, request: _Request) -> RequestOutput | None:
+        """The request's output of this step; None while its stream interval holds its tokens back."""
         if request.aborted:
-            return _output(request.request_id, [], "abort")
+            return _output(request.request_id, request.held, "abort")
         token = request.script[request.position] if request.position < len(request.script) else 200_002
         request.position += 1
         self.tokens += 1
+        request.held.append(token)
         reason = "stop" if token in request.stop else "length" if request.position >= request.max_tokens else None
-        return _output(request.request_id, [token], reason)
+        if reason is None and request.position > 1 and len(request.held) < request.interval:
+            return None
+        held, request.held = request.held, []
+        return _output(request.request_id, held, reason)
 
 
 def _output(request_id: str, token_ids: list[int], finish_reason: str | None) -> RequestOutput:
