@@ -274,3 +274,12 @@ def test_generate_with_stream_interval_hands_over_held_tokens_when_aborted(enc: 
     assert outputs[-1].finish_reason == "abort" and 0 < len(outputs[-1].token_ids) < 4
     handed_over = [t for o in outputs for t in o.token_ids]
     assert handed_over == script[: len(handed_over)]
+
+
+def test_generate_with_stream_interval_hands_over_held_tokens_at_the_length_limit(enc: HarmonyEncoding) -> None:
+    limited = replace(sampling(enc, max_tokens=10), stream_interval=4)
+
+    outputs = asyncio.run(collect(ScriptedEngine(enc), "r1", prompt(enc, "Say hello."), limited))
+
+    assert [len(o.token_ids) for o in outputs] == [1, 4, 4, 1]
+    assert outputs[-1].finished and outputs[-1].finish_reason == "length"
