@@ -17,17 +17,30 @@ The worker's garbage collection is tuned as a worker process's start-up tunes it
 ``--default-gc`` keeps CPython's defaults, for comparison.
 
     PYTHONPATH=.:tests python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--step-ms 6.7]
-        [--stream-interval 1] [--profile] [--default-gc]
+        [--stream-interval 1] [--processes 1] [--profile] [--default-gc]
+
+``--processes N`` runs N such worker processes at once over one redis-server, the streams shared among
+them, as ``OSS_RESPONSES_VLLM_FRONTENDS=N`` runs N workers over one engine core (each here with its own
+synthetic engine: the core's work is the GPU's, not counted). They start their streams together; the
+headline is the tokens/s of all of them over the time when every stream ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
+import dataclasses
+import json
+import os
 import pstats
+import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 
 import redis as redis_lib
 from _ceiling.synthetic_llm import StepSample, SyntheticLLM
@@ -68,18 +81,69 @@ def main() -> None:
                         help="a step at most every this many ms, as a GPU paces them (default: as fast as taken)")
     parser.add_argument("--stream-interval", type=int, default=1,
                         help="tokens per output after a request's first (OSS_RESPONSES_STREAM_INTERVAL)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="worker processes sharing the streams (OSS_RESPONSES_VLLM_FRONTENDS), one Redis")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--default-gc", action="store_true", help="keep CPython's own garbage collection settings")
+    # A child of --processes: the shared Redis, and the file whose existence starts every child at once.
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--go", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.processes > 1:
+        run_processes(args)
+        return
+    server = None if args.redis_url else start_redis()
+    try:
+        window = run_worker(args, args.redis_url or server.url)  # type: ignore[union-attr]
+    finally:
+        if server is not None:
+            server.stop()
+    if args.go:  # the parent sums the children's windows
+        print(json.dumps(dataclasses.asdict(window)))
+        return
+    print(window.summary())
+    print(f"worker_ceiling: {window.rate:,.0f} tokens/s (target {TARGET_TOKENS_PER_SECOND:,}), "
+          f"{window.cpu / window.tokens * 1e6:.1f} µs loop-thread CPU per token")
+
+
+@dataclass
+class Window:
+    """One worker process's steps while all its streams ran."""
+
+    streams: int
+    total_tokens: int  # over the whole run
+    start: float  # monotonic seconds (one clock for every process of the machine)
+    end: float
+    tokens: int
+    cpu: float  # the loop thread's
+    steps: int
+    samples: list[tuple[float, int]]  # (monotonic seconds, tokens so far), every step of the window
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / (self.end - self.start)
+
+    def summary(self) -> str:
+        wall = self.end - self.start
+        return (f"{self.streams} streams ({self.total_tokens:,} tokens in all); window of {wall:.2f} s with all "
+                f"{self.streams} running: {self.tokens:,} tokens, {self.rate:,.0f} tokens/s, a step every "
+                f"{wall / self.steps * 1e3:.2f} ms, loop thread CPU {self.cpu / wall:.0%}")
+
+    def tokens_at(self, moment: float) -> int:
+        """Tokens produced by ``moment`` (the last step at or before it)."""
+        return int(self.samples[max(0, bisect.bisect_right(self.samples, moment, key=lambda s: s[0]) - 1)][1])
+
+
+def run_worker(args: argparse.Namespace, redis_url: str) -> Window:
+    """One worker process's run; its figures over the steps when all its streams ran."""
     encoding = load_encoding()
-    server = start_redis()
-    redis = redis_lib.Redis.from_url(server.url)
+    redis = redis_lib.Redis.from_url(redis_url)
     try:
         with tempfile.TemporaryDirectory() as folder:
             url = f"sqlite:///{folder}/bench.db"
             migrate(url)
             db = Database(url)
-            settings = worker_settings(url, server.url, engine="vllm", lease_seconds=30.0,
+            settings = worker_settings(url, redis_url, engine="vllm", lease_seconds=30.0,
                                        worker_concurrency=args.streams, default_max_output_tokens=args.tokens * 4,
                                        stream_interval=args.stream_interval)
             engine = VllmEngine(settings, encoding)
@@ -93,6 +157,8 @@ def main() -> None:
                     tune_garbage_collection("worker")
                 ids = [accept(db, redis, settings, input=f"tokens {args.tokens}", background=True)
                        for _ in range(args.streams)]
+                if args.go:
+                    _wait_for_go(Path(args.go))
                 if profiler:
                     worker.loop.run(_enable(profiler))
                 with ThreadPoolExecutor(args.streams) as pool:
@@ -100,21 +166,56 @@ def main() -> None:
                 if profiler:
                     worker.loop.run(_disable(profiler))
             db.dispose()
-        assert set(outcomes) == {"completed"}, outcomes
-        first, last = full_window(llm.samples, args.streams)
-        wall, cpu, tokens = last.at - first.at, last.cpu - first.cpu, last.tokens - first.tokens
-        rate = tokens / wall
-        steps = sum(1 for sample in llm.samples if first.at < sample.at <= last.at)
-        print(f"{args.streams} streams of 'tokens {args.tokens}' ({llm.tokens:,} tokens in all); window of "
-              f"{wall:.2f} s with all {args.streams} running: {tokens:,} tokens, {rate:,.0f} tokens/s, "
-              f"a step every {wall / steps * 1e3:.2f} ms, loop thread CPU {cpu / wall:.0%}")
-        if profiler:
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
-        print(f"worker_ceiling: {rate:,.0f} tokens/s (target {TARGET_TOKENS_PER_SECOND:,}), "
-              f"{cpu / tokens * 1e6:.1f} µs loop-thread CPU per token")
     finally:
         redis.close()
+    assert set(outcomes) == {"completed"}, outcomes
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+    first, last = full_window(llm.samples, args.streams)
+    inside = [s for s in llm.samples if first.at <= s.at <= last.at]
+    return Window(streams=args.streams, total_tokens=llm.tokens, start=first.at, end=last.at,
+                  tokens=last.tokens - first.tokens, cpu=last.cpu - first.cpu, steps=len(inside) - 1,
+                  samples=[(s.at, s.tokens) for s in inside])
+
+
+def _wait_for_go(go: Path) -> None:
+    go.with_name(f"{go.name}.ready.{os.getpid()}").touch()
+    while not go.exists():
+        time.sleep(0.01)
+
+
+def run_processes(args: argparse.Namespace) -> None:
+    """``--processes N``: N worker processes over one Redis, ``--streams`` shared among them, started
+    together; tokens/s summed over the time when every stream of every process ran."""
+    count = args.processes
+    server = start_redis()
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            go = Path(folder) / "go"
+            command = [sys.executable, __file__, "--streams", str(args.streams // count), "--tokens", str(args.tokens),
+                       "--step-ms", str(args.step_ms), "--stream-interval", str(args.stream_interval),
+                       "--redis-url", server.url, "--go", str(go)] + (["--default-gc"] if args.default_gc else [])
+            children = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(count)]
+            while len(list(Path(folder).glob("go.ready.*"))) < count:
+                if any(child.poll() is not None for child in children):
+                    raise RuntimeError("a worker process exited before it was ready")
+                time.sleep(0.05)
+            go.touch()
+            outputs = [child.communicate()[0] for child in children]
+    finally:
         server.stop()
+    windows = [Window(**json.loads(output.strip().splitlines()[-1])) for output in outputs]
+    start, end = max(w.start for w in windows), min(w.end for w in windows)
+    if end <= start:
+        raise RuntimeError("the processes' full windows do not overlap: raise --tokens")
+    tokens = sum(w.tokens_at(end) - w.tokens_at(start) for w in windows)
+    cpu_per_token = sum(w.cpu for w in windows) / sum(w.tokens for w in windows)
+    for index, window in enumerate(windows):
+        print(f"process {index}: {window.summary()}, {window.cpu / window.tokens * 1e6:.1f} µs per token")
+    print(f"{count} processes, {args.streams} streams in all: {end - start:.2f} s with every stream running, "
+          f"{tokens:,} tokens")
+    print(f"worker_ceiling: {tokens / (end - start):,.0f} tokens/s over {count} processes "
+          f"(target {TARGET_TOKENS_PER_SECOND:,}), {cpu_per_token * 1e6:.1f} µs loop-thread CPU per token")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Any other AsyncEngineArgs, as JSON (e.g. {\"enforce_eager\": true})"
     )
+    vllm_frontends: int = Field(
+        1, ge=1, le=64,
+        description="Worker processes sharing one vLLM engine core (vLLM's --api-server-count): the worker command "
+        "starts the engine core once and this many Celery workers as its clients, each with its own engine loop; "
+        "raise it when one worker's loop thread, not the GPU, limits tokens/s",
+    )
     vllm_force_scripted: bool = Field(
         False,
         description="Tests/demos on random-weight models only: vLLM samples the scripted engine's answer "

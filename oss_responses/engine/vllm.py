@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    from oss_responses.engine.frontends import Frontend
+
 log = logging.getLogger(__name__)
 
 # vLLM's "error" (a retryable internal failure) is raised, not mapped; "repetition" (opt-in
@@ -68,8 +70,8 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
         "dtype": settings.vllm_dtype,
         "tensor_parallel_size": settings.vllm_tensor_parallel_size,
         "max_model_len": settings.vllm_max_model_len,
-        # One sequence slot per Celery thread: every running response is batched.
-        "max_num_seqs": settings.worker_concurrency,
+        # One sequence slot per Celery thread (of every front end): every running response is batched.
+        "max_num_seqs": settings.worker_concurrency * settings.vllm_frontends,
         "gpu_memory_utilization": settings.vllm_gpu_memory_utilization,
         "enable_prefix_caching": settings.vllm_enable_prefix_caching,
         # Prompts arrive as harmony token ids and outputs leave as token ids.
@@ -77,10 +79,11 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
         "disable_log_stats": True,
     }
     fields.update(settings.vllm_engine_args)
-    if fields["max_num_seqs"] != settings.worker_concurrency:
+    if fields["max_num_seqs"] != settings.worker_concurrency * settings.vllm_frontends:
         raise ValueError(
             f"vllm_engine_args max_num_seqs={fields['max_num_seqs']} disagrees with worker_concurrency="
-            f"{settings.worker_concurrency}: set worker_concurrency (it sets both)"
+            f"{settings.worker_concurrency} x vllm_frontends={settings.vllm_frontends}: set worker_concurrency "
+            "(it sets both)"
         )
     # Structured outputs are ours: vLLM's need a tokenizer (see engine/structured.py).
     wanted = [STRUCTURED_LOGITS_PROCESSOR]
@@ -152,9 +155,12 @@ class ScriptedAnswers:
 
 
 class VllmEngine:
-    def __init__(self, settings: Settings, encoding: HarmonyEncoding | None = None) -> None:
+    def __init__(
+        self, settings: Settings, encoding: HarmonyEncoding | None = None, frontend: Frontend | None = None
+    ) -> None:
         self._settings = settings
         self._encoding = encoding
+        self._frontend = frontend  # None: this process starts its own engine core
         self._scripts: ScriptedAnswers | None = None
         self._llm: AsyncLLM | None = None
         # request id -> abort requested; for the ids whose generate() is running
@@ -181,9 +187,14 @@ class VllmEngine:
 
             self._scripts = ScriptedAnswers(self._encoding or load_encoding(self._settings.tiktoken_dir))
             log.warning("vllm_force_scripted: outputs are the scripted engine's answers (tests/demos only)")
-        log.info("starting vLLM: model=%s max_num_seqs=%s", args.model, args.max_num_seqs)
         # Built on the engine loop on purpose: AsyncLLM starts its output handler on the running loop.
-        self._llm = AsyncLLM.from_engine_args(args)
+        if self._frontend is None:
+            log.info("starting vLLM: model=%s max_num_seqs=%s", args.model, args.max_num_seqs)
+            self._llm = AsyncLLM.from_engine_args(args)
+        else:
+            log.info("connecting to the shared vLLM engine core as front end %d of %d",
+                     self._frontend.index + 1, self._frontend.count)
+            self._llm = self._frontend.connect(args)
 
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings

@@ -18,12 +18,14 @@ from celery import Celery
 
 from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings, get_settings
+from oss_responses.engine.frontends import Frontend
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.workers.tasks import dispatcher, register
 
 
-def make_celery(settings: Settings) -> Celery:
+def make_celery(settings: Settings, frontend: Frontend | None = None) -> Celery:
+    """The worker's Celery app; ``frontend``: its engine is a client of a shared vLLM engine core."""
     queue = settings.queue_for(settings.worker_model)
     app = Celery("oss_responses", broker=settings.celery_broker_url, set_as_current=False)
     app.conf.update(
@@ -46,7 +48,7 @@ def make_celery(settings: Settings) -> Celery:
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
-    register(app, settings)
+    register(app, settings, frontend)
     return app
 
 

@@ -32,6 +32,7 @@ from redis.retry import Retry
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
+from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
@@ -65,14 +66,15 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def build_engine(settings: Settings, encoding: HarmonyEncoding) -> Engine:
+def build_engine(settings: Settings, encoding: HarmonyEncoding, frontend: Frontend | None = None) -> Engine:
+    """The settings' engine; ``frontend``: a vLLM client of an engine core the supervisor started."""
     if settings.engine == "scripted":
         from oss_responses.engine.scripted import ScriptedEngine
 
         return ScriptedEngine.from_settings(settings, encoding)
     from oss_responses.engine.vllm import VllmEngine  # imports vLLM: only on vLLM workers
 
-    return VllmEngine(settings, encoding)
+    return VllmEngine(settings, encoding, frontend)
 
 
 @dataclass
@@ -197,6 +199,7 @@ def start_worker(
     worker_id: str | None = None,
     dispatch: Dispatch | None = None,
     send_webhook: SendDelivery | None = None,
+    frontend: Frontend | None = None,
 ) -> WorkerContext:
     """Bring a worker up (see the module docstring); raises EngineStartError if the engine fails."""
     loop = EngineLoop().start()
@@ -211,7 +214,7 @@ def start_worker(
             encoding=encoding,
             tokenizer=PromptTokenizer(encoding, settings.tiktoken_dir,
                                       process_above_chars=settings.render_process_above_chars),
-            engine=engine or build_engine(settings, encoding),
+            engine=engine or build_engine(settings, encoding, frontend),
             db=Database(settings.database_url),
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(

@@ -20,6 +20,7 @@ from celery import Celery, bootsteps, signals
 
 from oss_responses.broker import send_run_response
 from oss_responses.config import Settings
+from oss_responses.engine.frontends import Frontend
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context
@@ -70,7 +71,7 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
     return outcome
 
 
-def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
+def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> type[bootsteps.StartStopStep]:
     class EngineStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery ships no types: its base is Any
         """Starts the worker context with the worker; stops it (engine included) at shutdown."""
 
@@ -83,7 +84,7 @@ def make_worker_step(settings: Settings) -> type[bootsteps.StartStopStep]:
             try:
                 _context = start_worker(
                     settings, dispatch=dispatcher(worker.app, settings),
-                    send_webhook=webhook_sender(worker.app, settings),
+                    send_webhook=webhook_sender(worker.app, settings), frontend=frontend,
                 )
             except EngineStartError as exc:
                 _start_error = exc
@@ -137,12 +138,12 @@ def _hand_off_on_shutdown(
         log.warning("worker shutting down (%s): handing off %d running responses", how or sig, handed)
 
 
-def register(app: Celery, settings: Settings) -> None:
+def register(app: Celery, settings: Settings, frontend: Frontend | None = None) -> None:
     app.task(
         name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
     )(run_response)
     register_webhook_task(app, settings, lambda: current_context().db)
-    app.steps["worker"].add(make_worker_step(settings))
+    app.steps["worker"].add(make_worker_step(settings, frontend))
     signals.worker_shutting_down.connect(_hand_off_on_shutdown, weak=False)
 
     # Connected, this replaces Celery's own logging set-up: the worker logs as the API does (logs.py).

@@ -78,6 +78,12 @@ def test_engine_args_registers_forcing_then_structured_processor_once(tmp_path) 
     assert engine_args(plain).logits_processors == [STRUCTURED_LOGITS_PROCESSOR]
 
 
+def test_engine_args_with_frontends_gives_every_front_ends_threads_a_sequence_slot(tmp_path) -> None:
+    settings = tiny_settings(tmp_path).model_copy(update={"worker_concurrency": 5, "vllm_frontends": 3})
+
+    assert engine_args(settings).max_num_seqs == 15
+
+
 def test_engine_args_rejects_max_num_seqs_other_than_worker_concurrency(tmp_path) -> None:
     settings = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"max_num_seqs": 3}})
 

@@ -1,0 +1,72 @@
+"""The worker command: ``python -m oss_responses.workers`` and ``oss-responses worker`` (see ``__main__``).
+
+Its functions live here, not in ``__main__``: a front end's child process (spawned) finds
+:func:`run_frontend` by its module's name, which ``__main__`` is not under ``python -m``.
+"""
+
+
+from __future__ import annotations
+
+import sys
+from functools import partial
+
+from oss_responses.config import Settings, get_settings
+from oss_responses.engine.frontends import Frontend, serve_frontends
+from oss_responses.logs import configure_logging
+from oss_responses.workers.celery_app import make_celery
+from oss_responses.workers.tasks import start_error
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = get_settings()
+    extra = sys.argv[1:] if argv is None else argv
+    if settings.engine == "vllm" and settings.vllm_frontends > 1:
+        configure_logging(settings)  # the supervisor's own lines; each worker configures its own
+        sys.exit(serve_frontends(settings, partial(run_frontend, extra)))
+    run_worker(settings, extra)
+
+
+def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None = None) -> None:
+    app = make_celery(settings, frontend)
+    args = [
+        "worker",
+        "--pool=threads",
+        f"--concurrency={settings.worker_concurrency}",
+        f"--queues={settings.queue_for(settings.worker_model)},{settings.webhook_queue}",
+        "--loglevel=INFO",
+        "--without-gossip",
+        "--without-mingle",
+        *extra,
+    ]
+    app.worker_main(args)
+    if (error := start_error()) is not None:
+        # Celery logs the failure but exits 0; a supervisor must see the worker did not serve.
+        sys.exit(f"oss-responses worker not started: {error}")
+
+
+def run_frontend(extra: list[str], frontend: Frontend) -> None:
+    """One child of the supervisor: a worker whose engine is a client of the shared engine core."""
+    settings = get_settings()
+    if settings.worker_metrics_port:
+        settings = settings.model_copy(update={"worker_metrics_port": settings.worker_metrics_port + frontend.index})
+    run_worker(settings, frontend_argv(extra, frontend.index), frontend)
+
+
+def frontend_argv(extra: list[str], index: int) -> list[str]:
+    """``extra`` with a node name of its own for front end ``index`` (Celery's ``-n``/``--hostname``)."""
+    argv = list(extra)
+    for position, arg in enumerate(argv):
+        if arg in ("-n", "--hostname") and position + 1 < len(argv):
+            argv[position + 1] = _indexed(argv[position + 1], index)
+            return argv
+        for prefix in ("--hostname=", "-n"):
+            if arg.startswith(prefix) and arg != "-n":
+                argv[position] = prefix + _indexed(arg[len(prefix):], index)
+                return argv
+    return [*argv, f"--hostname=frontend-{index}@%h"]
+
+
+def _indexed(name: str, index: int) -> str:
+    first, at, rest = name.partition("@")
+    return f"{first}-{index}{at}{rest}"
+
