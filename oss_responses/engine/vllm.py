@@ -178,6 +178,13 @@ class VllmEngine:
 
         if self._llm is not None:
             return
+        if self._frontend is None and self._settings.vllm_frontends > 1:
+            # Alone, it would run its own engine core with room for every front end's sequences.
+            raise RuntimeError(
+                f"vllm_frontends={self._settings.vllm_frontends} needs the worker command (`oss-responses worker` "
+                "or `python -m oss_responses.workers`) as the parent: it starts the shared engine core and the "
+                "front ends"
+            )
         args = engine_args(self._settings)
         # The structured-output processor reads the vocabulary in vLLM's engine process through
         # TIKTOKEN_ENCODINGS_BASE, which this sets before vLLM spawns it.

@@ -1,5 +1,7 @@
 """The worker side: a Celery app whose task runs one response on this process's engine.
 
+- ``command``: the worker command (``python -m oss_responses.workers``): one Celery worker, or the
+  supervisor of several over one vLLM engine core (``oss_responses.engine.frontends``).
 - ``celery_app``: ``make_celery(settings)``; ``celery -A oss_responses.workers.celery_app worker``.
 - ``tasks``: the ``oss_responses.run_response`` task and the bootstep that starts the worker.
 - ``context``: what a worker holds (engine loop, engine, Redis, SQL, event writer, cancel listener).

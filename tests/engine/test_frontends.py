@@ -23,7 +23,7 @@ import redis as redis_lib
 from openai import OpenAI
 from support import MODEL
 from support.processes import start_api_process, stop_process
-from support.vllm_stack import CONCURRENCY, WORKER_START_TIMEOUT_S, launch_worker, vllm_worker_env
+from support.vllm_stack import CONCURRENCY, start_vllm_worker, vllm_worker_env
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -70,20 +70,6 @@ def command_line(pid: int) -> str:
         return ""
 
 
-def wait_ready(
-    settings: Settings, supervisor: subprocess.Popen[bytes], log: Path, before: set[str]
-) -> dict[str, int]:
-    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    while len(workers := {k: v for k, v in ready(settings.redis_url).items() if k not in before}) < FRONTENDS:
-        if supervisor.poll() is not None:
-            raise RuntimeError(f"the worker group exited with {supervisor.returncode}:\n{log.read_text()[-3000:]}")
-        if time.monotonic() > deadline:
-            stop_process(supervisor)
-            raise TimeoutError(f"{FRONTENDS} front ends were not ready within {WORKER_START_TIMEOUT_S}s")
-        time.sleep(0.2)
-    return workers
-
-
 @contextmanager
 def running_group(redis_url: str, sqlite_template: Path, model: Path, logs: Path) -> Iterator[Group]:
     """The worker command with two front ends, and an API process, until the block ends."""
@@ -93,10 +79,10 @@ def running_group(redis_url: str, sqlite_template: Path, model: Path, logs: Path
     env = vllm_worker_env(settings, model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true",
                           OSS_RESPONSES_VLLM_FRONTENDS=str(FRONTENDS), OSS_RESPONSES_LOG_FORMAT="json")
     before = set(ready(redis_url))
-    supervisor = launch_worker(env, logs / "worker.log")
+    supervisor = start_vllm_worker(settings, env, logs / "worker.log", workers=FRONTENDS)
+    workers = {worker: pid for worker, pid in ready(redis_url).items() if worker not in before}
     api = None
     try:
-        workers = wait_ready(settings, supervisor, logs / "worker.log", before)
         api, base_url = start_api_process(settings, logs / "api.log")
         with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=60) as client:
             yield Group(supervisor=supervisor, workers=workers, client=client, log=logs / "worker.log")

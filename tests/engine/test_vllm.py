@@ -84,6 +84,13 @@ def test_engine_args_with_frontends_gives_every_front_ends_threads_a_sequence_sl
     assert engine_args(settings).max_num_seqs == 15
 
 
+def test_start_with_frontends_but_no_supervisor_refuses(tmp_path) -> None:
+    engine = VllmEngine(tiny_settings(tmp_path).model_copy(update={"vllm_frontends": 2}))
+
+    with pytest.raises(RuntimeError, match="needs the worker command"):
+        asyncio.run(engine.start())
+
+
 def test_engine_args_rejects_max_num_seqs_other_than_worker_concurrency(tmp_path) -> None:
     settings = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"max_num_seqs": 3}})
 

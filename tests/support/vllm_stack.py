@@ -55,13 +55,15 @@ def launch_worker(
 
 
 def start_vllm_worker(
-    settings: Settings, env: dict[str, str], log_path: Path, module: str = "oss_responses.workers"
+    settings: Settings, env: dict[str, str], log_path: Path, module: str = "oss_responses.workers", *,
+    workers: int = 1,
 ) -> subprocess.Popen[bytes]:
-    """A vLLM worker process (``python -m module``); returns once it reports ready in Redis."""
+    """A vLLM worker process (``python -m module``); returns once it reports ready in Redis (``workers``
+    new readiness keys: a worker command with several front ends sets one per front end)."""
     before = ready_workers(settings.redis_url)
     process = launch_worker(env, log_path, module)
     deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    while not ready_workers(settings.redis_url) - before:
+    while len(ready_workers(settings.redis_url) - before) < workers:
         if process.poll() is not None:
             raise RuntimeError(f"the vLLM worker exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
         if time.monotonic() > deadline:
