@@ -7,6 +7,12 @@ responses and dispatches each one's task again, once (``resume(id)`` is set whil
 the worker that gets it takes the response over from its journal (``runner``), so detection takes
 about ``lease_seconds`` and never waits for Celery's visibility timeout.
 
+A task can be lost on its way (a worker that shuts down can pop a message its consumer no longer
+takes: seen when two front ends stopped at once, one handing a response off to a queue the other was
+still reading). So a dispatch waits at most ``resume_seconds`` for a worker: then it is dispatched
+again. A handoff's mark (``HANDOFF``, set for ``event_ttl_seconds`` so that the takeover is not
+counted as a loss) is kept as it is, and only its age (read from its TTL) decides.
+
 It also sweeps: a response still ``queued`` after ``stale_queued_seconds`` may have lost its task (a
 Redis that kept no AOF, a flushed queue); its task is sent again, once per that period. A duplicate of
 a task that was only waiting is harmless: the second run finds the response leased or ended. The sweep
@@ -58,6 +64,25 @@ from oss_responses.workers.job import stored_response
 from oss_responses.workers.stream_tail import next_from_tail
 
 log = logging.getLogger(__name__)
+
+HANDOFF = "handoff"  # the value of resume(id) while a handed-off response waits for a worker
+
+# KEYS: resume. ARGV: the wait (s) before a dispatch is repeated, the handoff mark, its TTL (s).
+# 1: dispatch now (there was no mark: marked "reaper" for the wait). 2: dispatch a handoff again (its
+# mark is older than the wait: its TTL renewed, so that the next repeat is a wait later). 0: a
+# dispatch is waiting already.
+_MARK_DISPATCH = """
+local mark = redis.call('GET', KEYS[1])
+if not mark then
+  redis.call('SET', KEYS[1], 'reaper', 'EX', ARGV[1])
+  return 1
+end
+if mark == ARGV[2] and tonumber(ARGV[3]) - redis.call('TTL', KEYS[1]) >= tonumber(ARGV[1]) then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  return 2
+end
+return 0
+"""
 
 REAPER_LOCK = redis_keys.REAPER_LOCK
 WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped before it finished"
@@ -182,13 +207,19 @@ class Reaper:
         assert self.dispatch is not None
         if self.redis.exists(redis_keys.lease(response_id)):
             return False
-        if not self.redis.set(redis_keys.resume(response_id), "reaper", nx=True, ex=self.resume_seconds):
-            return False  # its takeover (or a handoff) is queued already
+        resume = redis_keys.resume(response_id)
+        marked = self.redis.eval(_MARK_DISPATCH, 1, resume, self.resume_seconds, HANDOFF, self.ttl_seconds)
+        if not marked:
+            return False  # its takeover (or a handoff) is queued already, for less than resume_seconds
         record = self.db.run(get_response, response_id)
         if record is None or record.status != "in_progress":
-            self.redis.delete(redis_keys.resume(response_id))
+            self.redis.delete(resume)
             return False
-        log.warning("%s lost its worker: dispatching its takeover", response_id)
+        if marked == 2:
+            log.warning("%s was handed off %ds ago and no worker took it: dispatching it again",
+                        response_id, self.resume_seconds)
+        else:
+            log.warning("%s lost its worker: dispatching its takeover", response_id)
         self.dispatch(response_id, record.model, None)
         REAPER_ACTIONS.labels("takeover_dispatched").inc()
         return True

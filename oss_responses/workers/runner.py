@@ -74,6 +74,7 @@ from oss_responses.workers.journal import (
 )
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.reaper import (
+    HANDOFF,
     close_with_failure,
     failed_response,
     store_failure,
@@ -90,7 +91,6 @@ from oss_responses.workers.tooling import (
 
 log = logging.getLogger(__name__)
 
-HANDOFF = "handoff"  # the value of resume(id) while a handed-off response waits for a worker
 PROGRESS_LOST_MESSAGE = (
     "event_log_lost: Redis lost this response's events and progress (was it restarted without "
     "persistence?); it cannot be continued"

@@ -21,7 +21,7 @@ from oss_responses.storage import (
     transition,
     utcnow,
 )
-from oss_responses.workers.reaper import REAPER_LOCK, Reaper
+from oss_responses.workers.reaper import HANDOFF, REAPER_LOCK, Reaper
 
 
 def reaper(db: Database, redis: redis_lib.Redis, settings: Settings) -> Reaper:
@@ -178,3 +178,33 @@ def test_reaper_purges_and_sweeps_once_per_housekeeping_interval(
     clock.now += 1
     assert pass_maker.reap_once() == [stale] and sent == [(stale, "gpt-oss-20b")]
     assert not has_row(db, expired)
+
+
+def handoff_reaper(db: Database, redis: redis_lib.Redis, sent: list[tuple]) -> Reaper:  # type: ignore[type-arg]
+    return Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=3600,
+                  dispatch=lambda rid, model, secrets: sent.append((rid, model)))
+
+
+def test_reaper_leaves_fresh_handoff_to_its_queued_task(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    redis.set(redis_keys.resume(response_id), HANDOFF, ex=3600)  # handed off just now
+    sent: list[tuple] = []  # type: ignore[type-arg]
+
+    assert handoff_reaper(db, redis, sent).reap_once() == [] and sent == []
+
+
+def test_reaper_dispatches_handoff_again_when_no_worker_took_it(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    reaper = handoff_reaper(db, redis, sent := [])
+    redis.set(redis_keys.resume(response_id), HANDOFF, ex=3600 - reaper.resume_seconds)  # its task was lost
+
+    assert reaper.reap_once() == [response_id]
+    assert reaper.reap_once() == []  # dispatched again once per resume_seconds, not every pass
+    assert sent == [(response_id, "gpt-oss-20b")]
+    # Still a handoff: the worker that takes it over does not count a loss.
+    assert redis.get(redis_keys.resume(response_id)) == HANDOFF.encode()
+    assert redis.ttl(redis_keys.resume(response_id)) > 3600 - reaper.resume_seconds
