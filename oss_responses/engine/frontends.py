@@ -102,7 +102,7 @@ def serve_frontends(settings: Settings, child: Callable[[Frontend], None]) -> in
     config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
     group = _Group(bind_engine_zmq_listeners(config, settings.vllm_frontends))
     told_to_stop = False
-    with _stop_on_signals():
+    with _stop_signals_handled(_raise_stop):
         try:
             group.start(config, not args.disable_log_stats, child)
             log.info("engine core up, %d worker front ends started", len(group.children))
@@ -139,7 +139,7 @@ class _Group:
     def stop(self) -> bool:
         """Children first (they hand off their responses), then the core; True if all children exited 0."""
         # A second signal while the children stop must not interrupt the wait (they are handing off).
-        with _ignoring_signals():
+        with _stop_signals_handled(signal.SIG_IGN):
             clean = _stop_children(self.children)
             if self.launch is not None and self.launch.engine_manager is not None:
                 self.launch.engine_manager.shutdown()
@@ -186,17 +186,19 @@ def _die_with_parent() -> None:
         log.warning("could not ask to be stopped with the supervisor", exc_info=True)
 
 
-@contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    def stop(signum: int, frame: FrameType | None) -> None:
-        raise _Stop(signal.Signals(signum).name)
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise _Stop(signal.Signals(signum).name)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+@contextmanager
+def _stop_signals_handled(handler: Callable[[int, FrameType | None], None] | int) -> Iterator[None]:
+    """SIGTERM and SIGINT go to ``handler`` (a function, or ``signal.SIG_IGN``) inside the block."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def _wait_for_any(children: Sequence[BaseProcess]) -> None:
@@ -216,13 +218,3 @@ def _stop_children(children: Sequence[BaseProcess]) -> bool:
             child.kill()
             child.join()
     return all(child.exitcode == 0 for child in children)
-
-
-@contextmanager
-def _ignoring_signals() -> Iterator[None]:
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
