@@ -116,7 +116,6 @@ class Window:
     end: float
     tokens: int
     cpu: float  # the loop thread's
-    steps: int
     samples: list[tuple[float, int]]  # (monotonic seconds, tokens so far), every step of the window
 
     @property
@@ -127,7 +126,7 @@ class Window:
         wall = self.end - self.start
         return (f"{self.streams} streams ({self.total_tokens:,} tokens in all); window of {wall:.2f} s with all "
                 f"{self.streams} running: {self.tokens:,} tokens, {self.rate:,.0f} tokens/s, a step every "
-                f"{wall / self.steps * 1e3:.2f} ms, loop thread CPU {self.cpu / wall:.0%}")
+                f"{wall / (len(self.samples) - 1) * 1e3:.2f} ms, loop thread CPU {self.cpu / wall:.0%}")
 
     def tokens_at(self, moment: float) -> int:
         """Tokens produced by ``moment`` (the last step at or before it)."""
@@ -174,7 +173,7 @@ def run_worker(args: argparse.Namespace, redis_url: str) -> Window:
     first, last = full_window(llm.samples, args.streams)
     inside = [s for s in llm.samples if first.at <= s.at <= last.at]
     return Window(streams=args.streams, total_tokens=llm.tokens, start=first.at, end=last.at,
-                  tokens=last.tokens - first.tokens, cpu=last.cpu - first.cpu, steps=len(inside) - 1,
+                  tokens=last.tokens - first.tokens, cpu=last.cpu - first.cpu,
                   samples=[(s.at, s.tokens) for s in inside])
 
 

@@ -21,7 +21,7 @@ PassThrough = Callable[[list[str]], int]
 
 
 def run_worker(argv: list[str]) -> int:
-    from oss_responses.workers.__main__ import main as worker_main
+    from oss_responses.workers.command import main as worker_main
 
     worker_main(argv)
     return 0

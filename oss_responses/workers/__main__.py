@@ -15,7 +15,5 @@ from __future__ import annotations
 
 from oss_responses.workers.command import main
 
-__all__ = ["main"]
-
 if __name__ == "__main__":
     main()

@@ -4,7 +4,6 @@ Its functions live here, not in ``__main__``: a front end's child process (spawn
 :func:`run_frontend` by its module's name, which ``__main__`` is not under ``python -m``.
 """
 
-
 from __future__ import annotations
 
 import sys

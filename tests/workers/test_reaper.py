@@ -87,8 +87,11 @@ def test_reaper_fails_lost_response_whose_stored_json_does_not_validate(
     assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)
 
 
-def dispatching_reaper(db: Database, redis: redis_lib.Redis, sent: list[tuple]) -> Reaper:  # type: ignore[type-arg]
-    return Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60,
+def dispatching_reaper(
+    db: Database, redis: redis_lib.Redis, sent: list[tuple], *, event_ttl_seconds: int = 60  # type: ignore[type-arg]
+) -> Reaper:
+    return Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3,
+                  event_ttl_seconds=event_ttl_seconds,
                   dispatch=lambda response_id, model, secrets: sent.append((response_id, model)))
 
 
@@ -180,11 +183,6 @@ def test_reaper_purges_and_sweeps_once_per_housekeeping_interval(
     assert not has_row(db, expired)
 
 
-def handoff_reaper(db: Database, redis: redis_lib.Redis, sent: list[tuple]) -> Reaper:  # type: ignore[type-arg]
-    return Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=3600,
-                  dispatch=lambda rid, model, secrets: sent.append((rid, model)))
-
-
 def test_reaper_leaves_fresh_handoff_to_its_queued_task(
     db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
@@ -192,14 +190,14 @@ def test_reaper_leaves_fresh_handoff_to_its_queued_task(
     redis.set(redis_keys.resume(response_id), HANDOFF, ex=3600)  # handed off just now
     sent: list[tuple] = []  # type: ignore[type-arg]
 
-    assert handoff_reaper(db, redis, sent).reap_once() == [] and sent == []
+    assert dispatching_reaper(db, redis, sent, event_ttl_seconds=3600).reap_once() == [] and sent == []
 
 
 def test_reaper_dispatches_handoff_again_when_no_worker_took_it(
     db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     response_id = in_progress(db, redis, settings)
-    reaper = handoff_reaper(db, redis, sent := [])
+    reaper = dispatching_reaper(db, redis, sent := [], event_ttl_seconds=3600)
     redis.set(redis_keys.resume(response_id), HANDOFF, ex=3600 - reaper.resume_seconds)  # its task was lost
 
     assert reaper.reap_once() == [response_id]
