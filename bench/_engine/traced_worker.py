@@ -120,8 +120,8 @@ def _trace_stages() -> None:
     run_response, load_job, execute = runner.run_response, runner.load_job, runner._execute
     claim, render_early, render = runner.claim, runner._render_early, runner._render
 
-    async def traced_claim(redis: Any, lease: Any, response_id: str) -> Any:
-        taken = await claim(redis, lease, response_id)
+    def traced_claim(redis: Any, lease: Any, response_id: str) -> Any:
+        taken = claim(redis, lease, response_id)
         _stage("leased", response_id)
         return taken
 

@@ -21,7 +21,7 @@ import asyncio
 import concurrent.futures
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import uvloop
@@ -77,6 +77,14 @@ class EngineLoop:
                 coro.close()
                 raise RuntimeError("the engine loop is not running")
             return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Queue ``callback`` on the loop without waiting for it (from any thread); it runs before
+        whatever this thread submits after."""
+        with self._scheduling:
+            if not self.running:
+                raise RuntimeError("the engine loop is not running")
+            self.loop.call_soon_threadsafe(callback)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result (from any thread but the loop's own)."""

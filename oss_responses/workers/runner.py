@@ -2,8 +2,8 @@
 
     load row + chain (SQL) ─ terminal or gone? skip; in_progress? a takeover (below)
     register for cancel; take the lease, read the handoff mark, the cancel flag and the stream's tail
-    in one round trip (workers/claim.py) ─ lease held by another worker? skip; flag set? cancelled,
-    stream closed, nothing generated
+    in one round trip, from this thread (workers/claim.py) ─ lease held by another worker? skip; flag
+    set? cancelled, stream closed, nothing generated
     prompt rendered here if the request lists no MCP tools (kept for the loop, an error included)
     queued → in_progress (SQL)
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
@@ -19,7 +19,8 @@ the stream lacks are written, and generation resumes; the client's stream goes o
 sequence number. On shutdown (SIGTERM) running responses stop, flush, release their lease and are
 dispatched again at once: a handoff.
 
-SQL runs here in the task thread; Redis and the engine only on the engine loop.
+SQL runs here in the task thread; the engine, and Redis but for the claim, the handoff and a
+takeover's counters, only on the engine loop.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[s
         return "skipped"
     lease = Lease(ctx.redis, response_id, ctx.worker_id, ctx.settings.lease_seconds)
     run = _Run(ctx, job, lease)
-    taken = ctx.loop.run(_claim(run))
+    taken = _claim(run)
     if taken is None:
         return "leased_elsewhere"
     try:
@@ -165,25 +166,34 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
         ctx.running.pop(job.response_id, None)
 
 
-async def _claim(run: _Run) -> Claim | None:
+def _claim(run: _Run) -> Claim | None:
     """Registered for cancel first (so a cancel published while the flag is read is not missed), then
-    the lease and what the start needs, in one round trip; unregistered again without the lease."""
+    the lease and what the start needs, in one round trip; unregistered again without the lease.
+
+    Asked from this thread, not the loop (see workers/claim.py). The lease's keeper starts on the
+    loop, queued before anything this thread sends there next."""
     _register(run)
     try:
-        taken = await claim(run.ctx.redis, run.lease, run.job.response_id)
+        taken = claim(run.ctx.sync_redis, run.lease, run.job.response_id)
+        if taken is not None:
+            run.ctx.loop.call_soon(partial(_hold, run))
     except BaseException:
         _unregister(run)
         raise
     if taken is None:
         _unregister(run)
-    else:  # ours now: an old failed write of it (on this worker) is history
-        run.ctx.writer.forget_failure(run.job.response_id)
-        run.lease.keep_alive()
     return taken
 
 
+def _hold(run: _Run) -> None:
+    """On the loop, once the lease is ours: an old failed write of it (on this worker) is history,
+    and the lease is renewed until released."""
+    run.ctx.writer.forget_failure(run.job.response_id)
+    run.lease.keep_alive()
+
+
 def _register(run: _Run) -> None:
-    """Cancel, a lost lease and shutdown stop the run (on the loop)."""
+    """Cancel, a lost lease and shutdown stop the run (their callbacks are called on the loop)."""
     run.ctx.cancels.register(run.job.response_id, lambda: _stop(run, "cancelled"))
     run.ctx.running[run.job.response_id] = lambda: _stop(run, "handoff")
     run.lease.on_lost = lambda: _stop(run, "lease_lost")

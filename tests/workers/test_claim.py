@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import redis as redis_lib
-from support.async_redis import run_with_client
+import redis.asyncio as redis_asyncio
 
 from oss_responses import redis_keys
 from oss_responses.workers.claim import Claim, claim
@@ -11,7 +11,10 @@ from oss_responses.workers.lease import Lease
 
 
 def claim_as(redis_url: str, worker: str) -> Claim | None:
-    return run_with_client(redis_url, lambda client: claim(client, Lease(client, "r1", worker, 5), "r1"))
+    # The lease's own (async) client only renews and releases it, on the loop: unused here.
+    lease = Lease(redis_asyncio.Redis.from_url(redis_url), "r1", worker, 5)
+    with redis_lib.Redis.from_url(redis_url) as client:
+        return claim(client, lease, "r1")
 
 
 def test_claim_response_reads_its_flags_and_the_next_sequence_number(redis_url: str, redis: redis_lib.Redis) -> None:

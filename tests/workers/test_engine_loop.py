@@ -37,6 +37,27 @@ def test_stop_cancels_pending_coroutines() -> None:
         loop.run(asyncio.sleep(0))
 
 
+def test_call_soon_runs_callback_on_loop_before_later_submissions() -> None:
+    loop = EngineLoop().start()
+    try:
+        seen: list[str] = []
+        loop.call_soon(lambda: seen.append(threading.current_thread().name))
+
+        async def after() -> list[str]:
+            return list(seen)
+
+        assert loop.run(after(), timeout=5) == ["engine-loop"]
+    finally:
+        loop.stop()
+
+
+def test_call_soon_refuses_once_loop_stopped() -> None:
+    loop = EngineLoop().start()
+    loop.stop()
+    with pytest.raises(RuntimeError):
+        loop.call_soon(lambda: None)
+
+
 def test_engine_loop_runs_many_responses_at_once(
     database_url: str, redis_url: str, redis: redis_lib.Redis
 ) -> None:
