@@ -12,7 +12,8 @@ migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery 
       also notes when the worker's flush of each event was sent to Redis (the split printed below),
       and how many reads the API's hub made for how many worker writes (Redis's commandstats);
   (c) events/s the API process relays: live (200 streams of ``tokens 2000`` as fast as the worker
-      produces) and, since one worker cannot produce that fast, replay of pre-filled streams (written
+      produces; its clients then hang up, and the next phase waits until those responses have ended)
+      and, since one worker cannot produce that fast, replay of pre-filled streams (written
       with ``eventlog.write_events``) through GET ?stream=true to 200 concurrent clients;
   (d) memory per open idle stream: 500 GET ?stream=true of queued responses of a model no worker
       serves, API RSS delta / 500.
@@ -46,8 +47,12 @@ from _service.stack import SERVED, UNSERVED, Stack, api_pids, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from oss_responses.eventlog import write_events
+from oss_responses.storage import Database
+from oss_responses.storage.models import ResponseRow
 
 A_REQUESTS, A_WARMUP = 200, 10
 B_STREAMS, B_TOKENS, B_STEP = 100, 250, 0.02
@@ -315,6 +320,24 @@ async def bench_c_live(stack: Stack, meter: CpuMeter) -> float:
     return rate
 
 
+async def wait_until_none_run(stack: Stack, timeout: float = 120.0) -> None:
+    """(c)'s hung-up responses ended before its worker stops. Stopped earlier, the worker hands the
+    ones it has not yet cancelled off, and (b)'s worker replays their journals during (b)'s window
+    (seen: (b)'s worker CPU per delta ~400 us after (c) against ~200 us alone)."""
+    db = Database(stack.settings.database_url)
+    try:
+        started = time.monotonic()
+        while (running := await asyncio.to_thread(db.run, _running_responses)) and time.monotonic() - started < timeout:
+            await asyncio.sleep(0.2)
+        print(f"(c) wind-down: the hung-up responses ended; {running} still queued or in progress")
+    finally:
+        db.dispose()
+
+
+def _running_responses(session: Session) -> int:
+    return session.scalar(select(func.count()).where(ResponseRow.status.in_(("queued", "in_progress")))) or 0
+
+
 def filler(seq: int) -> ResponseTextDeltaEvent:
     return ResponseTextDeltaEvent(
         type="response.output_text.delta", item_id="msg_0123456789abcdef0123456789abcdef", output_index=0,
@@ -405,6 +428,8 @@ async def run(stack: Stack, phases: set[str], b_streams: int = B_STREAMS) -> flo
         await timed("e", lambda: bench_e(stack, meter))
     if "c" in phases:
         await timed("c live", lambda: bench_c_live(stack, meter))
+    if "c" in phases:
+        await timed("c wind-down", lambda: wait_until_none_run(stack))
     if "b" in phases:
         stack.start_worker(concurrency=128, step_interval=B_STEP)
         await timed("b", lambda: bench_b(stack, meter, b_streams))
