@@ -51,6 +51,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from oss_responses.eventlog import write_events
+from oss_responses.statuses import ACTIVE_STATUSES
 from oss_responses.storage import Database
 from oss_responses.storage.models import ResponseRow
 
@@ -329,13 +330,14 @@ async def wait_until_none_run(stack: Stack, timeout: float = 120.0) -> None:
         started = time.monotonic()
         while (running := await asyncio.to_thread(db.run, _running_responses)) and time.monotonic() - started < timeout:
             await asyncio.sleep(0.2)
-        print(f"(c) wind-down: the hung-up responses ended; {running} still queued or in progress")
+        print("(c) wind-down: " + (f"{running} responses still queued or in progress after {timeout:.0f} s"
+                                   if running else "every hung-up response has ended"))
     finally:
         db.dispose()
 
 
 def _running_responses(session: Session) -> int:
-    return session.scalar(select(func.count()).where(ResponseRow.status.in_(("queued", "in_progress")))) or 0
+    return session.scalar(select(func.count()).where(ResponseRow.status.in_(ACTIVE_STATUSES))) or 0
 
 
 def filler(seq: int) -> ResponseTextDeltaEvent:
@@ -428,7 +430,6 @@ async def run(stack: Stack, phases: set[str], b_streams: int = B_STREAMS) -> flo
         await timed("e", lambda: bench_e(stack, meter))
     if "c" in phases:
         await timed("c live", lambda: bench_c_live(stack, meter))
-    if "c" in phases:
         await timed("c wind-down", lambda: wait_until_none_run(stack))
     if "b" in phases:
         stack.start_worker(concurrency=128, step_interval=B_STEP)
