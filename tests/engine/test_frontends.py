@@ -157,7 +157,18 @@ def test_stop_worker_with_frontends_stops_every_process(group: Group) -> None:
     returncode = group.supervisor.wait(timeout=60)
 
     assert returncode == 0
-    assert [pid for pid in tree if _alive(pid)] == []
+    assert left_alive(tree) == []
+
+
+def left_alive(tree: list[int], grace_seconds: float = 10.0) -> list[str]:
+    """The processes of ``tree`` still alive once ``grace_seconds`` passed after their supervisor's exit
+    (pid and command line). Some may exit a moment after it: CI once found the process started just
+    before the engine core (most likely multiprocessing's resource tracker, which leaves once every
+    process holding its pipe has exited) still there right after the supervisor's exit."""
+    deadline = time.monotonic() + grace_seconds
+    while (alive := [pid for pid in tree if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [f"{pid} {command_line(pid)}" for pid in alive]
 
 
 def _alive(pid: int) -> bool:
@@ -180,5 +191,5 @@ def test_kill_frontend_stops_the_group_with_failure(
         returncode = started.supervisor.wait(timeout=60)
 
         assert returncode == 1
-        assert [pid for pid in tree if _alive(pid)] == []
+        assert left_alive(tree) == []
         assert "a worker front end exited" in started.log.read_text()
