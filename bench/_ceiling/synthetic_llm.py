@@ -1,8 +1,10 @@
 """A stand-in for vLLM's ``AsyncLLM`` that steps like a GPU with an infinitely fast model.
 
-``generate`` yields real ``vllm.outputs.RequestOutput`` objects (one ``CompletionOutput``, DELTA
-token ids, ``finished`` and ``finish_reason`` as vLLM sets them), so the worker's ``VllmEngine``
-adapter runs unchanged on top. One stepper task plays the engine core: each step gives every
+``add_request`` returns vLLM's own ``RequestOutputCollector``, and each step ``put``s real
+``vllm.outputs.RequestOutput`` objects in it (one ``CompletionOutput``, DELTA token ids, ``finished``
+and ``finish_reason`` as vLLM sets them), as vLLM's output handler does; ``generate`` takes them
+from it as ``AsyncLLM.generate`` does. So the worker's ``VllmEngine`` adapter runs unchanged on top,
+``stream`` and ``generate`` alike. One stepper task plays the engine core: each step gives every
 running request ONE token, and the next step starts as soon as every request took its previous
 output (steps as fast as the worker takes them; vLLM would merge deltas a consumer did not take yet,
 here the consumer is never behind by more than one token, its most expensive case). With
@@ -25,6 +27,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.sampling_params import RequestOutputKind
+from vllm.v1.engine.output_processor import RequestOutputCollector
 
 from oss_responses.engine.vllm import ScriptedAnswers
 
@@ -39,8 +43,10 @@ class _Request:
     position: int = 0
     held: list[int] = field(default_factory=list)  # generated, not handed over yet (stream_interval)
     aborted: bool = False
-    output: RequestOutput | None = None
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    queue: RequestOutputCollector = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.queue = RequestOutputCollector(RequestOutputKind.DELTA, self.request_id)
 
 
 @dataclass
@@ -63,7 +69,7 @@ class SyntheticLLM:
         self.tokens = 0
         self.samples: list[StepSample] = []
 
-    async def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[RequestOutput]:
+    async def add_request(self, request_id: str, prompt: Any, sampling_params: Any) -> RequestOutputCollector:
         script = self._answers.script_for(prompt["prompt_token_ids"]) or []
         request = _Request(request_id, script, sampling_params.max_tokens, frozenset(sampling_params.stop_token_ids),
                            interval=sampling_params.stream_interval or 1)
@@ -71,19 +77,21 @@ class SyntheticLLM:
         if self._stepper is None:
             self._stepper = asyncio.get_running_loop().create_task(self._step_forever())
         self._taken.set()
+        return request.queue
+
+    async def generate(self, prompt: Any, sampling_params: Any, request_id: str) -> AsyncIterator[RequestOutput]:
+        queue = await self.add_request(request_id, prompt, sampling_params)
         try:
             while True:
-                await request.ready.wait()
-                request.ready.clear()
-                output, request.output = request.output, None
-                assert output is not None
+                output = queue.get_nowait() or await queue.get()
+                assert isinstance(output, RequestOutput)
                 self._took()
                 yield output
                 if output.finished:
                     return
         finally:
             self._requests.pop(request_id, None)
-            if request.output is not None:
+            if queue.get_nowait() is not None:
                 self._took()
             self._taken.set()
 
@@ -114,16 +122,21 @@ class SyntheticLLM:
             running = len(self._requests)
             self._outstanding = 0
             for request in list(self._requests.values()):
-                request.output = self._next_output(request)
-                if request.output is not None:
+                output = self._next_output(request)
+                if output is None:
+                    continue
+                if output.finished:
+                    self._requests.pop(request.request_id, None)
+                request.queue.put(output)
+                if request.queue.output is not None:  # waits for a generate() to take it (stream() took it)
                     self._outstanding += 1
-                    request.ready.set()
             if running:
                 self.samples.append(StepSample(time.monotonic(), time.thread_time(), self.tokens, running))
             else:
                 await asyncio.sleep(0.001)
-            if self._outstanding == 0:  # nobody has an output to take: the next step
+            if self._outstanding == 0:  # nobody has an output to take (or it was taken at once): the next step
                 self._taken.set()
+                await asyncio.sleep(0)  # as vLLM's output handler awaits the engine core's next output
 
     def _next_output(self, request: _Request) -> RequestOutput | None:
         """The request's output of this step; None while its stream interval holds its tokens back."""

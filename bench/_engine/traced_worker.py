@@ -5,9 +5,9 @@ Without ``$BENCH_TRACE_FILE`` it is the production worker, nothing patched: with
 
 Bench-only, no production code changes: with ``$BENCH_TRACE_FILE``, before the worker starts, this
 patches (in this process)
-- ``oss_responses.engine.vllm.engine_output``: called by ``VllmEngine.generate`` the moment vLLM hands
-  over a request's output; it puts that time into a context variable of the response's task (an
-  async generator runs in its consumer's context, so the Generation sees it);
+- ``oss_responses.engine.vllm.engine_output``: called by ``VllmEngine.stream``'s feed the moment vLLM
+  hands over a request's output; it puts that time into a context variable of the response's task
+  (the feed runs in that task's context, and the Generation's appends with it);
 - ``EventWriter.append``: notes that time for each event built from that output;
 - ``EventWriter._await_replies``: once Redis answered a flush, records
   ``written_at - engine_output_at`` for every event of the batch (seconds), appended to
@@ -16,11 +16,11 @@ patches (in this process)
 With ``$BENCH_STAGE_FILE`` it also writes ``stage response_id t`` lines: when each response's task
 message reached the worker (``received``), its task thread started (``started``), its row and chain
 were loaded (``loaded``), its lease was taken (``leased``), its prompt rendered (``rendered``), it
-was in_progress (``in_progress``), the engine's ``generate`` ran
-(``generate``), vLLM got the request (``submitted``), vLLM's first output came (``first_output``)
-and that output's first event was written to Redis (``first_written``): the split of the time to
-first token on the worker's side. With ``$BENCH_THREADS_FILE`` it keeps there the name of every
-Python thread by its kernel id (``native_id name`` lines), so a bench can tell whose CPU is whose.
+was in_progress (``in_progress``), the engine's ``stream`` ran (``generate``), vLLM got the request
+(``submitted``: ``AsyncLLM.add_request``), vLLM's first output came (``first_output``) and that
+output's first event was written to Redis (``first_written``): the split of the time to first token
+on the worker's side. With ``$BENCH_THREADS_FILE`` it keeps there the name of every Python thread by
+its kernel id (``native_id name`` lines), so a bench can tell whose CPU is whose.
 """
 
 from __future__ import annotations
@@ -149,17 +149,16 @@ def _trace_stages() -> None:
         _stage("in_progress", run.job.response_id)
         return execute(run)
 
-    def wrap_generator(original: Any, name: str) -> Any:
-        async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-            _stage(name, kwargs.get("request_id", args[0] if name == "generate" else args[2]))
-            async for output in original(self, *args, **kwargs):
-                yield output
+    def wrap_call(original: Any, name: str) -> Any:
+        async def traced(self: Any, request_id: str, *args: Any, **kwargs: Any) -> Any:
+            _stage(name, request_id)
+            return await original(self, request_id, *args, **kwargs)
         return traced
 
     runner.run_response, runner.load_job, runner._execute = traced_run_response, traced_load_job, traced_execute
     runner.claim, runner._render_early, runner._render = traced_claim, traced_render_early, traced_render
-    vllm_module.VllmEngine.generate = wrap_generator(vllm_module.VllmEngine.generate, "generate")  # type: ignore[method-assign]
-    AsyncLLM.generate = wrap_generator(AsyncLLM.generate, "submitted")  # type: ignore[method-assign]
+    vllm_module.VllmEngine.stream = wrap_call(vllm_module.VllmEngine.stream, "generate")  # type: ignore[method-assign]
+    AsyncLLM.add_request = wrap_call(AsyncLLM.add_request, "submitted")  # type: ignore[method-assign]
 
 
 def _name_threads_forever(threads_path: str) -> None:

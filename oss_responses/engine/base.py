@@ -3,13 +3,18 @@
 An engine is driven from one asyncio event loop (the worker's engine loop thread). ``generate``
 is an async generator of token-id deltas for one request; ``abort`` stops a request early, after
 which its generator ends (without raising) within a second.
+
+An engine may also ``stream``: hand each output to a callback as it arrives, instead of waking a
+consumer task per output (:func:`stream_outputs` takes whichever the engine offers). The vLLM engine
+does, from vLLM's own output handler: one wake per engine step for every running request, not one
+per request.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from oss_responses.statuses import FinishReason
 
@@ -53,3 +58,27 @@ class Engine(Protocol):
         """Bring the engine up (load weights...). Called once on the engine loop."""
 
     async def shutdown(self) -> None: ...
+
+
+OutputSink = Callable[[EngineOutput], None]
+
+
+@runtime_checkable
+class OutputStreaming(Protocol):
+    async def stream(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings, on_output: OutputSink
+    ) -> None:
+        """``generate`` as callbacks: ``on_output`` gets each output in order; returns after the last
+        one (finished), raises what the engine or ``on_output`` raised. ``on_output`` must not block."""
+
+
+async def stream_outputs(
+    engine: Engine, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings,
+    on_output: OutputSink,
+) -> None:
+    """Each output of the request to ``on_output``, through the engine's ``stream`` where it has one."""
+    if isinstance(engine, OutputStreaming):
+        await engine.stream(request_id, prompt_token_ids, sampling, on_output)
+        return
+    async for output in engine.generate(request_id, prompt_token_ids, sampling):
+        on_output(output)

@@ -23,11 +23,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal
 
 from openai.types.responses import ResponseStreamEvent
 
-from oss_responses.engine.base import Engine, SamplingSettings
+from oss_responses.engine.base import Engine, EngineOutput, SamplingSettings, stream_outputs
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
@@ -46,6 +47,16 @@ StopCause = Literal["cancelled", "lease_lost", "handoff"]
 class TurnResult:
     reason: FinishReason
     cached_tokens: int | None = None
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One engine call's outputs so far, as ``Generation._take_output`` sees them."""
+
+    counted: bool  # a new turn (not a taken-over one continued): its cached tokens count
+    first_pending: bool  # the response's first token is still to come
+    result: TurnResult = field(default_factory=lambda: TurnResult("stop"))
+    aborted: bool = False  # the engine was asked to abort it (invalid harmony)
 
 
 INTERRUPTED = (
@@ -77,7 +88,7 @@ class Generation:
     # Usage as OpenAI counts it: every engine call's whole prompt is input, its prefix-cache hits cached.
     _input_tokens: int = 0
     _cached_tokens: int = 0
-    _abort: asyncio.Task[None] | None = None  # held so the abort task is not garbage-collected
+    _aborts: set[asyncio.Task[None]] = field(default_factory=set)
     # The next engine call continues a turn a lost worker began: not a new turn, so its prompt is not
     # counted as input again (the response's usage is that of an uninterrupted run).
     _continuing: bool = False
@@ -92,7 +103,13 @@ class Generation:
             self.stop_cause = cause
         self._stopped.set()
         if self._request_id is not None:
-            self._abort = asyncio.get_running_loop().create_task(self.engine.abort(self._request_id))
+            self._abort_request()
+
+    def _abort_request(self) -> None:
+        """Ask the engine to end the running request (it then finishes with reason "abort")."""
+        task = asyncio.get_running_loop().create_task(self.engine.abort(self._request_id or ""))
+        self._aborts.add(task)  # held: the loop keeps only a weak reference to a task
+        task.add_done_callback(self._aborts.discard)
 
     # --- the run -----------------------------------------------------------
     def emit(self, events: list[ResponseStreamEvent]) -> None:
@@ -268,23 +285,28 @@ class Generation:
         TIME_TO_FIRST_TOKEN.labels(response.model).observe(max(0.0, time.time() - response.created_at))
 
     async def _stream(self, tokens: list[int], sampling: SamplingSettings, counted: bool) -> TurnResult:
-        result = TurnResult("stop")
-        first_pending = not self._first_token_seen  # a local test per output: no metric call per token
-        async for output in self.engine.generate(self._request_id or "", tokens, sampling):
-            if output.cached_tokens is not None and result.cached_tokens is None and counted:
-                result.cached_tokens = output.cached_tokens
-                self._note("cached", output.cached_tokens)
-                self._cached_tokens += output.cached_tokens
-            if output.token_ids:
-                if first_pending:
-                    first_pending = False
-                    self._first_token()
-                self.emit(self._take_tokens(output.token_ids))
-            if output.finished:
-                result.reason = output.finish_reason or "stop"
-            if self._is_terminal() and not output.finished:  # invalid harmony: stop generating
-                await self.engine.abort(self._request_id or "")
-        return result
+        turn = _Turn(counted=counted, first_pending=not self._first_token_seen)
+        await stream_outputs(self.engine, self._request_id or "", tokens, sampling, partial(self._take_output, turn))
+        return turn.result
+
+    def _take_output(self, turn: _Turn, output: EngineOutput) -> None:
+        """One engine output. The vLLM engine calls it from its output handler, which serves every
+        running response: it must not wait on anything."""
+        result = turn.result
+        if output.cached_tokens is not None and result.cached_tokens is None and turn.counted:
+            result.cached_tokens = output.cached_tokens
+            self._note("cached", output.cached_tokens)
+            self._cached_tokens += output.cached_tokens
+        if output.token_ids:
+            if turn.first_pending:  # a local test per output: no metric call per token
+                turn.first_pending = False
+                self._first_token()
+            self.emit(self._take_tokens(output.token_ids))
+        if output.finished:
+            result.reason = output.finish_reason or "stop"
+        elif self._is_terminal() and not turn.aborted:  # invalid harmony: stop generating
+            turn.aborted = True
+            self._abort_request()
 
     async def _answer(self, approval: ApprovalAnswer) -> bool:
         """An approved call runs now (an mcp_call item); a declined one only tells the model so."""

@@ -54,6 +54,14 @@ async def collect(
     return [output async for output in engine.generate(request_id, prompt, sampling)]
 
 
+async def streamed(
+    engine: VllmEngine, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+) -> list[EngineOutput]:
+    outputs: list[EngineOutput] = []
+    await engine.stream(request_id, prompt, sampling, outputs.append)
+    return outputs
+
+
 def tokens_of(outputs: Sequence[EngineOutput]) -> list[int]:
     return [token for output in outputs for token in output.token_ids]
 
@@ -243,6 +251,109 @@ def test_abort_before_first_output_ends_generation(
 
     assert outputs[-1].finish_reason == "abort"
     assert len(tokens_of(outputs)) < 100
+
+
+def test_stream_feeds_the_outputs_generate_yields(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    script = script_for(encoding, [analysis("The user wants a sum. 2 + 2 = 4."), final("2 + 2 = 4, in more words.")])
+    prompt = prompt_for(encoding, "What is 2+2?")
+
+    for interval in (1, 4):
+        sampling = forced(encoding, script, stream_interval=interval)
+        generated = engine_loop.run(collect(engine, f"gen-{interval}", prompt, sampling))
+        fed = engine_loop.run(streamed(engine, f"fed-{interval}", prompt, sampling))
+
+        assert [(o.token_ids, o.finished, o.finish_reason) for o in fed] == [
+            (o.token_ids, o.finished, o.finish_reason) for o in generated
+        ]
+        assert tokens_of(fed) == script
+
+
+def test_stream_abort_ends_it_within_one_second(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    async def abort_after_three_outputs() -> tuple[float, list[EngineOutput]]:
+        outputs: list[EngineOutput] = []
+        three = asyncio.Event()
+
+        def on_output(output: EngineOutput) -> None:
+            outputs.append(output)
+            if len(outputs) == 3:
+                three.set()
+
+        prompt = prompt_for(encoding, "Go on forever.")
+        task = asyncio.create_task(engine.stream("abort-s1", prompt, SamplingSettings(max_tokens=1500), on_output))
+        await three.wait()
+        aborted_at = time.monotonic()
+        await engine.abort("abort-s1")
+        await asyncio.wait_for(task, 5)
+        return time.monotonic() - aborted_at, outputs
+
+    seconds, outputs = engine_loop.run(abort_after_three_outputs())
+
+    assert seconds < 1.0
+    assert (outputs[-1].finished, outputs[-1].finish_reason) == (True, "abort")
+
+
+def test_stream_abort_before_first_output_ends_it(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    async def abort_right_after_submit() -> list[EngineOutput]:
+        task = asyncio.create_task(
+            streamed(engine, "abort-s2", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500))
+        )
+        await asyncio.sleep(0)  # the request is submitting, not yet registered by vLLM
+        await engine.abort("abort-s2")
+        return await asyncio.wait_for(task, 5)
+
+    outputs = engine_loop.run(abort_right_after_submit())
+
+    assert outputs[-1].finish_reason == "abort"
+    assert len(tokens_of(outputs)) < 100
+
+
+def test_stream_raising_callback_raises_and_stops_the_vllm_request(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    seen: list[EngineOutput] = []
+
+    def on_output(output: EngineOutput) -> None:
+        seen.append(output)
+        if len(seen) == 3:
+            raise ValueError("the consumer failed")
+
+    async def run() -> None:
+        await engine.stream("raising", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500),
+                            on_output)
+
+    with pytest.raises(ValueError, match="the consumer failed"):
+        engine_loop.run(run())
+
+    assert len(seen) == 3  # nothing fed after the error
+    assert not engine.llm.output_processor.has_unfinished_requests()  # vLLM stopped it; its handler lives on
+    outputs = engine_loop.run(streamed(engine, "after-raising", prompt_for(encoding, "Say anything."),
+                                       SamplingSettings(max_tokens=8)))
+    assert outputs[-1].finished
+
+
+def test_stream_cancelled_stops_the_vllm_request(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    async def cancel_after_three_outputs() -> bool:
+        outputs: list[EngineOutput] = []
+        task = asyncio.create_task(
+            engine.stream("cancelled", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500),
+                          outputs.append)
+        )
+        while len(outputs) < 3:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return engine.llm.output_processor.has_unfinished_requests()
+
+    assert engine_loop.run(cancel_after_three_outputs()) is False
 
 
 def test_generate_reports_cached_tokens_for_repeated_prefix(
