@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from openai_harmony import HarmonyEncoding
     from vllm import PoolingRequestOutput, RequestOutput, SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.inputs import TokensPrompt
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from oss_responses.engine.frontends import Frontend
@@ -246,16 +247,11 @@ class VllmEngine:
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
-        from vllm.inputs import TokensPrompt
-
-        self._check_length(prompt_token_ids)
-        prompt = TokensPrompt(prompt_token_ids=list(prompt_token_ids))
-        if self._scripts is not None:
-            sampling = self._forced(prompt_token_ids, sampling)
+        prompt, params = self._request(prompt_token_ids, sampling)
         self._running[request_id] = False
         first, finished = True, False
         try:
-            async for output in self.llm.generate(prompt, sampling_params(sampling), request_id):
+            async for output in self.llm.generate(prompt, params, request_id):
                 if self._running[request_id] and not output.finished:
                     # abort() arrived before vLLM had registered the request: repeat it now.
                     await self.llm.abort(request_id)
@@ -279,17 +275,12 @@ class VllmEngine:
         18.8-20.9 against 22.6-23.0 us of loop-thread CPU per token). The hook is vLLM's internals
         (0.32): tests/engine/test_vllm.py runs ``stream`` on the real engine.
         """
-        from vllm.inputs import TokensPrompt
-
-        self._check_length(prompt_token_ids)
-        prompt = TokensPrompt(prompt_token_ids=list(prompt_token_ids))
-        if self._scripts is not None:
-            sampling = self._forced(prompt_token_ids, sampling)
+        prompt, params = self._request(prompt_token_ids, sampling)
         feed = _OutputFeed(on_output)
         self._running[request_id] = False
         finished = False
         try:
-            queue = await self.llm.add_request(request_id, prompt, sampling_params(sampling))
+            queue = await self.llm.add_request(request_id, prompt, params)
             # An output put before the feed took over waits in the queue (not seen, but not excluded).
             early = queue.get_nowait()
             queue.put = feed.put  # type: ignore[method-assign]  # the one hook: see the docstring
@@ -307,6 +298,17 @@ class VllmEngine:
                 # as AsyncLLM.generate does (not after an engine failure: there is no engine to tell).
                 feed.done.cancel()
                 await self.llm.abort(request_id)
+
+    def _request(
+        self, prompt_token_ids: Sequence[int], sampling: SamplingSettings
+    ) -> tuple[TokensPrompt, SamplingParams]:
+        """What vLLM is given for a request (its length checked, its script forced in when scripted)."""
+        from vllm.inputs import TokensPrompt
+
+        self._check_length(prompt_token_ids)
+        if self._scripts is not None:
+            sampling = self._forced(prompt_token_ids, sampling)
+        return TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sampling_params(sampling)
 
     def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
         # vLLM rejects it too, but with its own wording; this says what the user can do about it.

@@ -10,7 +10,7 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import jsonschema
 import pytest
@@ -60,6 +60,9 @@ async def streamed(
     outputs: list[EngineOutput] = []
     await engine.stream(request_id, prompt, sampling, outputs.append)
     return outputs
+
+
+Consume = Callable[[VllmEngine, str, Sequence[int], SamplingSettings], Awaitable[list[EngineOutput]]]
 
 
 def tokens_of(outputs: Sequence[EngineOutput]) -> list[int]:
@@ -236,12 +239,13 @@ def test_abort_ends_generation_within_one_second(
     assert (last.finished, last.finish_reason) == (True, "abort")
 
 
+@pytest.mark.parametrize("consume", [collect, streamed], ids=["generate", "stream"])
 def test_abort_before_first_output_ends_generation(
-    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding, consume: Consume
 ) -> None:
     async def abort_right_after_submit() -> list[EngineOutput]:
         task = asyncio.create_task(
-            collect(engine, "abort-2", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500))
+            consume(engine, "abort-2", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500))
         )
         await asyncio.sleep(0)  # the request is submitting, not yet registered by vLLM
         await engine.abort("abort-2")
@@ -294,23 +298,6 @@ def test_stream_abort_ends_it_within_one_second(
 
     assert seconds < 1.0
     assert (outputs[-1].finished, outputs[-1].finish_reason) == (True, "abort")
-
-
-def test_stream_abort_before_first_output_ends_it(
-    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
-) -> None:
-    async def abort_right_after_submit() -> list[EngineOutput]:
-        task = asyncio.create_task(
-            streamed(engine, "abort-s2", prompt_for(encoding, "Go on forever."), SamplingSettings(max_tokens=1500))
-        )
-        await asyncio.sleep(0)  # the request is submitting, not yet registered by vLLM
-        await engine.abort("abort-s2")
-        return await asyncio.wait_for(task, 5)
-
-    outputs = engine_loop.run(abort_right_after_submit())
-
-    assert outputs[-1].finish_reason == "abort"
-    assert len(tokens_of(outputs)) < 100
 
 
 def test_stream_raising_callback_raises_and_stops_the_vllm_request(

@@ -50,24 +50,22 @@ class TokensEngine:
         self._aborted = True
 
 
-class StreamingTokensEngine(TokensEngine):
+class Streaming:
+    """Mixed in before an engine: its ``generate`` outputs handed to a callback (``stream``)."""
+
+    async def stream(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings, on_output: OutputSink
+    ) -> None:
+        async for output in self.generate(request_id, prompt_token_ids, sampling):  # type: ignore[attr-defined]
+            on_output(output)
+
+
+class StreamingTokensEngine(Streaming, TokensEngine):
     """The same outputs, handed to a callback."""
 
-    async def stream(
-        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings, on_output: OutputSink
-    ) -> None:
-        async for output in self.generate(request_id, prompt_token_ids, sampling):
-            on_output(output)
 
-
-class StreamingScriptedEngine(ScriptedEngine):
+class StreamingScriptedEngine(Streaming, ScriptedEngine):
     """The scripted engine, its outputs handed to a callback."""
-
-    async def stream(
-        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings, on_output: OutputSink
-    ) -> None:
-        async for output in self.generate(request_id, prompt_token_ids, sampling):
-            on_output(output)
 
 
 def test_streaming_engine_gives_the_events_of_a_generating_one(encoding: HarmonyEncoding) -> None:
