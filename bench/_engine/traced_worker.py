@@ -9,7 +9,7 @@ patches (in this process)
   hands over a request's output; it puts that time into a context variable of the response's task
   (the feed runs in that task's context, and the Generation's appends with it);
 - ``EventWriter.append``: notes that time for each event built from that output;
-- ``EventWriter._await_replies``: once Redis answered a flush, records
+- ``EventWriter._replied``: once Redis answered a flush, records
   ``written_at - engine_output_at`` for every event of the batch (seconds), appended to
   ``$BENCH_TRACE_FILE`` by a thread every 0.1 s. Times are ``time.monotonic()``.
 
@@ -52,7 +52,7 @@ def _stage(name: str, response_id: str) -> None:
 
 _engine_output = vllm_module.engine_output
 _append = writer_module.EventWriter.append
-_await_replies = writer_module.EventWriter._await_replies
+_replied = writer_module.EventWriter._replied
 
 
 def _traced_engine_output(output: Any, first: bool) -> Any:
@@ -72,9 +72,9 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
     _append(self, response_id, events)
 
 
-async def _traced_await_replies(self: writer_module.EventWriter, pipe: Any, batch: Any, *args: Any) -> None:
-    sent = event_entries(batch.commands)
-    await _await_replies(self, pipe, batch, *args)
+def _traced_replied(self: writer_module.EventWriter, pipe: Any, batch: Any, *args: Any) -> None:
+    sent = event_entries(batch.commands)  # before the batch is settled (which empties it)
+    _replied(self, pipe, batch, *args)
     written_at = time.monotonic()
     for entry in sent:
         output_at = _pending.pop(entry, None)
@@ -170,7 +170,7 @@ def _name_threads_forever(threads_path: str) -> None:
 def _trace(trace_file: str, threads_file: str | None) -> None:
     vllm_module.engine_output = _traced_engine_output  # type: ignore[assignment]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
-    writer_module.EventWriter._await_replies = _traced_await_replies  # type: ignore[method-assign]
+    writer_module.EventWriter._replied = _traced_replied  # type: ignore[method-assign]
     stage_file = os.environ.get("BENCH_STAGE_FILE")
     if stage_file:
         _trace_stages()

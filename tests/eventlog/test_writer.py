@@ -5,6 +5,7 @@ import time
 
 import pytest
 import redis as redis_lib
+from redis.asyncio import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
@@ -151,6 +152,47 @@ async def test_writes_buffered_during_a_flush_keep_their_order(aredis, redis, ma
     await writer.flush()
     ids = [i for i, _ in redis.xrange(redis_keys.events("resp_a"))]
     assert ids == [f"0-{n + 1}".encode() for n in range(300)]
+
+
+async def test_writes_buffered_while_a_flush_awaits_its_reply_go_in_one_write(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=60)
+    writer.append("warm_up", make_events(range(1)))  # connects and loads the script
+    await writer.flush()
+    redis.config_resetstat()
+    redis.client_pause(200, all=False)  # Redis holds the replies of writes for 200 ms
+    writer.append("resp_a", make_events(range(1)))
+    await asyncio.sleep(0.02)  # that flush went out; its reply is held
+    for n in range(1, 11):  # ten more engine steps meanwhile
+        writer.append("resp_a", make_events(range(n, n + 1)))
+        await asyncio.sleep(0.005)
+    await writer.flush()
+    assert round_trips(redis) == 2
+    assert redis.xlen(redis_keys.events("resp_a")) == 11
+
+
+async def test_every_flush_to_an_unreachable_redis_fails_its_responses(make_events) -> None:
+    unreachable = Redis.from_url("redis://127.0.0.1:1")  # nothing listens there
+    writer = EventWriter(unreachable, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(1)))
+    with pytest.raises(EventWriteError):
+        await writer.drain("resp_a")
+    writer.append("resp_b", make_events(range(1)))  # a later flush tries again, and fails alike
+    with pytest.raises(EventWriteError):
+        await writer.drain("resp_b")
+    await unreachable.aclose()
+
+
+async def test_appends_without_events_leave_the_writer_working(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=0)  # every later append flushes early
+    writer.append("warm_up", make_events(range(1)))
+    await writer.flush()
+    writer.append("resp_a", [])  # a token that made no event
+    writer.append("resp_a", [])
+    await writer.flush()
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    assert redis.xlen(redis_keys.events("resp_a")) == 1
+    await writer.aclose()
 
 
 async def test_drain_raises_when_a_write_failed(aredis, make_events) -> None:
