@@ -88,7 +88,10 @@ class RedisPipe(asyncio.Protocol):
                 future.set_exception(PipeBroken("the event writer's Redis connection is closed"))
             return futures
         self._waiting.extend(futures)
-        self._transport.write(payload)
+        try:
+            self._transport.write(payload)
+        except Exception as exc:  # closed under us, its loss not reported yet (uvloop raises here)
+            self._fail(PipeBroken(f"the event writer's Redis connection is closed: {exc!r}"))
         return futures
 
     def close(self) -> None:
