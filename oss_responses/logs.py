@@ -4,8 +4,8 @@ Every line carries what it is about: ``response_id``, ``model``, ``worker_id`` a
 context variables, bound by :func:`log_context` where the work starts (the API's request middleware and
 create route, the worker's task thread). A coroutine the task thread hands to the engine loop runs in a
 copy of that thread's context (``run_coroutine_threadsafe`` captures it), and asyncio tasks copy the
-context they were created in, so lines logged on the loop for a response carry it too; tasks shared by
-every response (the event writer's flusher) are started in an empty context instead.
+context they were created in, so lines logged on the loop for a response carry it too; work shared by
+every response (the event writer's flushes and their reply callbacks) runs in an empty context instead.
 
 ``log_format``: ``json`` (one JSON object per line: ``time``, ``level``, ``logger``, ``message``, the
 context fields that are set, ``exc_info``) or ``text`` for a terminal.

@@ -183,7 +183,7 @@ class EventWriter:
         self._closed: set[str] = set()
         self._flush_scheduled = False
         self._in_flight: _Batch | None = None  # the scheduled flush's batch, until its replies came
-        self._settling: set[_Batch] = set()  # written (or connecting), not settled yet
+        self._settling: set[_Batch] = set()  # taken from pending (written or connecting), not settled yet
         self._connecting: set[asyncio.Task[None]] = set()
         self._pipe: RedisPipe | None = None
 
@@ -256,8 +256,9 @@ class EventWriter:
 
     def _flush_early(self, batch: _Batch) -> None:
         pipe = self._pipe
-        if pipe is not None and pipe.usable:  # else the flush task (re)connects first
+        if pipe is not None and pipe.usable:  # else the scheduled flush (re)connects first
             self._pending = _Batch()
+            self._settling.add(batch)
             self._write(pipe, batch)
 
     def forget_failure(self, response_id: str) -> None:
@@ -271,7 +272,7 @@ class EventWriter:
 
     def _schedule_flush(self) -> None:
         # Called soon, not now: every write buffered in this loop iteration (one engine step, all
-        # responses) goes into the same flush. A callback, not a task: this runs once per engine step.
+        # responses) goes into the same flush.
         if not self._flush_scheduled and self._in_flight is None:
             self._flush_scheduled = True
             # An empty context: the flush serves every response, its log lines belong to none of them.
@@ -316,12 +317,11 @@ class EventWriter:
         batch.take_journal()
         payload, count = script_calls(batch.commands)
         replies = pipe.send(payload, count)
-        self._settling.add(batch)
         if not replies:  # an early flush of a batch that only ever got empty appends
             self._done(batch, {})
             return
         # Redis answers in order, and a broken pipe fails the replies in order: the last one done
-        # means all are. A callback, not a task awaiting them: this runs once per engine step.
+        # means all are.
         replies[-1].add_done_callback(
             partial(self._replied, pipe, batch, replies, time.perf_counter()), context=contextvars.Context()
         )
