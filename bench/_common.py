@@ -33,21 +33,29 @@ def percentile(samples: Sequence[float], q: float) -> float:
     return sorted(samples)[nearest_rank(len(samples), q)]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of process ``pid`` (all its threads) so far; 0 once it has ended."""
-    if pid == os.getpid():
+def cpu_seconds(pid: int, *, reaped: bool = False) -> float:
+    """User plus system CPU seconds of process ``pid`` (all its threads) so far; 0 once it has ended.
+
+    ``reaped``: with its ended children's (those it has waited for), so a group that lists a process
+    tree keeps the CPU of a child that ends during a window: it moves to its parent's count instead
+    of vanishing (PostgreSQL's backends come and go)."""
+    if pid == os.getpid() and not reaped:
         return time.process_time()
-    return stat_cpu_seconds(f"/proc/{pid}/stat")
+    return stat_cpu_seconds(f"/proc/{pid}/stat", reaped=reaped)
 
 
-def stat_cpu_seconds(stat_path: str) -> float:
-    """utime + stime of a ``/proc/PID/stat`` or ``/proc/PID/task/TID/stat`` file; 0 if it is gone."""
+def stat_cpu_seconds(stat_path: str, *, reaped: bool = False) -> float:
+    """utime + stime (+ cutime + cstime if ``reaped``) of a ``/proc/PID/stat`` or
+    ``/proc/PID/task/TID/stat`` file; 0 if it is gone."""
     try:
         with open(stat_path) as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:  # it ended meanwhile
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICK
 
 
 def thread_cpu(pid: int) -> dict[int, float]:
@@ -83,8 +91,10 @@ class CpuMeter:
     """CPU seconds of named process groups over a window, and this process's own as ``"client"``.
 
     ``groups`` maps a name to its pids; it is called at every reading, so processes started meanwhile
-    count. ``begin()`` opens a window, ``end()`` gives each group's CPU seconds in it (``"client"``
-    last) and ``wall`` the window's wall-clock seconds.
+    count, and a group's processes count their ended children too (``cpu_seconds(reaped=True)``): a
+    listed process that ends within the window keeps its CPU in the group's figure through its parent,
+    where leaving it out made a group's CPU negative. ``begin()`` opens a window, ``end()`` gives each
+    group's CPU seconds in it (``"client"`` last) and ``wall`` the window's wall-clock seconds.
     """
 
     groups: Callable[[], dict[str, list[int]]]
@@ -93,7 +103,7 @@ class CpuMeter:
     wall: float = 0.0
 
     def now(self) -> dict[str, float]:
-        used = {name: sum(cpu_seconds(pid) for pid in pids) for name, pids in self.groups().items()}
+        used = {name: sum(cpu_seconds(pid, reaped=True) for pid in pids) for name, pids in self.groups().items()}
         return used | {"client": cpu_seconds(os.getpid())}
 
     def begin(self) -> None:

@@ -74,8 +74,8 @@ def rss_kb(pid: int) -> int:
 
 
 def stack_processes(stack: Stack) -> dict[str, list[int]]:
-    """The processes a CpuMeter reads: the API, redis-server, PostgreSQL (its server processes; its
-    connections are pooled, so they live through a phase) and the worker (while there is one)."""
+    """The processes a CpuMeter reads: the API, redis-server, PostgreSQL (its server processes: a
+    connection's process that ends counts through its parent) and the worker (while there is one)."""
     pids = {"api": api_pids(stack.api.pid), "redis": [stack.redis.process.pid]}
     if stack.postgres is not None:
         pids["postgres"] = [stack.postgres.process.pid, *descendants(stack.postgres.process.pid)]

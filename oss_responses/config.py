@@ -31,6 +31,11 @@ class Settings(BaseSettings):
         "sqlite:///./var/oss-responses.db",
         description="SQLAlchemy URL (sync form). sqlite:///... or postgresql+psycopg://...",
     )
+    database_pool_size: int = Field(
+        16, ge=1,
+        description="Database connections an API process keeps open for reuse (up to 10 more during a burst); "
+        "a worker keeps one per Celery thread",
+    )
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for events, leases, cancel flags")
     broker_url: str | None = Field(None, description="Celery broker; defaults to redis_url")
 

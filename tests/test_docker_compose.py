@@ -17,6 +17,8 @@ import yaml
 
 from oss_responses.cli import PASS_THROUGH, build_parser
 from oss_responses.config import Settings
+from oss_responses.storage.db import BURST_CONNECTIONS
+from oss_responses.workers.context import database_connections
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -113,3 +115,24 @@ def test_dockerfile_installs_the_package_and_runs_oss_responses(dockerfile: str,
     assert re.search(r"pip install [^\n]*--no-deps /src", text)
     assert f"CMD {command}" in text
     assert "COPY migrations" not in text  # they are inside the package
+
+
+def _service_settings(service: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings a service runs with, its ``${NAME:-default}`` values at their defaults."""
+    for name, value in SERVICES[service]["environment"].items():
+        monkeypatch.setenv(name, re.sub(r"\$\{\w+:-(.*)\}", r"\1", str(value)))
+    return Settings()
+
+
+def test_compose_postgres_allows_every_connection_its_processes_keep(monkeypatch: pytest.MonkeyPatch) -> None:
+    with monkeypatch.context() as env:
+        api = _service_settings("api", env)
+    needed = api.api_processes * (api.database_pool_size + BURST_CONNECTIONS)
+    for worker in WORKERS:
+        with monkeypatch.context() as env:
+            settings = _service_settings(worker, env)
+        needed += settings.vllm_frontends * (database_connections(settings) + BURST_CONNECTIONS)
+    command = SERVICES["postgres"]["command"]
+
+    assert command[:2] == ["postgres", "-c"]
+    assert int(command[command.index("-c") + 1].removeprefix("max_connections=")) >= needed + 1  # + migrate

@@ -27,7 +27,7 @@ from oss_responses.storage import AsyncDatabase
 @asynccontextmanager
 async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
-    db = AsyncDatabase(settings.database_url)
+    db = AsyncDatabase(settings.database_url, pool_size=settings.database_pool_size)
     redis = api_redis(settings.redis_url)
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db))
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)

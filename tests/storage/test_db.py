@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 from sqlalchemy import text
+from support.db_connections import counted_connects, hold_async_sessions, hold_transactions
 from support.rows import new_response
 
 from oss_responses.storage import (
@@ -79,3 +80,76 @@ def test_sqlite_connections_use_wal_and_foreign_keys(tmp_path) -> None:
         database.dispose()
 
     assert (journal, foreign_keys) == ("wal", 1)
+
+
+def test_database_keeps_pool_size_connections_open_between_transactions(database_url: str) -> None:
+    database = Database(database_url, pool_size=8)
+    try:
+        with counted_connects(database.engine) as opened:
+            hold_transactions(database, 8)
+            hold_transactions(database, 8)
+    finally:
+        database.dispose()
+
+    assert len(opened) == 8
+
+
+def test_database_reopens_connections_beyond_sqlalchemys_default_five(database_url: str) -> None:
+    # What pool_size is for: without it, every connection past the fifth is closed when returned.
+    database = Database(database_url)
+    try:
+        with counted_connects(database.engine) as opened:
+            hold_transactions(database, 8)
+            hold_transactions(database, 8)
+    finally:
+        database.dispose()
+
+    assert len(opened) == 8 + 3
+
+
+def test_async_database_keeps_pool_size_connections_open_between_sessions(database_url: str) -> None:
+    async def scenario() -> int:
+        database = AsyncDatabase(database_url, pool_size=8)
+        try:
+            with counted_connects(database.engine.sync_engine) as opened:
+                await hold_async_sessions(database, 8)
+                await hold_async_sessions(database, 8)
+            return len(opened)
+        finally:
+            await database.dispose()
+
+    assert asyncio.run(scenario()) == 8
+
+
+def test_async_database_keeps_pool_size_connections_open_for_sqlite_transactions(tmp_path) -> None:
+    # On SQLite the API's transactions run in pool threads, on the sync engine: sized alike.
+    async def scenario() -> Database:
+        database = AsyncDatabase(f"sqlite:///{tmp_path / 'x.db'}", pool_size=8)
+        await database.dispose()
+        return database._threaded  # type: ignore[return-value]
+
+    threaded = asyncio.run(scenario())
+    with counted_connects(threaded.engine) as opened:
+        hold_transactions(threaded, 8)
+        hold_transactions(threaded, 8)
+    threaded.dispose()
+
+    assert len(opened) == 8
+
+
+def test_in_memory_sqlite_databases_take_a_pool_size() -> None:
+    # Their single connection has nothing to size: the option is left out, not refused.
+    async def scenario() -> object:
+        database = AsyncDatabase("sqlite://", pool_size=8)
+        try:
+            async with database.session() as session:
+                return (await session.execute(text("SELECT 1"))).scalar()
+        finally:
+            await database.dispose()
+
+    sync = Database("sqlite://", pool_size=8)
+    try:
+        assert sync.run(lambda session: session.execute(text("SELECT 1")).scalar()) == 1
+    finally:
+        sync.dispose()
+    assert asyncio.run(scenario()) == 1
