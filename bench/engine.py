@@ -14,12 +14,13 @@ of ``--rounds`` rounds counts.
    model, with the forcing logits processor; each request carries its script in ``vllm_xargs`` and
    vLLM renders and parses harmony itself (bench/_engine/vllm_frontend.py builds gpt-oss's tokenizer,
    which its server needs, from the local vocabulary).
-3. The service: redis-server, SQLite, an API process and a Celery worker process with
-   ``engine=vllm`` and ``vllm_force_scripted``: the production worker for the measured rounds (its
-   CPU, tokens/s, first token), then a traced one (bench/_engine/traced_worker.py) for two more
-   rounds, which records for each event the time from vLLM handing over the output to the event's
-   write to Redis returning (the latency the worker adds) and the worker's steps to the first token.
-   Tracing costs CPU per event: its rounds' CPU is printed beside the production figure, not used.
+3. The service: redis-server, SQLite (or PostgreSQL: ``--database postgresql``), an API process and
+   a Celery worker process with ``engine=vllm`` and ``vllm_force_scripted``: the production worker
+   for the measured rounds (its CPU, tokens/s, first token), then a traced one
+   (bench/_engine/traced_worker.py) for two more rounds, which records for each event the time from
+   vLLM handing over the output to the event's write to Redis returning (the latency the worker
+   adds) and the worker's steps to the first token. Tracing costs CPU per event: its rounds' CPU is
+   printed beside the production figure, not used.
 HTTP clients (the raw asyncio client of bench/_service/client.py) POST ``stream: true`` and read the SSE
 stream, counting deltas; tokens are the completed responses' ``usage.output_tokens``. Warm-up: one
 short and one full round per path, not counted. Engines never run at once.
@@ -33,7 +34,7 @@ engine's OpenMP threads on CPU 1 and everything else on CPU 0. ``--profile`` sam
 and worker with py-spy during its rounds and prints their top functions.
 
     PYTHONPATH=.:tests python bench/engine.py [--rounds 5] [--tokens 256] [--phases in_process,vllm,service]
-        [--profile] [--pin] [--stream-interval 1]
+        [--profile] [--pin] [--stream-interval 1] [--database sqlite|postgresql]
 
 ``--stream-interval N`` has every path take a request's tokens N at a time after its first (vLLM's
 ``stream_interval``: the engine argument of vLLM's server, the sampling parameter in-process, the
@@ -366,15 +367,20 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     same, plus a record per event and per start-up step) runs ``TRACED_ROUNDS`` more rounds for the
     splits. Tracing costs the worker CPU per event: its rounds are not the service's figures."""
     from support.processes import start_api_process, stop_process
-    from support.servers import start_redis
+    from support.servers import start_postgres, start_redis
     from support.vllm_stack import vllm_worker_env
 
     from oss_responses.config import Settings
     from oss_responses.storage import migrate
 
     redis_server = start_redis()
-    database = f"sqlite:///{scratch / 'bench.db'}"
+    postgres = start_postgres() if args.database == "postgresql" else None
+    database = f"sqlite:///{scratch / 'bench.db'}" if postgres is None else postgres.create_database("bench")
     migrate(database)
+    stores = {"redis": [redis_server.process.pid]}
+    if postgres is not None:  # its server processes: one per connection, read at every meter reading
+        pg = postgres.process.pid
+        stores["postgres"] = lambda: [pg, *descendants(pg)]
     settings = Settings(database_url=database, redis_url=redis_server.url, models=[SERVICE_MODEL])
     trace_file, stage_file = scratch / "worker-latency.txt", scratch / "worker-stages.txt"
     threads_file = scratch / "worker-threads.txt"
@@ -385,7 +391,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     try:
         worker = _start_worker(settings, env | {"BENCH_THREADS_FILE": str(threads_file)}, scratch, "production")
         try:
-            meter = _service_meter(api.pid, worker.pid, redis_server.process.pid)
+            meter = _service_meter(api.pid, worker.pid, stores)
             runs, threads, profile = _production_rounds(base_url, meter, api.pid, worker.pid, threads_file, scratch,
                                                         args)
         finally:
@@ -393,7 +399,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         traced_env = env | {"BENCH_TRACE_FILE": str(trace_file), "BENCH_STAGE_FILE": str(stage_file)}
         worker = _start_worker(settings, traced_env, scratch, "traced")
         try:
-            meter = _service_meter(api.pid, worker.pid, redis_server.process.pid)
+            meter = _service_meter(api.pid, worker.pid, stores)
             service_round(base_url, user_texts(args.concurrency, 8), meter)  # warm-up
             time.sleep(0.3)  # the trace thread writes every 0.1 s
             skip = len(trace_file.read_text().split()) if trace_file.exists() else 0
@@ -408,6 +414,8 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     finally:
         stop_process(api)
         redis_server.stop()
+        if postgres is not None:
+            postgres.stop()
     return ServiceResult(runs, traced, latencies, stages, profile, threads)
 
 
@@ -420,8 +428,12 @@ def _start_worker(settings: Any, env: dict[str, str], scratch: Path, name: str) 
     return worker
 
 
-def _service_meter(api: int, worker: int, redis: int) -> CpuMeter:
-    return CpuMeter(lambda: {"api": [api], "worker": [worker], "engine_core": descendants(worker), "redis": [redis]})
+def _service_meter(api: int, worker: int, stores: dict[str, Any]) -> CpuMeter:
+    """``stores``: redis-server's pids, and PostgreSQL's as a function (its processes come and go)."""
+    def groups() -> dict[str, list[int]]:
+        found = {"api": [api], "worker": [worker], "engine_core": descendants(worker)}
+        return found | {name: pids() if callable(pids) else pids for name, pids in stores.items()}
+    return CpuMeter(groups)
 
 
 def _production_rounds(
@@ -540,7 +552,8 @@ def speed_check(paths: dict[str, list[Run]]) -> str:
 
 
 SERVING = {  # the processes that serve requests, the model's compute (engine core) excluded
-    "raw_asyncllm": ("client",), "vllm_responses": ("api_server",), "service": ("api", "worker", "redis"),
+    "raw_asyncllm": ("client",), "vllm_responses": ("api_server",),
+    "service": ("api", "worker", "redis", "postgres"),  # postgres: with --database postgresql
 }
 CPU_PER_TOKEN_TARGET = 3.0  # x raw AsyncLLM's, and at most vLLM's own frontend's
 
@@ -557,7 +570,8 @@ def cpu_lines(paths: dict[str, list[Run]]) -> list[str]:
     raw = per_token["raw_asyncllm"]
     lines = ["serving CPU per generated token (engine core excluded; target: service <= "
              f"{CPU_PER_TOKEN_TARGET:.0f}x raw and <= vLLM's /v1/responses):"]
-    lines += [f"  {name:>14}: {value * 1e6:7.1f} us ({value / raw:.2f}x raw; {', '.join(SERVING[name])})"
+    lines += [f"  {name:>14}: {value * 1e6:7.1f} us ({value / raw:.2f}x raw; "
+              f"{', '.join(group for group in SERVING[name] if group in paths[name][0].cpu)})"
               for name, value in per_token.items()]
     return lines
 
@@ -581,7 +595,8 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
     raw = described["raw_asyncllm"][0]
     lines = [
         f"{args.concurrency} concurrent requests x (analysis + {args.tokens} final tokens), "
-        f"{args.rounds} rounds, stream interval {args.stream_interval} token(s), median round:",
+        f"{args.rounds} rounds, stream interval {args.stream_interval} token(s), the service on {args.database}, "
+        "median round:",
         *(line for _, line in described.values()),
         *(describe_cpu(runs) for runs in paths.values()),
     ]
@@ -621,6 +636,8 @@ def main() -> None:
     parser.add_argument("--stream-interval", type=int, default=1,
                         help="tokens per engine output after the first, on every path alike (vLLM's "
                              "stream_interval; the service's OSS_RESPONSES_STREAM_INTERVAL)")
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="the service's database (PostgreSQL: a cluster of its own, its CPU counted as serving)")
     parser.add_argument("--pin", action="store_true",
                         help="the engine's compute threads on CPU 1, everything else on CPU 0 (as a GPU would "
                              "keep the model's compute off the cores the service runs on)")

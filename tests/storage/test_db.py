@@ -94,6 +94,19 @@ def test_database_keeps_pool_size_connections_open_between_transactions(database
     assert len(opened) == 8
 
 
+def test_open_pool_opens_every_connection_the_pool_keeps(database_url: str) -> None:
+    database = Database(database_url, pool_size=6)
+    try:
+        with counted_connects(database.engine) as opened:
+            database.open_pool()
+            at_start = len(opened)
+            hold_transactions(database, 6)
+    finally:
+        database.dispose()
+
+    assert (at_start, len(opened)) == (6, 6)
+
+
 def test_database_reopens_connections_beyond_sqlalchemys_default_five(database_url: str) -> None:
     # What pool_size is for: without it, every connection past the fifth is closed when returned.
     database = Database(database_url)

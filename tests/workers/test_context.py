@@ -8,14 +8,14 @@ from oss_responses.config import Settings
 from oss_responses.workers.context import WorkerContext, database_connections
 
 
-def test_worker_keeps_a_database_connection_open_for_every_celery_thread(
+def test_worker_starts_with_a_database_connection_open_for_every_celery_thread(
     worker: WorkerContext, settings: Settings
 ) -> None:
     threads = database_connections(settings)  # its task threads, the reaper's and the webhook sweeper's
     assert threads > settings.worker_concurrency
-    hold_transactions(worker.db, threads)
 
-    with counted_connects(worker.db.engine) as reopened:
+    with counted_connects(worker.db.engine) as opened:
+        hold_transactions(worker.db, threads)
         hold_transactions(worker.db, threads)
 
-    assert reopened == []
+    assert opened == []
