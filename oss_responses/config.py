@@ -227,6 +227,12 @@ class Settings(BaseSettings):
     def celery_broker_url(self) -> str:
         return self.broker_url or self.redis_url
 
+    @property
+    def worker_database_connections(self) -> int:
+        """The database connections a worker process keeps open: one per Celery thread (each response's
+        task thread loads, moves and saves it), the reaper's and the webhook sweeper's."""
+        return self.worker_concurrency + 2
+
     def queue_for(self, model: str) -> str:
         return f"{self.queue_prefix}{model}"
 

@@ -18,7 +18,6 @@ import yaml
 from oss_responses.cli import PASS_THROUGH, build_parser
 from oss_responses.config import Settings
 from oss_responses.storage.db import BURST_CONNECTIONS
-from oss_responses.workers.context import database_connections
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -131,7 +130,7 @@ def test_compose_postgres_allows_every_connection_its_processes_keep(monkeypatch
     for worker in WORKERS:
         with monkeypatch.context() as env:
             settings = _service_settings(worker, env)
-        needed += settings.vllm_frontends * (database_connections(settings) + BURST_CONNECTIONS)
+        needed += settings.vllm_frontends * (settings.worker_database_connections + BURST_CONNECTIONS)
     command = SERVICES["postgres"]["command"]
 
     assert command[:2] == ["postgres", "-c"]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from oss_responses.doctor.report import Check, CheckResult, run_checks
 from oss_responses.doctor.runtime import check_encryption_keys, check_engine, check_vocabulary
-from oss_responses.doctor.stores import check_database, check_redis
+from oss_responses.doctor.stores import check_database, check_database_connections, check_redis
 from oss_responses.doctor.tools import check_tool_servers
 
 CHECKS: tuple[Check, ...] = (
     check_redis,
     check_database,
+    check_database_connections,
     check_vocabulary,
     check_engine,
     check_tool_servers,

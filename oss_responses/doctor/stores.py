@@ -1,4 +1,5 @@
-"""Checks of the stores: Redis (reachable, persistent) and the database (reachable, migrated)."""
+"""Checks of the stores: Redis (reachable, persistent) and the database (reachable, migrated, and on
+PostgreSQL with connections enough for the pools)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import redis as redis_lib
-from sqlalchemy import URL, make_url
+from sqlalchemy import URL, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
+from oss_responses.storage import Database
+from oss_responses.storage.db import BURST_CONNECTIONS
 from oss_responses.storage.migrations import current_revision, head_revision
 
 TIMEOUT_SECONDS = 3
@@ -59,6 +62,39 @@ def check_database(settings: Settings) -> Iterator[CheckResult]:
                                               "start the database or fix OSS_RESPONSES_DATABASE_URL")
         return
     yield _revision_result(shown, current, head_revision())
+
+
+def check_database_connections(settings: Settings) -> Iterator[CheckResult]:
+    """PostgreSQL: are there connections enough for what this configuration's processes keep open?
+
+    Only one API deployment and one worker process are counted (the doctor cannot see the others)."""
+    url = make_url(settings.database_url)
+    if url.get_backend_name() != "postgresql":
+        return
+    api = settings.api_processes * (settings.database_pool_size + BURST_CONNECTIONS)
+    worker = settings.worker_database_connections + BURST_CONNECTIONS
+    try:
+        available = _available_connections(_with_connect_timeout(url))
+    except (SQLAlchemyError, OSError):
+        return  # check_database says it cannot connect
+    counts = f"the API ({settings.api_processes} process(es)) opens up to {api}, each worker process up to {worker}"
+    if available < api + worker:
+        yield CheckResult("database connections", "warn", f"PostgreSQL takes {available} connections; {counts}: "
+                                                           "raise its max_connections (README: PostgreSQL)")
+        return
+    yield CheckResult("database connections", "ok", f"PostgreSQL takes {available} connections; {counts}")
+
+
+def _available_connections(url: URL) -> int:
+    """max_connections less those reserved for superusers."""
+    database = Database(url)
+    try:
+        with database.engine.connect() as connection:
+            total = int(connection.execute(text("SHOW max_connections")).scalar_one())
+            reserved = int(connection.execute(text("SHOW superuser_reserved_connections")).scalar_one())
+    finally:
+        database.dispose()
+    return total - reserved
 
 
 def _revision_result(shown: str, current: str | None, head: str | None) -> CheckResult:

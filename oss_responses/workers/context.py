@@ -215,7 +215,8 @@ def start_worker(
             tokenizer=PromptTokenizer(encoding, settings.tiktoken_dir,
                                       process_above_chars=settings.render_process_above_chars),
             engine=engine or build_engine(settings, encoding, frontend),
-            db=Database(settings.database_url, pool_size=database_connections(settings)),
+            # Kept open, not opened and closed per transaction (storage/db.py says why).
+            db=Database(settings.database_url, pool_size=settings.worker_database_connections),
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
                 settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT)),
@@ -243,13 +244,6 @@ def start_worker(
         ctx.reaper.start()
     log.info("worker %s ready: model %s, engine %s", ctx.worker_id, settings.worker_model, settings.engine)
     return ctx
-
-
-def database_connections(settings: Settings) -> int:
-    """The database connections a worker process keeps open."""
-    # One per Celery thread (each response's task thread loads, moves and saves it), and the reaper's
-    # and the webhook sweeper's: kept open, not opened and closed per transaction (db.py says why).
-    return settings.worker_concurrency + 2
 
 
 def _redis_connections(settings: Settings) -> int:

@@ -11,7 +11,7 @@ from support.servers import free_port, start_redis
 
 from oss_responses.config import Settings
 from oss_responses.doctor import CheckResult
-from oss_responses.doctor.stores import check_database, check_redis
+from oss_responses.doctor.stores import check_database, check_database_connections, check_redis
 from oss_responses.storage.migrations import alembic_config, head_revision
 
 
@@ -94,3 +94,25 @@ def test_check_database_fails_when_postgres_is_unreachable() -> None:
 
     assert result.status == "FAIL"
     assert "cannot connect" in result.detail and "pw-secret" not in result.line
+
+
+@pytest.mark.postgres
+def test_check_database_connections_passes_when_postgres_takes_the_pools(postgres_url: str) -> None:
+    # The test cluster takes 200 connections (less 3 reserved): an API process's 16 + 10, a worker's 8 + 2 + 10.
+    result = only(check_database_connections(Settings(database_url=postgres_url)))
+
+    assert (result.status, result.detail) == (
+        "ok", "PostgreSQL takes 197 connections; the API (1 process(es)) opens up to 26, each worker process up to 20"
+    )
+
+
+@pytest.mark.postgres
+def test_check_database_connections_warns_when_the_pools_exceed_postgres(postgres_url: str) -> None:
+    result = only(check_database_connections(Settings(database_url=postgres_url, worker_concurrency=190)))
+
+    assert result.status == "warn"
+    assert "up to 202" in result.detail and "raise its max_connections" in result.detail
+
+
+def test_check_database_connections_has_nothing_to_say_on_sqlite(tmp_path: Path) -> None:
+    assert list(check_database_connections(Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}"))) == []

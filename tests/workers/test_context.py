@@ -5,13 +5,13 @@ from __future__ import annotations
 from support.db_connections import counted_connects, hold_transactions
 
 from oss_responses.config import Settings
-from oss_responses.workers.context import WorkerContext, database_connections
+from oss_responses.workers.context import WorkerContext
 
 
 def test_worker_starts_with_a_database_connection_open_for_every_celery_thread(
     worker: WorkerContext, settings: Settings
 ) -> None:
-    threads = database_connections(settings)  # its task threads, the reaper's and the webhook sweeper's
+    threads = settings.worker_database_connections  # its task threads, the reaper's and the webhook sweeper's
     assert threads > settings.worker_concurrency
 
     with counted_connects(worker.db.engine) as opened:
