@@ -220,3 +220,50 @@ async def test_write_frames_stores_the_given_bytes_at_their_sequence_numbers(are
     await write_frames(aredis, "resp_a", framed)
     entries = redis.xrange(redis_keys.events("resp_a"))
     assert entries == [(b"0-4", {b"f": framed[0][1]}), (b"0-5", {b"f": framed[1][1]})]
+
+
+async def test_held_writes_reach_redis_only_once_released(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.hold("resp_a")
+    writer.append_journal("resp_a", ["begin", 0])
+    writer.append("resp_a", make_events(range(2)))
+    writer.append_journal("resp_a", ["feed", [7]])
+    writer.append("resp_a", make_events(range(2, 3)))
+    await writer.flush()
+    assert not redis.exists(redis_keys.events("resp_a"), redis_keys.journal("resp_a"))
+
+    writer.release("resp_a")
+    writer.append("resp_a", make_events(range(3, 4)))
+    await writer.drain("resp_a")
+
+    assert [entry_id for entry_id, _ in redis.xrange(redis_keys.events("resp_a"))] == [b"0-1", b"0-2", b"0-3", b"0-4"]
+    assert await read_journal(aredis, "resp_a") == [["begin", 0], ["feed", [7]]]
+    await writer.aclose()
+
+
+async def test_a_hold_keeps_back_one_response_only(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.hold("resp_a")
+    writer.append("resp_a", make_events(range(1)))
+    writer.append("resp_b", make_events(range(1)))
+    await writer.drain("resp_b")
+    assert (redis.xlen(redis_keys.events("resp_a")), redis.xlen(redis_keys.events("resp_b"))) == (0, 1)
+    await writer.aclose()
+
+
+async def test_discarded_writes_never_reach_redis(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.hold("resp_a")
+    writer.append_journal("resp_a", ["begin", 0])
+    writer.append("resp_a", make_events(range(2)))
+    writer.discard("resp_a")
+    writer.append("resp_a", make_events(range(2, 3)))  # after the discard, until the release: dropped too
+    writer.close("resp_a", "cancelled")
+    writer.release("resp_a")
+    await writer.flush()
+    assert not redis.exists(redis_keys.events("resp_a"), redis_keys.journal("resp_a"))
+
+    writer.append("resp_a", make_events(range(1)))  # the hold ended: written as usual
+    await writer.drain("resp_a")
+    assert redis.xlen(redis_keys.events("resp_a")) == 1
+    await writer.aclose()
