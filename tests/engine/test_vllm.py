@@ -257,7 +257,7 @@ def test_abort_before_first_output_ends_generation(
     assert len(tokens_of(outputs)) < 100
 
 
-def test_stream_feeds_the_outputs_generate_yields(
+def test_stream_feeds_the_tokens_generate_yields(
     engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
 ) -> None:
     script = script_for(encoding, [analysis("The user wants a sum. 2 + 2 = 4."), final("2 + 2 = 4, in more words.")])
@@ -268,10 +268,11 @@ def test_stream_feeds_the_outputs_generate_yields(
         generated = engine_loop.run(collect(engine, f"gen-{interval}", prompt, sampling))
         fed = engine_loop.run(streamed(engine, f"fed-{interval}", prompt, sampling))
 
-        assert [(o.token_ids, o.finished, o.finish_reason) for o in fed] == [
-            (o.token_ids, o.finished, o.finish_reason) for o in generated
-        ]
-        assert tokens_of(fed) == script
+        # The same tokens and end, not the same grouping: AsyncLLM merges the outputs a busy consumer
+        # has not taken yet, so two runs group them alike only on an idle machine.
+        assert tokens_of(fed) == tokens_of(generated) == script
+        assert [(o.finished, o.finish_reason) for o in fed] == [(False, None)] * (len(fed) - 1) + [(True, "stop")]
+        assert (generated[-1].finished, generated[-1].finish_reason) == (True, "stop")
 
 
 def test_stream_abort_ends_it_within_one_second(
