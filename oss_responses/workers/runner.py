@@ -171,11 +171,16 @@ def _start(run: _Run) -> Outcome:
     """A fresh start: the generation begins on the loop while this thread moves the response to
     in_progress (SQL), so the engine's prefill does not wait for that commit. Its events are held
     in the writer until the commit: the stream never shows a response that SQL still holds queued,
-    and a start that lost the race to the API's cancel (or could not commit) writes nothing."""
+    and a start that lost the race to the API's cancel (or could not commit) writes nothing.
+
+    A request with MCP tools commits first: its tools act on the world (an approved call runs first
+    thing), and nothing may act for a response that turns out not to be this worker's."""
     ctx, job = run.ctx, run.job
     try:
         request = job.request()
     except JobLoadError:  # failed at once, as any start would fail it: in_progress, then failed
+        return _start_in_order(run)
+    if uses_mcp(request):
         return _start_in_order(run)
     run.early_prompt = _render_early(run, request)
     # Held before the generation's first step, released after (the loop runs them in this order).
@@ -516,14 +521,13 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
-def _render_early(run: _Run, request: CreateResponseRequest) -> RenderedPrompt | Exception | None:
+def _render_early(run: _Run, request: CreateResponseRequest) -> RenderedPrompt | Exception:
     """A fresh start's prompt, rendered here in the task thread before the engine loop takes the
     response: no hops to the loop and to a render thread on the way to the first token. Only a
-    request without MCP servers knows its prompt now (listing tools can add to it). A render error is
-    kept and raised where the loop would have rendered, so the response fails alike."""
+    request without MCP servers knows its prompt now (listing tools can add to it): the caller's
+    case. A render error is kept and raised where the loop would have rendered, so the response
+    fails alike."""
     try:
-        if uses_mcp(request):
-            return None
         known = listed_tools(run.job.history, request.input_items())
         options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
         plan, messages = _plan(request, run.job.history, options)
