@@ -33,8 +33,8 @@ class Settings(BaseSettings):
     )
     database_pool_size: int = Field(
         16, ge=1,
-        description="Database connections an API process keeps open for reuse (up to 10 more during a burst); "
-        "a worker keeps one per Celery thread",
+        description="Database connections each API or worker process keeps open for reuse (up to 10 more "
+        "during a burst)",
     )
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for events, leases, cancel flags")
     broker_url: str | None = Field(None, description="Celery broker; defaults to redis_url")
@@ -226,12 +226,6 @@ class Settings(BaseSettings):
     @property
     def celery_broker_url(self) -> str:
         return self.broker_url or self.redis_url
-
-    @property
-    def worker_database_connections(self) -> int:
-        """The database connections a worker process keeps open: one per Celery thread (each response's
-        task thread loads, moves and saves it), the reaper's and the webhook sweeper's."""
-        return self.worker_concurrency + 2
 
     def queue_for(self, model: str) -> str:
         return f"{self.queue_prefix}{model}"

@@ -130,7 +130,7 @@ def test_compose_postgres_allows_every_connection_its_processes_keep(monkeypatch
     for worker in WORKERS:
         with monkeypatch.context() as env:
             settings = _service_settings(worker, env)
-        needed += settings.vllm_frontends * (settings.worker_database_connections + BURST_CONNECTIONS)
+        needed += settings.vllm_frontends * (settings.database_pool_size + BURST_CONNECTIONS)
     command = SERVICES["postgres"]["command"]
 
     assert command[:2] == ["postgres", "-c"]

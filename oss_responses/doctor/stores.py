@@ -71,8 +71,8 @@ def check_database_connections(settings: Settings) -> Iterator[CheckResult]:
     url = make_url(settings.database_url)
     if url.get_backend_name() != "postgresql":
         return
-    api = settings.api_processes * (settings.database_pool_size + BURST_CONNECTIONS)
-    worker = settings.worker_database_connections + BURST_CONNECTIONS
+    each = settings.database_pool_size + BURST_CONNECTIONS
+    api, worker = settings.api_processes * each, each
     try:
         available = _available_connections(_with_connect_timeout(url))
     except (SQLAlchemyError, OSError):

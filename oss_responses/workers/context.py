@@ -215,8 +215,9 @@ def start_worker(
             tokenizer=PromptTokenizer(encoding, settings.tiktoken_dir,
                                       process_above_chars=settings.render_process_above_chars),
             engine=engine or build_engine(settings, encoding, frontend),
-            # Kept open, not opened and closed per transaction (storage/db.py says why).
-            db=Database(settings.database_url, pool_size=settings.worker_database_connections),
+            # Kept open, not opened and closed per transaction (storage/db.py says why). Sized for the
+            # database, not per Celery thread: transactions are short, and PostgreSQL's connections few.
+            db=Database(settings.database_url, pool_size=settings.database_pool_size),
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
                 settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT)),

@@ -98,20 +98,20 @@ def test_check_database_fails_when_postgres_is_unreachable() -> None:
 
 @pytest.mark.postgres
 def test_check_database_connections_passes_when_postgres_takes_the_pools(postgres_url: str) -> None:
-    # The test cluster takes 200 connections (less 3 reserved): an API process's 16 + 10, a worker's 8 + 2 + 10.
+    # The test cluster takes 200 connections (less 3 reserved): an API process's 16 + 10, a worker's alike.
     result = only(check_database_connections(Settings(database_url=postgres_url)))
 
     assert (result.status, result.detail) == (
-        "ok", "PostgreSQL takes 197 connections; the API (1 process(es)) opens up to 26, each worker process up to 20"
+        "ok", "PostgreSQL takes 197 connections; the API (1 process(es)) opens up to 26, each worker process up to 26"
     )
 
 
 @pytest.mark.postgres
 def test_check_database_connections_warns_when_the_pools_exceed_postgres(postgres_url: str) -> None:
-    result = only(check_database_connections(Settings(database_url=postgres_url, worker_concurrency=190)))
+    result = only(check_database_connections(Settings(database_url=postgres_url, api_processes=8)))
 
-    assert result.status == "warn"
-    assert "up to 202" in result.detail and "raise its max_connections" in result.detail
+    assert result.status == "warn"  # 8 x 26 for the API, 26 for a worker
+    assert "opens up to 208" in result.detail and "raise its max_connections" in result.detail
 
 
 def test_check_database_connections_has_nothing_to_say_on_sqlite(tmp_path: Path) -> None:

@@ -8,14 +8,9 @@ from oss_responses.config import Settings
 from oss_responses.workers.context import WorkerContext
 
 
-def test_worker_starts_with_a_database_connection_open_for_every_celery_thread(
-    worker: WorkerContext, settings: Settings
-) -> None:
-    threads = settings.worker_database_connections  # its task threads, the reaper's and the webhook sweeper's
-    assert threads > settings.worker_concurrency
-
+def test_worker_starts_with_its_database_pool_open(worker: WorkerContext, settings: Settings) -> None:
     with counted_connects(worker.db.engine) as opened:
-        hold_transactions(worker.db, threads)
-        hold_transactions(worker.db, threads)
+        hold_transactions(worker.db, settings.database_pool_size)
+        hold_transactions(worker.db, settings.database_pool_size)
 
     assert opened == []
