@@ -493,10 +493,9 @@ STAGES = (
     ("row + chain loaded (SQL)", "loaded"),
     ("lease taken (and flags read)", "leased"),
     ("prompt rendered", "rendered"),
-    # From here two paths run at once: the task thread commits in_progress, the loop starts the engine.
+    ("in_progress (SQL)", "in_progress"),
     ("engine.stream called", "generate"),
     ("AsyncLLM.add_request called", "submitted"),
-    ("in_progress committed (SQL)", "in_progress"),
     ("first vLLM output", "first_output"),
     ("its first event in Redis", "first_written"),
     ("first delta at the client", "delta"),

@@ -117,7 +117,7 @@ def _trace_stages() -> None:
     from oss_responses.workers import runner
 
     signals.task_received.connect(lambda request, **_: _stage("received", request.args[0]), weak=False)
-    run_response, load_job, move = runner.run_response, runner.load_job, runner._move_to_in_progress
+    run_response, load_job, execute = runner.run_response, runner.load_job, runner._execute
     claim, render_early, render = runner.claim, runner._render_early, runner._render
 
     def traced_claim(redis: Any, lease: Any, response_id: str) -> Any:
@@ -125,8 +125,8 @@ def _trace_stages() -> None:
         _stage("leased", response_id)
         return taken
 
-    def traced_render_early(run: Any, request: Any) -> Any:
-        prompt = render_early(run, request)
+    def traced_render_early(run: Any) -> Any:
+        prompt = render_early(run)
         _stage("rendered", run.job.response_id)
         return prompt
 
@@ -145,10 +145,9 @@ def _trace_stages() -> None:
         _stage("loaded", response_id)
         return job
 
-    def traced_move(run: Any) -> bool:  # committed: the generation may be under way already (runner._start)
-        moved = move(run)
+    def traced_execute(run: Any) -> Any:
         _stage("in_progress", run.job.response_id)
-        return moved
+        return execute(run)
 
     def wrap_call(original: Any, name: str) -> Any:
         async def traced(self: Any, request_id: str, *args: Any, **kwargs: Any) -> Any:
@@ -156,8 +155,7 @@ def _trace_stages() -> None:
             return await original(self, request_id, *args, **kwargs)
         return traced
 
-    runner.run_response, runner.load_job = traced_run_response, traced_load_job
-    runner._move_to_in_progress = traced_move
+    runner.run_response, runner.load_job, runner._execute = traced_run_response, traced_load_job, traced_execute
     runner.claim, runner._render_early, runner._render = traced_claim, traced_render_early, traced_render
     vllm_module.VllmEngine.stream = wrap_call(vllm_module.VllmEngine.stream, "generate")  # type: ignore[method-assign]
     AsyncLLM.add_request = wrap_call(AsyncLLM.add_request, "submitted")  # type: ignore[method-assign]

@@ -87,17 +87,6 @@ class _Batch:
             self.journal = {}
 
 
-@dataclass(eq=False)
-class _Held:
-    """A response's writes kept back until its start is committed (``EventWriter.hold``). Its journal
-    steps go before its commands when released, as they would in one batch."""
-
-    journal: list[Any] = field(default_factory=list)
-    commands: list[Packed] = field(default_factory=list)
-    closing: bool = False
-    discarded: bool = False
-
-
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _FEED = '["feed",[%s]]'
 
@@ -197,7 +186,6 @@ class EventWriter:
         self._settling: set[_Batch] = set()  # taken from pending (written or connecting), not settled yet
         self._connecting: set[asyncio.Task[None]] = set()
         self._pipe: RedisPipe | None = None
-        self._held: dict[str, _Held] = {}
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
         self._buffer(response_id, packed_events(response_id, events))
@@ -214,38 +202,10 @@ class EventWriter:
         if steps is not None:  # the common case, once per token: checked and scheduled already
             steps.append(step)
             return
-        held = self._held.get(response_id)
-        if held is not None:
-            if not held.discarded:
-                held.journal.append(step)
-            return
         self._raise_if_failed(response_id)
         batch.journal[response_id] = [step]
         self._last_batch[response_id] = batch
         self._schedule_flush()
-
-    def hold(self, response_id: str) -> None:
-        """Keep this response's writes back, in order, until ``release`` (or drop them: ``discard``).
-
-        A start generates while its move to in_progress commits (``runner._start``): nothing of it
-        may reach the stream before that commit, nor at all if the commit lost to a cancel."""
-        self._held[response_id] = _Held()
-
-    def release(self, response_id: str) -> None:
-        """End the hold: what was kept back is buffered now (unless discarded); later writes go as usual."""
-        held = self._held.pop(response_id, None)
-        if held is None or held.discarded:
-            return
-        for step in held.journal:
-            self.append_journal(response_id, step)
-        if held.commands or held.closing:
-            self._buffer(response_id, held.commands, closing=held.closing)
-
-    def discard(self, response_id: str) -> None:
-        """Drop what was kept back, and every write of this response until ``release``."""
-        held = self._held.get(response_id)
-        if held is not None:
-            self._held[response_id] = _Held(discarded=True)
 
     async def flush(self) -> None:
         """Wait until everything buffered so far is in Redis (errors are per response: see drain)."""
@@ -279,9 +239,6 @@ class EventWriter:
             self._pipe = None
 
     def _buffer(self, response_id: str, commands: list[Packed], *, closing: bool = False) -> None:
-        if self._held and response_id in self._held:
-            self._keep(self._held[response_id], commands, closing)
-            return
         if not closing:
             self._raise_if_failed(response_id)
         batch = self._pending
@@ -296,12 +253,6 @@ class EventWriter:
             self._schedule_flush()
         elif time.perf_counter() - batch.started >= self._early_flush_seconds:
             self._flush_early(batch)
-
-    @staticmethod
-    def _keep(held: _Held, commands: list[Packed], closing: bool) -> None:
-        if not held.discarded:
-            held.commands += commands
-            held.closing |= closing
 
     def _flush_early(self, batch: _Batch) -> None:
         pipe = self._pipe

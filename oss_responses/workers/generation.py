@@ -40,9 +40,7 @@ from oss_responses.workers.journal import apply_translator_step
 log = logging.getLogger(__name__)
 
 # handoff: the worker is shutting down and gives the response to another worker.
-# Only "cancelled" ends the response here; the others write nothing more ("abandoned": a start that
-# never became the worker's, runner._start).
-StopCause = Literal["cancelled", "lease_lost", "handoff", "abandoned"]
+StopCause = Literal["cancelled", "lease_lost", "handoff"]
 
 
 @dataclass(slots=True)

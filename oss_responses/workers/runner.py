@@ -5,9 +5,7 @@
     in one round trip, from this thread (workers/claim.py) ─ lease held by another worker? skip; flag
     set? cancelled, stream closed, nothing generated
     prompt rendered here if the request lists no MCP tools (kept for the loop, an error included)
-    generation starts on the engine loop, its writes held, while this thread moves it queued →
-    in_progress (SQL) ─ moved: its writes go out; lost to a cancel or failed: they are dropped, the
-    engine request aborted, nothing written (_start)
+    queued → in_progress (SQL)
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
     or declined, generation (engine loop) ─ any exception fails the response
@@ -28,8 +26,6 @@ takeover's counters, only on the engine loop.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection
@@ -161,72 +157,13 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
         if taken.cancel_requested:
             return _cancel_queued(ctx, job)
         run.first_sequence_number = taken.next_sequence_number or 0
-        return _start(run)
+        run.early_prompt = _render_early(run)
+        if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
+            return "skipped"  # cancelled by the API meanwhile
+        return _execute(run)
     finally:
         ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
         ctx.running.pop(job.response_id, None)
-
-
-def _start(run: _Run) -> Outcome:
-    """A fresh start: the generation begins on the loop while this thread moves the response to
-    in_progress (SQL), so the engine's prefill does not wait for that commit. Its events are held
-    in the writer until the commit: the stream never shows a response that SQL still holds queued,
-    and a start that lost the race to the API's cancel (or could not commit) writes nothing.
-
-    A request with MCP tools commits first: its tools act on the world (an approved call runs first
-    thing), and nothing may act for a response that turns out not to be this worker's."""
-    ctx, job = run.ctx, run.job
-    try:
-        request = job.request()
-    except JobLoadError:  # failed at once, as any start would fail it: in_progress, then failed
-        return _start_in_order(run)
-    if uses_mcp(request):
-        return _start_in_order(run)
-    run.early_prompt = _render_early(run, request)
-    # Held before the generation's first step, released after (the loop runs them in this order).
-    ctx.loop.call_soon(partial(ctx.writer.hold, job.response_id))
-    started = ctx.loop.submit(_generate(run, request))
-    try:
-        moved = _move_to_in_progress(run)
-    except BaseException:
-        _abandon(run, started)
-        raise
-    if not moved:
-        _abandon(run, started)
-        return "skipped"  # cancelled by the API meanwhile
-    ctx.loop.call_soon(partial(ctx.writer.release, job.response_id))
-    return _execute(run, started=started)
-
-
-def _start_in_order(run: _Run) -> Outcome:
-    if not _move_to_in_progress(run):
-        return "skipped"
-    return _execute(run)
-
-
-def _move_to_in_progress(run: _Run) -> bool:
-    return run.ctx.db.run(transition, run.job.response_id, from_statuses=("queued",), to_status="in_progress")
-
-
-def _abandon(run: _Run, started: concurrent.futures.Future[None]) -> None:
-    """The response is not this worker's to run after all: what it generated is dropped unwritten,
-    the engine request aborted, and the generation awaited (its errors are of no consequence)."""
-    writer, response_id = run.ctx.writer, run.job.response_id
-    try:
-        run.ctx.loop.call_soon(partial(_drop, run))
-    except RuntimeError:  # the loop has stopped (the worker is going down): nothing more is written
-        return
-    try:
-        started.result()
-    except Exception:
-        log.info("the abandoned start of %s ended with an error", response_id, exc_info=True)
-    with contextlib.suppress(RuntimeError):
-        run.ctx.loop.call_soon(partial(writer.release, response_id))  # the hold ends, with nothing to write
-
-
-def _drop(run: _Run) -> None:
-    run.ctx.writer.discard(run.job.response_id)
-    _stop(run, "abandoned")
 
 
 def _claim(run: _Run) -> Claim | None:
@@ -284,17 +221,12 @@ def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
     return "cancelled"
 
 
-def _execute(
-    run: _Run, steps: list[Step] | None = None, started: concurrent.futures.Future[None] | None = None
-) -> Outcome:
-    """Run the response from its start, or (``steps``: its journal) from where a lost worker stopped;
-    ``started``: its generation, already running on the loop (``_start``)."""
+def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
+    """Run the response from its start, or (``steps``: its journal) from where a lost worker stopped."""
     ctx, job = run.ctx, run.job
     try:
         if steps is not None:
             ctx.loop.run(_resume(run, job.request(), steps))
-        elif started is not None:
-            started.result()
         else:
             ctx.loop.run(_generate(run, job.request()))
     except EventWriteError:
@@ -521,13 +453,15 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
-def _render_early(run: _Run, request: CreateResponseRequest) -> RenderedPrompt | Exception:
+def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
     """A fresh start's prompt, rendered here in the task thread before the engine loop takes the
     response: no hops to the loop and to a render thread on the way to the first token. Only a
-    request without MCP servers knows its prompt now (listing tools can add to it): the caller's
-    case. A render error is kept and raised where the loop would have rendered, so the response
-    fails alike."""
+    request without MCP servers knows its prompt now (listing tools can add to it). A render error is
+    kept and raised where the loop would have rendered, so the response fails alike."""
     try:
+        request = run.job.request()
+        if uses_mcp(request):
+            return None
         known = listed_tools(run.job.history, request.input_items())
         options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
         plan, messages = _plan(request, run.job.history, options)

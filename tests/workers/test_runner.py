@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
-from sqlalchemy.exc import OperationalError
 from support.streams import assert_contiguous, events_of, is_closed
 from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, cancel_queued, get_response, transition
-from oss_responses.workers import runner
+from oss_responses.storage import Database, get_response, transition
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -250,81 +245,3 @@ def test_run_response_with_stream_interval_streams_the_same_response_in_fewer_de
     saved = [db.run(get_response, rid) for rid in (every_token, grouped)]
     assert final_text(saved[0].response) == final_text(saved[1].response)  # type: ignore[union-attr]
     assert saved[0].response["usage"] == saved[1].response["usage"]  # type: ignore[union-attr]
-
-
-@pytest.fixture
-def paced_worker(settings: Settings) -> Iterator[WorkerContext]:
-    """A worker whose engine takes a while (200 tokens/s): a start's race can be caught mid-generation."""
-    with local_worker(settings.model_copy(update={"scripted_tokens_per_second": 200.0})) as ctx:
-        yield ctx
-
-
-def _until(condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.005)
-
-
-def test_run_response_streams_nothing_until_in_progress_is_committed(
-    paced_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    response_id = accept(db, redis, settings, input="tokens 30", background=True)
-    move, seen = runner._move_to_in_progress, []
-
-    def slow_commit(run: runner._Run) -> bool:  # the generation is under way while SQL still says queued
-        _until(lambda: paced_worker.engine.running == 1)
-        time.sleep(0.1)
-        seen.append([e["type"] for e in events_of(redis, response_id)])
-        return move(run)
-
-    monkeypatch.setattr(runner, "_move_to_in_progress", slow_commit)
-    assert run_response_now(response_id, worker=paced_worker) == "completed"
-
-    assert seen == [["response.created", "response.queued"]]
-    events = events_of(redis, response_id)
-    assert_contiguous(events)
-    assert events[2]["type"] == "response.in_progress" and events[-1]["type"] == "response.completed"
-
-
-def test_run_response_whose_start_loses_to_a_cancel_writes_nothing(
-    paced_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    response_id = accept(db, redis, settings, input="tokens 500", background=True)
-    move = runner._move_to_in_progress
-
-    def cancelled_first(run: runner._Run) -> bool:  # the API cancels it while the engine generates
-        _until(lambda: paced_worker.engine.running == 1)
-        assert db.run(cancel_queued, response_id, db.run(get_response, response_id).response)  # type: ignore[union-attr]
-        return move(run)
-
-    monkeypatch.setattr(runner, "_move_to_in_progress", cancelled_first)
-    assert run_response_now(response_id, worker=paced_worker) == "skipped"
-
-    assert [e["type"] for e in events_of(redis, response_id)] == ["response.created", "response.queued"]
-    assert not redis.exists(redis_keys.journal(response_id))
-    assert paced_worker.engine.running == 0  # its engine request aborted
-    assert db.run(get_response, response_id).status == "cancelled"  # type: ignore[union-attr]
-
-
-def test_run_response_whose_move_to_in_progress_fails_writes_nothing_and_can_run_again(
-    paced_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    response_id = accept(db, redis, settings, input="tokens 500", background=True)
-
-    def unreachable(run: runner._Run) -> bool:
-        _until(lambda: paced_worker.engine.running == 1)
-        raise OperationalError("UPDATE responses", {}, ConnectionError("the database went away"))
-
-    monkeypatch.setattr(runner, "_move_to_in_progress", unreachable)
-    with pytest.raises(OperationalError):
-        run_response_now(response_id, worker=paced_worker)
-    assert [e["type"] for e in events_of(redis, response_id)] == ["response.created", "response.queued"]
-    assert paced_worker.engine.running == 0 and db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
-
-    monkeypatch.undo()
-    assert run_response_now(response_id, worker=paced_worker) == "completed"  # the redelivered task
-    assert_contiguous(events_of(redis, response_id))

@@ -23,7 +23,6 @@ from support.tool_turns import (
 
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.vocab import load_encoding
-from oss_responses.workers import runner
 from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -144,24 +143,3 @@ def test_function_tools_and_mcp_tools_render_together(tools: ToolEnv) -> None:
     assert types_of(response) == ["mcp_list_tools", "reasoning", "function_call"]
     assert json.loads(item(response, "function_call")["arguments"]) == {"city": "Paris"}
 
-
-
-def test_response_with_mcp_tools_is_in_progress_before_it_generates(tools: ToolEnv, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    # Its tools act on the world: it generates only once it is this worker's (runner._start).
-    settings = tools.settings.model_copy(update={"scripted_tokens_per_second": 200.0})  # a generation lasts
-    engine = ScriptedEngine.from_settings(settings, load_encoding(settings.tiktoken_dir))
-    move, running = runner._move_to_in_progress, []
-
-    def observed(run: runner._Run) -> bool:  # a generation started meanwhile reaches the engine in this time
-        deadline = time.monotonic() + 0.5
-        while time.monotonic() < deadline:
-            running.append(engine.running)
-            time.sleep(0.005)
-        return move(run)
-
-    monkeypatch.setattr(runner, "_move_to_in_progress", observed)
-    with local_worker(settings, engine=engine) as worker:
-        response = tools.run(worker, input='call calc.calculate {"expression": "6*7"}', tools=[CALC])
-
-    assert max(running) == 0
-    assert item(response, "mcp_call")["output"] == "42"
