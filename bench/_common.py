@@ -86,6 +86,11 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process it started (read now: a group whose processes come and go)."""
+    return [pid, *descendants(pid)]
+
+
 @dataclass
 class CpuMeter:
     """CPU seconds of named process groups over a window, and this process's own as ``"client"``.

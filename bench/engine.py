@@ -66,7 +66,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from _common import CpuMeter, descendants, nearest_rank, percentile, thread_cpu
+from _common import CpuMeter, descendants, nearest_rank, percentile, process_tree, thread_cpu
 from _engine.profile import Profiler
 
 from oss_responses.engine.base import SamplingSettings
@@ -377,10 +377,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     postgres = start_postgres() if args.database == "postgresql" else None
     database = f"sqlite:///{scratch / 'bench.db'}" if postgres is None else postgres.create_database("bench")
     migrate(database)
-    stores = {"redis": [redis_server.process.pid]}
-    if postgres is not None:  # its server processes: one per connection, read at every meter reading
-        pg = postgres.process.pid
-        stores["postgres"] = lambda: [pg, *descendants(pg)]
+    stores = (redis_server.process.pid, None if postgres is None else postgres.process.pid)
     settings = Settings(database_url=database, redis_url=redis_server.url, models=[SERVICE_MODEL])
     trace_file, stage_file = scratch / "worker-latency.txt", scratch / "worker-stages.txt"
     threads_file = scratch / "worker-threads.txt"
@@ -391,7 +388,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     try:
         worker = _start_worker(settings, env | {"BENCH_THREADS_FILE": str(threads_file)}, scratch, "production")
         try:
-            meter = _service_meter(api.pid, worker.pid, stores)
+            meter = _service_meter(api.pid, worker.pid, *stores)
             runs, threads, profile = _production_rounds(base_url, meter, api.pid, worker.pid, threads_file, scratch,
                                                         args)
         finally:
@@ -399,7 +396,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
         traced_env = env | {"BENCH_TRACE_FILE": str(trace_file), "BENCH_STAGE_FILE": str(stage_file)}
         worker = _start_worker(settings, traced_env, scratch, "traced")
         try:
-            meter = _service_meter(api.pid, worker.pid, stores)
+            meter = _service_meter(api.pid, worker.pid, *stores)
             service_round(base_url, user_texts(args.concurrency, 8), meter)  # warm-up
             time.sleep(0.3)  # the trace thread writes every 0.1 s
             skip = len(trace_file.read_text().split()) if trace_file.exists() else 0
@@ -428,11 +425,11 @@ def _start_worker(settings: Any, env: dict[str, str], scratch: Path, name: str) 
     return worker
 
 
-def _service_meter(api: int, worker: int, stores: dict[str, Any]) -> CpuMeter:
-    """``stores``: redis-server's pids, and PostgreSQL's as a function (its processes come and go)."""
+def _service_meter(api: int, worker: int, redis: int, postgres: int | None) -> CpuMeter:
+    """PostgreSQL (with ``--database postgresql``): its server processes, one per connection."""
     def groups() -> dict[str, list[int]]:
-        found = {"api": [api], "worker": [worker], "engine_core": descendants(worker)}
-        return found | {name: pids() if callable(pids) else pids for name, pids in stores.items()}
+        found = {"api": [api], "worker": [worker], "engine_core": descendants(worker), "redis": [redis]}
+        return found if postgres is None else found | {"postgres": process_tree(postgres)}
     return CpuMeter(groups)
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
-from _common import CpuMeter, descendants, percentile, thread_cpu
+from _common import CpuMeter, percentile, process_tree, thread_cpu
 from _service import client as http
 from _service.stack import SERVED, UNSERVED, Stack, api_pids, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
@@ -78,7 +78,7 @@ def stack_processes(stack: Stack) -> dict[str, list[int]]:
     connection's process that ends counts through its parent) and the worker (while there is one)."""
     pids = {"api": api_pids(stack.api.pid), "redis": [stack.redis.process.pid]}
     if stack.postgres is not None:
-        pids["postgres"] = [stack.postgres.process.pid, *descendants(stack.postgres.process.pid)]
+        pids["postgres"] = process_tree(stack.postgres.process.pid)
     if stack.worker is not None:
         pids["worker"] = [stack.worker.pid]
     return pids

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis as redis_lib
-from _common import descendants
+from _common import process_tree
 from support import REPO
 from support.processes import (
     ready_workers,
@@ -120,5 +120,5 @@ def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
 
 def api_pids(pid: int) -> list[int]:
     """The API's processes: ``pid`` and, with several API processes, the ones its supervisor spawned."""
-    return [pid, *descendants(pid)]
+    return process_tree(pid)
 

@@ -74,8 +74,9 @@ def _engine_options(url: URL, pool_size: int | None) -> dict[str, Any]:
     server process, forked and authenticated, and 8 concurrent requests cost it ~4 ms of CPU each
     (bench/service.py --phases e --database postgresql: 5.3-5.8 ms per request against 1.7 ms with
     enough connections kept). An in-memory SQLite database has one connection, nothing to size."""
-    options: dict[str, Any] = {} if url.get_backend_name() == "sqlite" else {"pool_pre_ping": True}
-    if pool_size is not None and (url.get_backend_name() != "sqlite" or _sqlite_file(url) is not None):
+    sqlite = url.get_backend_name() == "sqlite"
+    options: dict[str, Any] = {} if sqlite else {"pool_pre_ping": True}
+    if pool_size is not None and not (sqlite and _sqlite_file(url) is None):
         options |= {"pool_size": pool_size, "max_overflow": BURST_CONNECTIONS}
     return options
 

@@ -4,7 +4,12 @@ import asyncio
 
 import pytest
 from sqlalchemy import text
-from support.db_connections import counted_connects, hold_async_sessions, hold_transactions
+from support.db_connections import (
+    connects_in_two_rounds,
+    counted_connects,
+    hold_async_sessions,
+    hold_transactions,
+)
 from support.rows import new_response
 
 from oss_responses.storage import (
@@ -85,13 +90,11 @@ def test_sqlite_connections_use_wal_and_foreign_keys(tmp_path) -> None:
 def test_database_keeps_pool_size_connections_open_between_transactions(database_url: str) -> None:
     database = Database(database_url, pool_size=8)
     try:
-        with counted_connects(database.engine) as opened:
-            hold_transactions(database, 8)
-            hold_transactions(database, 8)
+        opened = connects_in_two_rounds(database, 8)
     finally:
         database.dispose()
 
-    assert len(opened) == 8
+    assert opened == 8
 
 
 def test_open_pool_opens_every_connection_the_pool_keeps(database_url: str) -> None:
@@ -111,13 +114,11 @@ def test_database_reopens_connections_beyond_sqlalchemys_default_five(database_u
     # What pool_size is for: without it, every connection past the fifth is closed when returned.
     database = Database(database_url)
     try:
-        with counted_connects(database.engine) as opened:
-            hold_transactions(database, 8)
-            hold_transactions(database, 8)
+        opened = connects_in_two_rounds(database, 8)
     finally:
         database.dispose()
 
-    assert len(opened) == 8 + 3
+    assert opened == 8 + 3
 
 
 def test_async_database_keeps_pool_size_connections_open_between_sessions(database_url: str) -> None:
@@ -142,12 +143,12 @@ def test_async_database_keeps_pool_size_connections_open_for_sqlite_transactions
         return database._threaded  # type: ignore[return-value]
 
     threaded = asyncio.run(scenario())
-    with counted_connects(threaded.engine) as opened:
-        hold_transactions(threaded, 8)
-        hold_transactions(threaded, 8)
-    threaded.dispose()
+    try:
+        opened = connects_in_two_rounds(threaded, 8)
+    finally:
+        threaded.dispose()
 
-    assert len(opened) == 8
+    assert opened == 8
 
 
 def test_in_memory_sqlite_databases_take_a_pool_size() -> None:

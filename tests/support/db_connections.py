@@ -44,6 +44,14 @@ def hold_transactions(database: Database, count: int) -> None:
             done.result()
 
 
+def connects_in_two_rounds(database: Database, count: int) -> int:
+    """Driver connections ``database`` opens for two rounds of ``count`` transactions held at once."""
+    with counted_connects(database.engine) as opened:
+        hold_transactions(database, count)
+        hold_transactions(database, count)
+    return len(opened)
+
+
 async def hold_async_sessions(database: AsyncDatabase, count: int) -> None:
     """``count`` sessions of the async engine open at the same time (concurrent requests)."""
     opened = 0

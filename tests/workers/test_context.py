@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from support.db_connections import counted_connects, hold_transactions
+from support.db_connections import connects_in_two_rounds
 
 from oss_responses.config import Settings
 from oss_responses.workers.context import WorkerContext
 
 
 def test_worker_starts_with_its_database_pool_open(worker: WorkerContext, settings: Settings) -> None:
-    with counted_connects(worker.db.engine) as opened:
-        hold_transactions(worker.db, settings.database_pool_size)
-        hold_transactions(worker.db, settings.database_pool_size)
-
-    assert opened == []
+    assert connects_in_two_rounds(worker.db, settings.database_pool_size) == 0
