@@ -17,7 +17,7 @@ import yaml
 
 from oss_responses.cli import PASS_THROUGH, build_parser
 from oss_responses.config import Settings
-from oss_responses.storage.db import BURST_CONNECTIONS
+from oss_responses.storage.db import most_connections
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE: dict[str, Any] = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -126,11 +126,11 @@ def _service_settings(service: str, monkeypatch: pytest.MonkeyPatch) -> Settings
 def test_compose_postgres_allows_every_connection_its_processes_keep(monkeypatch: pytest.MonkeyPatch) -> None:
     with monkeypatch.context() as env:
         api = _service_settings("api", env)
-    needed = api.api_processes * (api.database_pool_size + BURST_CONNECTIONS)
+    needed = api.api_processes * most_connections(api.database_pool_size)
     for worker in WORKERS:
         with monkeypatch.context() as env:
             settings = _service_settings(worker, env)
-        needed += settings.vllm_frontends * (settings.database_pool_size + BURST_CONNECTIONS)
+        needed += settings.vllm_frontends * most_connections(settings.database_pool_size)
     command = SERVICES["postgres"]["command"]
 
     assert command[:2] == ["postgres", "-c"]

@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
 from oss_responses.storage import Database
-from oss_responses.storage.db import BURST_CONNECTIONS
+from oss_responses.storage.db import most_connections
 from oss_responses.storage.migrations import current_revision, head_revision
 
 TIMEOUT_SECONDS = 3
@@ -71,7 +71,7 @@ def check_database_connections(settings: Settings) -> Iterator[CheckResult]:
     url = make_url(settings.database_url)
     if url.get_backend_name() != "postgresql":
         return
-    each = settings.database_pool_size + BURST_CONNECTIONS
+    each = most_connections(settings.database_pool_size)
     api, worker = settings.api_processes * each, each
     try:
         available = _available_connections(_with_connect_timeout(url))

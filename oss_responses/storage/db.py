@@ -68,6 +68,12 @@ def ensure_sqlite_directory(url: str | URL) -> None:
 BURST_CONNECTIONS = 10
 
 
+def most_connections(pool_size: int) -> int:
+    """The most connections one process's pool of ``pool_size`` opens at once (what a PostgreSQL
+    server's max_connections must leave room for, per API or worker process)."""
+    return pool_size + BURST_CONNECTIONS
+
+
 def _engine_options(url: URL, pool_size: int | None) -> dict[str, Any]:
     """``pool_size``: connections kept open for reuse. SQLAlchemy keeps 5 and opens up to 10 more for
     a burst, closing each again when it is returned: on PostgreSQL every such connection is a new
@@ -75,8 +81,9 @@ def _engine_options(url: URL, pool_size: int | None) -> dict[str, Any]:
     (bench/service.py --phases e --database postgresql: 5.3-5.8 ms per request against 1.7 ms with
     enough connections kept). An in-memory SQLite database has one connection, nothing to size."""
     sqlite = url.get_backend_name() == "sqlite"
+    in_memory = sqlite and _sqlite_file(url) is None
     options: dict[str, Any] = {} if sqlite else {"pool_pre_ping": True}
-    if pool_size is not None and not (sqlite and _sqlite_file(url) is None):
+    if pool_size is not None and not in_memory:
         options |= {"pool_size": pool_size, "max_overflow": BURST_CONNECTIONS}
     return options
 

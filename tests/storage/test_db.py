@@ -5,9 +5,9 @@ import asyncio
 import pytest
 from sqlalchemy import text
 from support.db_connections import (
+    async_connects_in_two_rounds,
     connects_in_two_rounds,
     counted_connects,
-    hold_async_sessions,
     hold_transactions,
 )
 from support.rows import new_response
@@ -125,10 +125,7 @@ def test_async_database_keeps_pool_size_connections_open_between_sessions(databa
     async def scenario() -> int:
         database = AsyncDatabase(database_url, pool_size=8)
         try:
-            with counted_connects(database.engine.sync_engine) as opened:
-                await hold_async_sessions(database, 8)
-                await hold_async_sessions(database, 8)
-            return len(opened)
+            return await async_connects_in_two_rounds(database, 8)
         finally:
             await database.dispose()
 

@@ -67,3 +67,11 @@ async def hold_async_sessions(database: AsyncDatabase, count: int) -> None:
             await asyncio.wait_for(all_open.wait(), 30)
 
     await asyncio.gather(*(hold() for _ in range(count)))
+
+
+async def async_connects_in_two_rounds(database: AsyncDatabase, count: int) -> int:
+    """Driver connections ``database`` opens for two rounds of ``count`` sessions held at once."""
+    with counted_connects(database.engine.sync_engine) as opened:
+        await hold_async_sessions(database, count)
+        await hold_async_sessions(database, count)
+    return len(opened)
