@@ -494,7 +494,8 @@ STAGES = (
     ("engine.stream called", "generate"),
     ("AsyncLLM.add_request called", "submitted"),
     ("first vLLM output", "first_output"),
-    ("its first event in Redis", "first_written"),
+    ("first vLLM output making an event", "event_output"),
+    ("its events in Redis", "first_written"),
     ("first delta at the client", "delta"),
 )
 

@@ -17,10 +17,12 @@ With ``$BENCH_STAGE_FILE`` it also writes ``stage response_id t`` lines: when ea
 message reached the worker (``received``), its task thread started (``started``), its row and chain
 were loaded (``loaded``), its lease was taken (``leased``), its prompt rendered (``rendered``), it
 was in_progress (``in_progress``), the engine's ``stream`` ran (``generate``), vLLM got the request
-(``submitted``: ``AsyncLLM.add_request``), vLLM's first output came (``first_output``) and that
-output's first event was written to Redis (``first_written``): the split of the time to first token
-on the worker's side. With ``$BENCH_THREADS_FILE`` it keeps there the name of every Python thread by
-its kernel id (``native_id name`` lines), so a bench can tell whose CPU is whose.
+(``submitted``: ``AsyncLLM.add_request``), vLLM's first output came (``first_output``), the first
+output that made an event came (``event_output``: harmony's header tokens, ``<|channel|>analysis``,
+make none, so this is a decode step or two later) and its events were in Redis (``first_written``:
+Redis's reply read): the split of the time to first token on the worker's side. With
+``$BENCH_THREADS_FILE`` it keeps there the name of every Python thread by its kernel id
+(``native_id name`` lines), so a bench can tell whose CPU is whose.
 """
 
 from __future__ import annotations
@@ -46,8 +48,8 @@ _stages: deque[str] = deque()
 _first_written: set[str] = set()
 
 
-def _stage(name: str, response_id: str) -> None:
-    _stages.append(f"{name} {response_id.split(':')[0]} {time.monotonic():.6f}\n")
+def _stage(name: str, response_id: str, at: float | None = None) -> None:
+    _stages.append(f"{name} {response_id.split(':')[0]} {time.monotonic() if at is None else at:.6f}\n")
 
 
 _engine_output = vllm_module.engine_output
@@ -82,7 +84,9 @@ def _traced_replied(self: writer_module.EventWriter, pipe: Any, batch: Any, *arg
             _latencies.append(written_at - output_at)
             if entry[0] not in _first_written:
                 _first_written.add(entry[0])
-                _stage("first_written", entry[0].rsplit(":", 1)[-1])
+                response_id = entry[0].rsplit(":", 1)[-1]
+                _stage("event_output", response_id, output_at)
+                _stage("first_written", response_id)
 
 
 def _dump_forever(path: str, stage_path: str | None, threads_path: str | None) -> None:
