@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
-import functools
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -176,25 +175,19 @@ class _OutputFeed:
 class ScriptedAnswers:
     """The scripted engine's answer to a prompt, as a token script to force (``vllm_force_scripted``).
 
-    A script is a function of the prompt's tokens, so each is computed once: tests, demos and
-    bench/engine.py send the same prompts again and again, and working one out (parsing the prompt)
-    takes ~0.6 ms of the engine loop per request, which a real model does not need (bench/engine.py's
-    raw and vLLM paths compute their scripts before they time anything).
+    The script writer works each prompt's script out once (``ScriptWriter.continuation``): bench/engine.py's
+    raw and vLLM paths compute their scripts before they time anything, so the service's path must not
+    pay ~0.6 ms of its engine loop per request for it either.
     """
 
-    def __init__(self, encoding: HarmonyEncoding, *, remembered: int = 256) -> None:
+    def __init__(self, encoding: HarmonyEncoding) -> None:
         from oss_responses.engine.scripted import ScriptWriter
 
         self.encoding = encoding
         self.writer = ScriptWriter(encoding)
-        self._script = functools.lru_cache(maxsize=remembered)(self._compute)
 
     def script_for(self, prompt_token_ids: Sequence[int]) -> list[int] | None:
         """The script, or None when the last user message asks for ``unscripted`` (random) output."""
-        script = self._script(tuple(prompt_token_ids))
-        return None if script is None else list(script)  # the caller's to change
-
-    def _compute(self, prompt_token_ids: tuple[int, ...]) -> tuple[int, ...] | None:
         from openai_harmony import Role
 
         from oss_responses.engine.scripted import text_of
@@ -204,7 +197,7 @@ class ScriptedAnswers:
         users = [text_of(m) for m in messages if m.author.role == Role.USER]
         if users and _UNSCRIPTED.search(users[-1]):
             return None
-        return tuple(script)
+        return script
 
 
 class VllmEngine:

@@ -21,8 +21,9 @@ from openai_harmony import (
     SystemContent,
 )
 
+from oss_responses.engine import scripted
 from oss_responses.engine.base import EngineOutput, SamplingSettings
-from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.engine.scripted import ScriptedEngine, ScriptWriter, parse_prompt
 from oss_responses.harmony.render import RenderOptions, render_prompt
 from oss_responses.requests import parse_create_request
 from oss_responses.vocab import load_encoding
@@ -130,6 +131,18 @@ def test_generate_includes_stop_token_once_at_the_end(enc: HarmonyEncoding) -> N
     assert all(len(o.token_ids) == 1 for o in outputs)
     assert outputs[-1].token_ids == [RETURN] and outputs[-1].finished
     assert not any(o.finished for o in outputs[:-1])
+
+
+def test_script_writer_works_out_a_repeated_prompt_once(enc: HarmonyEncoding, monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed: list[int] = []
+    monkeypatch.setattr(scripted, "parse_prompt", lambda *args: parsed.append(1) or parse_prompt(*args))
+    writer, tokens = ScriptWriter(enc), prompt(enc, "hello there")
+
+    first = writer.script_for(tokens)
+    first.clear()  # a caller's copy: changing it changes nothing remembered
+
+    assert writer.script_for(tokens) == ScriptWriter(enc).tokens_for(parse_prompt(enc, tokens))
+    assert len(parsed) == 1
 
 
 def test_generate_stops_at_max_tokens_with_length(enc: HarmonyEncoding) -> None:

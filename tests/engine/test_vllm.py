@@ -117,20 +117,6 @@ def test_scripted_answers_are_the_scripted_engines_unless_unscripted(encoding: H
     assert answers.script_for(prompt_for(encoding, "unscripted: hello")) is None
 
 
-def test_scripted_answers_work_out_a_repeated_prompt_once(encoding: HarmonyEncoding, monkeypatch) -> None:
-    answers = ScriptedAnswers(encoding)
-    parsed: list[int] = []
-    continuation = answers.writer.continuation
-    monkeypatch.setattr(answers.writer, "continuation", lambda tokens: parsed.append(1) or continuation(tokens))
-    prompt = prompt_for(encoding, "hello there")
-
-    first = answers.script_for(prompt)
-    first.clear()  # a caller's copy: changing it changes nothing remembered
-
-    assert answers.script_for(prompt) == ScriptWriter(encoding).tokens_for(parse_prompt(encoding, prompt))
-    assert len(parsed) == 1
-
-
 def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:
     params = sampling_params(
         SamplingSettings(
