@@ -39,6 +39,7 @@ class Stack:
     host: str
     port: int
     postgres: PostgresCluster | None = None
+    api_env: dict[str, str] | None = None  # the API's environment, when not service_env(settings)
     worker: subprocess.Popen[bytes] | None = None
     trace_file: Path | None = None
     _workers_started: int = field(default=0)
@@ -71,6 +72,13 @@ class Stack:
         if self.worker is not None:
             stop_process(self.worker)
             self.worker = None
+
+    def restart_api(self) -> None:
+        """A fresh API process (on a new port) in place of the running one, its settings unchanged."""
+        stop_process(self.api)
+        self.api, base_url = start_api_process(self.settings, self.directory / "api-restarted.log", self.api_env)
+        self.host, port = base_url.removeprefix("http://").split(":")
+        self.port = int(port)
 
     def stop(self) -> None:
         self.stop_worker()
@@ -115,7 +123,7 @@ def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
         raise
     host, port = base_url.removeprefix("http://").split(":")
     return Stack(directory=directory, redis=redis, settings=settings, api=api, host=host, port=int(port),
-                 postgres=postgres)
+                 postgres=postgres, api_env=env)
 
 
 def api_pids(pid: int) -> list[int]:
