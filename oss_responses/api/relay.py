@@ -47,8 +47,10 @@ async def _frames(
     try:
         for chunk in head:
             yield chunk
+        head = ()  # sent: an open stream holds no frame it sent (see EventHub._frames)
         async for chunk in log_frames:
             yield chunk
+            chunk = b""
         ended = True
     except EventHubStopped:
         log.info("event hub stopped while relaying %s", response_id)
@@ -82,6 +84,7 @@ class FrameResponse(EventSourceResponse):
             else:
                 async for chunk in self.body_iterator:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    chunk = b""  # not held while the next one is awaited
         except BaseException:
             await self._close_body()
             raise
