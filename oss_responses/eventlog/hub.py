@@ -286,7 +286,7 @@ class EventHub:
             page = await self._first_page(redis_keys.events(response_id), cursor)
         follow = self._follow(response_id, cursor, page)
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
-        # read, ~2-4 KB, for as long as it is open): hence the rebinding here and in _follow and _live.
+        # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
         del page
         async for frames in follow:
             if chunked:
