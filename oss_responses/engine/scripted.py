@@ -82,10 +82,13 @@ def parse_prompt(encoding: HarmonyEncoding, prompt_token_ids: Sequence[int]) -> 
 class ScriptWriter:
     """Decides the answer to a conversation and renders it as harmony tokens."""
 
-    def __init__(self, encoding: HarmonyEncoding, *, remembered: int = 256) -> None:
+    def __init__(
+        self, encoding: HarmonyEncoding, *, remembered: int = 64, remembered_tokens: int = 16_384
+    ) -> None:
         self.encoding = encoding
         self.filler = [encoding.encode(word)[0] for word in _FILLER_WORDS]
         self._worked_out = functools.lru_cache(maxsize=remembered)(self._work_out)
+        self._remembered_tokens = remembered_tokens
 
     def _text(self, text: str) -> list[int]:
         tokens: list[int] = self.encoding.encode(text, allowed_special="all")
@@ -101,8 +104,12 @@ class ScriptWriter:
 
         Each is worked out once per prompt (the last ``remembered`` prompts): tests, demos and benches
         send the same prompts again and again, and parsing one back into messages costs the engine
-        loop ~0.6-1 ms per request, which a real model does not spend."""
-        messages, script = self._worked_out(tuple(prompt_token_ids))
+        loop ~0.6-1 ms per request, which a real model does not spend. A prompt over
+        ``remembered_tokens`` is worked out every time: remembered, it would hold ~40 MB per million
+        tokens (its token ids and text) for as long as the worker runs."""
+        prompt = tuple(prompt_token_ids)
+        work_out = self._worked_out if len(prompt) <= self._remembered_tokens else self._work_out
+        messages, script = work_out(prompt)
         return list(messages), list(script)
 
     def _work_out(self, prompt_token_ids: tuple[int, ...]) -> tuple[tuple[Message, ...], tuple[int, ...]]:

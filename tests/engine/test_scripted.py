@@ -145,6 +145,18 @@ def test_script_writer_works_out_a_repeated_prompt_once(enc: HarmonyEncoding, mo
     assert len(parsed) == 1
 
 
+def test_script_writer_works_out_a_long_prompt_every_time(
+    enc: HarmonyEncoding, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parsed: list[int] = []
+    monkeypatch.setattr(scripted, "parse_prompt", lambda *args: parsed.append(1) or parse_prompt(*args))
+    tokens = prompt(enc, "hello there")
+    writer = ScriptWriter(enc, remembered_tokens=len(tokens) - 1)
+
+    assert writer.script_for(tokens) == writer.script_for(tokens)
+    assert len(parsed) == 2
+
+
 def test_generate_stops_at_max_tokens_with_length(enc: HarmonyEncoding) -> None:
     outputs = generate(enc, prompt(enc, "tokens 100"), max_tokens=12)
     assert sum(len(o.token_ids) for o in outputs) == 12
