@@ -156,7 +156,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
         await write_frames(services.redis, response.id, opening)
         await services.tasks.run_response(response.id, services.settings.queue_for(response.model))
     except BROKER_ERRORS as exc:
-        await _undo_accept(services, response.id)
+        await _undo_accept(services, response.id, exc)
         raise ServiceUnavailable(
             "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
             "Retry shortly.", code="queue_unavailable",
@@ -181,9 +181,9 @@ async def _insert(services: Services, record: ResponseRecord, items: list[dict[s
         ) from exc
 
 
-async def _undo_accept(services: Services, response_id: str) -> None:
+async def _undo_accept(services: Services, response_id: str, cause: Exception) -> None:
     """A response that could not be queued leaves nothing behind: no row, no input items, no stream."""
-    log.warning("could not queue %s: undoing its accept", response_id)
+    log.warning("could not queue %s (%s: %s): undoing its accept", response_id, type(cause).__name__, cause)
     await services.db.run(delete_response, response_id)
     try:
         await services.redis.delete(redis_keys.events(response_id))

@@ -10,12 +10,16 @@
 
 from __future__ import annotations
 
+import logging
+
 from redis.exceptions import RedisError
 
 from oss_responses.api.services import Services
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest, ServiceUnavailable, TooManyRequests
 from oss_responses.requests import CreateResponseRequest
+
+log = logging.getLogger(__name__)
 
 
 def check_request_limits(settings: Settings, body: CreateResponseRequest) -> None:
@@ -46,6 +50,7 @@ async def check_queue_depth(services: Services, model: str) -> None:
     try:
         waiting = await services.tasks.waiting(services.settings.queue_for(model))
     except (RedisError, OSError) as exc:
+        log.warning("could not read the depth of %s's queue (%s: %s)", model, type(exc).__name__, exc)
         raise ServiceUnavailable(
             "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
             "Retry shortly.", code="queue_unavailable",

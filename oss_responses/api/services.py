@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import anyio
 from celery import Celery
 from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
@@ -26,12 +28,38 @@ log = logging.getLogger(__name__)
 # that waits serves any burst; a wait this long means Redis is in trouble, and the request gets its 503.
 REDIS_CONNECTIONS = 100
 REDIS_POOL_WAIT_SECONDS = 10.0
+REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
+REDIS_CONNECT_ATTEMPTS = 3
+REDIS_CONNECT_PAUSE_SECONDS = 0.1
+
+
+class PatientPool(BlockingConnectionPool):
+    """A pool whose new connections try their connect again when it times out.
+
+    The connect timeout is wall time on this process's event loop, and in a burst the loop itself runs
+    behind: 250 concurrent POSTs on two busy cores opened up to 100 connections at once, and some of
+    them timed out ("Timeout connecting to server") with Redis idle, each a 503 saying Redis was
+    unreachable. A refused connect (Redis down) is a ``ConnectionError`` and fails at once, and nothing
+    sent on an open connection is repeated (a write that might have landed must not land twice).
+    """
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        for attempt in range(1, REDIS_CONNECT_ATTEMPTS + 1):
+            try:
+                await super().ensure_connection(connection)
+                return
+            except RedisTimeoutError:
+                if attempt == REDIS_CONNECT_ATTEMPTS or connection.is_connected:
+                    raise
+                log.info("connecting to Redis timed out (attempt %d of %d); trying again",
+                         attempt, REDIS_CONNECT_ATTEMPTS)
+                await anyio.sleep(REDIS_CONNECT_PAUSE_SECONDS * attempt)
 
 
 def api_redis(url: str) -> Redis:
     """An asyncio Redis client for one API process: its pool waits for a free connection, never refuses."""
-    pool = BlockingConnectionPool.from_url(url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_POOL_WAIT_SECONDS,
-                                           socket_connect_timeout=2)
+    pool = PatientPool.from_url(url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_POOL_WAIT_SECONDS,
+                                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS)
     return Redis(connection_pool=pool)
 
 

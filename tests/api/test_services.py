@@ -1,13 +1,20 @@
-"""What the API builds at start-up for its routes to share (``api/app.py``)."""
+"""What the API builds at start-up for its routes to share (``api/app.py``, ``api/services.py``)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
+import pytest
+from redis.asyncio.connection import Connection
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from support import MODEL
 from support.db_connections import counted_connects, hold_async_sessions
+from support.servers import free_port
 
 from oss_responses.api.app import _open_services
+from oss_responses.api.services import REDIS_CONNECT_ATTEMPTS, api_redis
 from oss_responses.config import Settings
 
 
@@ -22,3 +29,69 @@ def test_open_services_keeps_database_pool_size_connections_open(database_url: s
             return opened
 
     assert asyncio.run(reopened()) == []
+
+
+@pytest.fixture
+def connect_timeouts(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], list[int]]:
+    """Makes the first ``n`` socket connects of redis.asyncio time out, as an event loop that runs
+    behind makes them do; returns the list of attempts (their numbers) as they happen."""
+
+    def arm(n: int) -> list[int]:
+        attempts: list[int] = []
+        real_connect = Connection._connect
+
+        async def connect(self: Connection) -> None:
+            attempts.append(len(attempts) + 1)
+            if len(attempts) <= n:
+                raise TimeoutError
+            await real_connect(self)
+
+        monkeypatch.setattr(Connection, "_connect", connect)
+        return attempts
+
+    return arm
+
+
+def test_api_redis_connects_again_after_connect_timeouts(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
+    attempts = connect_timeouts(REDIS_CONNECT_ATTEMPTS - 1)
+
+    async def ping() -> bool:
+        client = api_redis(redis_url)
+        try:
+            return bool(await client.ping())
+        finally:
+            await client.aclose()
+
+    assert asyncio.run(ping())
+    assert attempts == list(range(1, REDIS_CONNECT_ATTEMPTS + 1))
+
+
+def test_api_redis_gives_up_after_its_connect_attempts_time_out(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
+    attempts = connect_timeouts(REDIS_CONNECT_ATTEMPTS)
+
+    async def ping() -> None:
+        client = api_redis(redis_url)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    with pytest.raises(RedisTimeoutError):
+        asyncio.run(ping())
+    assert len(attempts) == REDIS_CONNECT_ATTEMPTS
+
+
+def test_api_redis_refused_connect_fails_at_once(connect_timeouts) -> None:  # type: ignore[no-untyped-def]
+    """Redis down (nothing listens): no attempt is repeated, so the request's 503 comes at once."""
+    attempts = connect_timeouts(0)
+
+    async def ping() -> None:
+        client = api_redis(f"redis://127.0.0.1:{free_port()}/0")
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    with pytest.raises(RedisConnectionError):
+        asyncio.run(ping())
+    assert attempts == [1]
