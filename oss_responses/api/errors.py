@@ -3,6 +3,9 @@
 - ``ServiceError`` (BadRequest, NotFound, ...) → its own status and body.
 - FastAPI's request validation (query/path parameters) and JSON decode errors → 400.
 - Starlette's HTTP errors (404 unknown route, 405 wrong method) → that status, OpenAI's shape.
+- Redis unreachable (a refused or timed-out connection, from any route that reads or writes it) →
+  503 ``redis_unavailable``, logged in one line: the client's SDK retries it, and Starlette's
+  catch-all would also have reset the client's keep-alive connection after its 500.
 - Anything else → 500 ``server_error``, logged with its traceback on the server side only.
 """
 
@@ -14,9 +17,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from oss_responses.errors import BadRequest, ServiceError
+from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,12 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(str(exc.detail), type=kind), status_code=exc.status_code, headers=exc.headers)
 
 
+async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("Redis unreachable on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
+    error = ServiceUnavailable("The service cannot reach its Redis right now. Retry shortly.", code="redis_unavailable")
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     body = error_body("The server had an error while processing your request.", type="server_error")
@@ -61,4 +72,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RedisConnectionError, _redis_unreachable)
+    app.add_exception_handler(RedisTimeoutError, _redis_unreachable)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -1,5 +1,6 @@
 """With Redis gone (the API started with it, then it stopped), creating a response is a prompt 503 in
-OpenAI's error shape, and nothing is stored (no row that would stay ``queued`` forever without a task)."""
+OpenAI's error shape, and nothing is stored (no row that would stay ``queued`` forever without a task);
+streaming, resuming, cancelling and deleting one are 503s too, and change nothing."""
 
 from __future__ import annotations
 
@@ -43,3 +44,25 @@ def test_create_response_with_redis_down_is_503_storing_nothing(
     assert error["type"] == "server_error" and error["code"] == "queue_unavailable"
     rows = api.db.run(lambda session: session.execute(select(func.count()).select_from(ResponseRow)).scalar_one())
     assert rows == 0
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/v1/responses/{id}?stream=true"),
+    ("GET", "/v1/responses/{id}?stream=true&starting_after=0"),
+    ("POST", "/v1/responses/{id}/cancel"),
+    ("DELETE", "/v1/responses/{id}"),
+], ids=["stream", "resume", "cancel", "delete"])
+def test_redis_route_with_redis_down_is_503_changing_nothing(
+    http: httpx2.Client, own_redis: RedisServer, method: str, path: str
+) -> None:
+    """Every route that needs Redis answers a 503 in OpenAI's shape (it was a 500, and the client's
+    keep-alive connection was reset after it), and the response stays as it was."""
+    response_id = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()["id"]
+    own_redis.process.kill()
+    own_redis.process.wait()
+    response = http.request(method, path.format(id=response_id))
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["type"] == "server_error" and error["code"] == "redis_unavailable"
+    after = http.get(f"/v1/responses/{response_id}")  # the same keep-alive connection
+    assert after.status_code == 200 and after.json()["status"] == "queued"
