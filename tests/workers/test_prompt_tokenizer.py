@@ -9,6 +9,7 @@ every running response's generation and events were held up.
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from support.workers import accept
 
 from oss_responses.config import Settings
 from oss_responses.harmony.render import tokenize_messages
+from oss_responses.heap import tune_garbage_collection
 from oss_responses.storage import Database
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
@@ -67,7 +69,23 @@ def _answer_without_parsing(ctx: WorkerContext, db: Database, redis: redis_lib.R
 
 
 @pytest.fixture
-def worker_for(settings: Settings) -> Iterator:  # type: ignore[type-arg]
+def worker_heap() -> Iterator[None]:
+    """The collector as a worker process has it (``tune_garbage_collection`` at its start): what was
+    allocated before is frozen. Without it the probe also measured this test process's own full
+    collections, a pass over the whole suite's heap that holds the GIL, and so the loop, for hundreds
+    of ms (599 ms once in CI, on a slow machine; 233 ms here for a heap of vLLM's and torch's imports
+    alone): a pause a worker does not have."""
+    thresholds = gc.get_threshold()
+    tune_garbage_collection("test")
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)
+
+
+@pytest.fixture
+def worker_for(settings: Settings, worker_heap: None) -> Iterator:  # type: ignore[type-arg]
     contexts: list[WorkerContext] = []
 
     def start(process_above_chars: int) -> WorkerContext:
