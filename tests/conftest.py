@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import itertools
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import redis as redis_lib
+from redis.asyncio.connection import Connection
 from support.servers import PostgresCluster, start_postgres, start_redis
 
 from oss_responses.storage import migrate
@@ -99,3 +100,24 @@ def stack_database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.
     """A migrated database shared by a module's API and worker processes, on SQLite and on PostgreSQL."""
     with fresh_database(request, request.param, tmp_path_factory.mktemp("stack")) as url:
         yield url
+
+
+@pytest.fixture
+def connect_timeouts(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], list[int]]:
+    """Makes the first ``n`` socket connects of redis.asyncio time out, as an event loop that runs
+    behind makes them do; returns the list of attempts (their numbers) as they happen."""
+
+    def arm(n: int) -> list[int]:
+        attempts: list[int] = []
+        real_connect = Connection._connect
+
+        async def connect(self: Connection) -> None:
+            attempts.append(len(attempts) + 1)
+            if len(attempts) <= n:
+                raise TimeoutError
+            await real_connect(self)
+
+        monkeypatch.setattr(Connection, "_connect", connect)
+        return attempts
+
+    return arm

@@ -8,15 +8,14 @@ from dataclasses import dataclass
 
 import anyio
 from celery import Celery
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.connection import AbstractConnection
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.asyncio import Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.broker import TRANSPORT, send_run_response
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.redis_pool import PatientPool
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
@@ -29,31 +28,6 @@ log = logging.getLogger(__name__)
 REDIS_CONNECTIONS = 100
 REDIS_POOL_WAIT_SECONDS = 10.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
-REDIS_CONNECT_ATTEMPTS = 3
-REDIS_CONNECT_PAUSE_SECONDS = 0.1
-
-
-class PatientPool(BlockingConnectionPool):
-    """A pool whose new connections try their connect again when it times out.
-
-    The connect timeout is wall time on this process's event loop, and in a burst the loop itself runs
-    behind: 250 concurrent POSTs on two busy cores opened up to 100 connections at once, and some of
-    them timed out ("Timeout connecting to server") with Redis idle, each a 503 saying Redis was
-    unreachable. A refused connect (Redis down) is a ``ConnectionError`` and fails at once, and nothing
-    sent on an open connection is repeated (a write that might have landed must not land twice).
-    """
-
-    async def ensure_connection(self, connection: AbstractConnection) -> None:
-        for attempt in range(1, REDIS_CONNECT_ATTEMPTS + 1):
-            try:
-                await super().ensure_connection(connection)
-                return
-            except RedisTimeoutError:
-                if attempt == REDIS_CONNECT_ATTEMPTS or connection.is_connected:
-                    raise
-                log.info("connecting to Redis timed out (attempt %d of %d); trying again",
-                         attempt, REDIS_CONNECT_ATTEMPTS)
-                await anyio.sleep(REDIS_CONNECT_PAUSE_SECONDS * attempt)
 
 
 def api_redis(url: str) -> Redis:

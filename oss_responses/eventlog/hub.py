@@ -34,7 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.typing import StreamRangeResponse
@@ -42,6 +42,7 @@ from redis.typing import StreamRangeResponse
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import bulk_string
 from oss_responses.eventlog.pipe import RedisPipe
+from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ class EventHub:
     # --- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         # Bounded and blocking: a burst of new subscribers queues for a connection, never fails.
-        pool = BlockingConnectionPool.from_url(self._redis_url, max_connections=self._side_connections, timeout=30)
+        pool = PatientPool.from_url(self._redis_url, max_connections=self._side_connections, timeout=30)
         self._side = Redis(connection_pool=pool)
         await self._connected_reader()  # Redis answers, or the API does not start
         self._reader_task = asyncio.create_task(self._read_forever(), name="event-hub-reader")

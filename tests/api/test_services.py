@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
-from redis.asyncio.connection import Connection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from support import MODEL
@@ -14,8 +12,9 @@ from support.db_connections import counted_connects, hold_async_sessions
 from support.servers import free_port
 
 from oss_responses.api.app import _open_services
-from oss_responses.api.services import REDIS_CONNECT_ATTEMPTS, api_redis
+from oss_responses.api.services import api_redis
 from oss_responses.config import Settings
+from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
 
 def test_open_services_keeps_database_pool_size_connections_open(database_url: str, redis_url: str) -> None:
@@ -31,29 +30,8 @@ def test_open_services_keeps_database_pool_size_connections_open(database_url: s
     assert asyncio.run(reopened()) == []
 
 
-@pytest.fixture
-def connect_timeouts(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], list[int]]:
-    """Makes the first ``n`` socket connects of redis.asyncio time out, as an event loop that runs
-    behind makes them do; returns the list of attempts (their numbers) as they happen."""
-
-    def arm(n: int) -> list[int]:
-        attempts: list[int] = []
-        real_connect = Connection._connect
-
-        async def connect(self: Connection) -> None:
-            attempts.append(len(attempts) + 1)
-            if len(attempts) <= n:
-                raise TimeoutError
-            await real_connect(self)
-
-        monkeypatch.setattr(Connection, "_connect", connect)
-        return attempts
-
-    return arm
-
-
 def test_api_redis_connects_again_after_connect_timeouts(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
-    attempts = connect_timeouts(REDIS_CONNECT_ATTEMPTS - 1)
+    attempts = connect_timeouts(CONNECT_ATTEMPTS - 1)
 
     async def ping() -> bool:
         client = api_redis(redis_url)
@@ -63,11 +41,11 @@ def test_api_redis_connects_again_after_connect_timeouts(redis_url: str, connect
             await client.aclose()
 
     assert asyncio.run(ping())
-    assert attempts == list(range(1, REDIS_CONNECT_ATTEMPTS + 1))
+    assert attempts == list(range(1, CONNECT_ATTEMPTS + 1))
 
 
 def test_api_redis_gives_up_after_its_connect_attempts_time_out(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
-    attempts = connect_timeouts(REDIS_CONNECT_ATTEMPTS)
+    attempts = connect_timeouts(CONNECT_ATTEMPTS)
 
     async def ping() -> None:
         client = api_redis(redis_url)
@@ -78,7 +56,7 @@ def test_api_redis_gives_up_after_its_connect_attempts_time_out(redis_url: str, 
 
     with pytest.raises(RedisTimeoutError):
         asyncio.run(ping())
-    assert len(attempts) == REDIS_CONNECT_ATTEMPTS
+    assert len(attempts) == CONNECT_ATTEMPTS
 
 
 def test_api_redis_refused_connect_fails_at_once(connect_timeouts) -> None:  # type: ignore[no-untyped-def]

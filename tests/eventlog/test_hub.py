@@ -15,6 +15,7 @@ from oss_responses.eventlog import (
     parse_frame,
     write_events,
 )
+from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
 pytestmark = pytest.mark.anyio
 
@@ -260,3 +261,17 @@ async def test_live_read_follows_a_stream_behind_a_password_and_a_database_numbe
             admin.close()
     finally:
         server.stop()
+
+
+async def test_side_reads_connect_again_after_connect_timeouts(redis_url, connect_timeouts) -> None:
+    """A burst of new streams opens many connections at once, on a loop that runs behind: a connect
+    that times out is tried again (``redis_pool.PatientPool``), not the client's 503."""
+    hub = EventHub(redis_url)
+    await hub.start()
+    try:
+        attempts = connect_timeouts(CONNECT_ATTEMPTS - 1)
+        with pytest.raises(StreamNotFound):  # Redis answered: the stream does not exist
+            await hub.last_sequence("resp_none")
+        assert attempts == list(range(1, CONNECT_ATTEMPTS + 1))
+    finally:
+        await hub.stop()

@@ -1,0 +1,40 @@
+"""A Redis connection pool for an asyncio process that serves bursts: a timed-out connect is tried again."""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+from redis.asyncio import BlockingConnectionPool
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+log = logging.getLogger(__name__)
+
+CONNECT_ATTEMPTS = 3
+CONNECT_PAUSE_SECONDS = 0.1
+
+
+class PatientPool(BlockingConnectionPool):
+    """A pool whose new connections try their connect again when it times out.
+
+    The connect timeout is wall time on this process's event loop, and in a burst the loop itself runs
+    behind: 250 concurrent POSTs on two busy cores opened up to 100 connections at once, and some of
+    them timed out ("Timeout connecting to server") with Redis idle, each a 503 saying Redis was
+    unreachable. A refused connect (Redis down) is a ``ConnectionError`` and fails at once, and nothing
+    sent on an open connection is repeated (a write that might have landed must not land twice).
+    The API's pools (``api/services.py``) and its event hub's are such pools; a worker's clients retry
+    connects and safe commands alike (``workers/context.py``).
+    """
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                await super().ensure_connection(connection)
+                return
+            except RedisTimeoutError:
+                if attempt == CONNECT_ATTEMPTS or connection.is_connected:
+                    raise
+                log.info("connecting to Redis timed out (attempt %d of %d); trying again",
+                         attempt, CONNECT_ATTEMPTS)
+                await anyio.sleep(CONNECT_PAUSE_SECONDS * attempt)
