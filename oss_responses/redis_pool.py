@@ -33,7 +33,7 @@ class PatientPool(BlockingConnectionPool):
                 await super().ensure_connection(connection)
                 return
             except RedisTimeoutError:
-                if attempt == CONNECT_ATTEMPTS or connection.is_connected:
+                if attempt == CONNECT_ATTEMPTS:
                     raise
                 log.info("connecting to Redis timed out (attempt %d of %d); trying again",
                          attempt, CONNECT_ATTEMPTS)

@@ -30,46 +30,30 @@ def test_open_services_keeps_database_pool_size_connections_open(database_url: s
     assert asyncio.run(reopened()) == []
 
 
+async def _ping(url: str) -> bool:
+    client = api_redis(url)
+    try:
+        return bool(await client.ping())
+    finally:
+        await client.aclose()
+
+
 def test_api_redis_connects_again_after_connect_timeouts(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
     attempts = connect_timeouts(CONNECT_ATTEMPTS - 1)
-
-    async def ping() -> bool:
-        client = api_redis(redis_url)
-        try:
-            return bool(await client.ping())
-        finally:
-            await client.aclose()
-
-    assert asyncio.run(ping())
+    assert asyncio.run(_ping(redis_url))
     assert attempts == list(range(1, CONNECT_ATTEMPTS + 1))
 
 
 def test_api_redis_gives_up_after_its_connect_attempts_time_out(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
     attempts = connect_timeouts(CONNECT_ATTEMPTS)
-
-    async def ping() -> None:
-        client = api_redis(redis_url)
-        try:
-            await client.ping()
-        finally:
-            await client.aclose()
-
     with pytest.raises(RedisTimeoutError):
-        asyncio.run(ping())
+        asyncio.run(_ping(redis_url))
     assert len(attempts) == CONNECT_ATTEMPTS
 
 
 def test_api_redis_refused_connect_fails_at_once(connect_timeouts) -> None:  # type: ignore[no-untyped-def]
     """Redis down (nothing listens): no attempt is repeated, so the request's 503 comes at once."""
     attempts = connect_timeouts(0)
-
-    async def ping() -> None:
-        client = api_redis(f"redis://127.0.0.1:{free_port()}/0")
-        try:
-            await client.ping()
-        finally:
-            await client.aclose()
-
     with pytest.raises(RedisConnectionError):
-        asyncio.run(ping())
+        asyncio.run(_ping(f"redis://127.0.0.1:{free_port()}/0"))
     assert attempts == [1]
