@@ -48,7 +48,9 @@ class Settings(BaseSettings):
 
     # --- event log ----------------------------------------------------------
     event_ttl_seconds: int = Field(86_400, description="How long a response's event stream is kept after it ended")
-    stream_ping_seconds: float = Field(15.0, description="SSE keep-alive comment interval")
+    stream_ping_seconds: float = Field(
+        15.0, gt=0, description="a stream with no event for this long gets an SSE keep-alive comment"
+    )
 
     # --- worker -------------------------------------------------------------
     worker_model: str = Field("gpt-oss-20b", description="The model (and queue) this worker serves")

@@ -9,6 +9,7 @@ from functools import partial
 from fastapi import FastAPI
 
 from oss_responses.api.auth import log_auth_mode
+from oss_responses.api.draining import on_stop_signals
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.metrics import MetricsExporter
@@ -29,7 +30,8 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
     db = AsyncDatabase(settings.database_url, pool_size=settings.database_pool_size)
     redis = api_redis(settings.redis_url)
-    hub = EventHub(settings.redis_url, archive=partial(archived_frames, db))
+    hub = EventHub(settings.redis_url, archive=partial(archived_frames, db),
+                   heartbeat_seconds=settings.stream_ping_seconds)
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
     exporter = MetricsExporter(settings)
     await hub.start()
@@ -54,7 +56,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log_auth_mode(settings)
         async with _open_services(settings) as services:
             app.state.services = services
-            yield
+            with on_stop_signals(services.hub.end_subscriptions):
+                yield
 
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)
     install_error_handlers(app)

@@ -1,28 +1,34 @@
 """SSE out: the event log's frames relayed to one client, byte for byte.
 
 Races, and who wins:
-- the log ends (end marker) → the generator returns, sse-starlette closes the response;
-- the client disconnects → sse-starlette cancels the generator; for a response the client itself
-  runs (not background) that means "stop generating", so the ``finally`` requests a cancel,
-  shielded from the cancellation that is unwinding it;
-- the server shuts down (the hub stops) → the stream ends early; a non-background response is
-  cancelled as on a disconnect (its client is cut off anyway), a background one runs on.
+- the log ends (end marker) → the response completes;
+- the client disconnects → the sending is cancelled; for a response the client itself runs (not
+  background) that means "stop generating", so the ``finally`` requests a cancel, shielded from the
+  cancellation that is unwinding it;
+- the API is told to stop → its hub ends every subscription (``api/draining.py``) and the stream is
+  cut (no final chunk: the client sees it broken, and resumes with ``starting_after`` elsewhere); a
+  non-background response is cancelled as on a disconnect (its client is cut off anyway), a
+  background one runs on.
 
-Each item the hub yields is already SSE bytes (the frames of one read, joined): :class:`FrameResponse`
-keeps sse-starlette's pings, disconnect and shutdown handling but sends those bytes as they are,
-without its per-chunk encoding, debug logging and per-send cancel scope (most of the API's CPU per
-relayed chunk at 100 streams).
+:class:`FrameStream` keeps sse-starlette's headers but not its four tasks per response (sender,
+pinger, shutdown listener, disconnect listener, in an anyio task group): ~15 KB of every open
+stream's memory (``bench/service.py`` (d): 49 → 34 KB). The request's own task sends, one task
+listens for the disconnect, the hub times the keep-alive pings (one timer for the process) and the
+stop signal reaches the hub. Each body item is already SSE bytes (the frames of one read, joined),
+sent as it is.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import anyio
 from openai.types.responses import ResponseErrorEvent
 from sse_starlette import EventSourceResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
@@ -33,6 +39,8 @@ from oss_responses.metrics import ACTIVE_STREAMS
 from oss_responses.storage import AsyncDatabase, get_event_log
 
 log = logging.getLogger(__name__)
+
+KEEP_ALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it; proxies see the connection in use
 
 
 async def _frames(
@@ -52,8 +60,6 @@ async def _frames(
             yield chunk
             chunk = b""
         ended = True
-    except EventHubStopped:
-        log.info("event hub stopped while relaying %s", response_id)
     except StreamLost as lost:
         yield lost_stream_frame(response_id, lost)
     finally:
@@ -73,39 +79,53 @@ def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
     ))
 
 
-class FrameResponse(EventSourceResponse):
-    """An SSE response whose body items are complete SSE frames (bytes), sent unchanged."""
+class FrameStream(EventSourceResponse):
+    """An SSE response whose body items are complete SSE frames (bytes), sent unchanged; an empty item
+    (the hub's heartbeat) is sent as a keep-alive comment. The body ends the response: exhausted, it
+    completes; raising :class:`EventHubStopped`, it is cut."""
 
-    async def _stream_response(self, send: Send) -> None:
+    _client_left = False  # set by the listener when it cancels the sending task
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        sending = asyncio.current_task()
+        assert sending is not None
+        listener = asyncio.create_task(self._cancel_on_disconnect(receive, sending))
         try:
-            if self.send_timeout is not None:  # the per-send timeout needs sse-starlette's own loop
-                await self._send_chunks_with_timeout(send)
-            else:
-                async for chunk in self.body_iterator:
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    chunk = b""  # not held while the next one is awaited
-        except BaseException:
+            await self._send_body(send)
+        except asyncio.CancelledError:
+            if not self._client_left or sending.uncancel() > 0:  # not (only) the listener's cancel
+                raise
+        except EventHubStopped:
+            log.info("the API is stopping: the stream it was relaying is cut")
+        finally:
+            self.active = False  # before any await: the listener cancels nothing from here on
+            listener.cancel()
             await self._close_body()
-            raise
-        async with self._send_lock:
-            self.active = False
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_body(self, send: Send) -> None:
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk or KEEP_ALIVE, "more_body": True})
+            chunk = b""  # not held while the next one is awaited
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _cancel_on_disconnect(self, receive: Receive, sending: asyncio.Task[Any]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass  # the request's (empty) body
+        if self.active:
+            self._client_left = True
+            sending.cancel()
 
     async def _close_body(self) -> None:
-        """A send failed while the body generator waits at a yield: close it now, so its ``finally``
-        (the cancel on disconnect) runs here rather than whenever it is garbage-collected."""
+        """Close the body generator now if it waits at a yield (a cancelled send), so that its
+        ``finally`` (the cancel on disconnect) runs here rather than whenever it is garbage-collected."""
         aclose = getattr(self.body_iterator, "aclose", None)
         if aclose is not None:
             with anyio.move_on_after(self._cleanup_timeout, shield=True):
                 try:
                     await aclose()
                 except Exception:
-                    log.exception("closing the relayed stream after a failed send failed")
-
-    async def _send_chunks_with_timeout(self, send: Send) -> None:
-        async for chunk in self.body_iterator:
-            await self._send_with_timeout(send, {"type": "http.response.body", "body": chunk, "more_body": True})
+                    log.exception("closing the relayed stream failed")
 
 
 async def _cancel_quietly(services: Services, response_id: str) -> None:
@@ -135,6 +155,5 @@ async def relay(
     ``head``, the caller wrote those frames to the log itself: the log exists and nothing after ``after``
     needs reading from history, so the hub follows it live at once (one Redis round trip fewer).
     """
-    log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head)
-    frames = _frames(services, response_id, head, log_frames, cancel_on_disconnect)
-    return FrameResponse(frames, ping=services.settings.stream_ping_seconds)
+    log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head, heartbeats=True)
+    return FrameStream(_frames(services, response_id, head, log_frames, cancel_on_disconnect))

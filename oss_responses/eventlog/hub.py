@@ -10,6 +10,10 @@ A subscription:
    so nothing falls between history and live. If the hub already reads the stream from further on,
    the subscriber catches up again with XRANGE; entries it sees twice are dropped by id;
 3. follows live batches until the end marker (field ``end``), then detaches.
+A subscription opened with ``heartbeats`` also gets an empty item when its stream was quiet for a whole
+``heartbeat_seconds`` (an SSE relay's cue for a keep-alive comment): one timer for the process, not
+one per stream. ``end_subscriptions`` ends every live one (:class:`EventHubStopped`) at once: the API
+calls it when told to stop, since its server waits for open streams before the app shuts down.
 A subscriber that falls ``max_pending_batches`` behind is detached and goes back to step 1 from its
 own cursor, so a slow client costs Redis reads, not unbounded memory.
 
@@ -133,14 +137,17 @@ class _Subscriber:
     """One subscription's queue of read batches. Small on purpose: an idle stream holds one for as
     long as it is open (a list and a future while waiting, not a deque and an Event: ~1.2 KB less)."""
 
-    __slots__ = ("batches", "waiter", "attached", "stopped", "lost")
+    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "heartbeats", "quiet", "idle")
 
-    def __init__(self) -> None:
+    def __init__(self, *, heartbeats: bool = False) -> None:
         self.batches: list[list[Entry]] = []  # a few at most: a subscriber that falls behind is detached
         self.waiter: asyncio.Future[None] | None = None
         self.attached = False
         self.stopped = False
         self.lost = False
+        self.heartbeats = heartbeats
+        self.quiet = False  # no batch since the heartbeat timer's last tick
+        self.idle = False  # a heartbeat is due
 
     def wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -183,8 +190,11 @@ class EventHub:
         side_connections: int = 16,
         outage_seconds: float = 30.0,
         archive: ArchiveReader | None = None,
+        heartbeat_seconds: float = 15.0,
     ) -> None:
         self._archive = archive
+        self._heartbeat_seconds = heartbeat_seconds
+        self._ended = False  # end_subscriptions was called: no subscription follows live any more
         self._redis_url = redis_url
         self._block_ms = block_ms
         self._count = count
@@ -206,6 +216,7 @@ class EventHub:
         self._idle = asyncio.Event()  # set to start a read when there was nothing to read
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reader_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
         self._reader: RedisPipe | None = None
         self._side: Redis | None = None
 
@@ -216,17 +227,17 @@ class EventHub:
         self._side = Redis(connection_pool=pool)
         await self._connected_reader()  # Redis answers, or the API does not start
         self._reader_task = asyncio.create_task(self._read_forever(), name="event-hub-reader")
+        self._heartbeat_task = asyncio.create_task(self._beat_forever(), name="event-hub-heartbeat")
 
     async def stop(self) -> None:
         if self._reader_task is not None:
             await cancel_and_wait(self._reader_task)
             await asyncio.gather(*self._tasks, return_exceptions=True)
             self._reader_task = None
-        for stream in self._streams.values():
-            for sub in stream.subscribers:
-                sub.stopped = True
-                sub.wake()
-        self._streams.clear()
+        if self._heartbeat_task is not None:
+            await cancel_and_wait(self._heartbeat_task)
+            self._heartbeat_task = None
+        self.end_subscriptions()
         if self._side is not None:
             try:
                 await self._side.delete(self._wake_key)  # it expires anyway
@@ -234,6 +245,15 @@ class EventHub:
                 log.warning("event hub: could not delete its wake stream at stop", exc_info=True)
             await self._side.aclose()
         self._close_reader()
+
+    def end_subscriptions(self) -> None:
+        """Every subscription, live or still reading history, ends with :class:`EventHubStopped`."""
+        self._ended = True
+        for stream in self._streams.values():
+            for sub in stream.subscribers:
+                sub.stopped = True
+                sub.wake()
+        self._streams.clear()
 
     # --- public interface ----------------------------------------------------------------------
     def subscribe(self, response_id: str, *, after: int | None = None, history: bool = True) -> AsyncIterator[bytes]:
@@ -243,18 +263,26 @@ class EventHub:
         the caller itself just wrote the stream up to event ``after`` (an accept's opening events), so
         the subscription goes live from there without a first history read (nor its 404 check).
         """
-        return self._frames(response_id, cursor_after(after), None if history else [], chunked=False)
+        page: list[Entry] | None = None if history else []
+        return self._frames(response_id, cursor_after(after), page, chunked=False, heartbeats=False)
 
     async def open(
-        self, response_id: str, *, after: int | None = None, chunked: bool = False, history: bool = True
+        self,
+        response_id: str,
+        *,
+        after: int | None = None,
+        chunked: bool = False,
+        history: bool = True,
+        heartbeats: bool = False,
     ) -> AsyncIterator[bytes]:
         """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent.
 
-        With ``chunked``, each item is the frames of one read joined (fewer socket writes).
+        With ``chunked``, each item is the frames of one read joined (fewer socket writes), and with
+        ``heartbeats`` too, an empty item means the stream was quiet for ``heartbeat_seconds`` or more.
         """
         cursor = cursor_after(after)
         page = await self._first_page(redis_keys.events(response_id), cursor) if history else []
-        return self._frames(response_id, cursor, page, chunked=chunked)
+        return self._frames(response_id, cursor, page, chunked=chunked, heartbeats=heartbeats)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
@@ -281,11 +309,11 @@ class EventHub:
 
     # --- one subscription -----------------------------------------------------------------------
     async def _frames(
-        self, response_id: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool
+        self, response_id: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool, heartbeats: bool
     ) -> AsyncIterator[bytes]:
         if page is None:
             page = await self._first_page(redis_keys.events(response_id), cursor)
-        follow = self._follow(response_id, cursor, page)
+        follow = self._follow(response_id, cursor, page, _Subscriber(heartbeats=heartbeats))
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
         # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
         del page
@@ -298,9 +326,11 @@ class EventHub:
                 data = b""
             frames = []
 
-    async def _follow(self, response_id: str, cursor: EntryId, page: list[Entry]) -> AsyncIterator[list[bytes]]:
+    async def _follow(
+        self, response_id: str, cursor: EntryId, page: list[Entry], sub: _Subscriber
+    ) -> AsyncIterator[list[bytes]]:
+        """Lists of frames; an empty list is a heartbeat."""
         key = redis_keys.events(response_id)
-        sub = _Subscriber()
         try:
             while True:
                 frames, cursor, end = take_frames(page, cursor)
@@ -316,6 +346,8 @@ class EventHub:
                 if more_history:
                     page = await self._range(key, cursor)
                     continue
+                if self._ended:
+                    raise EventHubStopped("the event hub stopped")
                 if not sub.attached and not self._attach(key, sub, cursor):
                     # The reader is already past us: one more history pass (now attached, whatever is
                     # read from here on is queued as well) closes the gap.
@@ -323,7 +355,11 @@ class EventHub:
                     continue
                 live = self._live(sub, cursor)
                 # cursor follows the live batches: after a detach, history resumes from where they ended
-                async for frames, cursor, end in live:
+                async for batch in live:
+                    if batch is None:
+                        yield []
+                        continue
+                    frames, cursor, end = batch
                     if frames:
                         yield frames
                     del frames
@@ -337,7 +373,9 @@ class EventHub:
 
     async def _live(
         self, sub: _Subscriber, cursor: EntryId
-    ) -> AsyncIterator[tuple[list[bytes], EntryId, dict[bytes, bytes] | None]]:
+    ) -> AsyncIterator[tuple[list[bytes], EntryId, dict[bytes, bytes] | None] | None]:
+        """What each batch brings (frames, the cursor after them, the end marker's fields), or None for
+        a heartbeat."""
         while True:
             if sub.batches:
                 frames, cursor, end = take_frames(sub.batches.pop(0), cursor)
@@ -350,6 +388,10 @@ class EventHub:
                 raise StreamLost(cursor)
             if not sub.attached:
                 return
+            if sub.idle:
+                sub.idle = False
+                yield None
+                continue
             await sub.wait()
 
     async def _archived_rest(self, response_id: str, cursor: EntryId, end: dict[bytes, bytes]) -> list[bytes]:
@@ -519,6 +561,7 @@ class EventHub:
             del self._streams[key]  # ended: every subscriber stops at the end marker
         overflowed = []
         for sub in stream.subscribers:
+            sub.quiet = False
             sub.batches.append(entries)
             if len(sub.batches) > self._max_pending:
                 overflowed.append(sub)
@@ -527,6 +570,19 @@ class EventHub:
             sub.batches.clear()
             sub.attached = False
             self._detach(key, sub)
+
+    async def _beat_forever(self) -> None:
+        """Each tick, a heartbeat for every subscriber that wants them and got no batch since the last:
+        a quiet stream gets one every ``heartbeat_seconds``, the first one to two ticks after its last
+        batch."""
+        while True:
+            await asyncio.sleep(self._heartbeat_seconds)
+            for stream in self._streams.values():
+                for sub in stream.subscribers:
+                    if sub.quiet and sub.heartbeats:
+                        sub.idle = True
+                        sub.wake()
+                    sub.quiet = True
 
     @property
     def _side_client(self) -> Redis:

@@ -10,6 +10,7 @@ from support.servers import start_redis
 
 from oss_responses.eventlog import (
     EventHub,
+    EventHubStopped,
     EventWriter,
     StreamNotFound,
     parse_frame,
@@ -171,6 +172,57 @@ async def test_open_chunked_joins_frames_of_one_read(hub, aredis, make_events) -
     await write_events(aredis, "resp_a", make_events(range(3)), close="completed", ttl_seconds=60)
     chunks = [chunk async for chunk in await hub.open("resp_a", chunked=True)]
     assert len(chunks) == 1 and chunks[0].count(b"\n\n") == 3
+
+
+async def test_open_with_heartbeats_yields_empty_items_while_the_stream_is_quiet(
+    redis_url, redis, aredis, make_events
+) -> None:
+    hub = EventHub(redis_url, heartbeat_seconds=0.1)
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+        chunks = await hub.open("resp_a", chunked=True, heartbeats=True)
+        assert (await anext(chunks)).count(b"\n\n") == 2
+        assert [await anext(chunks), await anext(chunks)] == [b"", b""]  # quiet: one per tick or two
+        await write_events(aredis, "resp_a", make_events(range(2, 3)), close="completed", ttl_seconds=60)
+        rest = [chunk async for chunk in chunks]
+        assert [chunk for chunk in rest if chunk] and rest[-1].count(b"\n\n") == 1
+    finally:
+        await hub.stop()
+
+
+async def test_open_without_heartbeats_yields_nothing_while_the_stream_is_quiet(
+    redis_url, redis, aredis, make_events
+) -> None:
+    hub = EventHub(redis_url, heartbeat_seconds=0.05)
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+        chunks = await hub.open("resp_a", chunked=True)
+        assert (await anext(chunks)).count(b"\n\n") == 1
+        waiting = asyncio.ensure_future(anext(chunks))
+        await asyncio.sleep(0.3)  # six ticks
+        assert not waiting.done()
+        await write_events(aredis, "resp_a", make_events(range(1, 2)), close="completed", ttl_seconds=60)
+        assert (await waiting).count(b"\n\n") == 1
+    finally:
+        await hub.stop()
+
+
+async def test_end_subscriptions_ends_live_and_later_subscriptions_with_hub_stopped(
+    hub, aredis, make_events
+) -> None:
+    await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+    live = asyncio.ensure_future(anext(hub.subscribe("resp_a", after=0)))
+    await until(lambda: hub.subscriber_count("resp_a") == 1)
+    later = await hub.open("resp_a")  # its history read, not yet following
+    hub.end_subscriptions()
+    with pytest.raises(EventHubStopped):
+        await live
+    assert await collect(later, limit=1) == [0]  # what it had read is still sent
+    with pytest.raises(EventHubStopped):
+        await anext(later)
+    assert hub.stream_count == 0
 
 
 def xrange_calls(redis) -> int:

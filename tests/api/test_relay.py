@@ -1,0 +1,146 @@
+"""SSE relay: a quiet stream gets keep-alive comments that clients skip; an API process told to stop
+cuts its open streams at once instead of waiting for them (uvicorn waits for open connections before
+the app shuts down), alone or under uvicorn's supervisor. Responses on ``gpt-oss-120b`` stay queued:
+no worker serves that model here."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from openai import OpenAI
+from sqlalchemy import select
+from support import MODEL
+from support.processes import service_env, start_api_process, stop_process
+
+from oss_responses.api.relay import KEEP_ALIVE
+from oss_responses.config import Settings
+from oss_responses.sealing import new_key
+from oss_responses.storage import Database, ResponseRow
+
+QUEUED_MODEL = "gpt-oss-120b"
+PING_S = 0.2
+STOPPED_WITHIN_S = 5.0
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL, QUEUED_MODEL],
+                    encryption_keys=[new_key()], stream_ping_seconds=PING_S)
+
+
+def _queued(http: httpx2.Client, **body: object) -> str:
+    created = http.post("/v1/responses", json={"model": QUEUED_MODEL, "input": "hi", "background": True} | body)
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
+def test_stream_quiet_response_gets_keep_alive_comments(http: httpx2.Client) -> None:
+    response_id = _queued(http)
+    received = b""
+    with http.stream("GET", f"/v1/responses/{response_id}", params={"stream": "true"}) as stream:
+        for chunk in stream.iter_raw():
+            received += chunk
+            if received.count(KEEP_ALIVE) == 2:
+                break
+    opening, _, rest = received.partition(KEEP_ALIVE)
+    assert opening.count(b"\n\n") == 2  # response.created, response.queued
+    assert rest == KEEP_ALIVE  # nothing between two comments while nothing happened
+
+
+def test_stream_sdk_reads_through_keep_alive_comments(http: httpx2.Client, client: OpenAI) -> None:
+    response_id = _queued(http)
+    types = []
+    for event in client.responses.retrieve(response_id, stream=True):
+        types.append(event.type)
+        if event.type == "response.queued":  # cancelled after a few comments: its stream ends
+            threading.Timer(3 * PING_S, lambda: http.post(f"/v1/responses/{response_id}/cancel")).start()
+    assert types == ["response.created", "response.queued"]
+    assert client.responses.retrieve(response_id).status == "cancelled"
+
+
+# --- an API process told to stop ---------------------------------------------------------------
+@pytest.fixture
+def api_settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Settings:
+    """On SQLite only: stopping touches no database of its own."""
+    database = tmp_path / "api.db"
+    shutil.copyfile(sqlite_template, database)
+    return Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL, QUEUED_MODEL])
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    processes: list[subprocess.Popen[bytes]] = []
+    yield processes
+    for process in processes:
+        stop_process(process)
+
+
+class Follower(threading.Thread):
+    """Reads one stream to its end; ``outcome``: how it ended."""
+
+    def __init__(self, url: str, body: dict[str, object] | None = None) -> None:
+        super().__init__(daemon=True)
+        self.url, self.body = url, body
+        self.opened = threading.Event()
+        self.outcome = ""
+
+    def run(self) -> None:
+        method = "GET" if self.body is None else "POST"
+        try:
+            with httpx2.stream(method, self.url, json=self.body, timeout=60) as stream:
+                for _ in stream.iter_raw():
+                    self.opened.set()
+            self.outcome = "completed"
+        except httpx2.RemoteProtocolError:
+            self.outcome = "cut"
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["one-process", "supervised"])
+def test_stop_api_cuts_open_streams_at_once(
+    api_settings: Settings, tmp_path: Path, started: list[subprocess.Popen[bytes]], processes: int
+) -> None:
+    env = service_env(api_settings, OSS_RESPONSES_API_PROCESSES=str(processes))
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    api, base_url = start_api_process(api_settings, tmp_path / "api.log", env)
+    started.append(api)
+    with httpx2.Client(base_url=base_url) as http:
+        followers = [Follower(f"{base_url}/v1/responses/{_queued(http)}?stream=true") for _ in range(3)]
+    for follower in followers:
+        follower.start()
+        assert follower.opened.wait(10)
+    stop_asked = time.monotonic()
+    api.send_signal(signal.SIGTERM)
+    api.wait(timeout=STOPPED_WITHIN_S)
+    for follower in followers:
+        follower.join(timeout=STOPPED_WITHIN_S)
+    assert time.monotonic() - stop_asked < STOPPED_WITHIN_S
+    assert [follower.outcome for follower in followers] == ["cut"] * 3
+
+
+def test_stop_api_cancels_the_responses_its_streaming_clients_ran(
+    api_settings: Settings, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    api, base_url = start_api_process(api_settings, tmp_path / "api.log")
+    started.append(api)
+    follower = Follower(f"{base_url}/v1/responses", {"model": QUEUED_MODEL, "input": "hi", "stream": True})
+    follower.start()
+    assert follower.opened.wait(10)
+    api.send_signal(signal.SIGTERM)
+    api.wait(timeout=STOPPED_WITHIN_S)
+    follower.join(timeout=STOPPED_WITHIN_S)
+    assert follower.outcome == "cut"
+    db = Database(api_settings.database_url)
+    try:
+        with db.session() as session:
+            statuses = list(session.scalars(select(ResponseRow.status)))
+    finally:
+        db.dispose()
+    assert statuses == ["cancelled"]
