@@ -34,6 +34,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
+from oss_responses.redis_pool import driver_info
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
 from oss_responses.storage import Database, warm_statements
@@ -220,7 +221,8 @@ def start_worker(
             db=Database(settings.database_url, pool_size=settings.database_pool_size),
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-                settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT)),
+                settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT,
+                driver_info=driver_info())),
             # Its own connection, opened with this client's settings and never retried (see RECONNECT).
             writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
@@ -265,6 +267,6 @@ async def _async_redis(url: str, max_connections: int) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
     retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries)
     pool = redis_asyncio.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=None, retry=retry
+        url, max_connections=max_connections, timeout=None, retry=retry, driver_info=driver_info()
     )
     return redis_asyncio.Redis(connection_pool=pool)

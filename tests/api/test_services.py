@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from importlib import metadata
 
 import pytest
+import redis as redis_lib
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from support import MODEL
@@ -14,7 +16,7 @@ from support.servers import free_port
 from oss_responses.api.app import _open_services
 from oss_responses.api.services import api_redis
 from oss_responses.config import Settings
-from oss_responses.redis_pool import CONNECT_ATTEMPTS
+from oss_responses.redis_pool import CONNECT_ATTEMPTS, driver_info
 
 
 def test_open_services_keeps_database_pool_size_connections_open(database_url: str, redis_url: str) -> None:
@@ -57,3 +59,28 @@ def test_api_redis_refused_connect_fails_at_once(connect_timeouts) -> None:  # t
     with pytest.raises(RedisConnectionError):
         asyncio.run(_ping(f"redis://127.0.0.1:{free_port()}/0"))
     assert attempts == [1]
+
+
+def test_api_redis_new_connections_read_no_package_metadata_and_still_name_their_client(
+    redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py read its version from disk for each new connection (~0.28 ms of the loop each)."""
+    driver_info()  # the process's, built once
+    reads: list[None] = []
+    monkeypatch.setattr("redis.utils.get_lib_version", lambda: reads.append(None) or "0")
+
+    async def five_at_once() -> tuple[str | None, str | None]:
+        client = api_redis(redis_url)
+        try:
+            await asyncio.gather(*(client.blpop(["nothing"], timeout=0.1) for _ in range(5)))
+            connection = await client.connection_pool.get_connection()
+            await client.connection_pool.release(connection)
+            info = connection.driver_info
+            return (None, None) if info is None else (info.formatted_name, info.lib_version)
+        finally:
+            await client.aclose()
+
+    named = asyncio.run(five_at_once())
+    assert reads == []
+    assert len([c for c in redis.client_list() if c["cmd"] == "blpop"]) == 5
+    assert named == ("redis-py", metadata.version("redis"))  # what CLIENT SETINFO sends (Redis 7.2+)
