@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import threading
 
 import httpx2
 import pytest
@@ -14,8 +15,10 @@ from support import MODEL
 from support.api_server import ApiServer
 
 from oss_responses import redis_keys
+from oss_responses.api.jobs import PLAN_ON_LOOP_MESSAGES
 from oss_responses.conversation import history_of
 from oss_responses.eventlog import parse_frame
+from oss_responses.harmony.render import plan_conversation
 from oss_responses.sealing import build_sealer, open_secrets
 from oss_responses.storage import get_chain, get_response, list_input_items
 
@@ -184,3 +187,26 @@ def test_create_responses_burst_beyond_redis_pools_accepts_every_one(api: ApiSer
     assert len(set(ids)) == burst
     assert redis.llen(api.settings.queue_for(MODEL)) == burst
     assert all(api.db.run(get_response, response_id) is not None for response_id in ids[:: burst // 10])
+
+
+@pytest.mark.parametrize(("earlier", "new"), [(0, 1), (0, PLAN_ON_LOOP_MESSAGES), (1, PLAN_ON_LOOP_MESSAGES - 1),
+                                              (0, PLAN_ON_LOOP_MESSAGES + 1), (1, PLAN_ON_LOOP_MESSAGES)])
+def test_create_response_plans_small_conversations_on_the_loop_and_large_ones_off_it(
+    client: OpenAI, monkeypatch: pytest.MonkeyPatch, earlier: int, new: int
+) -> None:
+    """A thread hop costs the loop more than planning a few messages; planning many would stall it."""
+    previous = None
+    if earlier:  # one earlier turn, cancelled while queued: its input, one message
+        previous = client.responses.create(model=MODEL, input="first", background=True).id
+        client.responses.cancel(previous)
+    planned_in: list[str] = []
+
+    def plan(*args: object) -> object:
+        planned_in.append(threading.current_thread().name)
+        return plan_conversation(*args)
+
+    monkeypatch.setattr("oss_responses.api.jobs.plan_conversation", plan)
+    items = [{"role": "user", "content": f"message {n}"} for n in range(new)]
+    client.responses.create(model=MODEL, input=items, background=True, previous_response_id=previous)
+    on_loop = earlier + new <= PLAN_ON_LOOP_MESSAGES
+    assert [name.startswith("uvicorn-") for name in planned_in] == [on_loop]
