@@ -56,7 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         log_auth_mode(settings)
         async with _open_services(settings) as services:
             app.state.services = services
-            with on_stop_signals(services.hub.end_subscriptions):
+            with on_stop_signals(services.hub.end_client_streams):
                 yield
 
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)

@@ -3,8 +3,10 @@
 uvicorn, told to stop (SIGTERM, SIGINT), closes its listening sockets and then waits for every open
 connection to finish before it runs the app's shutdown. An SSE stream of a queued or long response
 would hold it for as long as the response runs, and a deploy would wait for its kill. So while the
-app runs, the stop signals uvicorn handles also end the event hub's subscriptions: uvicorn's handler
-runs first (it marks the server as exiting), then the hub's, on the event loop. This is the same in a
+app runs, the stop signals uvicorn handles also end the event hub's client streams (a client resumes
+one with ``starting_after`` elsewhere): uvicorn's handler runs first (it marks the server as exiting),
+then the hub's, on the event loop. A plain request waiting for its response's end is not cut: its
+client could not resume it, so uvicorn waits for its answer as for any request in flight. This is the same in a
 single process (``api/server.py``) and under uvicorn's supervisor, whose processes serve with
 uvicorn's own server. An app served from another thread (the tests' servers) gets no signals, and its
 streams end with the hub at the app's shutdown.

@@ -5,7 +5,7 @@ Races, and who wins:
 - the client disconnects → the sending is cancelled; for a response the client itself runs (not
   background) that means "stop generating", so the ``finally`` requests a cancel, shielded from the
   cancellation that is unwinding it;
-- the API is told to stop → its hub ends every subscription (``api/draining.py``) and the stream is
+- the API is told to stop → its hub ends every client's stream (``api/draining.py``) and the stream is
   cut (no final chunk: the client sees it broken, and resumes with ``starting_after`` elsewhere); a
   non-background response is cancelled as on a disconnect (its client is cut off anyway), a
   background one runs on.
@@ -155,5 +155,6 @@ async def relay(
     ``head``, the caller wrote those frames to the log itself: the log exists and nothing after ``after``
     needs reading from history, so the hub follows it live at once (one Redis round trip fewer).
     """
-    log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head, heartbeats=True)
+    log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head,
+                                           client_stream=True)
     return FrameStream(_frames(services, response_id, head, log_frames, cancel_on_disconnect))

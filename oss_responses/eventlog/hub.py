@@ -10,10 +10,12 @@ A subscription:
    so nothing falls between history and live. If the hub already reads the stream from further on,
    the subscriber catches up again with XRANGE; entries it sees twice are dropped by id;
 3. follows live batches until the end marker (field ``end``), then detaches.
-A subscription opened with ``heartbeats`` also gets an empty item when its stream was quiet for a whole
-``heartbeat_seconds`` (an SSE relay's cue for a keep-alive comment): one timer for the process, not
-one per stream. ``end_subscriptions`` ends every live one (:class:`EventHubStopped`) at once: the API
-calls it when told to stop, since its server waits for open streams before the app shuts down.
+A client's stream (``open(client_stream=True)``: an SSE relay) also gets an empty item when its
+stream was quiet for a whole ``heartbeat_seconds`` (the relay's cue for a keep-alive comment): one
+timer for the process, not one per stream. ``end_client_streams`` ends every one of them
+(:class:`EventHubStopped`) at once: the API calls it when told to stop, since its server waits for open
+connections before the app shuts down, and a client can resume a stream elsewhere. Other
+subscriptions (a plain request waiting for its response's end) go on until ``stop``.
 A subscriber that falls ``max_pending_batches`` behind is detached and goes back to step 1 from its
 own cursor, so a slow client costs Redis reads, not unbounded memory.
 
@@ -137,15 +139,15 @@ class _Subscriber:
     """One subscription's queue of read batches. Small on purpose: an idle stream holds one for as
     long as it is open (a list and a future while waiting, not a deque and an Event: ~1.2 KB less)."""
 
-    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "heartbeats", "quiet", "idle")
+    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "client_stream", "quiet", "idle")
 
-    def __init__(self, *, heartbeats: bool = False) -> None:
+    def __init__(self, *, client_stream: bool = False) -> None:
         self.batches: list[list[Entry]] = []  # a few at most: a subscriber that falls behind is detached
         self.waiter: asyncio.Future[None] | None = None
         self.attached = False
         self.stopped = False
         self.lost = False
-        self.heartbeats = heartbeats
+        self.client_stream = client_stream  # heartbeats; ended by end_client_streams
         self.quiet = False  # no batch since the heartbeat timer's last tick
         self.idle = False  # a heartbeat is due
 
@@ -194,7 +196,8 @@ class EventHub:
     ) -> None:
         self._archive = archive
         self._heartbeat_seconds = heartbeat_seconds
-        self._ended = False  # end_subscriptions was called: no subscription follows live any more
+        self._clients_ended = False  # end_client_streams was called: no client's stream follows live
+        self._stopped = False
         self._redis_url = redis_url
         self._block_ms = block_ms
         self._count = count
@@ -237,7 +240,8 @@ class EventHub:
         if self._heartbeat_task is not None:
             await cancel_and_wait(self._heartbeat_task)
             self._heartbeat_task = None
-        self.end_subscriptions()
+        self._stopped = True
+        self._end_subscriptions(lambda sub: True)
         if self._side is not None:
             try:
                 await self._side.delete(self._wake_key)  # it expires anyway
@@ -246,14 +250,20 @@ class EventHub:
             await self._side.aclose()
         self._close_reader()
 
-    def end_subscriptions(self) -> None:
-        """Every subscription, live or still reading history, ends with :class:`EventHubStopped`."""
-        self._ended = True
-        for stream in self._streams.values():
-            for sub in stream.subscribers:
+    def end_client_streams(self) -> None:
+        """Every client's stream, live or still reading history, ends with :class:`EventHubStopped`."""
+        self._clients_ended = True
+        self._end_subscriptions(lambda sub: sub.client_stream)
+
+    def _end_subscriptions(self, which: Callable[[_Subscriber], bool]) -> None:
+        for key, stream in list(self._streams.items()):
+            ending = {sub for sub in stream.subscribers if which(sub)}
+            for sub in ending:
                 sub.stopped = True
                 sub.wake()
-        self._streams.clear()
+            stream.subscribers -= ending
+            if not stream.subscribers:
+                del self._streams[key]
 
     # --- public interface ----------------------------------------------------------------------
     def subscribe(self, response_id: str, *, after: int | None = None, history: bool = True) -> AsyncIterator[bytes]:
@@ -264,7 +274,7 @@ class EventHub:
         the subscription goes live from there without a first history read (nor its 404 check).
         """
         page: list[Entry] | None = None if history else []
-        return self._frames(response_id, cursor_after(after), page, chunked=False, heartbeats=False)
+        return self._frames(response_id, cursor_after(after), page, chunked=False, client_stream=False)
 
     async def open(
         self,
@@ -273,16 +283,17 @@ class EventHub:
         after: int | None = None,
         chunked: bool = False,
         history: bool = True,
-        heartbeats: bool = False,
+        client_stream: bool = False,
     ) -> AsyncIterator[bytes]:
         """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent.
 
-        With ``chunked``, each item is the frames of one read joined (fewer socket writes), and with
-        ``heartbeats`` too, an empty item means the stream was quiet for ``heartbeat_seconds`` or more.
+        With ``chunked``, each item is the frames of one read joined (fewer socket writes). A
+        ``client_stream`` ends at :meth:`end_client_streams`, and if chunked, an empty item means its
+        stream was quiet for ``heartbeat_seconds`` or more.
         """
         cursor = cursor_after(after)
         page = await self._first_page(redis_keys.events(response_id), cursor) if history else []
-        return self._frames(response_id, cursor, page, chunked=chunked, heartbeats=heartbeats)
+        return self._frames(response_id, cursor, page, chunked=chunked, client_stream=client_stream)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
@@ -309,11 +320,11 @@ class EventHub:
 
     # --- one subscription -----------------------------------------------------------------------
     async def _frames(
-        self, response_id: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool, heartbeats: bool
+        self, response_id: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool, client_stream: bool
     ) -> AsyncIterator[bytes]:
         if page is None:
             page = await self._first_page(redis_keys.events(response_id), cursor)
-        follow = self._follow(response_id, cursor, page, _Subscriber(heartbeats=heartbeats))
+        follow = self._follow(response_id, cursor, page, _Subscriber(client_stream=client_stream))
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
         # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
         del page
@@ -346,7 +357,7 @@ class EventHub:
                 if more_history:
                     page = await self._range(key, cursor)
                     continue
-                if self._ended:
+                if self._stopped or (sub.client_stream and self._clients_ended):
                     raise EventHubStopped("the event hub stopped")
                 if not sub.attached and not self._attach(key, sub, cursor):
                     # The reader is already past us: one more history pass (now attached, whatever is
@@ -572,14 +583,14 @@ class EventHub:
             self._detach(key, sub)
 
     async def _beat_forever(self) -> None:
-        """Each tick, a heartbeat for every subscriber that wants them and got no batch since the last:
+        """Each tick, a heartbeat for every client's stream that got no batch since the last:
         a quiet stream gets one every ``heartbeat_seconds``, the first one to two ticks after its last
         batch."""
         while True:
             await asyncio.sleep(self._heartbeat_seconds)
             for stream in self._streams.values():
                 for sub in stream.subscribers:
-                    if sub.quiet and sub.heartbeats:
+                    if sub.quiet and sub.client_stream:
                         sub.idle = True
                         sub.wake()
                     sub.quiet = True

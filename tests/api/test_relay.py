@@ -18,7 +18,7 @@ import pytest
 from openai import OpenAI
 from sqlalchemy import select
 from support import MODEL
-from support.processes import service_env, start_api_process, stop_process
+from support.processes import service_env, start_api_process, start_worker_process, stop_process
 
 from oss_responses.api.relay import KEEP_ALIVE
 from oss_responses.config import Settings
@@ -144,3 +144,38 @@ def test_stop_api_cancels_the_responses_its_streaming_clients_ran(
     finally:
         db.dispose()
     assert statuses == ["cancelled"]
+
+
+def test_stop_api_answers_a_plain_request_it_is_waiting_on(
+    api_settings: Settings, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """No stream to resume: the stopping process waits for the response's end and answers it."""
+    settings = api_settings.model_copy(update={"scripted_tokens_per_second": 40.0})
+    started.append(start_worker_process(settings, tmp_path / "worker.log"))
+    api, base_url = start_api_process(settings, tmp_path / "api.log")
+    started.append(api)
+    answers: list[httpx2.Response] = []
+    waiting = threading.Thread(target=lambda: answers.append(httpx2.post(
+        f"{base_url}/v1/responses", json={"model": MODEL, "input": "tokens 80"}, timeout=30)))  # ~2 s of answer
+    waiting.start()
+    _wait_for_one_response(settings)
+    api.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert api.poll() is None and not answers  # still waiting, as for any request in flight
+    waiting.join(timeout=10)
+    api.wait(timeout=STOPPED_WITHIN_S)
+    assert answers[0].status_code == 200 and answers[0].json()["status"] == "completed"
+
+
+def _wait_for_one_response(settings: Settings) -> None:
+    db = Database(settings.database_url)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with db.session() as session:
+                if list(session.scalars(select(ResponseRow.id))):
+                    return
+            time.sleep(0.05)
+        raise TimeoutError("the request was not accepted")
+    finally:
+        db.dispose()

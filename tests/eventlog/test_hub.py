@@ -174,14 +174,14 @@ async def test_open_chunked_joins_frames_of_one_read(hub, aredis, make_events) -
     assert len(chunks) == 1 and chunks[0].count(b"\n\n") == 3
 
 
-async def test_open_with_heartbeats_yields_empty_items_while_the_stream_is_quiet(
+async def test_open_client_stream_yields_empty_items_while_the_stream_is_quiet(
     redis_url, redis, aredis, make_events
 ) -> None:
     hub = EventHub(redis_url, heartbeat_seconds=0.1)
     await hub.start()
     try:
         await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
-        chunks = await hub.open("resp_a", chunked=True, heartbeats=True)
+        chunks = await hub.open("resp_a", chunked=True, client_stream=True)
         assert (await anext(chunks)).count(b"\n\n") == 2
         assert [await anext(chunks), await anext(chunks)] == [b"", b""]  # quiet: one per tick or two
         await write_events(aredis, "resp_a", make_events(range(2, 3)), close="completed", ttl_seconds=60)
@@ -191,7 +191,7 @@ async def test_open_with_heartbeats_yields_empty_items_while_the_stream_is_quiet
         await hub.stop()
 
 
-async def test_open_without_heartbeats_yields_nothing_while_the_stream_is_quiet(
+async def test_open_other_subscription_yields_nothing_while_the_stream_is_quiet(
     redis_url, redis, aredis, make_events
 ) -> None:
     hub = EventHub(redis_url, heartbeat_seconds=0.05)
@@ -209,20 +209,32 @@ async def test_open_without_heartbeats_yields_nothing_while_the_stream_is_quiet(
         await hub.stop()
 
 
-async def test_end_subscriptions_ends_live_and_later_subscriptions_with_hub_stopped(
+async def test_end_client_streams_ends_live_and_later_client_streams_with_hub_stopped(
     hub, aredis, make_events
 ) -> None:
     await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
-    live = asyncio.ensure_future(anext(hub.subscribe("resp_a", after=0)))
+    live = asyncio.ensure_future(anext(await hub.open("resp_a", after=0, client_stream=True)))
     await until(lambda: hub.subscriber_count("resp_a") == 1)
-    later = await hub.open("resp_a")  # its history read, not yet following
-    hub.end_subscriptions()
+    later = await hub.open("resp_a", client_stream=True)  # its history read, not yet following
+    hub.end_client_streams()
     with pytest.raises(EventHubStopped):
         await live
     assert await collect(later, limit=1) == [0]  # what it had read is still sent
     with pytest.raises(EventHubStopped):
         await anext(later)
     assert hub.stream_count == 0
+
+
+async def test_end_client_streams_leaves_other_subscriptions_following(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+    waiting = asyncio.ensure_future(collect(hub.subscribe("resp_a", after=0)))
+    client = asyncio.ensure_future(anext(await hub.open("resp_a", after=0, client_stream=True)))
+    await until(lambda: hub.subscriber_count("resp_a") == 2)
+    hub.end_client_streams()
+    with pytest.raises(EventHubStopped):
+        await client
+    await write_events(aredis, "resp_a", make_events(range(1, 3)), close="completed", ttl_seconds=60)
+    assert await waiting == [1, 2]
 
 
 def xrange_calls(redis) -> int:
