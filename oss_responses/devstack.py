@@ -104,6 +104,37 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+STOP_GRACE_SECONDS = 30.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]], grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+    """Last started, first stopped, each before the next: the API and the worker still need Redis
+    while they shut down. Each gets SIGTERM and ``grace_seconds``, then SIGKILL. A second Ctrl-C (or
+    SIGTERM) while stopping kills what is left at once: it must not abandon the rest, running, as an
+    exception out of a wait did (the demo MCP servers outlived the stack)."""
+    hurry = False
+
+    def hurry_up(signum: int, frame: object) -> None:
+        nonlocal hurry
+        hurry = True
+
+    previous = {sig: signal.signal(sig, hurry_up) for sig in STOP_SIGNALS}
+    try:
+        for p in reversed(procs):
+            if p.poll() is None and not hurry:
+                p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace_seconds
+            while p.poll() is None and not hurry and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main() -> None:
     # A SIGTERM (docker stop, a supervisor) stops the children too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -130,13 +161,9 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        # Last started, first stopped, each before the next: the API and the worker still need Redis
-        # while they shut down. (The children have process groups of their own, so a Ctrl-C reaches
-        # only this process, which stops them in this order.)
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-            p.wait(timeout=30)
+        # The children have process groups of their own, so a Ctrl-C reaches only this process, which
+        # stops them in order.
+        stop_all(procs)
 
 
 if __name__ == "__main__":
