@@ -12,7 +12,7 @@ Races, and who wins:
 
 :class:`FrameStream` keeps sse-starlette's headers but not its four tasks per response (sender,
 pinger, shutdown listener, disconnect listener, in an anyio task group): ~15 KB of every open
-stream's memory (``bench/service.py`` (d): 49 → 34 KB). The request's own task sends, one task
+stream's memory (``bench/service.py`` (d): 49 → 34-39 KB). The request's own task sends, one task
 listens for the disconnect, the hub times the keep-alive pings (one timer for the process) and the
 stop signal reaches the hub. Each body item is already SSE bytes (the frames of one read, joined),
 sent as it is.
