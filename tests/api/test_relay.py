@@ -57,12 +57,21 @@ def test_stream_quiet_response_gets_keep_alive_comments(http: httpx2.Client) -> 
 
 def test_stream_sdk_reads_through_keep_alive_comments(http: httpx2.Client, client: OpenAI) -> None:
     response_id = _queued(http)
+    cancels: list[int] = []
+
+    def cancel_after_a_few_comments() -> None:  # its stream then ends
+        time.sleep(3 * PING_S)
+        cancels.append(http.post(f"/v1/responses/{response_id}/cancel").status_code)
+
+    canceller = threading.Thread(target=cancel_after_a_few_comments)
     types = []
     for event in client.responses.retrieve(response_id, stream=True):
         types.append(event.type)
-        if event.type == "response.queued":  # cancelled after a few comments: its stream ends
-            threading.Timer(3 * PING_S, lambda: http.post(f"/v1/responses/{response_id}/cancel")).start()
+        if event.type == "response.queued":
+            canceller.start()
+    canceller.join(timeout=10)  # its reply may come after the stream's end
     assert types == ["response.created", "response.queued"]
+    assert cancels == [200]
     assert client.responses.retrieve(response_id).status == "cancelled"
 
 
