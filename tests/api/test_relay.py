@@ -146,13 +146,7 @@ def test_stop_api_cancels_the_responses_its_streaming_clients_ran(
     api.wait(timeout=STOPPED_WITHIN_S)
     follower.join(timeout=STOPPED_WITHIN_S)
     assert follower.outcome == "cut"
-    db = Database(api_settings.database_url)
-    try:
-        with db.session() as session:
-            statuses = list(session.scalars(select(ResponseRow.status)))
-    finally:
-        db.dispose()
-    assert statuses == ["cancelled"]
+    assert _statuses(api_settings) == ["cancelled"]
 
 
 def test_stop_api_answers_a_plain_request_it_is_waiting_on(
@@ -177,14 +171,17 @@ def test_stop_api_answers_a_plain_request_it_is_waiting_on(
 
 
 def _wait_for_one_response(settings: Settings) -> None:
+    deadline = time.monotonic() + 10
+    while not _statuses(settings):
+        assert time.monotonic() < deadline, "the request was not accepted"
+        time.sleep(0.05)
+
+
+def _statuses(settings: Settings) -> list[str]:
+    """The statuses of every response in the database, read from SQL."""
     db = Database(settings.database_url)
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with db.session() as session:
-                if list(session.scalars(select(ResponseRow.id))):
-                    return
-            time.sleep(0.05)
-        raise TimeoutError("the request was not accepted")
+        with db.session() as session:
+            return list(session.scalars(select(ResponseRow.status)))
     finally:
         db.dispose()

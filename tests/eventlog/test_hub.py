@@ -174,39 +174,38 @@ async def test_open_chunked_joins_frames_of_one_read(hub, aredis, make_events) -
     assert len(chunks) == 1 and chunks[0].count(b"\n\n") == 3
 
 
-async def test_open_client_stream_yields_empty_items_while_the_stream_is_quiet(
-    redis_url, redis, aredis, make_events
-) -> None:
-    hub = EventHub(redis_url, heartbeat_seconds=0.1)
+@pytest.fixture
+async def ticking_hub(redis_url, redis):
+    """A hub whose heartbeat timer ticks every 50 ms."""
+    hub = EventHub(redis_url, heartbeat_seconds=0.05)
     await hub.start()
-    try:
-        await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
-        chunks = await hub.open("resp_a", chunked=True, client_stream=True)
-        assert (await anext(chunks)).count(b"\n\n") == 2
-        assert [await anext(chunks), await anext(chunks)] == [b"", b""]  # quiet: one per tick or two
-        await write_events(aredis, "resp_a", make_events(range(2, 3)), close="completed", ttl_seconds=60)
-        rest = [chunk async for chunk in chunks]
-        assert [chunk for chunk in rest if chunk] and rest[-1].count(b"\n\n") == 1
-    finally:
-        await hub.stop()
+    yield hub
+    await hub.stop()
+
+
+async def test_open_client_stream_yields_empty_items_while_the_stream_is_quiet(
+    ticking_hub, aredis, make_events
+) -> None:
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    chunks = await ticking_hub.open("resp_a", chunked=True, client_stream=True)
+    assert (await anext(chunks)).count(b"\n\n") == 2
+    assert [await anext(chunks), await anext(chunks)] == [b"", b""]  # quiet: one per tick or two
+    await write_events(aredis, "resp_a", make_events(range(2, 3)), close="completed", ttl_seconds=60)
+    rest = [chunk async for chunk in chunks]
+    assert [chunk for chunk in rest if chunk] and rest[-1].count(b"\n\n") == 1
 
 
 async def test_open_other_subscription_yields_nothing_while_the_stream_is_quiet(
-    redis_url, redis, aredis, make_events
+    ticking_hub, aredis, make_events
 ) -> None:
-    hub = EventHub(redis_url, heartbeat_seconds=0.05)
-    await hub.start()
-    try:
-        await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
-        chunks = await hub.open("resp_a", chunked=True)
-        assert (await anext(chunks)).count(b"\n\n") == 1
-        waiting = asyncio.ensure_future(anext(chunks))
-        await asyncio.sleep(0.3)  # six ticks
-        assert not waiting.done()
-        await write_events(aredis, "resp_a", make_events(range(1, 2)), close="completed", ttl_seconds=60)
-        assert (await waiting).count(b"\n\n") == 1
-    finally:
-        await hub.stop()
+    await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+    chunks = await ticking_hub.open("resp_a", chunked=True)
+    assert (await anext(chunks)).count(b"\n\n") == 1
+    waiting = asyncio.ensure_future(anext(chunks))
+    await asyncio.sleep(0.3)  # six ticks
+    assert not waiting.done()
+    await write_events(aredis, "resp_a", make_events(range(1, 2)), close="completed", ttl_seconds=60)
+    assert (await waiting).count(b"\n\n") == 1
 
 
 async def test_end_client_streams_ends_live_and_later_client_streams_with_hub_stopped(
