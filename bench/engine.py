@@ -42,7 +42,10 @@ service's ``OSS_RESPONSES_STREAM_INTERVAL``); inter-token latency is then betwee
 
 Before the ratios, a speed check compares the engine core's CPU seconds per round across phases (it
 does the same compute every round): past 1.2x apart, the machine's speed changed between phases and
-the ratios compare different machines. The last line is the headline:
+the ratios compare different machines. Then the machine's wake penalty (``bench/wake_penalty.py``: what
+writing a page again costs after a sleep, against hot; large on the development machine, and varying
+from day to day) says how much a run's processes paid for waiting between engine steps: the service's
+tokens cross three processes, vLLM's server one. The last line is the headline:
 ``service_cpu_per_token_vs_raw: X x`` (the service's serving CPU per token over raw AsyncLLM's; target
 <= 3, and at most vLLM's own frontend's); the tokens/s ratios to raw AsyncLLM (target >= 0.95) come
 before it.
@@ -68,6 +71,7 @@ from typing import Any
 
 from _common import CpuMeter, descendants, nearest_rank, percentile, process_tree, thread_cpu
 from _engine.profile import Profiler
+from wake_penalty import penalty_line
 
 from oss_responses.engine.base import SamplingSettings
 from oss_responses.engine.forced import FORCED_TOKENS_KEY
@@ -610,6 +614,7 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
             *service.profile,
         ]
     lines.append(speed_check(paths))
+    lines.append(penalty_line())  # the engine is shut down by now: the machine alone
     lines += ttft_lines(paths)
     lines += [f"{name}_ratio: {tps / raw:.3f} (tokens/s over raw AsyncLLM's)"
               for name, (tps, _) in described.items() if name != "raw_asyncllm"]

@@ -26,7 +26,9 @@ Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--data
     [--b-streams N]
 (r = (c) replay; default: all, in that order; the database is SQLite unless told: PostgreSQL is a
 cluster started here with the tests' settings, fsync and synchronous_commit off)
-A failed run prints the tail of the API's and the worker's logs.
+A failed run prints the tail of the API's and the worker's logs. Before the headline, the machine's wake
+penalty (bench/wake_penalty.py): (b) steps every 20 ms, and every process a token crosses pays for the
+pages its step touches again after the wait, more on some days than others on the development machine.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from wake_penalty import penalty_line
 
 from oss_responses.eventlog import write_events
 from oss_responses.statuses import ACTIVE_STATUSES
@@ -474,6 +477,7 @@ def main() -> None:
     finally:
         stack.stop()
     print(f"total {time.monotonic() - t0:.0f} s")
+    print(penalty_line())
     if rate is not None:
         print(f"service_relay_events_per_second: {rate:.0f} events/s")
 

@@ -1,0 +1,119 @@
+"""What this machine charges for memory left untouched for a while: the same work, hot and after a gap.
+
+On bare metal, touching a page again costs the same whether it was last touched a microsecond or a
+second ago (once it is out of the CPU's caches). On the development machine (a KVM guest under
+nested virtualisation: ``nested_pvm=1`` on its kernel command line) it does not: a page left alone
+for a second costs tens of times more to touch again, and the guest sees no page fault for it
+(``ru_minflt`` does not move), so the cost is the hypervisor's. Every process that waits between
+engine steps pays it for every page its step touches, in proportion to how long it waited; a service
+whose tokens cross three processes (worker, Redis, API) pays it three times per step where vLLM's
+own server, one process, pays it once. The CPU-per-token ratios of ``engine.py`` and ``service.py``
+carry that; this prints how much of it a machine has, so that a run can be read against it.
+
+Two kinds of work, each repeated after sleeps of increasing length (``--gaps``, ms):
+1. a write to every page of a 64 MB buffer (ns per page);
+2. one engine step's protocol work for 8 streams: 8 ``response.output_text.delta`` events built with
+   openai's own type and serialised (µs per step).
+The ratio to the hot run (no gap) is the penalty. The last line is the headline: the page penalty
+after a 20 ms gap (bench/service.py's phase b paces its steps at 20 ms), ``wake_penalty_20ms: X x``.
+
+    PYTHONPATH=.:tests python bench/wake_penalty.py [--gaps 0,8,20,100,1000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+from openai.types.responses import ResponseTextDeltaEvent
+
+PAGE = 4096
+BUFFER_BYTES = 64 * 1024 * 1024
+STREAMS = 8
+HEADLINE_GAP_MS = 20.0
+
+
+def touch_pages(buffer: bytearray) -> float:
+    """Write one byte in every page of ``buffer``; ns per page."""
+    started = time.perf_counter()
+    for offset in range(0, len(buffer), PAGE):
+        buffer[offset] = (buffer[offset] + 1) & 0xFF
+    return (time.perf_counter() - started) / (len(buffer) // PAGE) * 1e9
+
+
+def step_events() -> float:
+    """One engine step's events for ``STREAMS`` streams, built and serialised; µs."""
+    started = time.perf_counter()
+    for stream in range(STREAMS):
+        event = ResponseTextDeltaEvent(
+            type="response.output_text.delta", item_id=f"msg_{stream:032x}", output_index=1, content_index=0,
+            delta=" word", sequence_number=100 + stream, logprobs=[],
+        )
+        event.model_dump_json()
+    return (time.perf_counter() - started) * 1e6
+
+
+def after_gap(work: Callable[[], float], gap_ms: float, repeats: int) -> tuple[float, int]:
+    """The median of ``repeats`` runs of ``work``, each after a sleep of ``gap_ms``; and the guest's
+    minor page faults during the runs (0: the cost is not the guest kernel's)."""
+    samples, faults = [], 0
+    for _ in range(repeats):
+        time.sleep(gap_ms / 1000)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        samples.append(work())
+        faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    return statistics.median(samples), faults
+
+
+def hot(work: Callable[[], float], repeats: int) -> float:
+    """The median of ``repeats`` runs back to back, after two to warm up."""
+    for _ in range(2):
+        work()
+    return statistics.median(work() for _ in range(repeats))
+
+
+def page_penalties(gaps_ms: list[float], repeats: int) -> tuple[float, dict[float, float]]:
+    """Hot ns per page write, and the page penalty (x hot) after each gap."""
+    buffer = bytearray(BUFFER_BYTES)
+    base = hot(lambda: touch_pages(buffer), repeats)
+    return base, {gap: after_gap(lambda: touch_pages(buffer), gap, repeats)[0] / base for gap in gaps_ms}
+
+
+def penalty_line(repeats: int = 3) -> str:
+    """One line for another bench's report (engine.py, service.py): the machine's state in that run."""
+    _, penalty = page_penalties([HEADLINE_GAP_MS, 1000.0], repeats)
+    return (f"machine wake penalty (bench/wake_penalty.py; a page written again after a sleep, x hot): "
+            f"after 20 ms {penalty[HEADLINE_GAP_MS]:.1f}x, after 1 s {penalty[1000.0]:.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gaps", default="8,20,100,1000", help="comma-separated sleeps before each run, in ms")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    gaps = [float(gap) for gap in args.gaps.split(",")]
+    if HEADLINE_GAP_MS not in gaps:
+        gaps.append(HEADLINE_GAP_MS)
+    buffer = bytearray(BUFFER_BYTES)
+    works: dict[str, tuple[Callable[[], float], str]] = {
+        "page write (64 MB buffer)": (lambda: touch_pages(buffer), "ns/page"),
+        f"{STREAMS} delta events built + serialised": (step_events, "us/step"),
+    }
+    penalty: dict[float, float] = {}
+    for name, (work, unit) in works.items():
+        base = hot(work, args.repeats)
+        print(f"{name}: hot {base:8.1f} {unit}")
+        for gap in gaps:
+            value, faults = after_gap(work, gap, args.repeats)
+            print(f"    after {gap:6.0f} ms asleep {value:8.1f} {unit}  {value / base:6.1f}x hot  "
+                  f"(guest page faults: {faults})")
+            if unit == "ns/page":
+                penalty[gap] = value / base
+    print(f"wake_penalty_20ms: {penalty[HEADLINE_GAP_MS]:.1f} x")
+
+
+if __name__ == "__main__":
+    main()
