@@ -1,14 +1,13 @@
 """What this machine charges for memory left untouched for a while: the same work, hot and after a gap.
 
-On bare metal, touching a page again costs the same whether it was last touched a microsecond or a
-second ago (once it is out of the CPU's caches). On the development machine (a KVM guest under
-nested virtualisation: ``nested_pvm=1`` on its kernel command line) it does not: a page left alone
-for a second costs tens of times more to touch again, and the guest sees no page fault for it
-(``ru_minflt`` does not move), so the cost is the hypervisor's. Every process that waits between
-engine steps pays it for every page its step touches, in proportion to how long it waited; a service
-whose tokens cross three processes (worker, Redis, API) pays it three times per step where vLLM's
-own server, one process, pays it once. The CPU-per-token ratios of ``engine.py`` and ``service.py``
-carry that; this prints how much of it a machine has, so that a run can be read against it.
+On the development machine (a KVM guest under nested virtualisation: ``nested_pvm=1`` on its kernel
+command line), touching a page again costs more the longer it was left alone: tens of times more
+after a second, and the guest sees no page fault for it (``ru_minflt`` does not move), so the cost
+is the hypervisor's. On bare metal it should cost a cache and TLB miss at most, whatever its age
+(expected, not measured). Every process that waits between engine steps pays it for the pages its
+step touches again; a service whose tokens cross three processes (worker, Redis, API) likely pays
+more of it than vLLM's own server, one process. ``engine.py`` and ``service.py`` print the day's
+penalty; this script shows it in detail, so that a run can be read against it.
 
 Two kinds of work, each repeated after sleeps of increasing length (``--gaps``, ms):
 1. a write to every page of a 64 MB buffer (ns per page);
@@ -17,7 +16,7 @@ Two kinds of work, each repeated after sleeps of increasing length (``--gaps``, 
 The ratio to the hot run (no gap) is the penalty. The last line is the headline: the page penalty
 after a 20 ms gap (bench/service.py's phase b paces its steps at 20 ms), ``wake_penalty_20ms: X x``.
 
-    PYTHONPATH=.:tests python bench/wake_penalty.py [--gaps 0,8,20,100,1000] [--repeats 5]
+    PYTHONPATH=.:tests python bench/wake_penalty.py [--gaps 8,20,100,1000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -34,6 +33,8 @@ PAGE = 4096
 BUFFER_BYTES = 64 * 1024 * 1024
 STREAMS = 8
 HEADLINE_GAP_MS = 20.0
+
+AfterGaps = dict[float, tuple[float, int]]  # gap (ms) -> (median after it, guest page faults)
 
 
 def touch_pages(buffer: bytearray) -> float:
@@ -75,18 +76,29 @@ def hot(work: Callable[[], float], repeats: int) -> float:
     return statistics.median(work() for _ in range(repeats))
 
 
-def page_penalties(gaps_ms: list[float], repeats: int) -> tuple[float, dict[float, float]]:
-    """Hot ns per page write, and the page penalty (x hot) after each gap."""
+def measure(work: Callable[[], float], gaps_ms: list[float], repeats: int) -> tuple[float, AfterGaps]:
+    """``work``'s hot median, and per gap its median after that gap with the guest's page faults."""
+    base = hot(work, repeats)
+    return base, {gap: after_gap(work, gap, repeats) for gap in gaps_ms}
+
+
+def page_work() -> Callable[[], float]:
     buffer = bytearray(BUFFER_BYTES)
-    base = hot(lambda: touch_pages(buffer), repeats)
-    return base, {gap: after_gap(lambda: touch_pages(buffer), gap, repeats)[0] / base for gap in gaps_ms}
+    return lambda: touch_pages(buffer)
 
 
 def penalty_line(repeats: int = 3) -> str:
     """One line for another bench's report (engine.py, service.py): the machine's state in that run."""
-    _, penalty = page_penalties([HEADLINE_GAP_MS, 1000.0], repeats)
+    base, after = measure(page_work(), [HEADLINE_GAP_MS, 1000.0], repeats)
     return (f"machine wake penalty (bench/wake_penalty.py; a page written again after a sleep, x hot): "
-            f"after 20 ms {penalty[HEADLINE_GAP_MS]:.1f}x, after 1 s {penalty[1000.0]:.1f}x")
+            f"after 20 ms {after[HEADLINE_GAP_MS][0] / base:.1f}x, after 1 s {after[1000.0][0] / base:.1f}x")
+
+
+def report(name: str, unit: str, base: float, after: AfterGaps) -> None:
+    print(f"{name}: hot {base:8.1f} {unit}")
+    for gap, (value, faults) in after.items():
+        print(f"    after {gap:6.0f} ms asleep {value:8.1f} {unit}  {value / base:6.1f}x hot  "
+              f"(guest page faults: {faults})")
 
 
 def main() -> None:
@@ -97,22 +109,10 @@ def main() -> None:
     gaps = [float(gap) for gap in args.gaps.split(",")]
     if HEADLINE_GAP_MS not in gaps:
         gaps.append(HEADLINE_GAP_MS)
-    buffer = bytearray(BUFFER_BYTES)
-    works: dict[str, tuple[Callable[[], float], str]] = {
-        "page write (64 MB buffer)": (lambda: touch_pages(buffer), "ns/page"),
-        f"{STREAMS} delta events built + serialised": (step_events, "us/step"),
-    }
-    penalty: dict[float, float] = {}
-    for name, (work, unit) in works.items():
-        base = hot(work, args.repeats)
-        print(f"{name}: hot {base:8.1f} {unit}")
-        for gap in gaps:
-            value, faults = after_gap(work, gap, args.repeats)
-            print(f"    after {gap:6.0f} ms asleep {value:8.1f} {unit}  {value / base:6.1f}x hot  "
-                  f"(guest page faults: {faults})")
-            if unit == "ns/page":
-                penalty[gap] = value / base
-    print(f"wake_penalty_20ms: {penalty[HEADLINE_GAP_MS]:.1f} x")
+    base, after = measure(page_work(), gaps, args.repeats)
+    report("page write (64 MB buffer)", "ns/page", base, after)
+    report(f"{STREAMS} delta events built + serialised", "us/step", *measure(step_events, gaps, args.repeats))
+    print(f"wake_penalty_20ms: {after[HEADLINE_GAP_MS][0] / base:.1f} x")
 
 
 if __name__ == "__main__":
