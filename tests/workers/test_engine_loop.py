@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -61,15 +60,15 @@ def test_call_soon_refuses_once_loop_stopped() -> None:
 def test_engine_loop_runs_many_responses_at_once(
     database_url: str, redis_url: str, redis: redis_lib.Redis
 ) -> None:
-    # 16 responses of 20 tokens at a 20 ms step: one after another that would take > 6 s.
+    # 16 responses of 30 engine steps each (max_output_tokens): one after another would take 480 steps.
+    # Counted in steps, not seconds: a stalled machine stretches steps, the count stays near 30.
     settings: Settings = worker_settings(database_url, redis_url, scripted_step_interval_seconds=0.02)
     db = Database(settings.database_url)
     ids = [accept(db, redis, settings, input=f"tokens 20 for {i}", max_output_tokens=30) for i in range(16)]
     with local_worker(settings) as worker, ThreadPoolExecutor(16) as pool:
-        started = time.monotonic()
         outcomes = list(pool.map(lambda rid: run_response_now(rid, worker=worker), ids))
-        elapsed = time.monotonic() - started
+        steps = worker.engine.clock.steps  # type: ignore[attr-defined]
     assert set(outcomes) == {"incomplete"}  # the analysis message uses part of the 30 tokens
     assert all(db.run(get_response, rid).status == "incomplete" for rid in ids)  # type: ignore[union-attr]
-    assert elapsed < 3.0
+    assert steps < 480 / 4
     db.dispose()
