@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,28 +33,32 @@ def database_file(sqlite_template: Path, tmp_path: Path) -> str:
     return f"sqlite:///{path}"
 
 
-def hold_a_write(url: str, written: threading.Event, released: list[float]) -> None:
-    """A writer (its own engine, as another process's) that keeps its transaction open a while."""
+def hold_a_write(url: str, written: threading.Event, release: threading.Event, seconds: float) -> None:
+    """A writer (its own engine, as another process's) that keeps its transaction open until ``release``
+    is set or ``seconds`` have passed."""
     db = Database(url)
     with db.session() as session:
         insert_response(session, new_response())
         written.set()
-        time.sleep(HOLD_SECONDS)
-    released.append(time.perf_counter())
+        release.wait(seconds)
     db.dispose()
 
 
-def test_write_waits_for_other_writer_on_the_lock_not_in_sqlite(database_file: str) -> None:
-    written, released = threading.Event(), []
-    holder = threading.Thread(target=hold_a_write, args=(database_file, written, released))
+def holding(url: str, seconds: float) -> tuple[threading.Thread, threading.Event]:
+    """A writer holding the lock once this returns; set the event to let it commit."""
+    written, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=hold_a_write, args=(url, written, release, seconds))
     holder.start()
-    written.wait(5)
+    assert written.wait(5)
+    return holder, release
+
+
+def test_write_waits_for_other_writer_on_the_lock_not_in_sqlite(database_file: str) -> None:
+    holder, _ = holding(database_file, HOLD_SECONDS)
     db, record = impatient(database_file), new_response()
-    db.run(insert_response, record)
-    done = time.perf_counter()
+    db.run(insert_response, record)  # "database is locked" had it met SQLite's lock
     holder.join()
 
-    assert done >= released[0]
     assert db.run(get_response, record.id) is not None
     db.dispose()
 
@@ -62,15 +66,15 @@ def test_write_waits_for_other_writer_on_the_lock_not_in_sqlite(database_file: s
 def test_read_does_not_wait_for_writer(database_file: str) -> None:
     db, record = impatient(database_file), new_response()
     db.run(insert_response, record)
-    written, released = threading.Event(), []
-    holder = threading.Thread(target=hold_a_write, args=(database_file, written, released))
-    holder.start()
-    written.wait(5)
-    found = db.run(get_response, record.id)
-    read_at = time.perf_counter()
-    holder.join()
+    holder, release = holding(database_file, 60)
+    with ThreadPoolExecutor(1) as pool:
+        try:  # a read that took the lock would wait out the holder's 60 s
+            found = pool.submit(db.run, get_response, record.id).result(timeout=10)
+        finally:
+            release.set()
+            holder.join()
 
-    assert found is not None and read_at < released[0]
+    assert found is not None
     db.dispose()
 
 
