@@ -178,12 +178,13 @@ def test_abort_ends_generation_without_waiting_out_the_step(enc: HarmonyEncoding
 def test_step_clock_emits_one_token_per_running_request_per_step(enc: HarmonyEncoding) -> None:
     async def scenario() -> list[list[int]]:
         engine = ScriptedEngine(enc, step_interval_seconds=0.02)
-        assert engine.clock is not None
+        clock = engine.clock
+        assert clock is not None
         steps: list[list[int]] = [[], [], []]  # the clock's step at each request's tokens
 
         async def run(index: int) -> None:
             async for _ in engine.generate(f"r{index}", prompt(enc, "tokens 10"), sampling(enc, max_tokens=10)):
-                steps[index].append(engine.clock.steps)  # type: ignore[union-attr]
+                steps[index].append(clock.steps)
 
         await asyncio.gather(*(run(i) for i in range(3)))
         return steps
