@@ -185,11 +185,13 @@ def test_responses_stream_helper_by_response_id(stack: Stack) -> None:
 def test_cancel_response_mid_generation_stops_it(stack: Stack) -> None:
     stream = stack.client.responses.create(model=MODEL, input=LONG, background=True, stream=True)
     response_id = _read_until_text(stream)
-    started = time.monotonic()
     cancelled = stack.other.responses.cancel(response_id)
-    assert cancelled.status == "cancelled" and time.monotonic() - started < 2.0
+    assert cancelled.status == "cancelled"
     remaining = list(stream)  # the open stream ends too
     assert not any(e.type == "response.completed" for e in remaining)
+    # Counted in tokens, not seconds (a stalled machine slows the engine too): at most two seconds of
+    # generation after the first delta, of the answer's ten.
+    assert sum(e.type == "response.output_text.delta" for e in remaining) <= 2 * TOKENS_PER_SECOND
     assert stack.db.run(get_response, response_id).status == "cancelled"
 
 

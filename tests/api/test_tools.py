@@ -281,10 +281,10 @@ def test_cancel_during_tool_call_ends_stream(stack: ToolStack) -> None:
         events.append(event)
         if event.type == "response.mcp_call.in_progress":
             break
-    asked = time.monotonic()
     cancelled = stack.client.responses.cancel(events[0].response.id)
-    assert cancelled.status == "cancelled" and time.monotonic() - asked < 1.5
+    assert cancelled.status == "cancelled"
     events += list(stream)  # the open stream ends too
-    assert not any(e.type in ("response.completed", "response.failed") for e in events)
+    # Not timed: uncancelled, the call would time out (CALL_TIMEOUT_S) and the response complete.
+    assert not any(e.type in ("response.completed", "response.failed", "response.mcp_call.failed") for e in events)
     check_events(stack.client, events, None)
     assert wait_ended(stack.client, cancelled.id).status == "cancelled"

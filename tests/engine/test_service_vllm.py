@@ -145,7 +145,7 @@ def test_previous_response_id_continues_conversation(stack: Stack) -> None:
     assert second.output_text == 'You said: "second question". Earlier you said: 1. "first question"'
 
 
-def test_cancel_aborts_generation_within_a_second(stack: Stack) -> None:
+def test_cancel_aborts_generation_in_vllm(stack: Stack) -> None:
     stream = stack.client.responses.create(model=MODEL, input="tokens 1500", background=True, stream=True)
     response_id = ""
     for event in stream:
@@ -158,10 +158,13 @@ def test_cancel_aborts_generation_within_a_second(stack: Stack) -> None:
     rest = list(stream)  # the stream ends once the worker stopped
     ended = wait_ended(stack.client, response_id, timeout=DEADLINE_S)
 
-    assert time.monotonic() - started < 1.5
     assert ended.status == "cancelled"
+    # Counted in tokens (a stalled machine slows vLLM too): vLLM stopped well before half the answer;
+    # the scripted engine's cancel test holds the one-second promise to its tokens. The wall bound
+    # only catches a cancel that never reached vLLM.
     deltas = [event for event in rest if event.type == "response.output_text.delta"]
-    assert len(deltas) < 1500
+    assert len(deltas) < 750
+    assert time.monotonic() - started < 10
 
 
 def test_worker_with_missing_model_exits_with_reason(stack: Stack, tmp_path: Path) -> None:

@@ -141,7 +141,7 @@ async def test_new_subscriber_does_not_wait_for_the_blocking_read(hub, aredis, m
     started = time.monotonic()
     await write_events(aredis, "resp_b", make_events(range(1, 2)), ttl_seconds=60)
     assert await collect(late, 1) == [1]
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 5.0  # not the blocked read's 10 s
     pending.cancel()
 
 

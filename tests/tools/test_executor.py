@@ -14,14 +14,25 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def executor(pool: McpSessionPool, calculator_url: str, documents_url: str, misbehaving_url: str) -> McpToolExecutor:
-    servers = [
+def servers(calculator_url: str, documents_url: str, misbehaving_url: str) -> list[ResolvedServer]:
+    return [
         ResolvedServer("code_interpreter", calculator_url, builtin="python"),
         ResolvedServer("web_search_preview", documents_url, builtin="browser"),
         ResolvedServer("calc", calculator_url, allowed_tools=["calculate"]),
         ResolvedServer("flaky", misbehaving_url),
         ResolvedServer("gone", "http://127.0.0.1:1/mcp"),
     ]
+
+
+@pytest.fixture
+def executor(pool: McpSessionPool, servers: list[ResolvedServer]) -> McpToolExecutor:
+    # Calls that should succeed get a timeout no stalled machine reaches.
+    return McpToolExecutor(pool, servers, timeout=30.0)
+
+
+@pytest.fixture
+def impatient(pool: McpSessionPool, servers: list[ResolvedServer]) -> McpToolExecutor:
+    """The same pool and servers, for the calls meant to time out (their tool sleeps 30 s)."""
     return McpToolExecutor(pool, servers, timeout=1.0)
 
 
@@ -48,13 +59,13 @@ async def test_call_failing_tool_is_error(executor: McpToolExecutor) -> None:
     assert outcome.failed and "crash" in (outcome.error or "")
 
 
-async def test_call_slow_tool_times_out_as_error(executor: McpToolExecutor) -> None:
-    outcome = await executor.call("flaky", "sleep", '{"seconds": 30}')
+async def test_call_slow_tool_times_out_as_error(impatient: McpToolExecutor) -> None:
+    outcome = await impatient.call("flaky", "sleep", '{"seconds": 30}')
     assert outcome.error == "the call to 'flaky.sleep' timed out after 1 s"
 
 
-async def test_call_after_timeout_still_works(executor: McpToolExecutor) -> None:
-    await executor.call("flaky", "sleep", '{"seconds": 30}')
+async def test_call_after_timeout_still_works(impatient: McpToolExecutor, executor: McpToolExecutor) -> None:
+    assert (await impatient.call("flaky", "sleep", '{"seconds": 30}')).failed
     assert await executor.call("flaky", "sleep", '{"seconds": 0}') == ToolOutcome(output="awake")
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import redis as redis_lib
 import redis.asyncio as aioredis
@@ -16,6 +16,14 @@ from oss_responses.storage import Database, delete_response, get_response
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.testing import local_worker, run_response_now
 
+# Far beyond a prompt cancel, far short of what the run would take without one: only a cancel that
+# did not work (or waited out its work) gets there.
+WALL_GUARD_S = 10.0
+
+
+def text_deltas(events: list[dict[str, Any]]) -> int:
+    return sum(event["type"] == "response.output_text.delta" for event in events)
+
 
 def test_cancel_mid_generation_ends_within_one_second(
     database_url: str, redis_url: str, redis: redis_lib.Redis
@@ -26,17 +34,18 @@ def test_cancel_mid_generation_ends_within_one_second(
     with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_response_now, response_id, worker=worker)
         wait_for_event(redis, response_id, "response.output_text.delta")
-        asked = time.monotonic()
+        before = text_deltas(events_of(redis, response_id))
         redis.set(redis_keys.cancel(response_id), "1")
         redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
-        assert running.result(timeout=5) == "cancelled"
-        elapsed = time.monotonic() - asked
-    assert elapsed < 1.0
+        assert running.result(timeout=WALL_GUARD_S) == "cancelled"
+    events = events_of(redis, response_id)
+    # A second of generation is 50 tokens at this pace: counted, not timed, since a stalled machine
+    # slows the engine's pace along with everything else (the 40 s answer had 1,950 tokens to go).
+    assert text_deltas(events) - before <= 50
     record = db.run(get_response, response_id)
     assert record is not None and record.status == "cancelled"
     assert is_closed(redis, response_id)
-    types = [e["type"] for e in events_of(redis, response_id)]
-    assert not any(t in ("response.completed", "response.failed") for t in types)
+    assert not any(e["type"] in ("response.completed", "response.failed") for e in events)
     db.dispose()
 
 
