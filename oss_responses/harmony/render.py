@@ -71,6 +71,7 @@ from oss_responses.harmony.history import (
 )
 from oss_responses.harmony.input_items import InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
+from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
 
 __all__ = [
     "JSON_OBJECT_FORMAT",
@@ -81,6 +82,7 @@ __all__ = [
     "RenderOptions",
     "RenderedPrompt",
     "drop_closed_analysis",
+    "offered_functions",
     "plan_conversation",
     "render_prompt",
     "rendered_prompt",
@@ -221,6 +223,21 @@ def drop_closed_analysis(messages: Sequence[dict[str, Any]]) -> list[dict[str, A
     """Drop analysis messages that precede the last final answer; keep those of an open chain."""
     last_final = max((i for i, m in enumerate(messages) if m.get("channel") == "final"), default=-1)
     return [m for i, m in enumerate(messages) if i > last_final or m.get("channel") != "analysis"]
+
+
+def offered_functions(request: Any) -> frozenset[str]:
+    """The addresses the model is shown as functions (``ResponseTranslator(offered_functions=...)``):
+    ``functions.NAME`` per function tool, ``NAMESPACE.NAME`` per function of a namespace tool; none
+    under ``tool_choice="none"``, which renders no tools."""
+    if request.tool_choice == "none":
+        return frozenset()
+    addresses: set[str] = set()
+    for tool in request.tools:
+        if isinstance(tool, FunctionTool):
+            addresses.add(Recipient.address(FUNCTIONS_NAMESPACE, tool.name))
+        elif isinstance(tool, NamespaceTool):
+            addresses.update(Recipient.address(tool.name, function.name) for function in tool.tools)
+    return frozenset(addresses)
 
 
 def _label_namespaces(options: RenderOptions) -> dict[str, str]:

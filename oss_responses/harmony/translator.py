@@ -8,6 +8,7 @@ Interface (what the worker calls)::
                            input_tokens=len(prompt),
                            approval_required=lambda server_label, tool: ...,  # None: never
                            max_tool_calls=request.max_tool_calls,
+                           offered_functions=render.offered_functions(request),  # None: any function
                            seal=messages -> blob)   # None: reasoning items carry no encrypted_content
     t.start()                      -> [response.in_progress]   (once; later calls return [])
     t.list_tools_started(label)    -> events   (mcp_list_tools item added + in_progress)
@@ -138,10 +139,17 @@ class ResponseTranslator:
         approval_required: ApprovalPolicy | None = None,
         max_tool_calls: int | None = None,
         function_namespaces: frozenset[str] = frozenset(),
+        offered_functions: frozenset[str] | None = None,
         seal: Callable[[list[dict[str, Any]]], str] | None = None,
         id_seed: str | None = None,
     ) -> None:
-        """``id_seed``: name items reproducibly (a replay of the same calls then yields the same events)."""
+        """``id_seed``: name items reproducibly (a replay of the same calls then yields the same events).
+
+        ``offered_functions``: the addresses (``functions.get_weather``, ``namespace.tool``) the request
+        offers as functions (``render.offered_functions``); a call to any other address in ``functions``
+        or a function namespace is unavailable. None: no request to check against (the translator
+        alone), every such call is a function call.
+        """
         self.response = response
         self._seal = seal
         self.output_messages: list[dict[str, Any]] = []
@@ -159,6 +167,7 @@ class ResponseTranslator:
         self._emitter = EventEmitter(first_sequence_number, id_seed)
         self._mcp_labels = dict(mcp_labels or {})
         self._function_namespaces = function_namespaces  # namespace tools: their calls are function calls
+        self._offered_functions = offered_functions
         self._input_tokens = input_tokens
         self._output_tokens = 0
         self._reasoning_tokens = 0
@@ -359,6 +368,15 @@ class ResponseTranslator:
             self._items.append(builder)
         return builder
 
+    def _function_call_builder(self, index: int, target: Recipient, recipient: str) -> ItemBuilder:
+        """A function the client did not offer gets no item: the client could not run it (the Agents
+        SDK fails the whole run on an unknown tool), and ``tool_choice="none"`` promises no call."""
+        offered = self._offered_functions
+        if offered is not None and Recipient.address(target.namespace, target.tool) not in offered:
+            return UnavailableToolCallBuilder(self._emitter, recipient)
+        namespace = None if target.namespace == FUNCTIONS_NAMESPACE else target.namespace
+        return FunctionCallBuilder(self._emitter, index, target.tool, namespace=namespace)
+
     def _builder_for(self, header: _Header) -> ItemBuilder:
         index = len(self._items)
         if header.recipient is None:
@@ -369,10 +387,8 @@ class ResponseTranslator:
             )
             return MessageBuilder(self._emitter, index, phase)
         target = Recipient.parse(header.recipient)
-        if target.namespace == FUNCTIONS_NAMESPACE:
-            return FunctionCallBuilder(self._emitter, index, target.tool)
-        if target.namespace in self._function_namespaces:
-            return FunctionCallBuilder(self._emitter, index, target.tool, namespace=target.namespace)
+        if target.namespace == FUNCTIONS_NAMESPACE or target.namespace in self._function_namespaces:
+            return self._function_call_builder(index, target, header.recipient)
         label = self._mcp_labels.get(target.namespace)
         if label is None:
             return UnavailableToolCallBuilder(self._emitter, header.recipient)

@@ -225,6 +225,19 @@ def test_call_to_tool_nobody_offered_is_answered_with_error(stack: ToolStack) ->
     assert "There is no tool 'nowhere.tool'" in response.output_text
 
 
+def test_call_to_function_not_offered_is_answered_with_error(stack: ToolStack) -> None:
+    response = run(stack, "stream", input='call functions.get_time {"city": "Paris"}', tools=[WEATHER])
+    assert response.status == "completed" and types_of(response) == ["reasoning", "reasoning", "message"]
+    assert "There is no tool 'functions.get_time'" in response.output_text
+
+
+def test_tool_choice_none_answers_function_call_with_error(stack: ToolStack) -> None:
+    response = run(stack, "background", input='call functions.get_weather {"city": "Paris"}', tools=[WEATHER],
+                   tool_choice="none")
+    assert response.status == "completed" and "function_call" not in types_of(response)
+    assert "There is no tool 'functions.get_weather'" in response.output_text
+
+
 def test_tool_error_fails_call_and_model_continues(stack: ToolStack) -> None:
     response = run(stack, "stream", input="call bad.crash {}", tools=[BAD])
     assert "Error executing tool crash" in error_text(item(response, "mcp_call"))

@@ -16,6 +16,7 @@ from agents import (
     HostedMCPTool,
     MCPToolApprovalFunctionResult,
     MCPToolApprovalRequest,
+    ModelSettings,
     RunConfig,
     Runner,
     function_tool,
@@ -56,6 +57,22 @@ async def test_run_calls_function_tool_and_answers_with_result(model: OpenAIResp
     agent = Agent(name="speller", model=model, tools=[spell_backwards])
     result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
     assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
+
+
+async def test_run_survives_call_to_function_the_agent_does_not_have(model: OpenAIResponsesModel) -> None:
+    # Given a function_call item for a tool it lacks, the SDK fails the run (ModelBehaviorError).
+    agent = Agent(name="speller", model=model, tools=[spell_backwards])
+    result = await Runner.run(agent, _call("functions.spell_forwards", word="harmony"), run_config=RUN)
+    assert "There is no tool 'functions.spell_forwards'" in result.final_output
+    assert not any(item.type == "tool_call_item" for item in result.new_items)
+
+
+async def test_run_with_tool_choice_none_calls_no_tool(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="speller", model=model, tools=[spell_backwards],
+                  model_settings=ModelSettings(tool_choice="none"))
+    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    assert "There is no tool 'functions.spell_backwards'" in result.final_output
+    assert not any(item.type == "tool_call_item" for item in result.new_items)
 
 
 async def test_run_streamed_emits_text_deltas_and_final_output(model: OpenAIResponsesModel) -> None:

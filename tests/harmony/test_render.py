@@ -10,6 +10,7 @@ from oss_responses.harmony.render import (
     ConversationTurn,
     McpToolSpec,
     RenderOptions,
+    offered_functions,
     render_prompt,
 )
 from oss_responses.requests import parse_create_request
@@ -73,6 +74,17 @@ def test_render_function_tools_and_instructions_in_developer_message(encoding) -
 def test_render_tool_choice_none_renders_no_tools(encoding) -> None:
     request = _request(input="hi", tool_choice="none", tools=[{"type": "function", "name": "f", "parameters": {}}])
     assert "namespace functions" not in _text(encoding, request)
+
+
+def test_offered_functions_are_the_function_and_namespace_tools_shown() -> None:
+    request = _request(input="hi", tools=[{"type": "function", "name": "get_weather", "parameters": {}},
+                                          NAMESPACE_TOOL, {"type": "web_search_preview"}])
+    assert offered_functions(request) == frozenset({"functions.get_weather", "multi_agent_v1.spawn_agent"})
+
+
+def test_offered_functions_are_none_under_tool_choice_none() -> None:
+    request = _request(input="hi", tool_choice="none", tools=[{"type": "function", "name": "f", "parameters": {}}])
+    assert offered_functions(request) == frozenset()
 
 
 def test_render_json_schema_format_in_developer_message(encoding) -> None:

@@ -162,6 +162,46 @@ def test_unknown_recipient_answer_lets_the_model_continue(encoding) -> None:
     assert translator.response.output[0].content[0].text == "Sorry."
 
 
+def _offering(encoding, offered: frozenset[str], namespaces: frozenset[str] = frozenset()) -> ResponseTranslator:
+    translator = ResponseTranslator(
+        make_response(), encoding=encoding, first_sequence_number=1, function_namespaces=namespaces,
+        offered_functions=offered,
+    )
+    translator.start()
+    return translator
+
+
+def _call(encoding, recipient: str) -> list[int]:
+    return encoding.encode(f"<|channel|>commentary to={recipient}<|message|>{{}}<|call|>", allowed_special="all")
+
+
+def test_function_not_offered_is_pending_as_unavailable_without_item(encoding) -> None:
+    translator = _offering(encoding, frozenset({"functions.get_weather"}))
+    assert translator.feed(_call(encoding, "functions.get_time")) == []  # no item
+    call = translator.pending_tool_call
+    assert (call.kind, call.recipient) == ("unavailable", "functions.get_time")
+    assert translator.function_calls == {}
+
+
+def test_offered_function_is_a_function_call_item(encoding) -> None:
+    translator = _offering(encoding, frozenset({"functions.get_weather"}))
+    done = translator.feed(_call(encoding, "functions.get_weather"))[-1]
+    assert translator.pending_tool_call.kind == "function"
+    assert (done.type, done.item.type, done.item.name) == ("response.output_item.done", "function_call", "get_weather")
+
+
+def test_namespace_function_not_offered_is_unavailable(encoding) -> None:
+    translator = _offering(encoding, frozenset({"crm.lookup"}), namespaces=frozenset({"crm"}))
+    assert translator.feed(_call(encoding, "crm.delete")) == []
+    assert translator.pending_tool_call.kind == "unavailable"
+
+
+def test_nothing_offered_makes_every_function_call_unavailable(encoding) -> None:
+    translator = _offering(encoding, frozenset())  # tool_choice "none"
+    assert translator.feed(_call(encoding, "functions.get_weather")) == []
+    assert translator.pending_tool_call.kind == "unavailable"
+
+
 def test_request_without_tools_completes(encoding) -> None:
     response = make_response()
     translator = ResponseTranslator(response, encoding=encoding, first_sequence_number=1)
