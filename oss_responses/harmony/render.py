@@ -228,7 +228,11 @@ def drop_closed_analysis(messages: Sequence[dict[str, Any]]) -> list[dict[str, A
 def offered_functions(request: Any) -> frozenset[str]:
     """The addresses the model is shown as functions (``ResponseTranslator(offered_functions=...)``):
     ``functions.NAME`` per function tool, ``NAMESPACE.NAME`` per function of a namespace tool; none
-    under ``tool_choice="none"``, which renders no tools."""
+    under ``tool_choice="none"``, which renders no tools.
+
+    It follows ``_sort_tools``' function branches rather than reading the plan: the translator is made
+    before the prompt is rendered (tool listings stream first), and from the request alone a takeover
+    decides exactly as the lost worker did."""
     if request.tool_choice == "none":
         return frozenset()
     addresses: set[str] = set()

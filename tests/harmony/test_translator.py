@@ -134,11 +134,14 @@ def test_invalid_tokens_fail_response(encoding) -> None:
     assert response.output[0].content[0].text == "Hi."
 
 
+def _call(encoding, recipient: str) -> list[int]:
+    return encoding.encode(f"<|channel|>commentary to={recipient}<|message|>{{}}<|call|>", allowed_special="all")
+
+
 def test_unknown_recipient_is_pending_as_unavailable_without_item(encoding) -> None:
     translator = _translator(encoding)
     translator.start()
-    tokens = encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all")
-    assert translator.feed(tokens) == []
+    assert translator.feed(_call(encoding, "nowhere.tool")) == []
     call = translator.pending_tool_call
     assert (call.kind, call.recipient, call.arguments) == ("unavailable", "nowhere.tool", "{}")
     assert translator.response.status == "in_progress"
@@ -147,9 +150,7 @@ def test_unknown_recipient_is_pending_as_unavailable_without_item(encoding) -> N
 def test_unknown_recipient_answer_lets_the_model_continue(encoding) -> None:
     translator = _translator(encoding)
     translator.start()
-    translator.feed(
-        encoding.encode("<|channel|>commentary to=nowhere.tool<|message|>{}<|call|>", allowed_special="all")
-    )
+    translator.feed(_call(encoding, "nowhere.tool"))
     translator.feed_tool_result(None, "There is no tool 'nowhere.tool'")
     assert encoding.decode(translator.continuation_token_ids()) == (
         "<|start|>nowhere.tool to=assistant<|channel|>commentary<|message|>There is no tool 'nowhere.tool'<|end|>"
@@ -169,10 +170,6 @@ def _offering(encoding, offered: frozenset[str], namespaces: frozenset[str] = fr
     )
     translator.start()
     return translator
-
-
-def _call(encoding, recipient: str) -> list[int]:
-    return encoding.encode(f"<|channel|>commentary to={recipient}<|message|>{{}}<|call|>", allowed_special="all")
 
 
 def test_function_not_offered_is_pending_as_unavailable_without_item(encoding) -> None:
