@@ -6,18 +6,19 @@ frame them, so everything downstream (translator, event log, API, SDK clients) r
 
 What it answers (always an ``analysis`` message first, then one of):
 
-1. the last message of the prompt is a tool result → a ``final`` answer quoting it
-   (``The tool functions.get_weather returned: {"temp": 20}``);
-2. the last user message contains ``call RECIPIENT ARGS`` → that tool call, ending in ``<|call|>``:
+1. the last user message contains ``call RECIPIENT ARGS`` → that tool call, ending in ``<|call|>``:
    ``call functions.get_weather {"city": "Paris"}`` (a function call), ``call calc.add {"a":1,"b":2}``
    (an MCP tool ``add`` of the server labelled ``calc``), ``call python 123*456`` (the built-in
    python tool). JSON arguments get ``<|constrain|>json``. Functions and MCP tools are called on the
    ``commentary`` channel; the built-in ``python``/``browser`` tools on ``analysis``, as gpt-oss does.
    Several ``call`` directives are made in order, one per turn (after k tool results, the k+1-th);
-3. the request asks for structured output (``text.format``, read back from the developer message's
+2. the request asks for structured output (``text.format``, read back from the developer message's
    ``# Response Formats`` section) → a ``final`` answer that is the JSON: for ``json_schema`` a
    deterministic instance of the schema (:mod:`oss_responses.engine.json_instance`, free strings
-   taken from the last user message), for ``json_object`` ``{"answer": LAST_USER_MESSAGE}``;
+   taken from the text rule 3 would answer, else the last user message), for ``json_object``
+   ``{"answer": THAT_TEXT}``. On vLLM the format constrains every final answer, so it wins here too;
+3. the last message of the prompt is a tool result → a ``final`` answer quoting it
+   (``The tool functions.get_weather returned: {"temp": 20}``);
 4. the last user message contains ``tokens N`` → a ``final`` answer of exactly N content tokens;
 5. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
    of the conversation in order (so chained turns via ``previous_response_id`` are visible).
@@ -140,13 +141,17 @@ class ScriptWriter:
         analysis = self._text(f"<|channel|>analysis<|message|>The user said: {json.dumps(last_user[:200])}.<|end|>")
         calls = _CALL.findall(last_user)
         answered = _tool_results_since_user(messages)
-        if last is not None and last.author.role == Role.TOOL and answered >= len(calls):
-            return analysis + self._final(f"The tool {last.author.name} returned: {text_of(last)}")
         if answered < len(calls):
             recipient, arguments = calls[answered]
             return analysis + self._tool_call(recipient, arguments.strip())
+        quote = None
+        if last is not None and last.author.role == Role.TOOL:
+            quote = f"The tool {last.author.name} returned: {text_of(last)}"
+        # A requested format constrains every final answer on vLLM, one after a tool result too.
         if response_format := requested_format(messages):
-            return analysis + self._final(_formatted(response_format, last_user))
+            return analysis + self._final(_formatted(response_format, quote or last_user))
+        if quote is not None:
+            return analysis + self._final(quote)
         if count := _TOKENS.search(last_user):
             return analysis + self._final_tokens(int(count.group(1)))
         return analysis + self._final(self._echo(user_texts))

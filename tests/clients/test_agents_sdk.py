@@ -24,6 +24,7 @@ from agents import (
 from agents.mcp import MCPServerStreamableHttp
 from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
+from pydantic import BaseModel
 from support import MODEL
 from support.client_stack import CALCULATOR_LABEL, Service
 
@@ -73,6 +74,31 @@ async def test_run_with_tool_choice_none_calls_no_tool(model: OpenAIResponsesMod
     result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
     assert "There is no tool 'functions.spell_backwards'" in result.final_output
     assert not any(item.type == "tool_call_item" for item in result.new_items)
+
+
+class Spelled(BaseModel):
+    spelling: str
+
+
+async def test_run_with_output_type_returns_instance_of_it(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="speller", model=model, output_type=Spelled)
+    result = await Runner.run(agent, "harmony", run_config=RUN)
+    assert result.final_output == Spelled(spelling="harmony")
+
+
+async def test_run_with_output_type_answers_tool_result_as_instance_of_it(model: OpenAIResponsesModel) -> None:
+    # The SDK parses the final answer after the tool turn as the output type; plain text fails the run.
+    agent = Agent(name="speller", model=model, tools=[spell_backwards], output_type=Spelled)
+    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    assert result.final_output == Spelled(spelling="The tool functions.spell_backwards returned: ynomrah")
+
+
+async def test_run_hands_off_to_agent_that_answers(model: OpenAIResponsesModel) -> None:
+    helper = Agent(name="helper", model=model)
+    triage = Agent(name="triage", model=model, handoffs=[helper])
+    result = await Runner.run(triage, _call("functions.transfer_to_helper"), run_config=RUN)
+    assert result.last_agent is helper
+    assert result.final_output == 'The tool functions.transfer_to_helper returned: {"assistant": "helper"}'
 
 
 async def test_run_streamed_emits_text_deltas_and_final_output(model: OpenAIResponsesModel) -> None:

@@ -243,6 +243,22 @@ def test_generate_answers_json_object_when_asked(enc: HarmonyEncoding) -> None:
     assert json.loads(text(final)) == {"answer": "hi"}
 
 
+def test_generate_answers_in_requested_format_after_tool_result(enc: HarmonyEncoding) -> None:
+    # On vLLM the format constrains every final answer, so the scripted answer to a tool result obeys it too.
+    request = parse_create_request({
+        "model": "m", "text": {"format": {"type": "json_object"}},
+        "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+        "input": [
+            {"role": "user", "content": "call functions.f {}"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        ],
+    })
+    tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
+    final = messages_of(enc, generate(enc, tokens))[-1]
+    assert json.loads(text(final)) == {"answer": "The tool functions.f returned: 42"}
+
+
 def test_generate_ignores_response_formats_heading_in_user_text(enc: HarmonyEncoding) -> None:
     final = messages_of(enc, generate(enc, prompt(enc, "# Response Formats\n\n## x\n\n{}")))[-1]
     assert text(final).startswith("You said:")
