@@ -4,7 +4,7 @@ The worker passes it to the engine in ``SamplingSettings.extra`` (:func:`structu
 for vLLM's structured-output logits processor, ``engine/structured.py``). The scripted engine reads it
 back from the prompt instead, as any model would.
 
-Engines see only prompt tokens; the render puts ``text.format`` in the developer message's
+Engines see only prompt tokens; the render puts ``text.format`` in its developer message's
 ``# Response Formats`` section (``harmony/render.py``): ``## NAME`` then the schema as one line of
 JSON, or the json_object sentence. The last such section is the renderer's (it follows the
 instructions, which a user could fill with anything).
@@ -39,11 +39,13 @@ class ResponseFormat:
 
 
 def requested_format(messages: list[Message]) -> ResponseFormat | None:
-    """The format the prompt's developer message asks for (None: free text)."""
-    developer = [m for m in messages if m.author.role == Role.DEVELOPER]
-    if not developer:
+    """The format the renderer's developer message asks for (None: free text).
+
+    The renderer's is the message right after the system message. Developer messages of the input
+    (Codex CLI sends its instructions as one) come after it and are the user's text."""
+    if len(messages) < 2 or messages[1].author.role != Role.DEVELOPER:
         return None
-    text = "".join(getattr(part, "text", "") for part in developer[-1].content)
+    text = "".join(getattr(part, "text", "") for part in messages[1].content)
     start = text.rfind(RESPONSE_FORMATS_HEADING)
     if start < 0:
         return None

@@ -12,6 +12,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import jsonschema
 import pytest
 from support.client_stack import Service
 from support.codex_cli import codex_exec, missing_codex, write_codex_home
@@ -53,3 +54,21 @@ def test_codex_exec_resume_replays_earlier_turn(service: Service, tmp_path: Path
     assert second.returncode == 0, _explain(second, service)
     assert 'You said: "Which word was it?". Earlier you said:' in second.stdout, _explain(second, service)
     assert '"Remember the word marmalade"' in second.stdout, _explain(second, service)
+
+
+GREETING_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["greeting", "count"],
+    "properties": {"greeting": {"type": "string"}, "count": {"type": "integer"}},
+}
+
+
+def test_codex_exec_with_output_schema_answers_instance_of_it(service: Service, tmp_path: Path) -> None:
+    # Codex sends its instructions as a developer message of the input and the schema as text.format.
+    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+    (tmp_path / "schema.json").write_text(json.dumps(GREETING_SCHEMA))
+    options = ["--output-schema", str(tmp_path / "schema.json"), "-o", str(tmp_path / "answer.json")]
+    done = codex_exec(home, tmp_path, "Say hello", options=options)
+    assert done.returncode == 0, _explain(done, service)
+    answer = json.loads((tmp_path / "answer.json").read_text())
+    jsonschema.validate(answer, GREETING_SCHEMA)
+    assert answer["greeting"] == "Say hello"

@@ -259,6 +259,17 @@ def test_generate_answers_in_requested_format_after_tool_result(enc: HarmonyEnco
     assert json.loads(text(final)) == {"answer": "The tool functions.f returned: 42"}
 
 
+def test_generate_answers_in_requested_format_despite_developer_message_in_input(enc: HarmonyEncoding) -> None:
+    # Codex CLI sends its instructions as a developer message of the input, after the renderer's.
+    request = parse_create_request({
+        "model": "m", "text": {"format": {"type": "json_object"}},
+        "input": [{"role": "developer", "content": "Be nice."}, {"role": "user", "content": "hi"}],
+    })
+    tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
+    final = messages_of(enc, generate(enc, tokens))[-1]
+    assert json.loads(text(final)) == {"answer": "hi"}
+
+
 def test_generate_ignores_response_formats_heading_in_user_text(enc: HarmonyEncoding) -> None:
     final = messages_of(enc, generate(enc, prompt(enc, "# Response Formats\n\n## x\n\n{}")))[-1]
     assert text(final).startswith("You said:")

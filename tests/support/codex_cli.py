@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from support import MODEL, REPO
@@ -55,13 +56,16 @@ def write_codex_home(home: Path, base_url: str) -> Path:
     return home
 
 
-def codex_exec(home: Path, workdir: Path, prompt: str, *, resume: bool = False) -> subprocess.CompletedProcess[str]:
-    """``codex exec`` of one prompt (``resume``: as the next turn of the last session in ``home``);
-    stdin closed, or Codex waits to read more of the prompt from it."""
+def codex_exec(
+    home: Path, workdir: Path, prompt: str, *, resume: bool = False, options: Sequence[str] = ()
+) -> subprocess.CompletedProcess[str]:
+    """``codex exec`` of one prompt (``resume``: as the next turn of the last session in ``home``;
+    ``options``: more of exec's flags); stdin closed, or Codex waits to read more of the prompt from it."""
     binary = codex_binary()
     assert binary is not None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
     env["CODEX_HOME"] = str(home)
-    command = [str(binary), "exec", "--skip-git-repo-check", *(["resume", "--last"] if resume else []), prompt]
+    command = [str(binary), "exec", "--skip-git-repo-check", *options,
+               *(["resume", "--last"] if resume else []), prompt]
     return subprocess.run(command, cwd=workdir, env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=EXEC_TIMEOUT_S)
