@@ -66,6 +66,10 @@ def _other_item(item: BaseModel) -> BaseModel | dict[str, Any]:
         data["id"] = new_id(_ID_PREFIXES.get(item_type, "item"))
     if item_type in ("function_call", "function_call_output"):
         data.setdefault("status", "completed")
+    if item_type == "function_call_output" and isinstance(data.get("output"), list):
+        # The stored item's image part requires the detail the request's may leave out (OpenAI's default).
+        data["output"] = [{"detail": "auto"} | part if part.get("type") == "input_image" else part
+                          for part in data["output"]]
     return _response_item.validate_python(data)
 
 

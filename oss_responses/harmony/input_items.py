@@ -134,7 +134,7 @@ class InputConverter:
             raise BadRequest(
                 f"No tool call found for function call output with call_id {item.call_id}.", param=f"{param}.call_id"
             )
-        return [tool_result_message(function_recipient(name), _text_of(item.output, param), "commentary")]
+        return [tool_result_message(function_recipient(name), tool_output_text(item.output), "commentary")]
 
     def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
         call = self._mcp_call_message(item.server_label, item.name, item.arguments)
@@ -193,6 +193,23 @@ def _text_of(content: Any, param: str) -> str:
             )
         texts.append(text)
     return "".join(texts)
+
+
+def tool_output_text(output: Any) -> str:
+    """A function's output as the model reads it. An image or file part becomes a note saying so: the
+    model chose to call the tool (Codex CLI offers ``view_image``), and refusing its result would
+    leave a client that replays its history unable to send any later turn."""
+    if isinstance(output, str):
+        return output
+    return "".join(_tool_output_part(part) for part in output)
+
+
+def _tool_output_part(part: Any) -> str:
+    if part.type == "input_text":
+        return str(part.text)
+    if part.type == "input_file":
+        return f"[file {json.dumps(part.filename or '')} not shown: gpt-oss reads text only]"
+    return "[image not shown: gpt-oss reads text only]"
 
 
 def _error_text(error: Any) -> str:

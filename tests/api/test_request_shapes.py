@@ -56,6 +56,13 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "function call output as parts": {"tools": [WEATHER], "input": [
         USER, CALL | {"id": "fc_1", "status": "completed"},
         {"type": "function_call_output", "call_id": "call_1", "output": [{"type": "input_text", "text": "sunny"}]}]},
+    "function call output with an image (Codex's view_image)": {"tools": [WEATHER], "input": [
+        USER, CALL, {"type": "function_call_output", "call_id": "call_1",
+                     "output": [{"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}]},
+    "function call output with a file": {"tools": [WEATHER], "input": [
+        USER, CALL, {"type": "function_call_output", "call_id": "call_1",
+                     "output": [{"type": "input_file", "filename": "a.txt",
+                                 "file_data": "data:text/plain;base64,aGk="}]}]},
     "namespaced function call replayed": {"tools": [NAMESPACE], "input": [
         USER, {"type": "function_call", "call_id": "call_2", "namespace": "multi_agent_v1", "name": "spawn_agent",
                "arguments": '{"task": "x"}'},

@@ -9,7 +9,9 @@ turn, ``include: ["reasoning.encrypted_content"]``, a ``namespace`` tool, a ``we
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 
 import jsonschema
@@ -72,3 +74,21 @@ def test_codex_exec_with_output_schema_answers_instance_of_it(service: Service, 
     answer = json.loads((tmp_path / "answer.json").read_text())
     jsonschema.validate(answer, GREETING_SCHEMA)
     assert answer["greeting"] == "Say hello"
+
+
+def test_codex_exec_answers_after_view_image_call(service: Service, tmp_path: Path) -> None:
+    # Codex offers view_image to every model and sends the image back as the function's output.
+    (tmp_path / "dot.png").write_bytes(_png_1x1())
+    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+    done = codex_exec(home, tmp_path, f"call functions.view_image {json.dumps({'path': str(tmp_path / 'dot.png')})}")
+    assert done.returncode == 0, _explain(done, service)
+    assert "The tool functions.view_image returned: [image not shown: gpt-oss reads text only]" in done.stdout, \
+        _explain(done, service)
+
+
+def _png_1x1() -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) \
+        + chunk(b"IEND", b"")

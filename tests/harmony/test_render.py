@@ -193,6 +193,22 @@ def test_render_input_items_become_harmony_messages(encoding) -> None:
     assert rendered.function_calls == {"call_1": "f"}
 
 
+def test_render_function_output_image_and_file_reach_model_as_notes(encoding) -> None:
+    request = _request(input=[
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "call_1", "name": "view_image", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [
+            {"type": "input_text", "text": "Here: "},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+            {"type": "input_file", "filename": "a.txt", "file_data": "data:text/plain;base64,aGk="},
+        ]},
+    ])
+    result = render_prompt(request, [], OPTIONS, encoding).new_messages[-1]
+    assert result["content"][0]["text"] == (
+        'Here: [image not shown: gpt-oss reads text only][file "a.txt" not shown: gpt-oss reads text only]'
+    )
+
+
 def test_render_mcp_call_input_item_replays_call_and_result(encoding) -> None:
     request = _request(
         tools=[{"type": "mcp", "server_label": "calc", "server_url": "http://y"}],

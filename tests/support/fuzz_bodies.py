@@ -67,11 +67,23 @@ reasoning_item = st.fixed_dictionaries(
     optional={"content": st.lists(st.fixed_dictionaries({"type": st.just("reasoning_text"), "text": text}), max_size=2),
               "encrypted_content": text},
 )
+# One call_id shared often enough that an output finds its call and gets past the render.
+call_id = st.one_of(identifier, st.just("call_fuzz"))
 function_call = st.fixed_dictionaries(
-    {"type": st.just("function_call"), "call_id": identifier, "name": identifier, "arguments": text},
+    {"type": st.just("function_call"), "call_id": call_id, "name": identifier, "arguments": text},
+)
+output_part = st.one_of(
+    input_text_part,
+    st.fixed_dictionaries({"type": st.just("input_image")},
+                          optional={"image_url": text, "file_id": small_text,
+                                    "detail": st.sampled_from(["low", "high", "auto", "original"])}),
+    st.fixed_dictionaries({"type": st.just("input_file")},
+                          optional={"filename": text, "file_data": text, "file_id": small_text, "file_url": text}),
+    other_part,
 )
 function_call_output = st.fixed_dictionaries(
-    {"type": st.just("function_call_output"), "call_id": identifier, "output": text},
+    {"type": st.just("function_call_output"), "call_id": call_id,
+     "output": st.one_of(text, st.lists(output_part, max_size=3))},
 )
 item_reference = st.fixed_dictionaries({"type": st.just("item_reference"), "id": text})
 # A "type" that is no string (a list cannot even be looked up in a dict: that was a 500).
@@ -121,6 +133,13 @@ clean_message = st.fixed_dictionaries(
 )
 clean_items = st.lists(st.one_of(clean_message, assistant_message.map(lambda m: {**m, "content": [
     {"type": "output_text", "text": "earlier answer"}]})), min_size=1, max_size=4)
+# A user's question, the model's call and the function's answer, as text or as parts of any kind.
+clean_tool_turn = st.tuples(
+    clean_message,
+    st.just({"type": "function_call", "call_id": "call_fuzz", "name": "f", "arguments": "{}"}),
+    st.fixed_dictionaries({"type": st.just("function_call_output"), "call_id": st.just("call_fuzz"),
+                           "output": st.one_of(small_text, st.lists(output_part, min_size=1, max_size=3))}),
+).map(list)
 clean_function_tool = st.fixed_dictionaries(
     {"type": st.just("function"), "name": identifier,
      "parameters": st.just({"type": "object", "properties": {"x": {"type": "string"}}})},
@@ -166,7 +185,8 @@ def _as_is(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
 
 
 # Half the bodies are well-formed (they run on the worker), half carry something hostile anywhere.
-well_formed_body = _body(_as_is, small_text, clean_items, clean_function_tool, clean_format, {})
+well_formed_body = _body(_as_is, small_text, st.one_of(clean_items, clean_tool_turn), clean_function_tool,
+                         clean_format, {})
 hostile_body = _body(hostile, text, st.lists(input_item, max_size=4), tool, text_format, {
     "store": hostile(st.booleans()),
     "top_logprobs": hostile(st.integers(0, 20)),
