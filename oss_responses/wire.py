@@ -4,8 +4,9 @@ openai's types rename Python-reserved or shadowing fields (``schema_`` is ``sche
 ``async``); a dump without ``by_alias`` writes the Python names, which the same types then refuse
 to load (a stored json_schema Response could not be read back). And ``Response`` types
 ``created_at``/``completed_at`` as floats, so a plain dump says ``1762333234.0`` where OpenAI sends
-integers that strict clients insist on. Everything stored or sent goes through here so that no dump
-can forget either.
+integers that strict clients insist on; a usage detail it leaves unset would be a null where strict
+clients want a number or nothing. Everything stored or sent goes through here so that no dump can
+forget any of these.
 """
 
 from __future__ import annotations
@@ -24,13 +25,27 @@ def wire_json(model: BaseModel, *, exclude_none: bool = False) -> dict[str, Any]
     return model.model_dump(mode="json", by_alias=True, exclude_none=exclude_none)
 
 
-def whole_seconds(response: dict[str, Any]) -> dict[str, Any]:
-    """The same Response JSON with its timestamps as integers (in place, and returned)."""
+def on_the_wire(response: dict[str, Any]) -> dict[str, Any]:
+    """The same Response JSON as OpenAI spells it (in place, and returned): whole-second timestamps,
+    and usage details that hold only counts."""
     for key in TIMESTAMPS:
         value = response.get(key)
         if isinstance(value, float):
             response[key] = int(value)
+    usage = response.get("usage")
+    if isinstance(usage, dict):
+        _counts_only(usage)
     return response
+
+
+def _counts_only(usage: dict[str, Any]) -> None:
+    # A detail the type leaves unset (openai's newer ``cache_write_tokens_details``) is absent on the
+    # wire, not null: the Agents SDK for JS checks every detail is a number, and a null failed each
+    # of its streamed runs.
+    for key in ("input_tokens_details", "output_tokens_details"):
+        details = usage.get(key)
+        if isinstance(details, dict):
+            usage[key] = {name: value for name, value in details.items() if value is not None}
 
 
 @functools.cache
@@ -39,7 +54,7 @@ def _carries_response(event_class: type[BaseModel]) -> bool:
 
 
 def response_json(response: BaseModel) -> dict[str, Any]:
-    return whole_seconds(wire_json(response))
+    return on_the_wire(wire_json(response))
 
 
 def event_json(event: BaseModel) -> str:
@@ -49,5 +64,5 @@ def event_json(event: BaseModel) -> str:
     if not _carries_response(type(event)):
         return event.model_dump_json(by_alias=True)
     data = wire_json(event)
-    whole_seconds(data["response"])
+    on_the_wire(data["response"])
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)

@@ -113,6 +113,18 @@ def test_create_response_without_stream_returns_final_response(stack: Stack) -> 
     assert stack.client.responses.retrieve(response.id).model_dump() == response.model_dump()
 
 
+def test_finished_response_usage_details_are_counts_on_the_wire(stack: Stack) -> None:
+    # A null detail (openai's unset cache_write_tokens_details) failed every streamed run of the JS Agents SDK.
+    base_url = str(stack.client.base_url).removesuffix("/v1/")
+    raw = _raw_stream(base_url, "POST", "/v1/responses", json={"model": MODEL, "input": "hi", "stream": True})
+    completed = parse_frame(raw.rstrip(b"\n").rsplit(b"\n\n", 1)[1] + b"\n\n")
+    assert completed["type"] == "response.completed"
+    retrieved = stack.client.responses.with_raw_response.retrieve(completed["response"]["id"]).http_response.json()
+    for usage in (completed["response"]["usage"], retrieved["usage"]):
+        details = usage["input_tokens_details"] | usage["output_tokens_details"]
+        assert details and all(isinstance(count, int) for count in details.values()), usage
+
+
 def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
     # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
     text = "lorem ipsum dolor sit amet " * 20_000

@@ -1,0 +1,51 @@
+// One run of the Agents SDK for JavaScript (@openai/agents) against the service; see agents_js.py.
+// The scenario comes as JSON in AGENTS_JS_SCENARIO: {base_url, model, input, stream, tools, handoff,
+// output_type}. Prints one JSON line: {final_output, last_agent, events, items}, or {error, issues}.
+import { Agent, OpenAIResponsesModel, run, setTracingDisabled, tool } from '@openai/agents';
+import OpenAI from 'openai';
+import { z } from 'zod';
+
+setTracingDisabled(true); // tracing would upload to OpenAI
+
+const scenario = JSON.parse(process.env.AGENTS_JS_SCENARIO);
+const client = new OpenAI({ baseURL: scenario.base_url, apiKey: 'unused', maxRetries: 0, timeout: 30_000 });
+const model = new OpenAIResponsesModel(client, scenario.model);
+
+const spellBackwards = tool({
+  name: 'spell_backwards',
+  description: 'Spell a word backwards.',
+  parameters: z.object({ word: z.string() }),
+  execute: async ({ word }) => [...word].reverse().join(''),
+});
+
+function agent() {
+  const settings = { name: 'speller', model, tools: scenario.tools ? [spellBackwards] : [] };
+  if (scenario.output_type) settings.outputType = z.object({ spelling: z.string() });
+  if (scenario.handoff) settings.handoffs = [new Agent({ name: 'helper', model })];
+  return new Agent(settings);
+}
+
+async function main() {
+  let result;
+  let events = 0;
+  if (scenario.stream) {
+    result = await run(agent(), scenario.input, { stream: true });
+    for await (const _ of result) events += 1;
+    await result.completed;
+  } else {
+    result = await run(agent(), scenario.input);
+  }
+  return {
+    final_output: result.finalOutput,
+    last_agent: result.lastAgent?.name,
+    events,
+    items: result.newItems.map((item) => item.type),
+  };
+}
+
+try {
+  console.log(JSON.stringify(await main()));
+} catch (error) {
+  // zod's issues say which field of the service's answer the SDK refused.
+  console.log(JSON.stringify({ error: String(error), issues: error.issues ?? null }));
+}
