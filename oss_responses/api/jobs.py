@@ -48,6 +48,7 @@ from oss_responses.storage import (
     cancel_queued,
     delete_response,
     find_input_items,
+    find_stored_items,
     get_chain,
     get_response,
     insert_background_within_limit,
@@ -104,10 +105,10 @@ PLAN_ON_LOOP_MESSAGES = 32
 
 
 async def check_conversation(
-    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord]
+    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord], owner: Owner
 ) -> ConversationPlan:
     """Everything the worker would refuse, refused now (a 400), before anything is stored."""
-    history = await resolve_conversation(services, request, chain)
+    history = await resolve_conversation(services, request, chain, owner)
     options = render_options(services.settings, utcnow(), sealer=services.sealer)
     if len(request.input_items()) + sum(len(turn.messages) for turn in history) <= PLAN_ON_LOOP_MESSAGES:
         return plan_conversation(request, history, options)
@@ -115,9 +116,11 @@ async def check_conversation(
 
 
 async def resolve_conversation(
-    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord]
+    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord], owner: Owner
 ) -> list[ConversationTurn]:
-    """The chain's turns (400 if it was cut), with the request's item references replaced by the items they name."""
+    """The chain's turns (400 if it was cut), with the request's item references replaced by the items they
+    name: the chain's first, then any stored item ``owner`` may see (clients that keep the conversation
+    themselves, such as the Vercel AI SDK, name earlier output items with no ``previous_response_id``)."""
     try:
         history = history_of(chain)
     except BrokenChain as exc:
@@ -127,8 +130,11 @@ async def resolve_conversation(
         ) from exc
     references = referenced_ids(request.input_items())
     if references:
-        stored = await services.db.run(find_input_items, [record.id for record in chain], references)
-        request.input = resolve_references(request.input_items(), conversation_items(history) | stored)
+        known = conversation_items(history)
+        known |= await services.db.run(find_input_items, [record.id for record in chain], references)
+        if unknown := [item_id for item_id in references if item_id not in known]:
+            known |= await services.db.run(find_stored_items, unknown, owner.name)
+        request.input = resolve_references(request.input_items(), known)
     return history
 
 

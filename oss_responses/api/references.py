@@ -1,8 +1,9 @@
 """``item_reference`` input items, replaced by the items they name.
 
-A reference names an item of the conversation the request continues (an input item or an output item
-of an earlier turn, by id). It is resolved once, when the request is accepted, and the named item is
-what is stored and rendered; a reference to nothing in the conversation is a 400 naming it.
+A reference names a stored item by id: one of the conversation the request continues (an input item or
+an output item of an earlier turn), or of any other stored response its owner may see. It is resolved
+once, when the request is accepted, and the named item is what is stored and rendered; a reference to
+nothing is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _resolve(reference: ItemReference, index: int, known: Mapping[str, dict[str,
     found = known.get(reference.id)
     if found is None:
         raise BadRequest(
-            f"Item with id '{reference.id}' not found in the conversation of previous_response_id.",
+            f"Item with id '{reference.id}' not found.",
             param=f"input[{index}].id",
         )
     return parse_input_item(found, f"input[{index}]")

@@ -8,9 +8,9 @@ from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import create_api_key, find_active_key, list_api_keys, revoke_api_key
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
 from oss_responses.storage.event_logs import EventLog, get_event_log, purge_expired_event_logs, save_event_log
-from oss_responses.storage.input_items import find_input_items, list_input_items
+from oss_responses.storage.input_items import find_input_items, find_stored_items, list_input_items
 from oss_responses.storage.migrations import migrate
-from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItemRow, ResponseRow
+from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import ApiKeyRecord, Order, ResponseRecord, utcnow
 from oss_responses.storage.responses import (
     InFlightLimitReached,
@@ -40,6 +40,7 @@ __all__ = [
     "EventLogRow",
     "InFlightLimitReached",
     "InputItemRow",
+    "OutputItemRow",
     "Order",
     "ResponseRecord",
     "ResponseRow",
@@ -50,6 +51,7 @@ __all__ = [
     "create_api_key",
     "delete_response",
     "find_active_key",
+    "find_stored_items",
     "get_chain",
     "get_event_log",
     "get_response",

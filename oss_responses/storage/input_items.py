@@ -1,18 +1,21 @@
-"""A response's stored input items: paged as ``GET /v1/responses/{id}/input_items`` does, or found by id."""
+"""Stored items: a response's input items paged as ``GET /v1/responses/{id}/input_items`` does, and any
+stored item found by id (``item_reference``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.orm import Session
 
 from oss_responses.errors import BadRequest
-from oss_responses.storage.models import InputItemRow
+from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import Order
 
 _input_items = InputItemRow.__table__
+_output_items = OutputItemRow.__table__
+_responses = ResponseRow.__table__
 
 
 def list_input_items(
@@ -54,3 +57,28 @@ def find_input_items(
         InputItemRow.response_id.in_(list(response_ids)), InputItemRow.item_id.in_(list(item_ids))
     )
     return {item_id: item for item_id, item in session.execute(query)}
+
+
+def find_stored_items(session: Session, item_ids: Sequence[str], owner: str | None) -> dict[str, dict[str, Any]]:
+    """item id → the item, among the output items of ended responses and the input items of any response
+    that is stored and, unless ``owner`` is None (open mode), ``owner``'s. An input item id that several
+    responses' inputs share (clients may name their own) is the newest one's."""
+    if not item_ids:
+        return {}
+    visible: ColumnElement[bool] = _responses.c.store.is_(True)
+    if owner is not None:
+        visible = and_(visible, _responses.c.owner == owner)
+    inputs = (
+        select(_input_items.c.item_id, _input_items.c.item)
+        .join(_responses, _responses.c.id == _input_items.c.response_id)
+        .where(_input_items.c.item_id.in_(list(item_ids)), visible)
+        .order_by(_input_items.c.id)
+    )
+    outputs = (
+        select(_output_items.c.item_id, _output_items.c.item)
+        .join(_responses, _responses.c.id == _output_items.c.response_id)
+        .where(_output_items.c.item_id.in_(list(item_ids)), visible)
+    )
+    found = {item_id: item for item_id, item in session.execute(inputs)}
+    found.update({item_id: item for item_id, item in session.execute(outputs)})
+    return found

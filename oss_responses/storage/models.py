@@ -110,7 +110,22 @@ class InputItemRow(Base):
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
     response_id: Mapped[str] = mapped_column(String, ForeignKey("responses.id", ondelete="CASCADE"))
     position: Mapped[int] = mapped_column(Integer)
-    item_id: Mapped[str] = mapped_column(String)
+    # Indexed for item_reference (``storage/items.py``); ids given by clients need not be unique.
+    item_id: Mapped[str] = mapped_column(String, index=True)
+    item: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+
+class OutputItemRow(Base):
+    """One output item of an ended stored response, by id, for ``item_reference`` input items: a client
+    that keeps the conversation (the Vercel AI SDK) names earlier items by id, with no
+    ``previous_response_id``. The Response JSON holds the same items; this is their index."""
+
+    __tablename__ = "output_items"
+
+    item_id: Mapped[str] = mapped_column(String, primary_key=True)
+    response_id: Mapped[str] = mapped_column(
+        String, ForeignKey("responses.id", ondelete="CASCADE"), index=True
+    )
     item: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
 

@@ -33,11 +33,12 @@ from sqlalchemy.orm import Session
 
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import lock_owner_keys
-from oss_responses.storage.models import InputItemRow, ResponseRow
+from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import ResponseRecord, utcnow
 
 _responses = cast(Table, ResponseRow.__table__)
 _input_items = cast(Table, InputItemRow.__table__)
+_output_items = cast(Table, OutputItemRow.__table__)
 _RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ResponseRecord))
 _UPDATABLE = frozenset(_RECORD_FIELDS) - {"id", "status", "created_at"}
 MAX_CHAIN_DEPTH = 10_000  # a guard only: ids are fresh, so a chain cannot loop
@@ -206,7 +207,17 @@ def save_turn(
     ended = transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
     if ended and not store:
         delete_response(session, response_id)
+    elif ended:
+        _index_output_items(session, response_id, response.get("output") or [])
     return ended
+
+
+def _index_output_items(session: Session, response_id: str, output: Sequence[Mapping[str, Any]]) -> None:
+    rows = [
+        {"item_id": item["id"], "response_id": response_id, "item": dict(item)} for item in output if item.get("id")
+    ]
+    if rows:
+        session.execute(insert(_output_items), rows)
 
 
 def delete_response(session: Session, response_id: str) -> bool:

@@ -125,6 +125,23 @@ def test_finished_response_usage_details_are_counts_on_the_wire(stack: Stack) ->
         assert details and all(isinstance(count, int) for count in details.values()), usage
 
 
+WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}
+ASK_WEATHER = {"role": "user", "content": 'call functions.get_weather {"city": "Paris"}'}
+
+
+def test_item_references_name_earlier_output_without_previous_response_id(stack: Stack) -> None:
+    # The Vercel AI SDK (store on) replays the conversation itself, naming earlier output items by id.
+    first = stack.client.responses.create(model=MODEL, input=[ASK_WEATHER], tools=[WEATHER])
+    reasoning, call = first.output
+    second = stack.other.responses.create(model=MODEL, tools=[WEATHER], input=[
+        ASK_WEATHER, {"type": "item_reference", "id": reasoning.id}, {"type": "item_reference", "id": call.id},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},  # type: ignore[union-attr]
+    ])
+    assert second.output_text == "The tool functions.get_weather returned: sunny"
+    stored = stack.client.responses.input_items.list(second.id, order="asc").data
+    assert [item.id for item in stored[1:3]] == [reasoning.id, call.id]
+
+
 def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
     # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
     text = "lorem ipsum dolor sit amet " * 20_000

@@ -14,7 +14,7 @@ from support.key_clients import KeyClient, KeyClients
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import get_response
+from oss_responses.storage import get_response, save_turn
 
 MISSING = "resp_0000000000000000000000000000missing"
 
@@ -161,6 +161,26 @@ def test_item_reference_to_input_item_of_other_owner_is_refused(alice: KeyClient
     })
     assert refused.status_code == 400
     assert "alice's secret" not in refused.text
+
+
+def test_item_reference_to_output_item_of_other_owner_is_refused(
+    alice: KeyClient, bob: KeyClient, api: ApiServer
+) -> None:
+    created = alice.sdk.responses.create(model=MODEL, input="hi", background=True)
+    item = {"id": "msg_alice", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": "alice's secret", "annotations": []}]}
+    final = get_response_json(api, created.id) | {"status": "completed", "output": [item]}
+    api.db.run(save_turn, created.id, status="completed", response=final, output_messages=[])
+    reference = {"model": MODEL, "background": True, "input": [{"type": "item_reference", "id": "msg_alice"}]}
+    refused = bob.http.post("/v1/responses", json=reference)
+    assert refused.status_code == 400 and "alice's secret" not in refused.text
+    assert alice.http.post("/v1/responses", json=reference).status_code == 200
+
+
+def get_response_json(api: ApiServer, response_id: str) -> dict:
+    record = api.db.run(get_response, response_id)
+    assert record is not None
+    return dict(record.response)
 
 
 def test_compact_summarising_response_belongs_to_owner(alice: KeyClient, api: ApiServer) -> None:

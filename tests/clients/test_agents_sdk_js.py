@@ -8,13 +8,20 @@ the tool named in ``call RECIPIENT {json}`` and then answers by quoting the tool
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
-from support.agents_js import missing_agents_js, run_agent
 from support.client_stack import Service
+from support.js_clients import missing_js_client, run_js
 
-if (reason := missing_agents_js()) is not None:
+if (reason := missing_js_client("@openai/agents")) is not None:
     pytest.skip(f"the Agents SDK for JavaScript cannot run: {reason}", allow_module_level=True)
+
+
+def run_agent(base_url: str, prompt: str, *, stream: bool = False, **scenario: Any) -> dict[str, Any]:
+    """One ``run`` of an agent named speller (``tools``: with spell_backwards; ``output_type``: answers
+    ``{spelling}``; ``handoff``: may hand off to an agent named helper). Its result, or its error."""
+    return run_js("agents_js_run.mjs", base_url, input=prompt, stream=stream, **scenario)
 
 
 def _call(recipient: str, **arguments: object) -> str:

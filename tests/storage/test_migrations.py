@@ -9,8 +9,9 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
+from support.rows import new_response
 
-from oss_responses.storage import Base, Database, migrate
+from oss_responses.storage import Base, Database, find_stored_items, insert_response, migrate, transition
 from oss_responses.storage.migrations import alembic_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def test_migrate_creates_tables_from_empty(empty_database_url: str) -> None:
     migrate(empty_database_url)
 
     assert table_names(empty_database_url) == {
-        "alembic_version", "responses", "input_items", "event_logs", "webhook_deliveries", "api_keys",
+        "alembic_version", "responses", "input_items", "output_items", "event_logs", "webhook_deliveries", "api_keys",
     }
 
 
@@ -76,3 +77,19 @@ def test_alembic_command_line_migrates_database(empty_database_url: str) -> None
                    capture_output=True)
 
     assert "responses" in table_names(empty_database_url)
+
+
+def test_upgrade_indexes_output_items_of_responses_that_ended_before(empty_database_url: str) -> None:
+    command.upgrade(alembic_config(empty_database_url), "0006")
+    database = Database(empty_database_url)
+    try:
+        ended, running = new_response(), new_response()
+        item = {"id": "msg_out", "type": "message", "role": "assistant", "content": []}
+        for record in (ended, running):
+            database.run(insert_response, record)
+        database.run(transition, ended.id, from_statuses=("queued",), to_status="completed",
+                     response={"id": ended.id, "status": "completed", "output": [item]})
+        migrate(empty_database_url)
+        assert database.run(find_stored_items, ["msg_out"], None) == {"msg_out": item}
+    finally:
+        database.dispose()

@@ -1,5 +1,5 @@
-// One run of the Agents SDK for JavaScript (@openai/agents) against the service; see agents_js.py.
-// The scenario comes as JSON in AGENTS_JS_SCENARIO: {base_url, model, input, stream, tools, handoff,
+// One run of the Agents SDK for JavaScript (@openai/agents) against the service; see js_clients.py.
+// The scenario comes as JSON in JS_SCENARIO: {base_url, model, input, stream, tools, handoff,
 // output_type}. Prints one JSON line: {final_output, last_agent, events, items}, or {error, issues}.
 import { Agent, OpenAIResponsesModel, run, setTracingDisabled, tool } from '@openai/agents';
 import OpenAI from 'openai';
@@ -7,7 +7,7 @@ import { z } from 'zod';
 
 setTracingDisabled(true); // tracing would upload to OpenAI
 
-const scenario = JSON.parse(process.env.AGENTS_JS_SCENARIO);
+const scenario = JSON.parse(process.env.JS_SCENARIO);
 const client = new OpenAI({ baseURL: scenario.base_url, apiKey: 'unused', maxRetries: 0, timeout: 30_000 });
 const model = new OpenAIResponsesModel(client, scenario.model);
 

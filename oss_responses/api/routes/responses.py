@@ -57,7 +57,7 @@ async def create_response(request: Request, services: ServicesDep, owner: OwnerD
     _check_create(services, body, owner)
     await limits.check_queue_depth(services, body.model)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
-    plan = await jobs.check_conversation(services, body, chain)
+    plan = await jobs.check_conversation(services, body, chain, owner)
     queued = build_queued(body, services.settings, plan)
     response_id = queued.response.id
     bind(response_id=response_id, model=body.model)  # this request's later log lines are about it
@@ -97,7 +97,7 @@ async def compact_conversation(request: Request, services: ServicesDep, owner: O
     sealer = compaction.require_sealer(services.sealer)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
     summarising = compaction.summarising_request(body)
-    plan = await jobs.check_conversation(services, summarising, chain)
+    plan = await jobs.check_conversation(services, summarising, chain, owner)
     queued = build_queued(summarising, services.settings, plan)
     opening = await jobs.accept(services, queued, owner)  # the summarising response is the owner's too
     final = await _final_unless_disconnected(request, services, queued.response.id, after=len(opening) - 1)
@@ -115,7 +115,7 @@ async def count_input_tokens(request: Request, services: ServicesDep, owner: Own
     _check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
-    history = await jobs.resolve_conversation(services, body, chain)
+    history = await jobs.resolve_conversation(services, body, chain, owner)
     return JSONResponse(await token_count.count_input_tokens(services, body, history))
 
 

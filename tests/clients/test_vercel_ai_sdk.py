@@ -1,0 +1,53 @@
+"""The Vercel AI SDK (``ai`` with ``@ai-sdk/openai``'s Responses model) against the service with the
+scripted engine.
+
+It keeps the conversation itself: each request sends the earlier turns as input, and with ``store`` on
+(its default) it names the earlier output items it got back (reasoning, messages) by ``item_reference``,
+with no ``previous_response_id``. The scripted engine calls the tool named in ``call RECIPIENT {json}``,
+then quotes the tool's result; otherwise it quotes the user's messages.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from support.client_stack import Service
+from support.js_clients import missing_js_client, run_js
+
+if (reason := missing_js_client("@ai-sdk/openai")) is not None:
+    pytest.skip(f"the Vercel AI SDK cannot run: {reason}", allow_module_level=True)
+
+SPELL = "call functions.spell_backwards " + json.dumps({"word": "harmony"})
+SPELLED = "The tool functions.spell_backwards returned: ynomrah"
+
+
+def run_turns(service: Service, *prompts: str, **scenario: Any) -> dict[str, Any]:
+    return run_js("vercel_ai_run.mjs", service.base_url, prompts=list(prompts), **scenario)
+
+
+def test_generate_text_answers_plain_prompt(service: Service) -> None:
+    assert run_turns(service, "Hello there") == {"texts": ['You said: "Hello there".'], "steps": 1}
+
+
+def test_generate_text_runs_tool_loop_naming_reasoning_by_reference(service: Service) -> None:
+    # Its second step sends the first step's reasoning item as an item_reference.
+    assert run_turns(service, SPELL, tools=True) == {"texts": [SPELLED], "steps": 2}
+
+
+def test_stream_text_runs_tool_loop(service: Service) -> None:
+    assert run_turns(service, SPELL, tools=True, stream=True) == {"texts": [SPELLED], "steps": 2}
+
+
+def test_generate_text_continues_conversation_sent_as_messages(service: Service) -> None:
+    result = run_turns(service, "first", "second")
+    assert result.get("texts", [None])[-1] == 'You said: "second". Earlier you said: 1. "first"', result
+
+
+def test_generate_text_without_store_runs_tool_loop(service: Service) -> None:
+    assert run_turns(service, SPELL, tools=True, store=False) == {"texts": [SPELLED], "steps": 2}
+
+
+def test_generate_object_answers_instance_of_schema(service: Service) -> None:
+    assert run_turns(service, "harmony", object=True) == {"object": {"spelling": "harmony"}}

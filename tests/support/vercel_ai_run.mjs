@@ -1,0 +1,58 @@
+// Runs of the Vercel AI SDK (ai, @ai-sdk/openai's Responses model) against the service; see js_clients.py.
+// The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, object, store}.
+// Each prompt is one turn; later turns send the earlier ones as messages, as a chat app does (with store
+// on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object},
+// or {error}.
+import { createOpenAI } from '@ai-sdk/openai';
+import { generateObject, generateText, stepCountIs, streamText, tool } from 'ai';
+import { z } from 'zod';
+
+const scenario = JSON.parse(process.env.JS_SCENARIO);
+const provider = createOpenAI({ baseURL: scenario.base_url, apiKey: 'unused' });
+const model = provider.responses(scenario.model);
+const providerOptions = { openai: { store: scenario.store ?? true } };
+
+const tools = {
+  spell_backwards: tool({
+    description: 'Spell a word backwards.',
+    inputSchema: z.object({ word: z.string() }),
+    execute: async ({ word }) => [...word].reverse().join(''),
+  }),
+};
+
+async function turn(messages) {
+  const options = { model, messages, providerOptions, maxRetries: 0, stopWhen: stepCountIs(3) };
+  if (scenario.tools) options.tools = tools;
+  if (!scenario.stream) return await generateText(options);
+  let failure;
+  const result = streamText({ ...options, onError: ({ error }) => { failure = error; } });
+  await result.consumeStream();
+  if (failure) throw failure;
+  return { text: await result.text, steps: await result.steps, response: await result.response };
+}
+
+async function main() {
+  if (scenario.object) {
+    const result = await generateObject({
+      model, prompt: scenario.prompts[0], providerOptions, maxRetries: 0, schema: z.object({ spelling: z.string() }),
+    });
+    return { object: result.object };
+  }
+  const messages = [];
+  const texts = [];
+  let steps = 0;
+  for (const prompt of scenario.prompts) {
+    messages.push({ role: 'user', content: prompt });
+    const result = await turn(messages);
+    messages.push(...result.response.messages);
+    texts.push(result.text);
+    steps += result.steps.length;
+  }
+  return { texts, steps };
+}
+
+try {
+  console.log(JSON.stringify(await main()));
+} catch (error) {
+  console.log(JSON.stringify({ error: String(error) }));
+}
