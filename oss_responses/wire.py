@@ -35,7 +35,27 @@ def on_the_wire(response: dict[str, Any]) -> dict[str, Any]:
     usage = response.get("usage")
     if isinstance(usage, dict):
         _counts_only(usage)
+    for item in response.get("output") or ():
+        item_on_the_wire(item)
     return response
+
+
+def item_on_the_wire(item: dict[str, Any]) -> dict[str, Any]:
+    """The same output item JSON (in place, and returned) without the nulls OpenAI leaves out: an
+    ``mcp_list_tools`` item's ``error`` and its tools' ``description``/``annotations`` are absent when
+    they have no value. The Vercel AI SDK refuses those nulls (it accepts them where OpenAI sends null,
+    such as an ``mcp_call``'s ``error``), so a response with a tool listing failed there."""
+    if item.get("type") == "mcp_list_tools":
+        _drop_nones(item, ("error",))
+        for tool in item.get("tools") or ():
+            _drop_nones(tool, ("description", "annotations"))
+    return item
+
+
+def _drop_nones(data: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if key in data and data[key] is None:
+            del data[key]
 
 
 def _counts_only(usage: dict[str, Any]) -> None:
@@ -53,6 +73,11 @@ def _carries_response(event_class: type[BaseModel]) -> bool:
     return "response" in event_class.model_fields
 
 
+@functools.cache
+def _carries_item(event_class: type[BaseModel]) -> bool:
+    return "item" in event_class.model_fields
+
+
 def response_json(response: BaseModel) -> dict[str, Any]:
     return on_the_wire(wire_json(response))
 
@@ -61,8 +86,12 @@ def event_json(event: BaseModel) -> str:
     """An event's JSON; a response-level event's Response in its wire form."""
     # Once per streamed token: a dict lookup by class (pydantic's model_fields is a property that
     # costs several calls; asking the instance costs a raised AttributeError).
-    if not _carries_response(type(event)):
+    if _carries_response(type(event)):
+        data = wire_json(event)
+        on_the_wire(data["response"])
+    elif _carries_item(type(event)):  # once per item, not per token
+        data = wire_json(event)
+        item_on_the_wire(data["item"])
+    else:
         return event.model_dump_json(by_alias=True)
-    data = wire_json(event)
-    on_the_wire(data["response"])
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)

@@ -51,3 +51,15 @@ def test_generate_text_without_store_runs_tool_loop(service: Service) -> None:
 
 def test_generate_object_answers_instance_of_schema(service: Service) -> None:
     assert run_turns(service, "harmony", object=True) == {"object": {"spelling": "harmony"}}
+
+
+def test_generate_text_with_web_search_quotes_search_result(service: Service) -> None:
+    # The service's browser answers through MCP: the response holds an mcp_list_tools item, whose
+    # fields the SDK checks strictly (an error or description of null fails it).
+    result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True)
+    assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
+
+
+def test_stream_text_with_web_search_quotes_search_result(service: Service) -> None:
+    result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True, stream=True)
+    assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result

@@ -1,5 +1,6 @@
 // Runs of the Vercel AI SDK (ai, @ai-sdk/openai's Responses model) against the service; see js_clients.py.
-// The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, object, store}.
+// The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, web_search, object,
+// store}.
 // Each prompt is one turn; later turns send the earlier ones as messages, as a chat app does (with store
 // on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object},
 // or {error}.
@@ -22,7 +23,10 @@ const tools = {
 
 async function turn(messages) {
   const options = { model, messages, providerOptions, maxRetries: 0, stopWhen: stepCountIs(3) };
-  if (scenario.tools) options.tools = tools;
+  options.tools = {
+    ...(scenario.tools ? tools : {}),
+    ...(scenario.web_search ? { web_search: provider.tools.webSearch({}) } : {}),
+  };
   if (!scenario.stream) return await generateText(options);
   let failure;
   const result = streamText({ ...options, onError: ({ error }) => { failure = error; } });
