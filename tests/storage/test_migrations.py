@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -9,9 +10,10 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
+from sqlalchemy.orm import Session
 from support.rows import new_response
 
-from oss_responses.storage import Base, Database, find_stored_items, insert_response, migrate, transition
+from oss_responses.storage import Base, Database, ResponseRecord, find_stored_items, insert_response, migrate
 from oss_responses.storage.migrations import alembic_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,13 +85,22 @@ def test_upgrade_indexes_output_items_of_responses_that_ended_before(empty_datab
     command.upgrade(alembic_config(empty_database_url), "0006")
     database = Database(empty_database_url)
     try:
-        ended, running = new_response(), new_response()
-        item = {"id": "msg_out", "type": "message", "role": "assistant", "content": []}
-        for record in (ended, running):
-            database.run(insert_response, record)
-        database.run(transition, ended.id, from_statuses=("queued",), to_status="completed",
-                     response={"id": ended.id, "status": "completed", "output": [item]})
+        # More than one of the migration's batches (500), so it writes while its read is still open.
+        ended = [_ended(new_response(status="completed")) for _ in range(1_100)]
+        running = new_response(response={"status": "in_progress", "output": [{"id": "msg_running"}]})
+        database.run(_insert_all, [*ended, running])
         migrate(empty_database_url)
-        assert database.run(find_stored_items, ["msg_out"], None) == {"msg_out": item}
+        found = database.run(find_stored_items, [f"msg_{record.id}" for record in ended] + ["msg_running"], None)
+        assert sorted(found) == sorted(f"msg_{record.id}" for record in ended)
     finally:
         database.dispose()
+
+
+def _ended(record: ResponseRecord) -> ResponseRecord:
+    item = {"id": f"msg_{record.id}", "type": "message", "role": "assistant", "content": []}
+    return dataclasses.replace(record, response={"id": record.id, "status": "completed", "output": [item]})
+
+
+def _insert_all(session: Session, records: list[ResponseRecord]) -> None:
+    for record in records:
+        insert_response(session, record)
