@@ -32,7 +32,7 @@ from openai.types.responses.response_input_item import (
     Message,
 )
 from openai.types.responses.tool import CodeInterpreter, Mcp
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from oss_responses.errors import BadRequest
@@ -275,19 +275,37 @@ class CreateResponseRequest(BaseModel):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _tool_choice(cls, value: Any) -> Any:
-        # gpt-oss decides by itself whether to call a tool; nothing in harmony can force a call,
-        # so "required" and named choices would be silently ignored: refuse them instead.
-        if value in ("auto", "none"):
+        # "required" and a named function are honoured by writing the start of the call for the model
+        # (harmony/render.py: forced_call_header); other forced choices have no harmony equivalent here.
+        if value in ("auto", "none", "required"):
             return value
-        if value == "required" or isinstance(value, dict):
+        if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
+            if set(value) != {"type", "name"}:
+                raise BadRequest("Invalid value for 'tool_choice': a function choice has only 'type' and 'name'.",
+                                 param="tool_choice", code="invalid_value")
+            return value
+        if isinstance(value, dict):
             raise BadRequest(
-                "gpt-oss cannot be forced to call a tool: tool_choice must be 'auto' (the model decides) "
-                "or 'none' (no tools are shown to the model).",
+                "gpt-oss can be made to call a function, not another kind of tool: tool_choice must be 'auto', "
+                "'none', 'required' or {'type': 'function', 'name': ...}.",
                 param="tool_choice",
                 code="unsupported_value",
             )
-        raise BadRequest("Invalid value for 'tool_choice': expected 'auto' or 'none'.", param="tool_choice",
-                         code="invalid_value")
+        raise BadRequest("Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or a function.",
+                         param="tool_choice", code="invalid_value")
+
+    @model_validator(mode="after")
+    def _forced_function_offered(self) -> CreateResponseRequest:
+        if self.tool_choice not in ("auto", "none"):
+            names = {tool.name for tool in self.tools if isinstance(tool, FunctionTool)}
+            wanted = self.tool_choice["name"] if isinstance(self.tool_choice, dict) else None
+            if not names or (wanted is not None and wanted not in names):
+                raise BadRequest(
+                    f"Invalid value for 'tool_choice': no function tool named '{wanted}' in 'tools'." if wanted
+                    else "tool_choice 'required' needs a function tool in 'tools': gpt-oss is made to call one.",
+                    param="tool_choice",
+                )
+        return self
 
     @field_validator("metadata")
     @classmethod

@@ -19,13 +19,27 @@ def test_parse_request_tool_choice_auto_or_none_accepted(choice: str) -> None:
     assert parse_create_request({"model": "m", "tool_choice": choice}).tool_choice == choice
 
 
-@pytest.mark.parametrize(
-    "choice", ["required", {"type": "function", "name": "f"}, {"type": "mcp", "server_label": "calc"}]
-)
-def test_parse_request_tool_choice_forcing_a_call_refused(choice: object) -> None:
-    error = _refusal({"tool_choice": choice})
+FUNCTION = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "f"}])
+def test_parse_request_tool_choice_forcing_a_function_accepted(choice: object) -> None:
+    assert parse_create_request({"model": "m", "tools": [FUNCTION], "tool_choice": choice}).tool_choice == choice
+
+
+def test_parse_request_tool_choice_naming_no_function_of_tools_refused() -> None:
+    error = _refusal({"tools": [FUNCTION], "tool_choice": {"type": "function", "name": "g"}})
+    assert error.param == "tool_choice" and "'g'" in error.message
+
+
+def test_parse_request_tool_choice_required_without_function_tool_refused() -> None:
+    assert _refusal({"tool_choice": "required"}).param == "tool_choice"
+
+
+@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": "calc"}, {"type": "allowed_tools", "tools": []}])
+def test_parse_request_tool_choice_forcing_other_tool_kinds_refused(choice: object) -> None:
+    error = _refusal({"tools": [FUNCTION], "tool_choice": choice})
     assert (error.param, error.code) == ("tool_choice", "unsupported_value")
-    assert "cannot be forced" in error.message
 
 
 def test_parse_request_unknown_field_refused() -> None:

@@ -23,6 +23,10 @@ What it answers (always an ``analysis`` message first, then one of):
 5. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
    of the conversation in order (so chained turns via ``previous_response_id`` are visible).
 
+A prompt that ends with the start of a call the worker wrote for the model (``tool_choice`` ``required``
+or a named function) gets the rest of that call: the function and arguments of the last user message's
+``call functions.NAME ARGS`` if it has one for it, else the first function offered and ``{}``.
+
 A prompt that already ends with the start of the answer (a worker taking a response over continues
 from prompt + generated tokens) gets the rest of that same answer, so a taken-over response ends
 with exactly the text of an uninterrupted one.
@@ -59,6 +63,9 @@ from oss_responses.harmony.builtin_tools import BUILTIN_CALL_CHANNEL, BUILTIN_NA
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
+_FUNCTION_TYPE = re.compile(r"^type (\w+) =", re.MULTILINE)
+_FORCED_START = "<|channel|>commentary to=functions."
+_NAMED = re.compile(r"([\w\-]+)(?: |<\|)")  # a named function's header: its name, then more header
 # How many trailing message starts a continuation is looked for behind (an answer has at most two
 # messages: analysis, then final or a call).
 _CONTINUATION_DEPTH = 4
@@ -131,8 +138,38 @@ class ScriptWriter:
             script = self.tokens_for(messages)
             if script[: len(tail)] == tail:
                 return tuple(messages), tuple(script[len(tail) :])
+        if headers and (forced := self._forced_rest(tokens[:headers[0]], tokens[headers[0]:])) is not None:
+            return forced
         messages = parse_prompt(self.encoding, tokens)
         return tuple(messages), tuple(self.tokens_for(messages))
+
+    def _forced_rest(
+        self, before: list[int], tail: list[int]
+    ) -> tuple[tuple[Message, ...], tuple[int, ...]] | None:
+        """The rest of a call whose start the worker wrote for the model (``tool_choice`` ``required``
+        or a named function: ``harmony/render.py`` forced_call_header), or None if ``tail`` is not one
+        (``tail`` may go on into the call, as when a worker takes the response over). The function and
+        arguments are the last user message's ``call functions.NAME ARGS`` if it has one for it, else
+        the first function offered (``required``) and ``{}``."""
+        text = self.encoding.decode(tail)
+        if not text.startswith(_FORCED_START):
+            return None
+        messages = parse_prompt(self.encoding, before)
+        users = [text_of(m) for m in messages if m.author.role == Role.USER]
+        calls = {r.removeprefix("functions."): a.strip() for r, a in _CALL.findall(users[-1] if users else "")
+                 if r.startswith("functions.")}
+        chosen = next(iter(calls), None) or _first_function(messages) or "unknown"
+        scripts = [self._text(_FORCED_START) + self._call_rest(chosen, calls)]  # "required"
+        if named := _NAMED.match(text[len(_FORCED_START):]):
+            header = f"{_FORCED_START}{named.group(1)} <|constrain|>json<|message|>"
+            scripts.insert(0, self._text(header) + self._text(calls.get(named.group(1)) or "{}") + [CALL])
+        for script in scripts:
+            if script[: len(tail)] == tail:
+                return tuple(messages), tuple(script[len(tail):])
+        return None
+
+    def _call_rest(self, name: str, calls: dict[str, str]) -> list[int]:
+        return self._text(f"{name} <|constrain|>json<|message|>{calls.get(name) or '{}'}") + [CALL]
 
     def tokens_for(self, messages: list[Message]) -> list[int]:
         user_texts = [text_of(m) for m in messages if m.author.role == Role.USER]
@@ -186,6 +223,16 @@ def _formatted(response_format: ResponseFormat, last_user: str) -> str:
     else:
         value = instance_of(response_format.schema, text=last_user)
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _first_function(messages: list[Message]) -> str | None:
+    """The first function the renderer's developer message offers."""
+    if len(messages) < 2 or messages[1].author.role != Role.DEVELOPER:
+        return None
+    text = text_of(messages[1])
+    start = text.find("namespace functions {")
+    found = _FUNCTION_TYPE.search(text, start) if start >= 0 else None
+    return found.group(1) if found else None
 
 
 def _tool_results_since_user(messages: list[Message]) -> int:

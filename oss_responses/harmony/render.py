@@ -69,7 +69,7 @@ from oss_responses.harmony.history import (
     listed_tools,
     stored_approval_ids,
 )
-from oss_responses.harmony.input_items import InputConverter, Unseal
+from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
 
@@ -242,6 +242,20 @@ def offered_functions(request: Any) -> frozenset[str]:
         elif isinstance(tool, NamespaceTool):
             addresses.update(Recipient.address(tool.name, function.name) for function in tool.tools)
     return frozenset(addresses)
+
+
+def forced_call_header(request: Any) -> str | None:
+    """The start of the call the model is made to write under ``tool_choice`` ``required`` or a named
+    function (None: the model decides). Harmony has no switch that forces a call; writing the header
+    for the model does, as the first tokens of its answer: the whole header for a named function, up
+    to ``functions.`` for ``required`` (the model names one of its functions). The model writes no
+    analysis before a forced call."""
+    choice = request.tool_choice
+    if isinstance(choice, dict):
+        return f"<|channel|>commentary to={FUNCTIONS_NAMESPACE}.{choice['name']} {FUNCTION_ARGUMENTS_TYPE}<|message|>"
+    if choice == "required":
+        return f"<|channel|>commentary to={FUNCTIONS_NAMESPACE}."
+    return None
 
 
 def _label_namespaces(options: RenderOptions) -> dict[str, str]:

@@ -96,6 +96,7 @@ class Generation:
     _answered: bool = False  # replay: the journal ends after a tool message, before its continuation
     # Time to first token: observed once per response (not again by a worker taking it over).
     _first_token_seen: bool = False
+    _forced_turn: bool = False  # the next engine call continues the forced start of a call (run's ``forced``)
 
     # --- stopping from outside (cancel listener, lease keeper, shutdown) -----
     def stop(self, cause: StopCause) -> None:
@@ -116,11 +117,15 @@ class Generation:
         if events:
             self.writer.append(self.response_id, events)
 
-    async def run(self, prompt_token_ids: list[int], approval: ApprovalAnswer | None = None) -> None:
+    async def run(
+        self, prompt_token_ids: list[int], approval: ApprovalAnswer | None = None, forced: list[int] | None = None
+    ) -> None:
         """Generate to the end; the translator then holds the final Response (unless stopped for a handoff).
 
         With ``approval`` (the input answers an approval request; the prompt ends after that call)
-        the call is run or declined first, and generation continues after its tool message.
+        the call is run or declined first, and generation continues after its tool message. With
+        ``forced`` (``tool_choice`` makes the model call a function: the start of that call's header),
+        the first engine call begins with those tokens as if the model had written them.
         """
         self.emit(self.translator.start())
         self._tokens = list(prompt_token_ids)
@@ -129,7 +134,19 @@ class Generation:
                 self._finish_stopped()
                 return
             self._continue()
+        elif forced:
+            self._force(forced)
         await self._loop()
+
+    def _force(self, token_ids: list[int], *, begun: bool = False) -> None:
+        # Journaled as the start of an engine call (its first "feed"), so a worker taking the
+        # response over replays them and continues after them, as after any generated tokens.
+        if not begun:
+            self._note("engine_call")
+            self._begin_turn()
+        self.emit(self._take_tokens(token_ids))
+        self._forced_turn = True
+        self._in_turn = False
 
     def replay(
         self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None
@@ -158,9 +175,14 @@ class Generation:
                     self._in_turn, self._answered = False, True
         return events
 
-    async def resume(self) -> None:
-        """Go on from where a replayed journal ends (mid-message, at a pending call, or ended)."""
+    async def resume(self, forced: list[int] | None = None) -> None:
+        """Go on from where a replayed journal ends (mid-message, at a pending call, or ended).
+        ``forced`` as for :meth:`run`: written if the lost worker had not begun the first engine call."""
         if self._is_terminal():
+            return
+        if forced and self._generated == 0 and not self._answered and self.translator.pending_tool_call is None:
+            self._force(forced, begun=self._in_turn)  # the journal may end between the two steps
+            await self._loop()
             return
         call = self.translator.pending_tool_call
         self._continuing = call is None and self._in_turn
@@ -259,11 +281,12 @@ class Generation:
             return TurnResult("abort")
         counted = not self._continuing
         self._continuing = False
-        if counted:
+        if counted and not self._forced_turn:
             self._note("engine_call")
             self._begin_turn()
-        else:
+        else:  # a taken-over turn, or the turn a forced call began (already counted)
             self._note("resume_call")
+        self._forced_turn = False
         self._request_id = f"{self.response_id}:{self._turn}:{uuid.uuid4().hex[:8]}"
         sampling = replace(self.sampling, max_tokens=self._budget())
         generated_before = self._generated

@@ -46,6 +46,7 @@ from oss_responses.harmony.render import (
     ConversationTurn,
     RenderedPrompt,
     RenderOptions,
+    forced_call_header,
     offered_functions,
     plan_conversation,
     rendered_prompt,
@@ -412,7 +413,7 @@ async def _list_then_generate(
     )
     _new_generation(run, request, tools, known)
     assert run.generation is not None
-    await run.generation.run(run.rendered.token_ids, run.rendered.approval)
+    await run.generation.run(run.rendered.token_ids, run.rendered.approval, forced=_forced(run.ctx, request))
 
 
 async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) -> None:
@@ -449,7 +450,7 @@ async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) 
     else:
         assert run.generation is not None
         run.generation.journal = run.translator.record
-        await run.generation.resume()
+        await run.generation.resume(forced=_forced(ctx, request))
 
 
 async def _write_missing(run: _Run, events: list[Any]) -> None:
@@ -512,6 +513,12 @@ def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTo
     )
     if run.stop_cause is not None:
         run.generation.stop(run.stop_cause)
+
+
+def _forced(ctx: WorkerContext, request: CreateResponseRequest) -> list[int] | None:
+    """The start of the call ``tool_choice`` makes the model write (``forced_call_header``), as tokens."""
+    header = forced_call_header(request)
+    return list(ctx.encoding.encode(header, allowed_special="all")) if header else None
 
 
 def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSettings:

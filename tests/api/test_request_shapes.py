@@ -87,6 +87,8 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "sampling and limits": {"temperature": 0.2, "top_p": 0.9, "max_output_tokens": 100, "max_tool_calls": 3,
                             "top_logprobs": 0, "truncation": "auto", "seed": 7},
     "parallel_tool_calls and tool_choice": {"tools": [WEATHER], "parallel_tool_calls": True, "tool_choice": "auto"},
+    "tool_choice required": {"tools": [WEATHER], "tool_choice": "required"},
+    "tool_choice naming a function": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
     "codex first request": {
         "instructions": None, "input": [{"type": "message", "id": "msg_u", "role": "developer",
                                          "content": [{"type": "input_text", "text": "sandbox"}]},
@@ -114,6 +116,9 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
                                      "tools[0].tools[0].type"),
     "unknown effort": ({"reasoning": {"effort": "ultra"}}, "reasoning.effort"),
     "conversations": ({"conversation": "conv_1"}, "conversation"),
+    "tool_choice naming no function of tools": ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "x"}},
+                                                "tool_choice"),
+    "tool_choice forcing an MCP tool": ({"tool_choice": {"type": "mcp", "server_label": "calc"}}, "tool_choice"),
 }
 
 

@@ -238,6 +238,21 @@ def test_tool_choice_none_answers_function_call_with_error(stack: ToolStack) -> 
     assert "There is no tool 'functions.get_weather'" in response.output_text
 
 
+def test_tool_choice_naming_function_makes_model_call_it(stack: ToolStack) -> None:
+    # "hello" asks for no call: the worker writes the call's start, the model its arguments.
+    response = run(stack, "stream", input="hello", tools=[WEATHER],
+                   tool_choice={"type": "function", "name": "get_weather"})
+    assert response.status == "completed" and types_of(response) == ["function_call"]
+    assert (item(response, "function_call").name, response.tool_choice.name) == ("get_weather", "get_weather")  # type: ignore[union-attr]
+
+
+def test_tool_choice_required_makes_model_call_a_function(stack: ToolStack) -> None:
+    response = run(stack, "background", input='call functions.get_weather {"city": "Paris"}', tools=[WEATHER],
+                   tool_choice="required")
+    assert response.status == "completed" and types_of(response) == ["function_call"]
+    assert item(response, "function_call").arguments == '{"city": "Paris"}'
+
+
 def test_tool_error_fails_call_and_model_continues(stack: ToolStack) -> None:
     response = run(stack, "stream", input="call bad.crash {}", tools=[BAD])
     assert "Error executing tool crash" in error_text(item(response, "mcp_call"))

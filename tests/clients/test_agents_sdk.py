@@ -76,6 +76,16 @@ async def test_run_with_tool_choice_none_calls_no_tool(model: OpenAIResponsesMod
     assert not any(item.type == "tool_call_item" for item in result.new_items)
 
 
+@pytest.mark.parametrize("choice", ["required", "spell_backwards"])
+async def test_run_with_forced_tool_choice_calls_tool_then_answers(model: OpenAIResponsesModel, choice: str) -> None:
+    # The SDK resets tool_choice after the call (reset_tool_choice), so the second turn may answer.
+    agent = Agent(name="speller", model=model, tools=[spell_backwards],
+                  model_settings=ModelSettings(tool_choice=choice))
+    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
+    assert [item.type for item in result.new_items][:2] == ["tool_call_item", "tool_call_output_item"]
+
+
 class Spelled(BaseModel):
     spelling: str
 

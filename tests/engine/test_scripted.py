@@ -24,7 +24,7 @@ from openai_harmony import (
 from oss_responses.engine import scripted
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine, ScriptWriter, parse_prompt
-from oss_responses.harmony.render import RenderOptions, render_prompt
+from oss_responses.harmony.render import RenderOptions, forced_call_header, render_prompt
 from oss_responses.requests import parse_create_request
 from oss_responses.vocab import load_encoding
 
@@ -268,6 +268,38 @@ def test_generate_answers_in_requested_format_despite_developer_message_in_input
     tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
     final = messages_of(enc, generate(enc, tokens))[-1]
     assert json.loads(text(final)) == {"answer": "hi"}
+
+
+FUNCTIONS = [{"type": "function", "name": name, "parameters": {"type": "object"}} for name in ("first", "spell")]
+
+
+def forced(enc: HarmonyEncoding, user: str, choice: object) -> tuple[list[int], list[int]]:
+    """The rendered prompt with the forced start of a call the worker writes, and that start."""
+    request = parse_create_request({"model": "m", "input": user, "tools": FUNCTIONS, "tool_choice": choice})
+    header = enc.encode(forced_call_header(request), allowed_special="all")
+    tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
+    return tokens + header, header
+
+
+@pytest.mark.parametrize(("user", "choice", "call"), [
+    ('call functions.spell {"w": 1}', {"type": "function", "name": "spell"}, ("spell", '{"w": 1}')),
+    ("hello", {"type": "function", "name": "spell"}, ("spell", "{}")),
+    ('call functions.spell {"w": 2}', "required", ("spell", '{"w": 2}')),
+    ("hello", "required", ("first", "{}")),
+])
+def test_generate_completes_forced_call(enc: HarmonyEncoding, user: str, choice: object, call: tuple) -> None:
+    tokens, header = forced(enc, user, choice)
+    rest = [t for output in generate(enc, tokens) for t in output.token_ids]
+    [message] = enc.parse_messages_from_completion_tokens(header + rest, Role.ASSISTANT)
+    assert (message.recipient, text(message)) == (f"functions.{call[0]}", call[1]) and rest[-1] == CALL
+
+
+@pytest.mark.parametrize("cut", [1, 3])
+def test_generate_continues_forced_call_the_prompt_already_ends_with(enc: HarmonyEncoding, cut: int) -> None:
+    tokens, _ = forced(enc, 'call functions.spell {"w": 2}', "required")
+    whole = [t for output in generate(enc, tokens) for t in output.token_ids]
+    rest = [t for output in generate(enc, tokens + whole[:cut]) for t in output.token_ids]
+    assert whole[:cut] + rest == whole
 
 
 def test_generate_ignores_response_formats_heading_in_user_text(enc: HarmonyEncoding) -> None:

@@ -196,3 +196,14 @@ def test_parse_json_schema_through_vllm_passes_the_grammar(stack: Stack) -> None
 
     assert response.status == "completed" and isinstance(response.output_parsed, Verdict)
     assert "outside the grammar" not in (stack.logs / "worker.log").read_text(errors="replace")
+
+
+SPELL = {"type": "function", "name": "spell", "parameters": {"type": "object"}}
+
+
+def test_tool_choice_naming_function_forces_call_through_vllm(stack: Stack) -> None:
+    # The worker writes the call's start into the first engine call; vLLM continues from there.
+    response = stack.client.responses.create(model=MODEL, input="hello", tools=[SPELL],
+                                             tool_choice={"type": "function", "name": "spell"})
+    assert response.status == "completed"
+    assert [(item.type, getattr(item, "name", None)) for item in response.output] == [("function_call", "spell")]

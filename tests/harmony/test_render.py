@@ -10,6 +10,7 @@ from oss_responses.harmony.render import (
     ConversationTurn,
     McpToolSpec,
     RenderOptions,
+    forced_call_header,
     offered_functions,
     render_prompt,
 )
@@ -85,6 +86,16 @@ def test_offered_functions_are_the_function_and_namespace_tools_shown() -> None:
 def test_offered_functions_are_none_under_tool_choice_none() -> None:
     request = _request(input="hi", tool_choice="none", tools=[{"type": "function", "name": "f", "parameters": {}}])
     assert offered_functions(request) == frozenset()
+
+
+@pytest.mark.parametrize(("choice", "header"), [
+    ({"type": "function", "name": "f"}, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"),
+    ("required", "<|channel|>commentary to=functions."),
+    ("auto", None),
+])
+def test_forced_call_header_starts_call_tool_choice_asks_for(choice: object, header: str | None) -> None:
+    request = _request(tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}], tool_choice=choice)
+    assert forced_call_header(request) == header
 
 
 def test_render_json_schema_format_in_developer_message(encoding) -> None:

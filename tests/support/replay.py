@@ -18,7 +18,7 @@ from oss_responses.engine.base import Engine, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.mcp_tools import McpToolSpec
-from oss_responses.harmony.render import RenderOptions, render_prompt
+from oss_responses.harmony.render import RenderOptions, forced_call_header, render_prompt
 from oss_responses.requests import parse_create_request
 from oss_responses.tools.executor import ToolOutcome
 from oss_responses.workers.generation import Generation
@@ -61,6 +61,7 @@ class Run:
     text: str
     tools: list[dict[str, Any]] = field(default_factory=list)
     idempotent: bool = False
+    tool_choice: Any = "auto"
     engine: Engine | None = None
     drive: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     log: EventList = field(default_factory=EventList)
@@ -69,12 +70,21 @@ class Run:
 
     def prompt(self, translator: JournaledTranslator) -> list[int]:
         """Rendered, and its facts given to the translator (as the runner does before generating)."""
-        request = parse_create_request({"model": "m", "input": self.text, "tools": self.tools})
+        request = self.request()
         options = RenderOptions(conversation_start_date="2026-01-01", mcp_tools={"calc": [ADD]} if self.tools else {})
         rendered = render_prompt(request, [], options, self.encoding)
         translator.use_prompt(mcp_labels=rendered.mcp_labels, input_tokens=len(rendered.token_ids),
                               function_namespaces=rendered.function_namespaces)
         return rendered.token_ids
+
+    def request(self) -> Any:
+        return parse_create_request({"model": "m", "input": self.text, "tools": self.tools,
+                                     "tool_choice": self.tool_choice})
+
+    def forced(self) -> list[int] | None:
+        """The forced start of a call, as the runner gives it to ``Generation.run``."""
+        header = forced_call_header(self.request())
+        return self.encoding.encode(header, allowed_special="all") if header else None
 
     def generation(self, record: list[Any] | None) -> Generation:
         translator = JournaledTranslator(
@@ -93,7 +103,7 @@ class Run:
         steps: list[list[Any]] = []
         generation = self.generation(steps)
         self.log.append(RESPONSE_ID, generation.translator.start())
-        self.drive(generation.run(self.prompt(generation.translator)))  # type: ignore[arg-type]
+        self.drive(generation.run(self.prompt(generation.translator), forced=self.forced()))  # type: ignore[arg-type]
         return self.log.events, steps
 
     def taken_over(self, steps: list[list[Any]]) -> list[Any]:
@@ -107,7 +117,8 @@ class Run:
         self.replayed = len(replayed)
         resumed: list[Any] = []
         generation.translator.record = resumed.append  # type: ignore[attr-defined]
-        self.drive(generation.resume() if after else generation.run(prompt))
+        forced = self.forced()
+        self.drive(generation.resume(forced=forced) if after else generation.run(prompt, forced=forced))
         return replayed + self.log.events
 
 

@@ -47,3 +47,17 @@ def test_call_in_flight_of_non_idempotent_tool_is_not_run_again(encoding: Harmon
     done = [e for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"]
     assert done[0].item.error is not None and INTERRUPTED in str(done[0].item.error)
     assert events[-1].type == "response.completed"
+
+
+SPELL = {"type": "function", "name": "spell", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "spell"}])
+def test_replayed_journal_reproduces_forced_call_wherever_cut(encoding: HarmonyEncoding, choice: object) -> None:
+    text = 'call functions.spell {"word": "harmony"}'
+    events, steps = Run(encoding, text, [SPELL], tool_choice=choice).uninterrupted()
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(item.type, item.name, item.arguments) for item in done] == [
+        ("function_call", "spell", '{"word": "harmony"}')]
+    for cut in cuts(steps):
+        assert wire(Run(encoding, text, [SPELL], tool_choice=choice).taken_over(steps[:cut])) == wire(events), cut
