@@ -206,7 +206,8 @@ class Generation:
 
     async def _loop(self) -> None:
         while True:
-            result = await self._generate()
+            # A forced call's start can spend a budget smaller than itself (max_output_tokens).
+            result = await self._generate() if self._budget() > 0 else TurnResult("length")
             if self.stop_cause is not None or self._is_terminal():
                 break
             call = self.translator.pending_tool_call

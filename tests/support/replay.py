@@ -62,6 +62,7 @@ class Run:
     tools: list[dict[str, Any]] = field(default_factory=list)
     idempotent: bool = False
     tool_choice: Any = "auto"
+    max_tokens: int = 1_000
     engine: Engine | None = None
     drive: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
     log: EventList = field(default_factory=EventList)
@@ -93,7 +94,7 @@ class Run:
         )
         translator.record = None if record is None else record.append
         stops = tuple(self.encoding.stop_tokens_for_assistant_actions())
-        sampling = SamplingSettings(max_tokens=1_000, stop_token_ids=stops)
+        sampling = SamplingSettings(max_tokens=self.max_tokens, stop_token_ids=stops)
         return Generation(
             RESPONSE_ID, self.engine or ScriptedEngine(self.encoding), self.log, translator, self.calculator, sampling,  # type: ignore[arg-type]
             journal=translator.record, is_idempotent=lambda server, tool: self.idempotent,

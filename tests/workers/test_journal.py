@@ -6,11 +6,14 @@ Pure in-process runs (scripted engine, a list for the event log); see ``support/
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai_harmony import HarmonyEncoding
 from support.replay import CALC, Run, cuts, wire
 
+from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.generation import INTERRUPTED
 
@@ -61,3 +64,19 @@ def test_replayed_journal_reproduces_forced_call_wherever_cut(encoding: HarmonyE
         ("function_call", "spell", '{"word": "harmony"}')]
     for cut in cuts(steps):
         assert wire(Run(encoding, text, [SPELL], tool_choice=choice).taken_over(steps[:cut])) == wire(events), cut
+
+
+class BudgetCheckingEngine(ScriptedEngine):
+    """Refuses a request with no tokens to generate, as vLLM's SamplingParams does."""
+
+    def generate(self, request_id: str, prompt_token_ids: Any, sampling: SamplingSettings) -> Any:
+        if sampling.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {sampling.max_tokens}")
+        return super().generate(request_id, prompt_token_ids, sampling)
+
+
+def test_forced_call_longer_than_output_budget_ends_incomplete(encoding: HarmonyEncoding) -> None:
+    run = Run(encoding, "hello", [SPELL], tool_choice={"type": "function", "name": "spell"}, max_tokens=3,
+              engine=BudgetCheckingEngine(encoding))
+    events, _ = run.uninterrupted()
+    assert events[-1].type == "response.incomplete"
