@@ -69,13 +69,10 @@ def _counts_only(usage: dict[str, Any]) -> None:
 
 
 @functools.cache
-def _carries_response(event_class: type[BaseModel]) -> bool:
-    return "response" in event_class.model_fields
-
-
-@functools.cache
-def _carries_item(event_class: type[BaseModel]) -> bool:
-    return "item" in event_class.model_fields
+def _carried(event_class: type[BaseModel]) -> str | None:
+    """The field of an event class that needs spelling as on the wire: its Response or output item."""
+    fields = event_class.model_fields
+    return "response" if "response" in fields else "item" if "item" in fields else None
 
 
 def response_json(response: BaseModel) -> dict[str, Any]:
@@ -86,12 +83,9 @@ def event_json(event: BaseModel) -> str:
     """An event's JSON; a response-level event's Response in its wire form."""
     # Once per streamed token: a dict lookup by class (pydantic's model_fields is a property that
     # costs several calls; asking the instance costs a raised AttributeError).
-    if _carries_response(type(event)):
-        data = wire_json(event)
-        on_the_wire(data["response"])
-    elif _carries_item(type(event)):  # once per item, not per token
-        data = wire_json(event)
-        item_on_the_wire(data["item"])
-    else:
+    carried = _carried(type(event))
+    if carried is None:
         return event.model_dump_json(by_alias=True)
+    data = wire_json(event)  # once per response-level event or item, not per token
+    (on_the_wire if carried == "response" else item_on_the_wire)(data[carried])
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)

@@ -47,8 +47,7 @@ from oss_responses.storage import (
     ResponseRecord,
     cancel_queued,
     delete_response,
-    find_input_items,
-    find_stored_items,
+    find_referenced_items,
     get_chain,
     get_response,
     insert_background_within_limit,
@@ -131,9 +130,8 @@ async def resolve_conversation(
     references = referenced_ids(request.input_items())
     if references:
         known = conversation_items(history)
-        known |= await services.db.run(find_input_items, [record.id for record in chain], references)
-        if unknown := [item_id for item_id in references if item_id not in known]:
-            known |= await services.db.run(find_stored_items, unknown, owner.name)
+        chain_ids = [record.id for record in chain]
+        known |= await services.db.run(find_referenced_items, references, chain_ids, owner.name, known.keys())
         request.input = resolve_references(request.input_items(), known)
     return history
 

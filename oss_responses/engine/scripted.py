@@ -59,12 +59,12 @@ from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.json_instance import instance_of
 from oss_responses.engine.response_format import ResponseFormat, requested_format
 from oss_responses.harmony.builtin_tools import BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
+from oss_responses.harmony.render import FORCED_CALL_START, function_call_header_rest
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
 _FUNCTION_TYPE = re.compile(r"^type (\w+) =", re.MULTILINE)
-_FORCED_START = "<|channel|>commentary to=functions."
 _NAMED = re.compile(r"([\w\-]+)(?: |<\|)")  # a named function's header: its name, then more header
 # How many trailing message starts a continuation is looked for behind (an answer has at most two
 # messages: analysis, then final or a call).
@@ -152,24 +152,25 @@ class ScriptWriter:
         arguments are the last user message's ``call functions.NAME ARGS`` if it has one for it, else
         the first function offered (``required``) and ``{}``."""
         text = self.encoding.decode(tail)
-        if not text.startswith(_FORCED_START):
+        if not text.startswith(FORCED_CALL_START):
             return None
         messages = parse_prompt(self.encoding, before)
         users = [text_of(m) for m in messages if m.author.role == Role.USER]
         calls = {r.removeprefix("functions."): a.strip() for r, a in _CALL.findall(users[-1] if users else "")
                  if r.startswith("functions.")}
+        # Tokens as the worker wrote them, then as the model would go on: a named function's whole
+        # header was written; under "required" only its start, and the model names the function.
+        scripts = []
+        if named := _NAMED.match(text[len(FORCED_CALL_START):]):
+            header = FORCED_CALL_START + function_call_header_rest(named.group(1))
+            scripts.append(self._text(header) + self._text(calls.get(named.group(1)) or "{}"))
         chosen = next(iter(calls), None) or _first_function(messages) or "unknown"
-        scripts = [self._text(_FORCED_START) + self._call_rest(chosen, calls)]  # "required"
-        if named := _NAMED.match(text[len(_FORCED_START):]):
-            header = f"{_FORCED_START}{named.group(1)} <|constrain|>json<|message|>"
-            scripts.insert(0, self._text(header) + self._text(calls.get(named.group(1)) or "{}") + [CALL])
-        for script in scripts:
+        rest = function_call_header_rest(chosen) + (calls.get(chosen) or "{}")
+        scripts.append(self._text(FORCED_CALL_START) + self._text(rest))
+        for script in (script + [CALL] for script in scripts):
             if script[: len(tail)] == tail:
                 return tuple(messages), tuple(script[len(tail):])
         return None
-
-    def _call_rest(self, name: str, calls: dict[str, str]) -> list[int]:
-        return self._text(f"{name} <|constrain|>json<|message|>{calls.get(name) or '{}'}") + [CALL]
 
     def tokens_for(self, messages: list[Message]) -> list[int]:
         user_texts = [text_of(m) for m in messages if m.author.role == Role.USER]

@@ -252,10 +252,18 @@ def forced_call_header(request: Any) -> str | None:
     analysis before a forced call."""
     choice = request.tool_choice
     if isinstance(choice, dict):
-        return f"<|channel|>commentary to={FUNCTIONS_NAMESPACE}.{choice['name']} {FUNCTION_ARGUMENTS_TYPE}<|message|>"
+        return FORCED_CALL_START + function_call_header_rest(choice["name"])
     if choice == "required":
-        return f"<|channel|>commentary to={FUNCTIONS_NAMESPACE}."
+        return FORCED_CALL_START
     return None
+
+
+FORCED_CALL_START = f"<|channel|>commentary to={FUNCTIONS_NAMESPACE}."
+
+
+def function_call_header_rest(name: str) -> str:
+    """A function call's header after ``FORCED_CALL_START``: its name, then the arguments' type."""
+    return f"{name} {FUNCTION_ARGUMENTS_TYPE}<|message|>"
 
 
 def _label_namespaces(options: RenderOptions) -> dict[str, str]:

@@ -8,7 +8,12 @@ from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import create_api_key, find_active_key, list_api_keys, revoke_api_key
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
 from oss_responses.storage.event_logs import EventLog, get_event_log, purge_expired_event_logs, save_event_log
-from oss_responses.storage.input_items import find_input_items, find_stored_items, list_input_items
+from oss_responses.storage.input_items import (
+    find_input_items,
+    find_referenced_items,
+    find_stored_items,
+    list_input_items,
+)
 from oss_responses.storage.migrations import migrate
 from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import ApiKeyRecord, Order, ResponseRecord, utcnow
@@ -51,6 +56,7 @@ __all__ = [
     "create_api_key",
     "delete_response",
     "find_active_key",
+    "find_referenced_items",
     "find_stored_items",
     "get_chain",
     "get_event_log",

@@ -3,7 +3,7 @@ stored item found by id (``item_reference``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, select
@@ -82,3 +82,13 @@ def find_stored_items(session: Session, item_ids: Sequence[str], owner: str | No
     found = {item_id: item for item_id, item in session.execute(inputs)}
     found.update({item_id: item for item_id, item in session.execute(outputs)})
     return found
+
+
+def find_referenced_items(
+    session: Session, item_ids: Sequence[str], chain_ids: Sequence[str], owner: str | None, known: Collection[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """What ``item_reference`` inputs name, in one transaction: the chain's input items first, then, for
+    ids neither those nor ``known`` (the chain's own items) hold, any stored item ``owner`` may see."""
+    found = find_input_items(session, chain_ids, item_ids)
+    rest = [item_id for item_id in item_ids if item_id not in found and item_id not in known]
+    return found | find_stored_items(session, rest, owner)

@@ -146,7 +146,6 @@ class Generation:
             self._begin_turn()
         self.emit(self._take_tokens(token_ids))
         self._forced_turn = True
-        self._in_turn = False
 
     def replay(
         self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None
