@@ -40,12 +40,15 @@ def main() -> None:
         return
     with multiprocess_folder():
         uvicorn.run("oss_responses.api.__main__:process_app", factory=True, workers=settings.api_processes,
-                    host=settings.api_host, port=settings.api_port, log_config=None)
+                    host=settings.api_host, port=settings.api_port, log_config=None,
+                    ws_max_size=settings.max_body_bytes)
 
 
 def _serve_one(settings: Settings) -> None:
     """``uvicorn.run`` for one process, on the API's own server (it wakes once a second when idle)."""
-    config = uvicorn.Config(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None)
+    # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
+    config = uvicorn.Config(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None,
+                            ws_max_size=settings.max_body_bytes)
     server = ApiServer(config)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()

@@ -41,6 +41,15 @@ async def read_json_body(request: Request, settings: Settings) -> Any:
     return value
 
 
+def parse_json_message(raw: bytes, settings: Settings) -> Any:
+    """A JSON message received whole (a WebSocket's), checked as a request body is."""
+    if len(raw) > settings.max_body_bytes:
+        raise _too_large(settings.max_body_bytes)
+    value = _parse(raw)
+    check_json_value(value, settings.max_json_depth)
+    return value
+
+
 async def _read_limited(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 from oss_responses.api.auth import Owner, authenticate
 from oss_responses.api.services import Services
@@ -13,20 +14,21 @@ from oss_responses.config import Settings
 
 # ``async def`` although they only read attributes: FastAPI runs a plain ``def`` dependency in its
 # thread pool, a hop to a thread and back (and a wait for the GIL under load) on every request.
-async def get_services(request: Request) -> Services:
+# An ``HTTPConnection``: a request or a WebSocket (``WS /v1/responses``).
+async def get_services(request: HTTPConnection) -> Services:
     return _services(request)
 
 
-async def get_settings(request: Request) -> Settings:
+async def get_settings(request: HTTPConnection) -> Settings:
     return _services(request).settings
 
 
-def _services(request: Request) -> Services:
+def _services(request: HTTPConnection) -> Services:
     services: Services = request.app.state.services
     return services
 
 
-async def get_owner(request: Request) -> Owner:
+async def get_owner(request: HTTPConnection) -> Owner:
     """The owner of the request's API key (keys mode: 401 without a valid one), or ``auth.OPEN``."""
     services = _services(request)
     return await authenticate(services.settings, services.db, request.headers.get("authorization"))

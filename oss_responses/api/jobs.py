@@ -88,7 +88,8 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
     previous = chain[-1] if chain else None
     if (previous is None or previous.id != previous_response_id or not previous.store
             or not all(owner.may_see(turn) for turn in chain)):
-        raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id")
+        raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id",
+                       code="previous_response_not_found")
     if not previous.is_terminal:
         raise BadRequest(
             f"Previous response with id '{previous_response_id}' is still {previous.status}.",

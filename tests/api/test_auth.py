@@ -3,6 +3,7 @@ open mode as before. No worker: what is checked happens when a request is accept
 
 from __future__ import annotations
 
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -14,6 +15,8 @@ from openai import OpenAI
 from support import MODEL
 from support.api_server import ApiServer, serve_in_thread
 from support.key_clients import KeyClients
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import ClientConnection, connect
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -194,3 +197,37 @@ def test_keys_mode_logs_no_open_warning(settings: Settings, redis_url: str, capl
         for _ in serve_in_thread(settings):
             pass
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "oss_responses.api.auth"]
+
+
+def _socket(api: ApiServer, secret: str | None = None) -> ClientConnection:
+    headers = {"Authorization": f"Bearer {secret}"} if secret else None
+    return connect(api.base_url.replace("http://", "ws://") + "/v1/responses", additional_headers=headers)
+
+
+@pytest.mark.parametrize("secret", [None, "sk-oss-not-a-key"], ids=["no key", "unknown key"])
+def test_socket_handshake_without_valid_key_is_401(api: ApiServer, secret: str | None) -> None:
+    with pytest.raises(InvalidStatus) as refused:
+        _socket(api, secret)
+    assert refused.value.response.status_code == 401
+    assert json.loads(refused.value.response.body or b"")["error"]["code"] == "invalid_api_key"
+
+
+def test_socket_create_uses_only_models_of_key(keys: KeyClients, api: ApiServer) -> None:
+    small = keys.new("alice", models=[MODEL])
+    with _socket(api, small.secret) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": "gpt-oss-120b", "input": "hi"}))
+        refused = json.loads(socket.recv(timeout=10))
+        socket.send(json.dumps({"type": "response.create", "model": MODEL, "input": "hi", "generate": False}))
+        accepted = json.loads(socket.recv(timeout=10))
+    assert (refused["status"], refused["error"]["code"]) == (404, "model_not_found")
+    assert accepted["type"] == "response.created"
+    assert _stored(api) == 0
+
+
+def test_socket_create_after_key_revoked_is_401(keys: KeyClients, api: ApiServer) -> None:
+    alice = keys.new("alice")
+    with _socket(api, alice.secret) as socket:
+        keys.revoke(alice)
+        socket.send(json.dumps({"type": "response.create", "model": MODEL, "input": "hi", "generate": False}))
+        refused = json.loads(socket.recv(timeout=10))
+    assert (refused["status"], refused["error"]["code"]) == (401, "invalid_api_key")

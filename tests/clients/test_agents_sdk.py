@@ -1,7 +1,8 @@
 """The OpenAI Agents SDK (``openai-agents``, Python) against the service with the scripted engine.
 
-The SDK's model is ``OpenAIResponsesModel`` on an ``AsyncOpenAI`` client whose base_url is the
-service; tracing is off (it would upload to OpenAI). The scripted engine calls the tool named in
+The SDK's model is ``OpenAIResponsesModel`` (HTTP) or ``OpenAIResponsesWSModel`` (the Responses
+WebSocket), every test once each, on an ``AsyncOpenAI`` client whose base_url is the service; tracing
+is off (it would upload to OpenAI). The scripted engine calls the tool named in
 ``call RECIPIENT {json}`` and then answers by quoting the tool's result.
 """
 
@@ -22,7 +23,7 @@ from agents import (
     function_tool,
 )
 from agents.mcp import MCPServerStreamableHttp
-from agents.models.openai_responses import OpenAIResponsesModel
+from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 from support import MODEL
@@ -37,10 +38,16 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-async def model(service: Service) -> AsyncIterator[OpenAIResponsesModel]:
+@pytest.fixture(params=["http", "websocket"])
+async def model(request: pytest.FixtureRequest, service: Service) -> AsyncIterator[OpenAIResponsesModel]:
+    """The SDK's Responses model over HTTP, and over the Responses WebSocket (its websocket transport)."""
     client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
-    yield OpenAIResponsesModel(model=MODEL, openai_client=client)
+    if request.param == "http":
+        yield OpenAIResponsesModel(model=MODEL, openai_client=client)
+    else:
+        model = OpenAIResponsesWSModel(model=MODEL, openai_client=client)
+        yield model
+        await model.close()
     await client.close()
 
 

@@ -3,11 +3,15 @@
 Unlike the Python SDK it checks what it reads with zod: a streamed run validates the finished
 Response's usage (every input and output token detail must be a number). The scripted engine calls
 the tool named in ``call RECIPIENT {json}`` and then answers by quoting the tool's result.
+
+Every test runs over HTTP and over the Responses WebSocket (``OpenAIResponsesWSModel``, on Node's
+global ``WebSocket``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,41 +22,54 @@ if (reason := missing_js_client("@openai/agents")) is not None:
     pytest.skip(f"the Agents SDK for JavaScript cannot run: {reason}", allow_module_level=True)
 
 
-def run_agent(base_url: str, prompt: str, *, stream: bool = False, **scenario: Any) -> dict[str, Any]:
-    """One ``run`` of an agent named speller (``tools``: with spell_backwards; ``output_type``: answers
-    ``{spelling}``; ``handoff``: may hand off to an agent named helper). Its result, or its error."""
-    return run_js("agents_js_run.mjs", base_url, input=prompt, stream=stream, **scenario)
+RunAgent = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture(params=["http", "websocket"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def run_agent(service: Service, transport: str) -> RunAgent:
+    def run(prompt: str, *, stream: bool = False, **scenario: Any) -> dict[str, Any]:
+        """One ``run`` of an agent named speller (``tools``: with spell_backwards; ``output_type``: answers
+        ``{spelling}``; ``handoff``: may hand off to an agent named helper). Its result, or its error."""
+        return run_js("agents_js_run.mjs", service.base_url, input=prompt, stream=stream, transport=transport,
+                      **scenario)
+
+    return run
 
 
 def _call(recipient: str, **arguments: object) -> str:
     return f"call {recipient} {json.dumps(arguments)}"
 
 
-def test_run_answers_plain_prompt(service: Service) -> None:
-    result = run_agent(service.base_url, "Hello there")
+def test_run_answers_plain_prompt(run_agent: RunAgent) -> None:
+    result = run_agent("Hello there")
     assert result.get("final_output") == 'You said: "Hello there".', result
 
 
-def test_run_streamed_answers_plain_prompt(service: Service) -> None:
-    result = run_agent(service.base_url, "Hello there", stream=True)
+def test_run_streamed_answers_plain_prompt(run_agent: RunAgent) -> None:
+    result = run_agent("Hello there", stream=True)
     assert result.get("final_output") == 'You said: "Hello there".', result
     assert result["events"] > 0
 
 
-def test_run_streamed_calls_function_tool_and_answers_with_result(service: Service) -> None:
-    result = run_agent(service.base_url, _call("functions.spell_backwards", word="stream"), stream=True, tools=True)
+def test_run_streamed_calls_function_tool_and_answers_with_result(run_agent: RunAgent) -> None:
+    result = run_agent(_call("functions.spell_backwards", word="stream"), stream=True, tools=True)
     assert result.get("final_output") == "The tool functions.spell_backwards returned: maerts", result
     assert result["items"] == ["reasoning_item", "tool_call_item", "tool_call_output_item",
                                "reasoning_item", "message_output_item"]
 
 
-def test_run_streamed_with_output_type_answers_tool_result_as_instance_of_it(service: Service) -> None:
-    result = run_agent(service.base_url, _call("functions.spell_backwards", word="harmony"), stream=True,
+def test_run_streamed_with_output_type_answers_tool_result_as_instance_of_it(run_agent: RunAgent) -> None:
+    result = run_agent(_call("functions.spell_backwards", word="harmony"), stream=True,
                        tools=True, output_type=True)
     assert result.get("final_output") == {"spelling": "The tool functions.spell_backwards returned: ynomrah"}, result
 
 
-def test_run_streamed_hands_off_to_agent_that_answers(service: Service) -> None:
-    result = run_agent(service.base_url, _call("functions.transfer_to_helper"), stream=True, handoff=True)
+def test_run_streamed_hands_off_to_agent_that_answers(run_agent: RunAgent) -> None:
+    result = run_agent(_call("functions.transfer_to_helper"), stream=True, handoff=True)
     assert result.get("last_agent") == "helper", result
     assert result["final_output"] == 'The tool functions.transfer_to_helper returned: {"assistant":"helper"}'

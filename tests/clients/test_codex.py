@@ -4,6 +4,11 @@ Codex sends what OpenAI's own backend gets: ``store: false`` with the whole conv
 turn, ``include: ["reasoning.encrypted_content"]``, a ``namespace`` tool, a ``web_search`` tool and
 ``client_metadata``. The scripted engine answers by quoting the last user message, or, for
 ``call functions.NAME {json}``, makes that call and then quotes the tool's result.
+
+Every test runs twice: over HTTP (SSE), and over the Responses WebSocket (``supports_websockets``),
+where Codex warms the conversation up (``generate: false``) and continues it by
+``previous_response_id`` with only the new items. Codex falls back to HTTP when the socket fails, so
+the WebSocket runs also check that it did not.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from support.client_stack import Service
-from support.codex_cli import codex_exec, missing_codex, write_codex_home
+from support.codex_cli import WEBSOCKET_FAILURES, codex_exec, missing_codex, write_codex_home
 
 if (reason := missing_codex()) is not None:
     pytest.skip(f"Codex CLI cannot run: {reason}", allow_module_level=True)
@@ -28,32 +33,39 @@ def _explain(done: subprocess.CompletedProcess[str], service: Service) -> str:
            f"{service.log_tail(1500)}"
 
 
-def test_codex_exec_prints_answer_to_plain_prompt(service: Service, tmp_path: Path) -> None:
-    home = write_codex_home(tmp_path / "codex-home", service.base_url)
-    done = codex_exec(home, tmp_path, "Name three colours of the rainbow")
+@pytest.fixture(params=["http", "websocket"])
+def home(request: pytest.FixtureRequest, service: Service, tmp_path: Path) -> Path:
+    return write_codex_home(tmp_path / "codex-home", service.base_url, websockets=request.param == "websocket")
+
+
+def _succeeded(done: subprocess.CompletedProcess[str], service: Service) -> None:
     assert done.returncode == 0, _explain(done, service)
+    assert not any(failure in done.stderr for failure in WEBSOCKET_FAILURES), _explain(done, service)
+
+
+def test_codex_exec_prints_answer_to_plain_prompt(service: Service, home: Path, tmp_path: Path) -> None:
+    done = codex_exec(home, tmp_path, "Name three colours of the rainbow")
+    _succeeded(done, service)
     assert 'You said: "Name three colours of the rainbow".' in done.stdout, _explain(done, service)
 
 
-def test_codex_exec_runs_called_command_and_answers_with_output(service: Service, tmp_path: Path) -> None:
-    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+def test_codex_exec_runs_called_command_and_answers_with_output(service: Service, home: Path, tmp_path: Path) -> None:
     call = json.dumps({"cmd": "echo hello-from-$((6 * 7))"})
     done = codex_exec(home, tmp_path, f"call functions.exec_command {call}")
-    assert done.returncode == 0, _explain(done, service)
+    _succeeded(done, service)
     # Only the shell computes 42: the answer can quote it only if Codex ran the command and sent
     # its output back in the next request.
     assert "The tool functions.exec_command returned:" in done.stdout, _explain(done, service)
     assert "hello-from-42" in done.stdout, _explain(done, service)
 
 
-def test_codex_exec_resume_replays_earlier_turn(service: Service, tmp_path: Path) -> None:
-    home = write_codex_home(tmp_path / "codex-home", service.base_url)
+def test_codex_exec_resume_replays_earlier_turn(service: Service, home: Path, tmp_path: Path) -> None:
     first = codex_exec(home, tmp_path, "Remember the word marmalade")
-    assert first.returncode == 0, _explain(first, service)
+    _succeeded(first, service)
     # store=false: the service knows nothing of the first turn unless Codex replays it
     # (its reasoning item, the assistant message) in the second request.
     second = codex_exec(home, tmp_path, "Which word was it?", resume=True)
-    assert second.returncode == 0, _explain(second, service)
+    _succeeded(second, service)
     assert 'You said: "Which word was it?". Earlier you said:' in second.stdout, _explain(second, service)
     assert '"Remember the word marmalade"' in second.stdout, _explain(second, service)
 
@@ -64,24 +76,22 @@ GREETING_SCHEMA = {
 }
 
 
-def test_codex_exec_with_output_schema_answers_instance_of_it(service: Service, tmp_path: Path) -> None:
+def test_codex_exec_with_output_schema_answers_instance_of_it(service: Service, home: Path, tmp_path: Path) -> None:
     # Codex sends its instructions as a developer message of the input and the schema as text.format.
-    home = write_codex_home(tmp_path / "codex-home", service.base_url)
     (tmp_path / "schema.json").write_text(json.dumps(GREETING_SCHEMA))
     options = ["--output-schema", str(tmp_path / "schema.json"), "-o", str(tmp_path / "answer.json")]
     done = codex_exec(home, tmp_path, "Say hello", options=options)
-    assert done.returncode == 0, _explain(done, service)
+    _succeeded(done, service)
     answer = json.loads((tmp_path / "answer.json").read_text())
     jsonschema.validate(answer, GREETING_SCHEMA)
     assert answer["greeting"] == "Say hello"
 
 
-def test_codex_exec_answers_after_view_image_call(service: Service, tmp_path: Path) -> None:
+def test_codex_exec_answers_after_view_image_call(service: Service, home: Path, tmp_path: Path) -> None:
     # Codex offers view_image to every model and sends the image back as the function's output.
     (tmp_path / "dot.png").write_bytes(_png_1x1())
-    home = write_codex_home(tmp_path / "codex-home", service.base_url)
     done = codex_exec(home, tmp_path, f"call functions.view_image {json.dumps({'path': str(tmp_path / 'dot.png')})}")
-    assert done.returncode == 0, _explain(done, service)
+    _succeeded(done, service)
     assert "The tool functions.view_image returned: [image not shown: gpt-oss reads text only]" in done.stdout, \
         _explain(done, service)
 

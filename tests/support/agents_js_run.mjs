@@ -1,7 +1,8 @@
 // One run of the Agents SDK for JavaScript (@openai/agents) against the service; see js_clients.py.
 // The scenario comes as JSON in JS_SCENARIO: {base_url, model, input, stream, tools, handoff,
-// output_type}. Prints one JSON line: {final_output, last_agent, events, items}, or {error, issues}.
-import { Agent, OpenAIResponsesModel, run, setTracingDisabled, tool } from '@openai/agents';
+// output_type, transport ("http" | "websocket")}. Prints one JSON line: {final_output, last_agent,
+// events, items}, or {error, issues}.
+import { Agent, OpenAIResponsesModel, OpenAIResponsesWSModel, run, setTracingDisabled, tool } from '@openai/agents';
 import OpenAI from 'openai';
 import { z } from 'zod';
 
@@ -9,7 +10,9 @@ setTracingDisabled(true); // tracing would upload to OpenAI
 
 const scenario = JSON.parse(process.env.JS_SCENARIO);
 const client = new OpenAI({ baseURL: scenario.base_url, apiKey: 'unused', maxRetries: 0, timeout: 30_000 });
-const model = new OpenAIResponsesModel(client, scenario.model);
+const model = scenario.transport === 'websocket'
+  ? new OpenAIResponsesWSModel(client, scenario.model)
+  : new OpenAIResponsesModel(client, scenario.model);
 
 const spellBackwards = tool({
   name: 'spell_backwards',
@@ -48,4 +51,6 @@ try {
 } catch (error) {
   // zod's issues say which field of the service's answer the SDK refused.
   console.log(JSON.stringify({ error: String(error), issues: error.issues ?? null }));
+} finally {
+  await model.close?.(); // the websocket model's connection would keep node running
 }

@@ -28,6 +28,7 @@ sandbox_mode = "danger-full-access"
 name = "oss-responses"
 base_url = "{base_url}"
 wire_api = "responses"
+supports_websockets = {websockets}
 
 [analytics]
 enabled = false
@@ -50,10 +51,15 @@ def codex_binary() -> Path | None:
     return Path(found) if found else None
 
 
-def write_codex_home(home: Path, base_url: str) -> Path:
+def write_codex_home(home: Path, base_url: str, *, websockets: bool = False) -> Path:
+    """A CODEX_HOME for the service; ``websockets``: Codex talks to it over the Responses WebSocket."""
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.toml").write_text(CONFIG.format(model=MODEL, base_url=base_url))
+    (home / "config.toml").write_text(CONFIG.format(model=MODEL, base_url=base_url, websockets=str(websockets).lower()))
     return home
+
+
+# What Codex prints when it could not use the Responses WebSocket and went on over HTTP.
+WEBSOCKET_FAILURES = ("Falling back from WebSockets", "failed to connect to Responses WebSocket")
 
 
 def codex_exec(

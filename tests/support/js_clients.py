@@ -32,8 +32,15 @@ def run_js(script: str, base_url: str, **scenario: Any) -> dict[str, Any]:
     env = os.environ | {"JS_SCENARIO": json.dumps({"base_url": base_url, "model": MODEL} | scenario)}
     # A module read from stdin resolves its imports from the working directory: the installed packages.
     source = Path(__file__).with_name(script).read_text()
-    done = subprocess.run(["node", "--input-type=module", "-"], input=source, cwd=PACKAGES, env=env,
+    done = subprocess.run(["node", *_websocket_flag(), "--input-type=module", "-"], input=source, cwd=PACKAGES, env=env,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, f"node exited {done.returncode}\n{done.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def _websocket_flag() -> list[str]:
+    """Node's flag for its global ``WebSocket`` (the Agents SDK's websocket transport uses it): needed
+    before Node 22, which has it by default."""
+    version = subprocess.run(["node", "--version"], capture_output=True, text=True, check=True).stdout
+    return ["--experimental-websocket"] if int(version.lstrip("v").split(".")[0]) < 22 else []

@@ -8,21 +8,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import compaction, jobs, limits, openapi, sealed, token_count
-from oss_responses.api.auth import Owner
+from oss_responses.api import compaction, creating, jobs, limits, openapi, token_count
+from oss_responses.api.auth import authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import OwnerDep, ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.queued import build_queued
 from oss_responses.api.relay import relay
 from oss_responses.api.services import Services
-from oss_responses.errors import BadRequest, NotFound
+from oss_responses.api.socket import ResponsesSocket
+from oss_responses.errors import BadRequest, NotFound, ServiceError
 from oss_responses.eventlog.hub import StreamNotFound
-from oss_responses.logs import bind
-from oss_responses.requests import CreateResponseRequest, parse_create_request
+from oss_responses.requests import parse_create_request
 from oss_responses.storage import list_input_items
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
@@ -35,41 +35,33 @@ async def _json_body(request: Request, services: Services) -> Any:
     return await read_json_body(request, services.settings)
 
 
-def _check_model(services: Services, model: str, owner: Owner) -> None:
-    # A model the key may not use is reported exactly as one that is not served.
-    if model not in owner.usable(services.settings.models):
-        raise NotFound(f"The model '{model}' does not exist.", param="model", code="model_not_found")
-
-
-def _check_create(services: Services, body: CreateResponseRequest, owner: Owner) -> None:
-    _check_model(services, body.model, owner)
-    limits.check_request_limits(services.settings, body)
-    if body.background and not body.store:
-        raise BadRequest("Background responses must be stored: store=false cannot be used with background=true.",
-                         param="background", code="invalid_value")
-    sealed.check_include(body, services.sealer)
-    sealed.check_mcp_credentials(body, services.sealer)
-
-
 @router.post("", openapi_extra=openapi.create_body())
 async def create_response(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     body = parse_create_request(await _json_body(request, services))
-    _check_create(services, body, owner)
-    await limits.check_queue_depth(services, body.model)
-    chain = await jobs.load_chain(services, body.previous_response_id, owner)
-    plan = await jobs.check_conversation(services, body, chain, owner)
-    queued = build_queued(body, services.settings, plan)
-    response_id = queued.response.id
-    bind(response_id=response_id, model=body.model)  # this request's later log lines are about it
-    opening = await jobs.accept(services, queued, owner)
+    accepted = await creating.create(services, body, owner)
+    opening = accepted.opening
     if body.stream:
         return await relay(
-            services, response_id, head=opening, after=len(opening) - 1, cancel_on_disconnect=not body.background
+            services, accepted.response_id, head=opening, after=len(opening) - 1,
+            cancel_on_disconnect=not body.background,
         )
     if body.background:
-        return JSONResponse(jobs.queued_json(queued))
-    final = await _final_unless_disconnected(request, services, response_id, after=len(opening) - 1)
+        return JSONResponse(jobs.queued_json(accepted.queued))
+    final = await _final_unless_disconnected(request, services, accepted.response_id, after=len(opening) - 1)
     return Response(status_code=DISCONNECTED) if final is None else JSONResponse(final)
+
+
+@router.websocket("")
+async def responses_socket(websocket: WebSocket, services: ServicesDep) -> None:
+    """The Responses API's WebSocket mode (``api/socket.py``). A key refused is refused as over HTTP: the
+    handshake is answered with the 401 and its error body."""
+    try:
+        await authenticate(services.settings, services.db, websocket.headers.get("authorization"))
+    except ServiceError as exc:
+        await websocket.send_denial_response(
+            JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None))
+        return
+    await ResponsesSocket(websocket, services).serve()
 
 
 async def _final_unless_disconnected(
@@ -91,7 +83,7 @@ async def _final_unless_disconnected(
 async def compact_conversation(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
     body = compaction.parse_compact_request(await _json_body(request, services))
-    _check_model(services, body.model, owner)
+    creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     await limits.check_queue_depth(services, body.model)
     sealer = compaction.require_sealer(services.sealer)
@@ -112,7 +104,7 @@ async def compact_conversation(request: Request, services: ServicesDep, owner: O
 async def count_input_tokens(request: Request, services: ServicesDep, owner: OwnerDep) -> JSONResponse:
     default_model = (owner.usable(services.settings.models) or services.settings.models)[0]
     body = token_count.parse_count_request(await _json_body(request, services), default_model)
-    _check_model(services, body.model, owner)
+    creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
     history = await jobs.resolve_conversation(services, body, chain, owner)
