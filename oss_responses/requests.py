@@ -37,6 +37,14 @@ from pydantic_core import ErrorDetails
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.ids import new_id
+from oss_responses.harmony.tool_choice import (
+    ALLOWED_TOOLS,
+    allows,
+    forced_function,
+    forces_call,
+    shown_functions,
+    usable_tools,
+)
 
 InputItem = (
     EasyInputMessage
@@ -275,8 +283,9 @@ class CreateResponseRequest(BaseModel):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _tool_choice(cls, value: Any) -> Any:
-        # "required" and a named function are honoured by writing the start of the call for the model
-        # (harmony/render.py: forced_call_header); other forced choices have no harmony equivalent here.
+        # "required", a named function and allowed_tools' "required" are honoured by writing the start of
+        # the call for the model (harmony/render.py: forced_call_header); other forced choices have no
+        # harmony equivalent here.
         if value in ("auto", "none", "required"):
             return value
         if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
@@ -284,10 +293,12 @@ class CreateResponseRequest(BaseModel):
                 raise BadRequest("Invalid value for 'tool_choice': a function choice has only 'type' and 'name'.",
                                  param="tool_choice", code="invalid_value")
             return value
+        if isinstance(value, dict) and value.get("type") == ALLOWED_TOOLS:
+            return _allowed_tools_choice(value)
         if isinstance(value, dict):
             raise BadRequest(
                 "gpt-oss can be made to call a function, not another kind of tool: tool_choice must be 'auto', "
-                "'none', 'required' or {'type': 'function', 'name': ...}.",
+                "'none', 'required', {'type': 'function', 'name': ...} or {'type': 'allowed_tools', ...}.",
                 param="tool_choice",
                 code="unsupported_value",
             )
@@ -296,13 +307,17 @@ class CreateResponseRequest(BaseModel):
 
     @model_validator(mode="after")
     def _forced_function_offered(self) -> CreateResponseRequest:
-        if self.tool_choice not in ("auto", "none"):
-            names = {tool.name for tool in self.tools if isinstance(tool, FunctionTool)}
-            wanted = self.tool_choice["name"] if isinstance(self.tool_choice, dict) else None
+        choice = self.tool_choice
+        if isinstance(choice, dict) and choice["type"] == ALLOWED_TOOLS:
+            _check_allowed_tools(choice["tools"], self.tools)
+        if forces_call(self) or forced_function(self) is not None:
+            names = set(shown_functions(usable_tools(self)))
+            wanted = forced_function(self)
             if not names or (wanted is not None and wanted not in names):
                 raise BadRequest(
                     f"Invalid value for 'tool_choice': no function tool named '{wanted}' in 'tools'." if wanted
-                    else "tool_choice 'required' needs a function tool in 'tools': gpt-oss is made to call one.",
+                    else "tool_choice 'required' needs a function tool among the tools it allows: gpt-oss is "
+                    "made to call one.",
                     param="tool_choice",
                 )
         return self
@@ -322,6 +337,38 @@ class CreateResponseRequest(BaseModel):
 
 
 _adapter = TypeAdapter(CreateResponseRequest)
+
+
+_ALLOWED_ENTRY_KEYS = {"function": {"type", "name"}, "namespace": {"type", "name"}, "mcp": {"type", "server_label"}}
+
+
+def _allowed_tools_choice(value: dict[str, Any]) -> dict[str, Any]:
+    """``{"type": "allowed_tools", "mode", "tools"}`` checked for shape (``tools`` is matched to the
+    request's tools once they are parsed)."""
+    if set(value) - {"type", "mode", "tools"} or value.get("mode") not in ("auto", "required"):
+        raise BadRequest("Invalid value for 'tool_choice': allowed_tools has a 'mode' ('auto' or 'required') "
+                         "and 'tools'.", param="tool_choice", code="invalid_value")
+    entries = value.get("tools")
+    if not isinstance(entries, list) or not entries:
+        raise BadRequest("Invalid value for 'tool_choice.tools': expected a non-empty array of tools.",
+                         param="tool_choice.tools", code="invalid_value")
+    for index, entry in enumerate(entries):
+        kind = entry.get("type") if isinstance(entry, dict) else None
+        keys = _ALLOWED_ENTRY_KEYS.get(kind, {"type"}) if isinstance(kind, str) else None
+        if keys is None or set(entry) != keys or not all(isinstance(entry[key], str) for key in keys):
+            raise BadRequest(
+                f"Invalid value for 'tool_choice.tools[{index}]': a function or namespace is named by 'name', an "
+                "MCP server by 'server_label', a hosted tool by its 'type' alone.",
+                param=f"tool_choice.tools[{index}]", code="invalid_value",
+            )
+    return value
+
+
+def _check_allowed_tools(entries: list[dict[str, Any]], tools: list[Any]) -> None:
+    for index, entry in enumerate(entries):
+        if not any(allows(entry, tool) for tool in tools):
+            raise BadRequest(f"Invalid value for 'tool_choice.tools[{index}]': no such tool in 'tools'.",
+                             param=f"tool_choice.tools[{index}]", code="invalid_value")
 
 
 def parse_create_request(body: Any) -> CreateResponseRequest:

@@ -36,10 +36,41 @@ def test_parse_request_tool_choice_required_without_function_tool_refused() -> N
     assert _refusal({"tool_choice": "required"}).param == "tool_choice"
 
 
-@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": "calc"}, {"type": "allowed_tools", "tools": []}])
+@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": "calc"}, {"type": "code_interpreter"}])
 def test_parse_request_tool_choice_forcing_other_tool_kinds_refused(choice: object) -> None:
     error = _refusal({"tools": [FUNCTION], "tool_choice": choice})
     assert (error.param, error.code) == ("tool_choice", "unsupported_value")
+
+
+CALC = {"type": "mcp", "server_label": "calc"}
+TOOLS = [FUNCTION, {"type": "function", "name": "g", "parameters": {"type": "object"}}, CALC,
+         {"type": "code_interpreter", "container": {"type": "auto"}}]
+
+
+@pytest.mark.parametrize("mode", ["auto", "required"])
+@pytest.mark.parametrize("allowed", [[{"type": "function", "name": "g"}],
+                                     [{"type": "function", "name": "f"}, CALC, {"type": "code_interpreter"}]])
+def test_parse_request_tool_choice_allowed_tools_of_tools_accepted(mode: str, allowed: list[dict]) -> None:
+    choice = {"type": "allowed_tools", "mode": mode, "tools": allowed}
+    assert parse_create_request({"model": "m", "tools": TOOLS, "tool_choice": choice}).tool_choice == choice
+
+
+@pytest.mark.parametrize(
+    ("choice", "param"),
+    [
+        ({"type": "allowed_tools", "mode": "auto", "tools": []}, "tool_choice.tools"),
+        ({"type": "allowed_tools", "mode": "sometimes", "tools": [CALC]}, "tool_choice"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function"}]}, "tool_choice.tools[0]"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [CALC | {"name": "add"}]}, "tool_choice.tools[0]"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "h"}]},
+         "tool_choice.tools[0]"),
+        ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "mcp", "server_label": "docs"}]},
+         "tool_choice.tools[0]"),
+        ({"type": "allowed_tools", "mode": "required", "tools": [CALC]}, "tool_choice"),
+    ],
+)
+def test_parse_request_tool_choice_allowed_tools_refused(choice: dict, param: str) -> None:
+    assert _refusal({"tools": TOOLS, "tool_choice": choice}).param == param
 
 
 def test_parse_request_unknown_field_refused() -> None:

@@ -27,8 +27,9 @@ MCP tool lists: ``RenderOptions.mcp_tools`` holds each server's full list as the
 (listed for this response); a server not listed there is shown the latest list stored in the
 conversation (``mcp_list_tools`` items of earlier turns or of this input, see
 ``history.listed_tools``). Render filters the list by the request's ``allowed_tools``.
-``tool_choice="none"`` renders no tools; ``required`` and named choices cannot be enforced by gpt-oss
-and render like ``auto``.
+``tool_choice`` (``harmony/tool_choice.py``): ``"none"`` renders no tools, ``allowed_tools`` only those
+it lists; ``required`` and named choices render like ``auto``, and ``forced_call_header`` is the start
+of the call the worker writes for the model.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ from oss_responses.harmony.history import (
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
+from oss_responses.harmony.tool_choice import forced_function, forces_call, usable_tools
 
 __all__ = [
     "JSON_OBJECT_FORMAT",
@@ -227,16 +229,14 @@ def drop_closed_analysis(messages: Sequence[dict[str, Any]]) -> list[dict[str, A
 
 def offered_functions(request: Any) -> frozenset[str]:
     """The addresses the model is shown as functions (``ResponseTranslator(offered_functions=...)``):
-    ``functions.NAME`` per function tool, ``NAMESPACE.NAME`` per function of a namespace tool; none
-    under ``tool_choice="none"``, which renders no tools.
+    ``functions.NAME`` per function tool, ``NAMESPACE.NAME`` per function of a namespace tool, of the
+    tools ``tool_choice`` shows (none under ``"none"``).
 
     It follows ``_sort_tools``' function branches rather than reading the plan: the translator is made
     before the prompt is rendered (tool listings stream first), and from the request alone a takeover
     decides exactly as the lost worker did."""
-    if request.tool_choice == "none":
-        return frozenset()
     addresses: set[str] = set()
-    for tool in request.tools:
+    for _, tool in usable_tools(request):
         if isinstance(tool, FunctionTool):
             addresses.add(Recipient.address(FUNCTIONS_NAMESPACE, tool.name))
         elif isinstance(tool, NamespaceTool):
@@ -248,12 +248,11 @@ def forced_call_header(request: Any) -> str | None:
     """The start of the call the model is made to write under ``tool_choice`` ``required`` or a named
     function (None: the model decides). Harmony has no switch that forces a call; writing the header
     for the model does, as the first tokens of its answer: the whole header for a named function, up
-    to ``functions.`` for ``required`` (the model names one of its functions). The model writes no
-    analysis before a forced call."""
-    choice = request.tool_choice
-    if isinstance(choice, dict):
-        return FORCED_CALL_START + function_call_header_rest(choice["name"])
-    if choice == "required":
+    to ``functions.`` for ``required``, also ``allowed_tools``' (the model names one of the functions
+    it is shown). The model writes no analysis before a forced call."""
+    if (named := forced_function(request)) is not None:
+        return FORCED_CALL_START + function_call_header_rest(named)
+    if forces_call(request):
         return FORCED_CALL_START
     return None
 
@@ -273,9 +272,7 @@ def _label_namespaces(options: RenderOptions) -> dict[str, str]:
 
 def _sort_tools(request: Any, options: RenderOptions, mcp_tools: Mapping[str, list[McpToolSpec]]) -> _Tools:
     tools = _Tools()
-    if request.tool_choice == "none":
-        return tools
-    for index, tool in enumerate(request.tools):
+    for index, tool in usable_tools(request):
         param = f"tools[{index}]"
         if isinstance(tool, FunctionTool):
             tools.functions.append(ToolDescription.new(tool.name, tool.description or "", tool.parameters))

@@ -253,6 +253,30 @@ def test_tool_choice_required_makes_model_call_a_function(stack: ToolStack) -> N
     assert item(response, "function_call").arguments == '{"city": "Paris"}'
 
 
+TIME = {"type": "function", "name": "get_time", "parameters": {"type": "object"}}
+
+
+def test_tool_choice_allowed_tools_answers_call_to_tool_it_leaves_out_with_error(stack: ToolStack) -> None:
+    # The Vercel AI SDK's allowedTools: the model is shown get_time only, and calls get_weather anyway.
+    response = run(stack, "stream", input='call functions.get_weather {"city": "Paris"}', tools=[WEATHER, TIME],
+                   tool_choice={"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function",
+                                                                                  "name": "get_time"}]})
+    assert response.status == "completed" and "function_call" not in types_of(response)
+    assert "There is no tool 'functions.get_weather'" in response.output_text
+
+
+def test_tool_choice_allowed_tools_required_makes_model_call_function_it_lists(stack: ToolStack) -> None:
+    # "hello" asks for no call: the worker writes the start of a call, and the model names get_time,
+    # the one function it is shown.
+    response = run(stack, "background", input="hello", tools=[WEATHER, TIME, CALC],
+                   tool_choice={"type": "allowed_tools", "mode": "required",
+                                "tools": [{"type": "function", "name": "get_time"}, {"type": "mcp",
+                                                                                    "server_label": "calc"}]})
+    assert response.status == "completed" and types_of(response)[-1] == "function_call"
+    assert item(response, "function_call").name == "get_time"
+    assert response.tool_choice.type == "allowed_tools"  # type: ignore[union-attr]
+
+
 def test_tool_error_fails_call_and_model_continues(stack: ToolStack) -> None:
     response = run(stack, "stream", input="call bad.crash {}", tools=[BAD])
     assert "Error executing tool crash" in error_text(item(response, "mcp_call"))

@@ -63,3 +63,16 @@ def test_generate_text_with_web_search_quotes_search_result(service: Service) ->
 def test_stream_text_with_web_search_quotes_search_result(service: Service) -> None:
     result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True, stream=True)
     assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
+
+
+def test_generate_text_with_allowed_tools_calls_tool_it_lists(service: Service) -> None:
+    # providerOptions.openai.allowedTools: tool_choice {"type": "allowed_tools", ...} on the wire.
+    shout = "call functions.shout " + json.dumps({"word": "hey"})
+    result = run_turns(service, shout, tools=True, allowed_tools=["shout"])
+    assert result == {"texts": ["The tool functions.shout returned: HEY"], "steps": 2}
+
+
+def test_generate_text_with_allowed_tools_answers_call_to_tool_left_out(service: Service) -> None:
+    result = run_turns(service, SPELL, tools=True, allowed_tools=["shout"])
+    assert result.get("steps") == 1, result
+    assert "There is no tool 'functions.spell_backwards'" in result["texts"][0]

@@ -88,9 +88,31 @@ def test_offered_functions_are_none_under_tool_choice_none() -> None:
     assert offered_functions(request) == frozenset()
 
 
+ALLOW_G = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "g"},
+                                                               {"type": "mcp", "server_label": "calc"}]}
+F_G_CALC = [{"type": "function", "name": "f", "parameters": {}}, {"type": "function", "name": "g", "parameters": {}},
+            {"type": "mcp", "server_label": "calc", "server_url": "http://y"},
+            {"type": "mcp", "server_label": "code_interpreter", "server_url": "http://x"}]
+
+
+def test_render_allowed_tools_renders_only_tools_it_lists(encoding) -> None:
+    rendered = render_prompt(_request(input="hi", tool_choice=ALLOW_G, tools=F_G_CALC), [], OPTIONS, encoding)
+    text = encoding.decode(rendered.token_ids)
+    assert "type g = " in text and "type f = " not in text
+    assert "namespace calc {" in text and "## python" not in text
+    assert rendered.mcp_labels == {"calc": "calc"}
+
+
+def test_offered_functions_are_only_those_allowed_tools_lists() -> None:
+    assert offered_functions(_request(input="hi", tool_choice=ALLOW_G, tools=F_G_CALC)) == frozenset({"functions.g"})
+
+
 @pytest.mark.parametrize(("choice", "header"), [
     ({"type": "function", "name": "f"}, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"),
     ("required", "<|channel|>commentary to=functions."),
+    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "f"}]},
+     "<|channel|>commentary to=functions."),
+    ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "f"}]}, None),
     ("auto", None),
 ])
 def test_forced_call_header_starts_call_tool_choice_asks_for(choice: object, header: str | None) -> None:

@@ -1,6 +1,7 @@
 // Runs of the Vercel AI SDK (ai, @ai-sdk/openai's Responses model) against the service; see js_clients.py.
 // The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, web_search, object,
-// store}.
+// store, allowed_tools (tool names: the provider's allowedTools; a second tool, shout, is offered too),
+// allowed_mode}.
 // Each prompt is one turn; later turns send the earlier ones as messages, as a chat app does (with store
 // on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object},
 // or {error}.
@@ -12,6 +13,9 @@ const scenario = JSON.parse(process.env.JS_SCENARIO);
 const provider = createOpenAI({ baseURL: scenario.base_url, apiKey: 'unused' });
 const model = provider.responses(scenario.model);
 const providerOptions = { openai: { store: scenario.store ?? true } };
+if (scenario.allowed_tools) {
+  providerOptions.openai.allowedTools = { toolNames: scenario.allowed_tools, mode: scenario.allowed_mode ?? 'auto' };
+}
 
 const tools = {
   spell_backwards: tool({
@@ -20,11 +24,17 @@ const tools = {
     execute: async ({ word }) => [...word].reverse().join(''),
   }),
 };
+const shout = tool({
+  description: 'Shout a word.',
+  inputSchema: z.object({ word: z.string() }),
+  execute: async ({ word }) => word.toUpperCase(),
+});
 
 async function turn(messages) {
   const options = { model, messages, providerOptions, maxRetries: 0, stopWhen: stepCountIs(3) };
   options.tools = {
     ...(scenario.tools ? tools : {}),
+    ...(scenario.allowed_tools ? { shout } : {}),
     ...(scenario.web_search ? { web_search: provider.tools.webSearch({}) } : {}),
   };
   if (!scenario.stream) return await generateText(options);
