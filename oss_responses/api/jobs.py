@@ -91,11 +91,33 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
         raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id",
                        code="previous_response_not_found")
     if not previous.is_terminal:
+        chain = await _caught_up(services, chain)
+        previous = chain[-1]
+    if not previous.is_terminal:
         raise BadRequest(
             f"Previous response with id '{previous_response_id}' is still {previous.status}.",
             param="previous_response_id",
         )
     return chain
+
+
+# The worker writes a response's terminal event, then saves its turn, then ends its log. A client may
+# continue the response as soon as it reads that event (a WebSocket client does at once), so a chain
+# whose last response's log holds its terminal event waits, this long at most, for SQL to follow.
+CATCH_UP_SECONDS = 5.0
+
+
+async def _caught_up(services: Services, chain: list[ResponseRecord]) -> list[ResponseRecord]:
+    """``chain`` read again once its last response's log has ended, if its terminal event is written."""
+    response_id = chain[-1].id
+    last = await services.hub.last_event(response_id)
+    if last is None or last[1] not in TERMINAL_EVENT_TYPES:
+        return chain
+    try:
+        await asyncio.wait_for(wait_for_end(services, response_id, after=last[0]), CATCH_UP_SECONDS)
+    except TimeoutError:
+        return chain
+    return await services.db.run(get_chain, response_id) or chain
 
 
 # Planning costs ~5 us per message (input items and earlier turns' messages): 0.07 ms for 10, 14.5 ms

@@ -308,6 +308,16 @@ class EventHub:
                 return None if last < 0 else last
         return None
 
+    async def last_event(self, response_id: str) -> tuple[int, str] | None:
+        """The sequence number and type of the last event a live stream holds (None: no stream, no
+        event, or ended)."""
+        entries = as_entries(await self._side_client.xrevrange(redis_keys.events(response_id), count=1))
+        for entry_id, fields in entries:
+            head = fields.get(b"f", b"").partition(b"\n")[0]
+            if head.startswith(b"event: "):
+                return parse_id(entry_id)[1] - 1, head[len(b"event: "):].decode()
+        return None
+
     @property
     def stream_count(self) -> int:
         """Streams the reader follows now (for tests and metrics)."""

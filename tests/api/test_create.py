@@ -6,18 +6,26 @@ import asyncio
 import base64
 import json
 import threading
+import time
 
 import httpx2
+import openai
 import pytest
 import redis as redis_lib
 from openai import AsyncOpenAI, OpenAI
+from openai.types.responses import ResponseCompletedEvent, ResponseInProgressEvent
 from support import MODEL
 from support.api_server import ApiServer
+from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.api.jobs import PLAN_ON_LOOP_MESSAGES
+from oss_responses.config import Settings
 from oss_responses.conversation import history_of
 from oss_responses.eventlog import parse_frame
+from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import plan_conversation
 from oss_responses.sealing import build_sealer, open_secrets
 from oss_responses.storage import get_chain, get_response, list_input_items
@@ -210,3 +218,48 @@ def test_create_response_plans_small_conversations_on_the_loop_and_large_ones_of
     client.responses.create(model=MODEL, input=items, background=True, previous_response_id=previous)
     on_loop = earlier + new <= PLAN_ON_LOOP_MESSAGES
     assert [name.startswith("uvicorn-") for name in planned_in] == [on_loop]
+
+
+def _running_with_events(api: ApiServer, redis: redis_lib.Redis, settings: Settings, last: type) -> str:
+    """A stored response a worker runs: in_progress in SQL, its log holding events up to one of ``last``."""
+    response_id = accept(api.db, redis, settings, input="first")
+    overwrite_row(api.db, response_id, status="in_progress")
+    response = placeholder_response(response_id, MODEL, 0.0).model_copy(update={"status": "completed"})
+    fields = {"response": response} if last is ResponseCompletedEvent else {"response": response.model_copy(
+        update={"status": "in_progress"})}
+    with redis.pipeline(transaction=False) as pipe:
+        for command in event_commands(response_id, [EventEmitter(1).emit(last, **fields)]):
+            pipe.execute_command(*command)
+        pipe.execute()
+    return response_id
+
+
+def test_create_response_continuing_response_whose_terminal_event_is_written_waits_for_its_save(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    # The worker writes the terminal event, saves the turn, then ends the log: a client that continues
+    # the response on reading that event (over the WebSocket, at once) must not find it still running.
+    previous = _running_with_events(api, redis, settings, ResponseCompletedEvent)
+
+    def save_and_end() -> None:
+        time.sleep(0.3)
+        overwrite_row(api.db, previous, status="completed")
+        with redis.pipeline(transaction=False) as pipe:
+            for command in close_commands(previous, "completed", ttl_seconds=60):
+                pipe.execute_command(*command)
+            pipe.execute()
+
+    worker = threading.Thread(target=save_and_end)
+    worker.start()
+    created = client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
+    worker.join()
+    assert created.previous_response_id == previous
+
+
+def test_create_response_continuing_running_response_is_400(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    previous = _running_with_events(api, redis, settings, ResponseInProgressEvent)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
+    assert refused.value.param == "previous_response_id" and "still in_progress" in refused.value.message

@@ -338,3 +338,14 @@ async def test_side_reads_connect_again_after_connect_timeouts(redis_url, connec
         assert attempts == list(range(1, CONNECT_ATTEMPTS + 1))
     finally:
         await hub.stop()
+
+
+async def test_last_event_reads_sequence_and_type_of_open_stream_last_event(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(4)), ttl_seconds=60)
+    assert await hub.last_event("resp_a") == (3, "response.output_text.delta")
+
+
+async def test_last_event_of_ended_or_unknown_stream_is_none(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(4)), close="completed", ttl_seconds=60)
+    assert await hub.last_event("resp_a") is None
+    assert await hub.last_event("resp_missing") is None
