@@ -72,10 +72,13 @@ def not_found(response_id: str) -> NotFound:
 
 
 async def load_visible(services: Services, response_id: str, owner: Owner) -> ResponseRecord:
-    """A response a client may read: stored (store=true), not deleted, and its owner's."""
+    """A response a client may read: stored (store=true), not deleted, and its owner's; ended if its
+    terminal event was written (``caught_up``)."""
     record = await services.db.run(get_response, response_id)
     if record is None or not record.store or not owner.may_see(record):
         raise not_found(response_id)
+    if not record.is_terminal and await caught_up(services, response_id):
+        record = await services.db.run(get_response, response_id) or record
     return record
 
 
@@ -90,8 +93,8 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
             or not all(owner.may_see(turn) for turn in chain)):
         raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id",
                        code="previous_response_not_found")
-    if not previous.is_terminal:
-        chain = await _caught_up(services, chain)
+    if not previous.is_terminal and await caught_up(services, previous.id):
+        chain = await services.db.run(get_chain, previous_response_id) or chain
         previous = chain[-1]
     if not previous.is_terminal:
         raise BadRequest(
@@ -101,23 +104,23 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
     return chain
 
 
-# The worker writes a response's terminal event, then saves its turn, then ends its log. A client may
-# continue the response as soon as it reads that event (a WebSocket client does at once), so a chain
-# whose last response's log holds its terminal event waits, this long at most, for SQL to follow.
+# The worker writes a response's terminal event, then saves its turn, then ends its log. A client acts
+# on that event at once (continues the response, retrieves it), so a reader of a response that SQL
+# says is running, whose log holds its terminal event, waits this long at most for SQL to follow.
 CATCH_UP_SECONDS = 5.0
 
 
-async def _caught_up(services: Services, chain: list[ResponseRecord]) -> list[ResponseRecord]:
-    """``chain`` read again once its last response's log has ended, if its terminal event is written."""
-    response_id = chain[-1].id
+async def caught_up(services: Services, response_id: str) -> bool:
+    """Whether a response SQL says is running had written its terminal event, and its log has ended
+    since (read it again)."""
     last = await services.hub.last_event(response_id)
     if last is None or last[1] not in TERMINAL_EVENT_TYPES:
-        return chain
+        return False
     try:
         await asyncio.wait_for(wait_for_end(services, response_id, after=last[0]), CATCH_UP_SECONDS)
     except TimeoutError:
-        return chain
-    return await services.db.run(get_chain, response_id) or chain
+        return False
+    return True
 
 
 # Planning costs ~5 us per message (input items and earlier turns' messages): 0.07 ms for 10, 14.5 ms

@@ -234,26 +234,42 @@ def _running_with_events(api: ApiServer, redis: redis_lib.Redis, settings: Setti
     return response_id
 
 
+def _save_and_end_soon(api: ApiServer, redis: redis_lib.Redis, response_id: str) -> threading.Thread:
+    """The worker's last steps, 0.3 s from now: the turn saved, then the log ended."""
+    def save_and_end() -> None:
+        time.sleep(0.3)
+        stored = api.db.run(get_response, response_id).response
+        overwrite_row(api.db, response_id, status="completed", response=stored | {"status": "completed"})
+        with redis.pipeline(transaction=False) as pipe:
+            for command in close_commands(response_id, "completed", ttl_seconds=60):
+                pipe.execute_command(*command)
+            pipe.execute()
+
+    worker = threading.Thread(target=save_and_end)
+    worker.start()
+    return worker
+
+
 def test_create_response_continuing_response_whose_terminal_event_is_written_waits_for_its_save(
     client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     # The worker writes the terminal event, saves the turn, then ends the log: a client that continues
     # the response on reading that event (over the WebSocket, at once) must not find it still running.
     previous = _running_with_events(api, redis, settings, ResponseCompletedEvent)
-
-    def save_and_end() -> None:
-        time.sleep(0.3)
-        overwrite_row(api.db, previous, status="completed")
-        with redis.pipeline(transaction=False) as pipe:
-            for command in close_commands(previous, "completed", ttl_seconds=60):
-                pipe.execute_command(*command)
-            pipe.execute()
-
-    worker = threading.Thread(target=save_and_end)
-    worker.start()
+    worker = _save_and_end_soon(api, redis, previous)
     created = client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
     worker.join()
     assert created.previous_response_id == previous
+
+
+def test_retrieve_response_whose_terminal_event_is_written_returns_it_ended(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = _running_with_events(api, redis, settings, ResponseCompletedEvent)
+    worker = _save_and_end_soon(api, redis, response_id)
+    retrieved = client.responses.retrieve(response_id)
+    worker.join()
+    assert retrieved.status == "completed"
 
 
 def test_create_response_continuing_running_response_is_400(
