@@ -77,7 +77,7 @@ async def load_visible(services: Services, response_id: str, owner: Owner) -> Re
     record = await services.db.run(get_response, response_id)
     if record is None or not record.store or not owner.may_see(record):
         raise not_found(response_id)
-    if not record.is_terminal and await caught_up(services, response_id):
+    if record.status == "in_progress" and await caught_up(services, response_id):
         record = await services.db.run(get_response, response_id) or record
     return record
 
@@ -93,7 +93,7 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
             or not all(owner.may_see(turn) for turn in chain)):
         raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id",
                        code="previous_response_not_found")
-    if not previous.is_terminal and await caught_up(services, previous.id):
+    if previous.status == "in_progress" and await caught_up(services, previous.id):
         chain = await services.db.run(get_chain, previous_response_id) or chain
         previous = chain[-1]
     if not previous.is_terminal:
@@ -112,13 +112,13 @@ CATCH_UP_SECONDS = 5.0
 
 async def caught_up(services: Services, response_id: str) -> bool:
     """Whether a response SQL says is running had written its terminal event, and its log has ended
-    since (read it again)."""
-    last = await services.hub.last_event(response_id)
-    if last is None or last[1] not in TERMINAL_EVENT_TYPES:
-        return False
+    since (read it again). Redis unreachable: no (SQL's view stands, as for any read that needs no Redis)."""
     try:
+        last = await services.hub.last_event(response_id)
+        if last is None or last[1] not in TERMINAL_EVENT_TYPES:
+            return False
         await asyncio.wait_for(wait_for_end(services, response_id, after=last[0]), CATCH_UP_SECONDS)
-    except TimeoutError:
+    except (TimeoutError, *BROKER_ERRORS):
         return False
     return True
 

@@ -13,6 +13,7 @@ from sqlalchemy import func, select
 from support import MODEL
 from support.api_server import ApiServer
 from support.servers import RedisServer, start_redis
+from support.workers import overwrite_row
 
 from oss_responses.config import Settings
 from oss_responses.storage import ResponseRow
@@ -66,3 +67,16 @@ def test_redis_route_with_redis_down_is_503_changing_nothing(
     assert error["type"] == "server_error" and error["code"] == "redis_unavailable"
     after = http.get(f"/v1/responses/{response_id}")  # the same keep-alive connection
     assert after.status_code == 200 and after.json()["status"] == "queued"
+
+
+def test_retrieve_running_response_with_redis_down_reads_sql(
+    http: httpx2.Client, api: ApiServer, own_redis: RedisServer
+) -> None:
+    # A running response's retrieve asks Redis whether its terminal event is written (jobs.caught_up);
+    # without Redis, SQL's view stands.
+    response_id = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()["id"]
+    overwrite_row(api.db, response_id, status="in_progress")
+    own_redis.process.kill()
+    own_redis.process.wait()
+    response = http.get(f"/v1/responses/{response_id}")
+    assert response.status_code == 200, response.text
