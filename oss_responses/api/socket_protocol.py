@@ -25,6 +25,7 @@ STEER = "response.steer"
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
 _ENVELOPE = ("type", "stream_id", "generate", "stream", "background")
 _DATA = b"\ndata: "
+_ERROR_HEAD = b"event: error\n"
 _TERMINAL_HEADS = tuple(b"event: " + kind.encode() + b"\n" for kind in TERMINAL_EVENT_TYPES)
 
 
@@ -67,12 +68,25 @@ def stream_id_of(message: dict[str, Any]) -> str | None:
 
 
 def event_message(frame: bytes, stream_id: str | None) -> str:
-    """The socket message of one SSE frame: its data, with ``stream_id`` added for a named lane."""
+    """The socket message of one SSE frame: its data, with ``stream_id`` added for a named lane. An
+    ``error`` event (a lost stream's last, ``api/relay.py``) is reshaped: the socket's error event nests
+    the error object, where SSE's carries its fields at the top."""
+    if frame.startswith(_ERROR_HEAD):
+        return _stream_error_message(frame_payload(frame), stream_id)
     data = frame[frame.index(_DATA) + len(_DATA) : -2]
     if stream_id is None:
         return data.decode()
     # The data is one JSON object written by json: its last byte closes it.
     return data[:-1].decode() + ',"stream_id":' + json.dumps(stream_id) + "}"
+
+
+def _stream_error_message(payload: dict[str, Any], stream_id: str | None) -> str:
+    error = {"type": "server_error", "code": payload.get("code"), "message": payload.get("message", ""),
+             "param": payload.get("param")}
+    event: dict[str, Any] = {"type": "error", "sequence_number": payload.get("sequence_number"), "error": error}
+    if stream_id is not None:
+        event["stream_id"] = stream_id
+    return json.dumps(event)
 
 
 def is_terminal(frame: bytes) -> bool:

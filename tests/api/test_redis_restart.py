@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from openai import OpenAI
@@ -21,8 +22,10 @@ from openai.types.responses import ResponseStreamEvent
 from support import MODEL
 from support.processes import start_api_process, start_worker_process, stop_process
 from support.servers import RedisServer, start_redis
+from support.sockets import receive, text_of, until_end
 
 from oss_responses.config import Settings
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
 from oss_responses.storage import migrate
 
 ANSWER_TOKENS = 200  # 5 s at the speed below: the restart falls well inside it
@@ -56,20 +59,11 @@ def restart_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Re
         server.stop()
 
 
-def _stream_through_restart(stack: RestartStack) -> list[ResponseStreamEvent]:
-    """The SDK's events of a background stream during which Redis is killed, then restarted 1 s later."""
-    events: list[ResponseStreamEvent] = []
+def _through_restart(stack: RestartStack, consume: Callable[[threading.Event], None]) -> None:
+    """Run ``consume`` (a client reading a response; it sets the event once 20 events are in) while Redis
+    is killed, then restarted 1 s later."""
     deltas_seen = threading.Event()
-
-    def consume() -> None:
-        stream = stack.client.responses.create(model=MODEL, input=f"tokens {ANSWER_TOKENS}", stream=True,
-                                               background=True)
-        for event in stream:
-            events.append(event)
-            if event.type == "response.output_text.delta" and event.sequence_number > 20:
-                deltas_seen.set()
-
-    reader = threading.Thread(target=consume, name="sdk-stream")
+    reader = threading.Thread(target=consume, args=(deltas_seen,), name="client")
     reader.start()
     assert deltas_seen.wait(20), "the answer did not start"
     stack.redis.kill()
@@ -77,7 +71,42 @@ def _stream_through_restart(stack: RestartStack) -> list[ResponseStreamEvent]:
     stack.redis.restart()  # from this thread: the server dies with the thread that started it
     reader.join(timeout=60)
     assert not reader.is_alive(), "the client's stream hung"
+
+
+def _stream_through_restart(stack: RestartStack) -> list[ResponseStreamEvent]:
+    """The SDK's events of a background stream during which Redis restarts."""
+    events: list[ResponseStreamEvent] = []
+
+    def consume(deltas_seen: threading.Event) -> None:
+        stream = stack.client.responses.create(model=MODEL, input=f"tokens {ANSWER_TOKENS}", stream=True,
+                                               background=True)
+        for event in stream:
+            events.append(event)
+            if event.type == "response.output_text.delta" and event.sequence_number > 20:
+                deltas_seen.set()
+
+    _through_restart(stack, consume)
     return events
+
+
+def _socket_through_restart(stack: RestartStack) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The messages of a response over the Responses WebSocket during which Redis restarts, then those of
+    the next response on the same connection."""
+    events: list[dict[str, Any]] = []
+    after: list[dict[str, Any]] = []
+
+    def consume(deltas_seen: threading.Event) -> None:
+        with stack.client.responses.connect() as connection:
+            connection.response.create(model=MODEL, input=f"tokens {ANSWER_TOKENS}")
+            while events[-1:] == [] or events[-1]["type"] not in (*TERMINAL_EVENT_TYPES, "error"):
+                events.append(receive(connection))
+                if events[-1]["type"] == "response.output_text.delta" and events[-1]["sequence_number"] > 20:
+                    deltas_seen.set()
+            connection.response.create(model=MODEL, input="after the restart")
+            after.extend(until_end(connection))
+
+    _through_restart(stack, consume)
+    return events, after
 
 
 def _retrieve_when_ended(client: OpenAI, response_id: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
@@ -99,6 +128,9 @@ def test_stream_goes_on_through_redis_restart_with_aof(restart_stack: RestartSta
     assert restart_stack.worker.poll() is None, "the worker died with its broker connection"  # type: ignore[attr-defined]
     stored = restart_stack.client.responses.retrieve(events[0].response.id)  # type: ignore[union-attr]
     assert stored.status == "completed" and stored.output_text == text
+    # The API's pooled Redis connections went stale with the restart: the next create still goes through.
+    after = restart_stack.client.responses.create(model=MODEL, input="after the restart")
+    assert after.status == "completed"
 
 
 @pytest.mark.parametrize("restart_stack", ["no persistence"], indirect=True)
@@ -110,3 +142,24 @@ def test_stream_ends_with_error_when_redis_loses_its_data(restart_stack: Restart
     assert response.status == "failed"
     assert response.error is not None and response.error.message.startswith("event_log_lost")
     assert restart_stack.worker.poll() is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("restart_stack", ["aof"], indirect=True)
+def test_socket_goes_on_through_redis_restart_with_aof(restart_stack: RestartStack) -> None:
+    events, after = _socket_through_restart(restart_stack)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.completed"
+    assert len(text_of(events).split()) == ANSWER_TOKENS
+    assert after[-1]["type"] == "response.completed" and text_of(after) == "You said: \"after the restart\".", after
+
+
+@pytest.mark.parametrize("restart_stack", ["no persistence"], indirect=True)
+def test_socket_response_ends_with_error_when_redis_loses_its_data_and_socket_goes_on(
+    restart_stack: RestartStack,
+) -> None:
+    events, after = _socket_through_restart(restart_stack)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "event_log_lost"
+    response = _retrieve_when_ended(restart_stack.client, events[0]["response"]["id"])
+    assert response.status in ("failed", "cancelled")  # the worker finds its progress gone; the relay cancels
+    assert after[-1]["type"] == "response.completed"

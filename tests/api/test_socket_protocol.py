@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai.types.responses import ResponseCreatedEvent
+from openai.types.responses import ResponseCreatedEvent, ResponseErrorEvent
 from openai.types.responses.responses_server_event import ResponsesServerEvent
 from pydantic import TypeAdapter
 
@@ -72,4 +72,13 @@ def test_error_message_carries_http_status_and_error_object() -> None:
     error = NotFound("gone", param="previous_response_id", code="previous_response_not_found")
     message = json.loads(error_message(error, "a"))
     assert message == {"type": "error", "status": 404, "stream_id": "a", "error": error.to_body()["error"]}
+    SERVER_EVENT.validate_python(message)
+
+
+def test_event_message_of_stream_error_nests_error_object() -> None:
+    lost = frame(ResponseErrorEvent(type="error", sequence_number=7, code="event_log_lost", message="lost",
+                                    param=None))
+    message = json.loads(event_message(lost, "a"))
+    assert message == {"type": "error", "sequence_number": 7, "stream_id": "a",
+                       "error": {"type": "server_error", "code": "event_log_lost", "message": "lost", "param": None}}
     SERVER_EVENT.validate_python(message)
