@@ -9,8 +9,6 @@ from dataclasses import dataclass
 import anyio
 from celery import Celery
 from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
@@ -30,19 +28,13 @@ log = logging.getLogger(__name__)
 REDIS_CONNECTIONS = 100
 REDIS_POOL_WAIT_SECONDS = 10.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
-# A pooled connection idle this long is PINGed before its next command, and reconnected if the ping
-# fails (the ping is retried once; commands are not: retry_on_error stays empty). After a Redis restart
-# every idle connection of the pool is stale, and each one's next command failed (a create's
-# queue-depth read: a 503) before redis-py dropped it.
-REDIS_HEALTH_CHECK_SECONDS = 1
-REDIS_PING_RETRY = Retry(NoBackoff(), 1)
+
 
 
 def api_redis(url: str) -> Redis:
     """An asyncio Redis client for one API process: its pool waits for a free connection, never refuses."""
     pool = PatientPool.from_url(url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_POOL_WAIT_SECONDS,
-                                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS,
-                                health_check_interval=REDIS_HEALTH_CHECK_SECONDS, retry=REDIS_PING_RETRY)
+                                socket_connect_timeout=REDIS_CONNECT_TIMEOUT_SECONDS)
     return Redis(connection_pool=pool)
 
 

@@ -171,9 +171,7 @@ async def _send(redis: Redis, payload: bytes, count: int) -> list[Any]:
     pool: ConnectionPoolInterface = redis.connection_pool
     connection = await pool.get_connection()
     try:
-        # The health check runs only on a pool that asks for one (the API's: a stale connection after a
-        # Redis restart is PINGed and reconnected before this write, instead of failing it).
-        await connection.send_packed_command(payload)
+        await connection.send_packed_command(payload, check_health=False)
         return [await _reply(connection) for _ in range(count)]
     finally:  # a connection broken midway was disconnected by redis-py; the pool reconnects it
         await pool.release(connection)

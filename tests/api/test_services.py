@@ -11,8 +11,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from support import MODEL
 from support.db_connections import counted_connects, hold_async_sessions
-from support.servers import free_port
+from support.servers import free_port, start_redis
 
+from oss_responses import redis_pool
 from oss_responses.api.app import _open_services
 from oss_responses.api.services import api_redis
 from oss_responses.config import Settings
@@ -38,6 +39,35 @@ async def _ping(url: str) -> bool:
         return bool(await client.ping())
     finally:
         await client.aclose()
+
+
+@pytest.mark.parametrize("idle_check_seconds", [0.0, 3600.0], ids=["idle", "fresh"])
+def test_api_redis_idle_connection_is_checked_after_redis_restart(
+    monkeypatch: pytest.MonkeyPatch, idle_check_seconds: float
+) -> None:
+    """Every pooled connection is stale once Redis restarted: an idle one is PINGed and connected again
+    before its next command; one used within the idle check's time is not PINGed, and its command fails."""
+    monkeypatch.setattr(redis_pool, "IDLE_CHECK_SECONDS", idle_check_seconds)
+    server = start_redis()
+
+    async def after_restart() -> int:
+        client = api_redis(server.url)
+        try:
+            await client.ping()
+            server.kill()
+            server.restart()
+            return int(await client.llen("waiting"))
+        finally:
+            await client.aclose()
+
+    try:
+        if idle_check_seconds:
+            with pytest.raises(RedisConnectionError):
+                asyncio.run(after_restart())
+        else:
+            assert asyncio.run(after_restart()) == 0
+    finally:
+        server.stop()
 
 
 def test_api_redis_connects_again_after_connect_timeouts(redis_url: str, connect_timeouts) -> None:  # type: ignore[no-untyped-def]
