@@ -30,7 +30,6 @@ REDIS_POOL_WAIT_SECONDS = 10.0
 REDIS_CONNECT_TIMEOUT_SECONDS = 2.0
 
 
-
 def api_redis(url: str) -> Redis:
     """An asyncio Redis client for one API process: its pool waits for a free connection, never refuses."""
     pool = PatientPool.from_url(url, max_connections=REDIS_CONNECTIONS, timeout=REDIS_POOL_WAIT_SECONDS,

@@ -36,12 +36,11 @@ from oss_responses.api.socket_protocol import (
     CreateCommand,
     error_message,
     event_message,
-    frame_payload,
     is_terminal,
     parse_command,
 )
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
-from oss_responses.eventlog.frames import frame
+from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, opening_events, terminal_response, usage
@@ -171,7 +170,7 @@ class ResponsesSocket:
             async for event_frame in frames:
                 if is_terminal(event_frame):
                     # Before the client sees it: its next create, on any lane, may continue this response.
-                    output = frame_payload(event_frame)["response"]["output"]
+                    output = parse_frame(event_frame)["response"]["output"]
                     self._cache.remember(lane.stream_id, turn_of(body, response_id, output))
                 await self._send(event_message(event_frame, lane.stream_id))
         except StreamLost as lost:

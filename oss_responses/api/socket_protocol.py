@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oss_responses.errors import BadRequest, ServiceError
+from oss_responses.eventlog.frames import parse_frame
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 CREATE = "response.create"
@@ -72,7 +73,7 @@ def event_message(frame: bytes, stream_id: str | None) -> str:
     ``error`` event (a lost stream's last, ``api/relay.py``) is reshaped: the socket's error event nests
     the error object, where SSE's carries its fields at the top."""
     if frame.startswith(_ERROR_HEAD):
-        return _stream_error_message(frame_payload(frame), stream_id)
+        return _stream_error_message(parse_frame(frame), stream_id)
     data = frame[frame.index(_DATA) + len(_DATA) : -2]
     if stream_id is None:
         return data.decode()
@@ -83,24 +84,18 @@ def event_message(frame: bytes, stream_id: str | None) -> str:
 def _stream_error_message(payload: dict[str, Any], stream_id: str | None) -> str:
     error = {"type": "server_error", "code": payload.get("code"), "message": payload.get("message", ""),
              "param": payload.get("param")}
-    event: dict[str, Any] = {"type": "error", "sequence_number": payload.get("sequence_number"), "error": error}
-    if stream_id is not None:
-        event["stream_id"] = stream_id
-    return json.dumps(event)
+    return _on_lane({"type": "error", "sequence_number": payload.get("sequence_number"), "error": error}, stream_id)
 
 
 def is_terminal(frame: bytes) -> bool:
     return frame.startswith(_TERMINAL_HEADS)
 
 
-def frame_payload(frame: bytes) -> dict[str, Any]:
-    payload: dict[str, Any] = json.loads(frame[frame.index(_DATA) + len(_DATA) : -2])
-    return payload
-
-
 def error_message(error: ServiceError, stream_id: str | None) -> str:
     """An ``error`` event: the error object a request would get over HTTP, and that request's status."""
-    event: dict[str, Any] = {"type": "error", "status": error.status_code, "error": error.to_body()["error"]}
-    if stream_id is not None:
-        event["stream_id"] = stream_id
-    return json.dumps(event)
+    return _on_lane({"type": "error", "status": error.status_code, "error": error.to_body()["error"]}, stream_id)
+
+
+def _on_lane(event: dict[str, Any], stream_id: str | None) -> str:
+    """``event`` as a message of lane ``stream_id`` (named lanes' events carry it)."""
+    return json.dumps(event if stream_id is None else event | {"stream_id": stream_id})
