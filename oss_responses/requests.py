@@ -36,14 +36,12 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from pydantic_core import ErrorDetails
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.builtin_tools import TOOL_TYPES
 from oss_responses.harmony.ids import new_id
 from oss_responses.harmony.tool_choice import (
     ALLOWED_TOOLS,
     allows,
-    forced_function,
-    forces_call,
-    shown_functions,
-    usable_tools,
+    forced_tool_missing,
 )
 
 InputItem = (
@@ -283,43 +281,30 @@ class CreateResponseRequest(BaseModel):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _tool_choice(cls, value: Any) -> Any:
-        # "required", a named function and allowed_tools' "required" are honoured by writing the start of
-        # the call for the model (harmony/render.py: forced_call_header); other forced choices have no
-        # harmony equivalent here.
+        # A forcing choice is honoured by writing the start of the call for the model
+        # (harmony/render.py: forced_call_header); harmony has no other switch.
         if value in ("auto", "none", "required"):
             return value
-        if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("name"), str):
-            if set(value) != {"type", "name"}:
-                raise BadRequest("Invalid value for 'tool_choice': a function choice has only 'type' and 'name'.",
-                                 param="tool_choice", code="invalid_value")
-            return value
-        if isinstance(value, dict) and value.get("type") == ALLOWED_TOOLS:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if kind == ALLOWED_TOOLS:
             return _allowed_tools_choice(value)
-        if isinstance(value, dict):
-            raise BadRequest(
-                "gpt-oss can be made to call a function, not another kind of tool: tool_choice must be 'auto', "
-                "'none', 'required', {'type': 'function', 'name': ...} or {'type': 'allowed_tools', ...}.",
-                param="tool_choice",
-                code="unsupported_value",
-            )
-        raise BadRequest("Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or a function.",
-                         param="tool_choice", code="invalid_value")
+        if kind in _CHOICE_KEYS:
+            return _named_choice(value, kind)
+        if isinstance(kind, str):
+            raise BadRequest(f"Invalid value for 'tool_choice.type': '{kind}' is not available on this server.",
+                             param="tool_choice.type", code="unsupported_value")
+        raise BadRequest("Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or a tool choice "
+                         "object.", param="tool_choice", code="invalid_value")
 
     @model_validator(mode="after")
-    def _forced_function_offered(self) -> CreateResponseRequest:
+    def _forced_tool_offered(self) -> CreateResponseRequest:
         choice = self.tool_choice
         if isinstance(choice, dict) and choice["type"] == ALLOWED_TOOLS:
             _check_allowed_tools(choice["tools"], self.tools)
-        if forces_call(self) or forced_function(self) is not None:
-            names = set(shown_functions(usable_tools(self)))
-            wanted = forced_function(self)
-            if not names or (wanted is not None and wanted not in names):
-                raise BadRequest(
-                    f"Invalid value for 'tool_choice': no function tool named '{wanted}' in 'tools'." if wanted
-                    else "tool_choice 'required' needs a function tool among the tools it allows: gpt-oss is "
-                    "made to call one.",
-                    param="tool_choice",
-                )
+        if isinstance(choice, dict) and choice["type"] == "mcp" and "server_label" not in choice:
+            self.tool_choice = _only_server(choice, self.tools)
+        if (missing := forced_tool_missing(self)) is not None:
+            raise BadRequest(f"Invalid value for 'tool_choice': {missing}", param="tool_choice")
         return self
 
     @field_validator("metadata")
@@ -339,6 +324,13 @@ class CreateResponseRequest(BaseModel):
 _adapter = TypeAdapter(CreateResponseRequest)
 
 
+# A choice naming one tool: its required keys, then its optional ones.
+_CHOICE_KEYS: dict[str, tuple[set[str], set[str]]] = {
+    "function": ({"type", "name"}, set()),
+    # server_label may be left out when the request has one MCP tool (the Agents SDK's tool_choice="mcp").
+    "mcp": ({"type"}, {"server_label", "name"}),
+    **{kind: ({"type"}, set()) for kind in TOOL_TYPES},
+}
 _ALLOWED_ENTRY_KEYS = {"function": {"type", "name"}, "namespace": {"type", "name"}, "mcp": {"type", "server_label"}}
 
 
@@ -362,6 +354,24 @@ def _allowed_tools_choice(value: dict[str, Any]) -> dict[str, Any]:
                 param=f"tool_choice.tools[{index}]", code="invalid_value",
             )
     return value
+
+
+def _named_choice(value: dict[str, Any], kind: str) -> dict[str, Any]:
+    required, optional = _CHOICE_KEYS[kind]
+    keys = set(value)
+    if not required <= keys or keys - required - optional or not all(isinstance(v, str) for v in value.values()):
+        listed = ", ".join(f"'{key}'" for key in sorted(required | optional))
+        raise BadRequest(f"Invalid value for 'tool_choice': a {kind} choice has {listed} (strings).",
+                         param="tool_choice", code="invalid_value")
+    return value
+
+
+def _only_server(choice: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
+    servers = [tool.server_label for tool in tools if isinstance(tool, Mcp)]
+    if len(servers) != 1:
+        raise BadRequest(f"Missing required parameter: 'tool_choice.server_label' (the request has {len(servers)} "
+                         "MCP tools).", param="tool_choice.server_label", code="missing_required_parameter")
+    return {**choice, "server_label": servers[0]}
 
 
 def _check_allowed_tools(entries: list[dict[str, Any]], tools: list[Any]) -> None:

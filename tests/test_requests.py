@@ -36,12 +36,6 @@ def test_parse_request_tool_choice_required_without_function_tool_refused() -> N
     assert _refusal({"tool_choice": "required"}).param == "tool_choice"
 
 
-@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": "calc"}, {"type": "code_interpreter"}])
-def test_parse_request_tool_choice_forcing_other_tool_kinds_refused(choice: object) -> None:
-    error = _refusal({"tools": [FUNCTION], "tool_choice": choice})
-    assert (error.param, error.code) == ("tool_choice", "unsupported_value")
-
-
 CALC = {"type": "mcp", "server_label": "calc"}
 TOOLS = [FUNCTION, {"type": "function", "name": "g", "parameters": {"type": "object"}}, CALC,
          {"type": "code_interpreter", "container": {"type": "auto"}}]
@@ -66,11 +60,65 @@ def test_parse_request_tool_choice_allowed_tools_of_tools_accepted(mode: str, al
          "tool_choice.tools[0]"),
         ({"type": "allowed_tools", "mode": "auto", "tools": [{"type": "mcp", "server_label": "docs"}]},
          "tool_choice.tools[0]"),
-        ({"type": "allowed_tools", "mode": "required", "tools": [CALC]}, "tool_choice"),
+        ({"type": "allowed_tools", "mode": "required", "tools": [CALC, {"type": "code_interpreter"}]}, "tool_choice"),
     ],
 )
 def test_parse_request_tool_choice_allowed_tools_refused(choice: dict, param: str) -> None:
     assert _refusal({"tools": TOOLS, "tool_choice": choice}).param == param
+
+
+@pytest.mark.parametrize("choice", [
+    {"type": "mcp", "server_label": "calc"},
+    {"type": "mcp", "server_label": "calc", "name": "add"},
+    {"type": "code_interpreter"},
+    {"type": "allowed_tools", "mode": "required", "tools": [CALC]},
+])
+def test_parse_request_tool_choice_forcing_tool_of_tools_accepted(choice: dict) -> None:
+    assert parse_create_request({"model": "m", "tools": TOOLS, "tool_choice": choice}).tool_choice == choice
+
+
+@pytest.mark.parametrize("choice", [{"type": "web_search_preview"}, {"type": "web_search"}])
+def test_parse_request_tool_choice_web_search_forces_any_web_search_tool(choice: dict) -> None:
+    tools = [{"type": "web_search_preview"}]
+    assert parse_create_request({"model": "m", "tools": tools, "tool_choice": choice}).tool_choice == choice
+
+
+def test_parse_request_tool_choice_required_with_one_non_function_tool_accepted() -> None:
+    assert parse_create_request({"model": "m", "tools": [CALC], "tool_choice": "required"}).tool_choice == "required"
+
+
+def test_parse_request_tool_choice_mcp_without_label_names_the_only_server() -> None:
+    # The Agents SDK's tool_choice="mcp" sends {"type": "mcp"}.
+    request = parse_create_request({"model": "m", "tools": [FUNCTION, CALC], "tool_choice": {"type": "mcp"}})
+    assert request.tool_choice == {"type": "mcp", "server_label": "calc"}
+
+
+def test_parse_request_tool_choice_mcp_without_label_among_two_servers_refused() -> None:
+    error = _refusal({"tools": [CALC, CALC | {"server_label": "docs"}], "tool_choice": {"type": "mcp"}})
+    assert (error.param, error.code) == ("tool_choice.server_label", "missing_required_parameter")
+
+
+@pytest.mark.parametrize(("choice", "named"), [
+    ({"type": "mcp", "server_label": "docs"}, "'docs'"),
+    ({"type": "code_interpreter"}, "code_interpreter"),
+    ({"type": "web_search_preview"}, "web_search_preview"),
+])
+def test_parse_request_tool_choice_forcing_tool_not_in_tools_refused(choice: dict, named: str) -> None:
+    error = _refusal({"tools": [FUNCTION, CALC], "tool_choice": choice})
+    assert error.param == "tool_choice" and named in error.message
+
+
+@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": 1}, {"type": "code_interpreter", "name": "x"},
+                                    {"type": "function", "name": "f", "strict": True}])
+def test_parse_request_tool_choice_malformed_refused(choice: dict) -> None:
+    error = _refusal({"tools": TOOLS, "tool_choice": choice})
+    assert (error.param, error.code) == ("tool_choice", "invalid_value")
+
+
+@pytest.mark.parametrize("kind", ["file_search", "image_generation", "custom", "shell"])
+def test_parse_request_tool_choice_forcing_tool_kind_not_served_refused(kind: str) -> None:
+    error = _refusal({"tools": TOOLS, "tool_choice": {"type": kind}})
+    assert (error.param, error.code) == ("tool_choice.type", "unsupported_value")
 
 
 def test_parse_request_unknown_field_refused() -> None:

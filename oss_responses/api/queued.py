@@ -11,14 +11,15 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
-from openai.types.responses import Response
+from openai.types.responses import Response, ToolChoiceTypes
 from pydantic import ValidationError
 
 from oss_responses.api.items import stored_items
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.builtin_tools import TOOL_TYPES
 from oss_responses.harmony.ids import response_id
 from oss_responses.harmony.render import ConversationPlan
 from oss_responses.requests import CreateResponseRequest
@@ -60,7 +61,7 @@ def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings:
         "model": request.model,
         "instructions": request.instructions,
         "tools": tools,
-        "tool_choice": request.tool_choice,
+        "tool_choice": _echoed_tool_choice(request.tool_choice),
         "parallel_tool_calls": request.parallel_tool_calls,
         "max_tool_calls": request.max_tool_calls,
         "metadata": request.metadata or {},
@@ -81,6 +82,18 @@ def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings:
         "top_logprobs": request.top_logprobs,
         "store": request.store,
     }
+
+
+def _echoed_tool_choice(choice: Any) -> Any:
+    # openai's ToolChoiceTypes has no web_search member, though the Agents SDK sends
+    # {"type": "web_search"} for tool_choice="web_search"; the echo names the same tool by the
+    # older type it has.
+    if isinstance(choice, dict) and choice.get("type") in TOOL_TYPES and choice["type"] not in _HOSTED_CHOICE_TYPES:
+        return {"type": "web_search_preview"}
+    return choice
+
+
+_HOSTED_CHOICE_TYPES = frozenset(get_args(ToolChoiceTypes.model_fields["type"].annotation))
 
 
 def _response(fields: dict[str, Any]) -> Response:

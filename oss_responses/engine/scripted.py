@@ -23,9 +23,10 @@ What it answers (always an ``analysis`` message first, then one of):
 5. otherwise → a ``final`` answer quoting the last user message and listing the earlier user messages
    of the conversation in order (so chained turns via ``previous_response_id`` are visible).
 
-A prompt that ends with the start of a call the worker wrote for the model (``tool_choice`` ``required``
-or a named function) gets the rest of that call: the function and arguments of the last user message's
-``call functions.NAME ARGS`` if it has one for it, else the first function offered and ``{}``.
+A prompt that ends with the start of a call the worker wrote for the model (a forcing ``tool_choice``)
+gets the rest of that call: the last user message's first ``call RECIPIENT ARGS`` that fits the start,
+else the tool the start names or the first tool of its namespace, with ``{}`` (``python``: ``1+1``;
+``browser``: a search for the user's words).
 
 A prompt that already ends with the start of the answer (a worker taking a response over continues
 from prompt + generated tokens) gets the rest of that same answer, so a taken-over response ends
@@ -58,14 +59,17 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.json_instance import instance_of
 from oss_responses.engine.response_format import ResponseFormat, requested_format
-from oss_responses.harmony.builtin_tools import BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
-from oss_responses.harmony.render import FORCED_CALL_START, function_call_header_rest
+from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
+from oss_responses.harmony.render import function_call_header_rest
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
 _FUNCTION_TYPE = re.compile(r"^type (\w+) =", re.MULTILINE)
-_NAMED = re.compile(r"([\w\-]+)(?: |<\|)")  # a named function's header: its name, then more header
+_RECIPIENT = re.compile(r"[\w.\-]+")
+# A forced start (harmony/render.py: forced_call_header): its namespace, and a tool's name when a
+# space or token follows it (the whole header was written, or the model went on).
+_FORCED = re.compile(r"<\|channel\|>(?:analysis|commentary) to=([\w\-]+)(?:\.(?:([\w\-]+)(?= |<\|))?)?")
 # How many trailing message starts a continuation is looked for behind (an answer has at most two
 # messages: analysis, then final or a call).
 _CONTINUATION_DEPTH = 4
@@ -146,30 +150,27 @@ class ScriptWriter:
     def _forced_rest(
         self, before: list[int], tail: list[int]
     ) -> tuple[tuple[Message, ...], tuple[int, ...]] | None:
-        """The rest of a call whose start the worker wrote for the model (``tool_choice`` ``required``
-        or a named function: ``harmony/render.py`` forced_call_header), or None if ``tail`` is not one
-        (``tail`` may go on into the call, as when a worker takes the response over). The function and
-        arguments are the last user message's ``call functions.NAME ARGS`` if it has one for it, else
-        the first function offered (``required``) and ``{}``."""
+        """The rest of a call whose start the worker wrote for the model (``tool_choice``:
+        ``harmony/render.py`` forced_call_header), or None if ``tail`` is not one (``tail`` may go on
+        into the call, as when a worker takes the response over). The call is the last user message's
+        first ``call RECIPIENT ARGS`` that fits the start, else a call the start allows: the tool it
+        names or the first tool of its namespace, with ``{}`` (``python``: ``1+1``; ``browser``: a
+        search for the user's words)."""
         text = self.encoding.decode(tail)
-        if not text.startswith(FORCED_CALL_START):
+        start = _FORCED.match(text)
+        if start is None:
             return None
         messages = parse_prompt(self.encoding, before)
         users = [text_of(m) for m in messages if m.author.role == Role.USER]
-        calls = {r.removeprefix("functions."): a.strip() for r, a in _CALL.findall(users[-1] if users else "")
-                 if r.startswith("functions.")}
-        # Tokens as the worker wrote them, then as the model would go on: a named function's whole
-        # header was written; under "required" only its start, and the model names the function.
-        scripts = []
-        if named := _NAMED.match(text[len(FORCED_CALL_START):]):
-            header = FORCED_CALL_START + function_call_header_rest(named.group(1))
-            scripts.append(self._text(header) + self._text(calls.get(named.group(1)) or "{}"))
-        chosen = next(iter(calls), None) or _first_function(messages) or "unknown"
-        rest = function_call_header_rest(chosen) + (calls.get(chosen) or "{}")
-        scripts.append(self._text(FORCED_CALL_START) + self._text(rest))
-        for script in (script + [CALL] for script in scripts):
-            if script[: len(tail)] == tail:
-                return tuple(messages), tuple(script[len(tail):])
+        last_user = users[-1] if users else ""
+        calls = [(recipient, arguments.strip()) for recipient, arguments in _CALL.findall(last_user)]
+        for recipient, arguments in calls + _default_calls(start, messages, last_user):
+            call = _forced_call_text(recipient, arguments)
+            # The worker wrote the start as one piece of text; the model went on from its last token.
+            for cut in _header_cuts(call):
+                script = self._text(call[:cut]) + self._text(call[cut:]) + [CALL]
+                if script[: len(tail)] == tail:
+                    return tuple(messages), tuple(script[len(tail):])
         return None
 
     def tokens_for(self, messages: list[Message]) -> list[int]:
@@ -210,13 +211,49 @@ class ScriptWriter:
         return self._text("<|start|>assistant<|channel|>final<|message|>") + body + [RETURN]
 
     def _tool_call(self, recipient: str, arguments: str) -> list[int]:
-        builtin = recipient.partition(".")[0] in BUILTIN_NAMESPACES
-        channel = BUILTIN_CALL_CHANNEL if builtin else "commentary"
-        constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == PYTHON else "")
-        header = f"<|start|>assistant<|channel|>{channel} to={recipient}{constrain}<|message|>"
-        return self._text(header) + self._text(arguments) + [CALL]
+        return self._text("<|start|>assistant" + _call_text(recipient, arguments)) + [CALL]
 
 
+def _call_text(recipient: str, arguments: str) -> str:
+    """A call as gpt-oss writes it, after its ``<|start|>assistant``: built-ins on ``analysis``,
+    the rest on ``commentary``; ``<|constrain|>json`` for JSON arguments, ``code`` for python's."""
+    builtin = recipient.partition(".")[0] in BUILTIN_NAMESPACES
+    channel = BUILTIN_CALL_CHANNEL if builtin else "commentary"
+    constrain = " <|constrain|>json" if _is_json(arguments) else (" code" if recipient == PYTHON else "")
+    return f"<|channel|>{channel} to={recipient}{constrain}<|message|>{arguments}"
+
+
+def _forced_call_text(recipient: str, arguments: str) -> str:
+    """A call after a forced start: a function's or MCP tool's header as ``function_call_header_rest``
+    writes it (its arguments' type whatever they are), a built-in's as the model writes it."""
+    namespace, _, name = recipient.partition(".")
+    if namespace in BUILTIN_NAMESPACES or not name:
+        return _call_text(recipient, arguments)
+    return f"<|channel|>commentary to={namespace}." + function_call_header_rest(name) + arguments
+
+
+def _header_cuts(call: str) -> list[int]:
+    """Where a forced start can end in ``call``: after ``to=NAMESPACE.``, after the recipient, after
+    ``<|message|>``."""
+    recipient_at = call.index(" to=") + len(" to=")
+    recipient = _RECIPIENT.match(call, recipient_at)
+    recipient_end = recipient.end() if recipient else recipient_at
+    cuts = [recipient_end, call.index("<|message|>") + len("<|message|>")]
+    if (dot := call.find(".", recipient_at, recipient_end)) >= 0:
+        cuts.insert(0, dot + 1)
+    return cuts
+
+
+def _default_calls(start: re.Match[str], messages: list[Message], last_user: str) -> list[tuple[str, str]]:
+    """The call the model makes after a forced start when the user asked for none that fits it."""
+    namespace, named = start.group(1), start.group(2)
+    if namespace == PYTHON:
+        return [(PYTHON, "1+1")]
+    if namespace == BROWSER:
+        return [(f"{BROWSER}.{named or 'search'}", json.dumps({"query": last_user[:100]}))]
+    names = [named] if named else []
+    first = _first_tool(messages, namespace)
+    return [(f"{namespace}.{name}", "{}") for name in names + ([first] if first else [])]
 def _formatted(response_format: ResponseFormat, last_user: str) -> str:
     """The JSON answer to a requested format (compact, as structured outputs are)."""
     if response_format.type == "json_object":
@@ -226,12 +263,13 @@ def _formatted(response_format: ResponseFormat, last_user: str) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def _first_function(messages: list[Message]) -> str | None:
-    """The first function the renderer's developer message offers."""
+def _first_tool(messages: list[Message], namespace: str) -> str | None:
+    """The first tool of ``namespace`` (functions, a namespace tool, an MCP server) the renderer's
+    developer message offers."""
     if len(messages) < 2 or messages[1].author.role != Role.DEVELOPER:
         return None
     text = text_of(messages[1])
-    start = text.find("namespace functions {")
+    start = text.find(f"namespace {namespace} {{")
     found = _FUNCTION_TYPE.search(text, start) if start >= 0 else None
     return found.group(1) if found else None
 

@@ -57,6 +57,7 @@ from openai_harmony import (
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import (
     BROWSER,
+    BUILTIN_CALL_CHANNEL,
     BUILTIN_NAMESPACES,
     PYTHON,
     RESERVED_NAMESPACES,
@@ -73,7 +74,7 @@ from oss_responses.harmony.history import (
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
-from oss_responses.harmony.tool_choice import forced_function, forces_call, usable_tools
+from oss_responses.harmony.tool_choice import forced_call, usable_tools
 
 __all__ = [
     "JSON_OBJECT_FORMAT",
@@ -244,24 +245,27 @@ def offered_functions(request: Any) -> frozenset[str]:
     return frozenset(addresses)
 
 
-def forced_call_header(request: Any) -> str | None:
-    """The start of the call the model is made to write under ``tool_choice`` ``required`` or a named
-    function (None: the model decides). Harmony has no switch that forces a call; writing the header
-    for the model does, as the first tokens of its answer: the whole header for a named function, up
-    to ``functions.`` for ``required``, also ``allowed_tools``' (the model names one of the functions
-    it is shown). The model writes no analysis before a forced call."""
-    if (named := forced_function(request)) is not None:
-        return FORCED_CALL_START + function_call_header_rest(named)
-    if forces_call(request):
-        return FORCED_CALL_START
-    return None
-
-
-FORCED_CALL_START = f"<|channel|>commentary to={FUNCTIONS_NAMESPACE}."
+def forced_call_header(request: Any, builtin_labels: Mapping[str, str]) -> str | None:
+    """The start of the call ``tool_choice`` makes the model write (None: the model decides).
+    Harmony has no switch that forces a call; writing the start of its header for the model does,
+    as the first tokens of its answer: up to the recipient's namespace when the model picks the tool
+    (``to=functions.`` under ``required``, ``to=calc.`` for an MCP server), the whole header for a
+    named function or MCP tool, ``to=python`` for code. The model writes no analysis before it.
+    ``builtin_labels``: the MCP labels served as ``python``/``browser``."""
+    call = forced_call(request, builtin_labels)
+    if call is None:
+        return None
+    if call.namespace == PYTHON:
+        return f"<|channel|>{BUILTIN_CALL_CHANNEL} to={PYTHON}"
+    channel = BUILTIN_CALL_CHANNEL if call.namespace in BUILTIN_NAMESPACES else "commentary"
+    start = f"<|channel|>{channel} to={call.namespace}."
+    if call.name is None:
+        return start
+    return start + (call.name if call.namespace == BROWSER else function_call_header_rest(call.name))
 
 
 def function_call_header_rest(name: str) -> str:
-    """A function call's header after ``FORCED_CALL_START``: its name, then the arguments' type."""
+    """A function or MCP tool call's header after ``to=NAMESPACE.``: its name, then the arguments' type."""
     return f"{name} {FUNCTION_ARGUMENTS_TYPE}<|message|>"
 
 

@@ -1,8 +1,10 @@
-"""``tool_choice``: which of a request's tools the model is shown, and whether it must call a function.
+"""``tool_choice``: which of a request's tools the model is shown, and which call, if any, it must make.
 
 - ``auto``: every tool; ``none``: none (the model is shown no tools);
-- ``required`` or ``{"type": "function", "name": ...}``: every tool, and a function call is forced
-  (``render.forced_call_header``);
+- ``required``, ``{"type": "function", "name": ...}``, ``{"type": "mcp", "server_label": ...}`` (and its
+  ``name``) or a hosted tool's type (``{"type": "code_interpreter"}``...): every tool, and a call is
+  forced (:func:`forced_call`; ``render.forced_call_header`` writes its start for the model).
+  ``required`` forces a function call when a function is shown, else a call of the one tool shown;
 - ``{"type": "allowed_tools", "mode": "auto" | "required", "tools": [...]}`` (the Vercel AI SDK's
   ``allowedTools``): only the tools listed. OpenAI keeps the others in the prompt (for its prompt
   cache) and stops the model calling them; gpt-oss has no such switch and would call what it reads,
@@ -15,11 +17,26 @@ An entry of ``allowed_tools`` names a function or namespace by ``name``, an MCP 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from openai.types.responses import FunctionTool
+from openai.types.responses.tool import Mcp
+
+from oss_responses.harmony.builtin_tools import BROWSER, BROWSER_ACTIONS, TOOL_TYPES
+from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE
 
 ALLOWED_TOOLS = "allowed_tools"
+
+
+@dataclass(frozen=True)
+class ForcedCall:
+    """The call ``tool_choice`` makes the model write: its harmony namespace (``functions``, a
+    namespace tool's or MCP server's name, ``python``, ``browser``), and the tool in it when the
+    choice names one (else the model names it)."""
+
+    namespace: str
+    name: str | None = None
 
 
 def allows(entry: Mapping[str, Any], tool: Any) -> bool:
@@ -45,20 +62,69 @@ def usable_tools(request: Any) -> list[tuple[int, Any]]:
     return tools
 
 
-def forces_call(request: Any) -> bool:
-    """Whether the model must call one of the functions it is shown (``required``, also of ``allowed_tools``)."""
+def forced_call(request: Any, builtin_labels: Mapping[str, str]) -> ForcedCall | None:
+    """The call ``tool_choice`` forces (None: the model decides, or the request's tools allow none;
+    ``requests.py`` refuses a forcing choice that names no tool of the request). ``builtin_labels``
+    are the MCP server labels served as ``python``/``browser`` (``settings.builtin_tool_labels``)."""
     choice = request.tool_choice
-    if isinstance(choice, dict):
-        return bool(choice.get("type") == ALLOWED_TOOLS and choice.get("mode") == "required")
-    return bool(choice == "required")
+    if _requires(choice):
+        return _required_call(usable_tools(request), builtin_labels)
+    if not isinstance(choice, dict):
+        return None
+    kind = choice.get("type")
+    if kind == "function":
+        return ForcedCall(FUNCTIONS_NAMESPACE, str(choice["name"]))
+    if kind == "mcp":
+        return _server_call(str(choice["server_label"]), choice.get("name"), builtin_labels)
+    if kind in TOOL_TYPES:
+        return ForcedCall(TOOL_TYPES[kind])
+    return None
 
 
-def forced_function(request: Any) -> str | None:
-    """The function a named ``tool_choice`` makes the model call, if it names one."""
+def _server_call(label: str, name: str | None, builtin_labels: Mapping[str, str]) -> ForcedCall:
+    builtin = builtin_labels.get(label)
+    if builtin is None:
+        return ForcedCall(label, name)
+    # A label served as a built-in: python has one recipient; the browser's name is an action.
+    return ForcedCall(builtin, name if builtin == BROWSER and name in BROWSER_ACTIONS else None)
+
+
+def _required_call(tools: Sequence[tuple[int, Any]], builtin_labels: Mapping[str, str]) -> ForcedCall | None:
+    # A function when one is shown (gpt-oss calls functions in one namespace, ``functions.``);
+    # otherwise the one tool shown. Harmony cannot leave the choice among several namespaces open.
+    if shown_functions(tools):
+        return ForcedCall(FUNCTIONS_NAMESPACE)
+    if len(tools) != 1:
+        return None
+    tool = tools[0][1]
+    if isinstance(tool, Mcp):
+        return _server_call(tool.server_label, None, builtin_labels)
+    if tool.type == "namespace":
+        return ForcedCall(tool.name)
+    return ForcedCall(TOOL_TYPES[tool.type])
+
+
+def forced_tool_missing(request: Any) -> str | None:
+    """Why a forcing ``tool_choice`` names no tool of the request (None: it names one, or forces nothing)."""
     choice = request.tool_choice
     if isinstance(choice, dict) and choice.get("type") == "function":
-        return str(choice["name"])
+        if choice["name"] not in shown_functions(usable_tools(request)):
+            return f"no function tool named '{choice['name']}' in 'tools'."
+    elif isinstance(choice, dict) and choice.get("type") == "mcp":
+        if not any(isinstance(tool, Mcp) and tool.server_label == choice["server_label"] for tool in request.tools):
+            return f"no MCP tool with server_label '{choice['server_label']}' in 'tools'."
+    elif isinstance(choice, dict) and choice.get("type") in TOOL_TYPES:
+        if not any(TOOL_TYPES.get(tool.type) == TOOL_TYPES[choice["type"]] for tool in request.tools):
+            return f"no {choice['type']} tool in 'tools'."
+    elif forced_call(request, {}) is None and _requires(choice):
+        return ("'required' needs a function tool, or exactly one tool, among the tools it allows: gpt-oss "
+                "is made to call one by writing the start of the call.")
     return None
+
+
+def _requires(choice: Any) -> bool:
+    return choice == "required" or (isinstance(choice, dict) and choice.get("type") == ALLOWED_TOOLS
+                                    and choice.get("mode") == "required")
 
 
 def shown_functions(tools: Sequence[tuple[int, Any]]) -> list[str]:

@@ -517,7 +517,7 @@ def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTo
 
 def _forced(ctx: WorkerContext, request: CreateResponseRequest) -> list[int] | None:
     """The start of the call ``tool_choice`` makes the model write (``forced_call_header``), as tokens."""
-    header = forced_call_header(request)
+    header = forced_call_header(request, ctx.settings.builtin_tool_labels)
     return list(ctx.encoding.encode(header, allowed_special="all")) if header else None
 
 

@@ -89,6 +89,8 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "parallel_tool_calls and tool_choice": {"tools": [WEATHER], "parallel_tool_calls": True, "tool_choice": "auto"},
     "tool_choice required": {"tools": [WEATHER], "tool_choice": "required"},
     "tool_choice naming a function": {"tools": [WEATHER], "tool_choice": {"type": "function", "name": "get_weather"}},
+    "tool_choice forcing web search": {"tools": [{"type": "web_search", "external_web_access": False}],
+                                       "tool_choice": {"type": "web_search"}},
     "codex first request": {
         "instructions": None, "input": [{"type": "message", "id": "msg_u", "role": "developer",
                                          "content": [{"type": "input_text", "text": "sandbox"}]},
@@ -118,7 +120,9 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "conversations": ({"conversation": "conv_1"}, "conversation"),
     "tool_choice naming no function of tools": ({"tools": [WEATHER], "tool_choice": {"type": "function", "name": "x"}},
                                                 "tool_choice"),
-    "tool_choice forcing an MCP tool": ({"tool_choice": {"type": "mcp", "server_label": "calc"}}, "tool_choice"),
+    "tool_choice forcing an MCP server not in tools": ({"tool_choice": {"type": "mcp", "server_label": "calc"}},
+                                                       "tool_choice"),
+    "tool_choice forcing file search": ({"tool_choice": {"type": "file_search"}}, "tool_choice.type"),
 }
 
 

@@ -9,6 +9,7 @@ The processes live for the module (one set per database); each test uses its own
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -275,6 +276,49 @@ def test_tool_choice_allowed_tools_required_makes_model_call_function_it_lists(s
     assert response.status == "completed" and types_of(response)[-1] == "function_call"
     assert item(response, "function_call").name == "get_time"
     assert response.tool_choice.type == "allowed_tools"  # type: ignore[union-attr]
+
+
+def test_tool_choice_naming_mcp_server_makes_model_call_its_tool(stack: ToolStack) -> None:
+    # "hello" asks for no call: the worker writes "to=calc.", the model names calc's first tool and
+    # gives it no arguments, which the server refuses; the model then answers.
+    response = run(stack, "stream", input="hello", tools=[CALC], tool_choice={"type": "mcp", "server_label": "calc"})
+    assert response.status == "completed" and types_of(response) == ["mcp_list_tools", "mcp_call", "reasoning",
+                                                                      "message"]
+    call = item(response, "mcp_call")
+    assert (call.server_label, call.name, call.arguments, call.status) == ("calc", "calculate", "{}", "failed")
+    assert (response.tool_choice.type, response.tool_choice.server_label) == ("mcp", "calc")  # type: ignore[union-attr]
+
+
+def test_tool_choice_naming_mcp_tool_makes_model_call_it_with_arguments_it_writes(stack: ToolStack) -> None:
+    response = run(stack, "background", input="call calc.calculate {\"expression\": \"6*7\"}", tools=[CALC],
+                   tool_choice={"type": "mcp", "server_label": "calc", "name": "calculate"})
+    call = item(response, "mcp_call")
+    assert (call.name, call.output, response.status) == ("calculate", "42", "completed")
+
+
+def test_tool_choice_code_interpreter_makes_model_run_code(stack: ToolStack) -> None:
+    response = run(stack, "stream", input="hello", tools=[CODE_INTERPRETER], tool_choice={"type": "code_interpreter"})
+    call = item(response, "mcp_call")
+    assert (call.server_label, call.name, call.arguments, call.output.strip()) == ("code_interpreter", "python",
+                                                                                    "1+1", "2")
+    assert response.output_text.strip() == "The tool python returned: 2"
+
+
+def test_tool_choice_web_search_makes_model_search(stack: ToolStack) -> None:
+    # The Agents SDK's tool_choice="web_search"; openai's Response type has no such choice, so the
+    # echo names the tool by its older type.
+    response = run(stack, "background", input="harmony", tools=[{"type": "web_search"}],
+                   tool_choice={"type": "web_search"})
+    call = item(response, "mcp_call")
+    assert (call.name, json.loads(call.arguments), call.status) == ("search", {"query": "harmony"}, "completed")
+    assert response.tool_choice.type == "web_search_preview"  # type: ignore[union-attr]
+
+
+def test_tool_choice_naming_mcp_server_not_in_tools_is_bad_request(stack: ToolStack) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        stack.client.responses.create(model=MODEL, input="hello", tools=[WEATHER],
+                                      tool_choice={"type": "mcp", "server_label": "calc"})
+    assert caught.value.body["param"] == "tool_choice"  # type: ignore[index]
 
 
 def test_tool_error_fails_call_and_model_continues(stack: ToolStack) -> None:

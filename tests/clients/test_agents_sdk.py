@@ -20,9 +20,11 @@ from agents import (
     ModelSettings,
     RunConfig,
     Runner,
+    WebSearchTool,
     function_tool,
 )
 from agents.mcp import MCPServerStreamableHttp
+from agents.model_settings import MCPToolChoice
 from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel
 from openai import AsyncOpenAI
 from pydantic import BaseModel
@@ -169,6 +171,24 @@ async def test_run_with_hosted_mcp_tool_calls_after_approval(model: OpenAIRespon
     result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
     assert asked == ["calculate"]
     assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
+
+
+@pytest.mark.parametrize("choice", [MCPToolChoice(server_label=CALCULATOR_LABEL, name="calculate"), "mcp"])
+async def test_run_with_mcp_tool_choice_calls_hosted_mcp_tool(model: OpenAIResponsesModel, choice: object) -> None:
+    # "hello" asks for no call: the choice makes the model call the server's tool (with no arguments,
+    # which the calculator refuses; the model quotes its error).
+    calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
+                                            "require_approval": "never"})
+    agent = Agent(name="forced", model=model, tools=[calculator], model_settings=ModelSettings(tool_choice=choice))
+    result = await Runner.run(agent, "hello", run_config=RUN)
+    assert result.final_output.startswith(f"The tool {CALCULATOR_LABEL}.calculate returned:")
+
+
+async def test_run_with_web_search_tool_choice_searches(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="searching", model=model, tools=[WebSearchTool()],
+                  model_settings=ModelSettings(tool_choice="web_search"))
+    result = await Runner.run(agent, "harmony", run_config=RUN)
+    assert result.final_output.startswith("The tool browser.search returned:")
 
 
 async def test_run_with_mcp_server_calls_its_tool_as_function(model: OpenAIResponsesModel, service: Service) -> None:

@@ -24,6 +24,7 @@ from openai_harmony import (
 from oss_responses.engine import scripted
 from oss_responses.engine.base import EngineOutput, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine, ScriptWriter, parse_prompt
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.render import RenderOptions, forced_call_header, render_prompt
 from oss_responses.requests import parse_create_request
 from oss_responses.vocab import load_encoding
@@ -276,7 +277,7 @@ FUNCTIONS = [{"type": "function", "name": name, "parameters": {"type": "object"}
 def forced(enc: HarmonyEncoding, user: str, choice: object) -> tuple[list[int], list[int]]:
     """The rendered prompt with the forced start of a call the worker writes, and that start."""
     request = parse_create_request({"model": "m", "input": user, "tools": FUNCTIONS, "tool_choice": choice})
-    header = enc.encode(forced_call_header(request), allowed_special="all")
+    header = enc.encode(forced_call_header(request, {}), allowed_special="all")
     tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
     return tokens + header, header
 
@@ -292,6 +293,50 @@ def test_generate_completes_forced_call(enc: HarmonyEncoding, user: str, choice:
     rest = [t for output in generate(enc, tokens) for t in output.token_ids]
     [message] = enc.parse_messages_from_completion_tokens(header + rest, Role.ASSISTANT)
     assert (message.recipient, text(message)) == (f"functions.{call[0]}", call[1]) and rest[-1] == CALL
+
+
+MCP_TOOLS = [{"type": "mcp", "server_label": "calc"}, {"type": "code_interpreter", "container": {"type": "auto"}},
+             {"type": "web_search_preview"}]
+CALC_TOOLS = {"calc": [McpToolSpec("add", "Add", {"type": "object"}),
+                       McpToolSpec("mul", "Multiply", {"type": "object"})]}
+
+
+def forced_other(enc: HarmonyEncoding, user: str, choice: object) -> tuple[list[int], list[int]]:
+    """As ``forced``, for a request with an MCP server and the two built-ins."""
+    request = parse_create_request({"model": "m", "input": user, "tools": MCP_TOOLS, "tool_choice": choice})
+    header = enc.encode(forced_call_header(request, {}), allowed_special="all")
+    options = RenderOptions(conversation_start_date="2024-01-01", mcp_tools=CALC_TOOLS)
+    return render_prompt(request, [], options, enc).token_ids + header, header
+
+
+@pytest.mark.parametrize(("user", "choice", "call"), [
+    ('call calc.mul {"a": 2}', {"type": "mcp", "server_label": "calc"}, ("calc.mul", '{"a": 2}')),
+    ("hello", {"type": "mcp", "server_label": "calc"}, ("calc.add", "{}")),
+    ('call calc.mul {"a": 2}', {"type": "mcp", "server_label": "calc", "name": "mul"}, ("calc.mul", '{"a": 2}')),
+    ("hello", {"type": "mcp", "server_label": "calc", "name": "mul"}, ("calc.mul", "{}")),
+    ('call calc.mul {"a": 2} call python 6*7', {"type": "code_interpreter"}, ("python", "6*7")),
+    ("hello", {"type": "code_interpreter"}, ("python", "1+1")),
+    ("hello", {"type": "web_search_preview"}, ("browser.search", '{"query": "hello"}')),
+    ('call browser.open {"id": 1}', {"type": "web_search_preview"}, ("browser.open", '{"id": 1}')),
+])
+def test_generate_completes_forced_call_of_other_tool_kinds(
+    enc: HarmonyEncoding, user: str, choice: object, call: tuple
+) -> None:
+    tokens, header = forced_other(enc, user, choice)
+    rest = [t for output in generate(enc, tokens) for t in output.token_ids]
+    [message] = enc.parse_messages_from_completion_tokens(header + rest, Role.ASSISTANT)
+    assert (message.recipient, text(message)) == call and rest[-1] == CALL
+
+
+@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": "calc"}, {"type": "code_interpreter"}])
+@pytest.mark.parametrize("cut", [1, 4])
+def test_generate_continues_forced_call_of_other_tool_kind_prompt_ends_with(
+    enc: HarmonyEncoding, choice: object, cut: int
+) -> None:
+    tokens, _ = forced_other(enc, 'call calc.mul {"a": 2} call python 6*7', choice)
+    whole = [t for output in generate(enc, tokens) for t in output.token_ids]
+    rest = [t for output in generate(enc, tokens + whole[:cut]) for t in output.token_ids]
+    assert whole[:cut] + rest == whole
 
 
 @pytest.mark.parametrize("cut", [1, 3])

@@ -207,3 +207,12 @@ def test_tool_choice_naming_function_forces_call_through_vllm(stack: Stack) -> N
                                              tool_choice={"type": "function", "name": "spell"})
     assert response.status == "completed"
     assert [(item.type, getattr(item, "name", None)) for item in response.output] == [("function_call", "spell")]
+
+
+def test_tool_choice_code_interpreter_forces_code_call_through_vllm(stack: Stack) -> None:
+    # The start "to=python" is written for the model; vLLM writes the code, the calculator runs it.
+    response = stack.client.responses.create(model=MODEL, input="hello", tools=[CODE_INTERPRETER],
+                                             tool_choice={"type": "code_interpreter"})
+    assert response.status == "completed"
+    call = next(item for item in response.output if item.type == "mcp_call")
+    assert (call.name, call.arguments, (call.output or "").strip()) == ("python", "1+1", "2")

@@ -117,7 +117,32 @@ def test_offered_functions_are_only_those_allowed_tools_lists() -> None:
 ])
 def test_forced_call_header_starts_call_tool_choice_asks_for(choice: object, header: str | None) -> None:
     request = _request(tools=[{"type": "function", "name": "f", "parameters": {"type": "object"}}], tool_choice=choice)
-    assert forced_call_header(request) == header
+    assert forced_call_header(request, {}) == header
+
+
+SERVERS = [{"type": "mcp", "server_label": "calc"}, {"type": "mcp", "server_label": "code_interpreter"},
+           {"type": "web_search"}]
+
+
+@pytest.mark.parametrize(("choice", "header"), [
+    ({"type": "mcp", "server_label": "calc"}, "<|channel|>commentary to=calc."),
+    ({"type": "mcp", "server_label": "calc", "name": "add"},
+     "<|channel|>commentary to=calc.add <|constrain|>json<|message|>"),
+    ({"type": "mcp", "server_label": "code_interpreter", "name": "run"}, "<|channel|>analysis to=python"),
+    ({"type": "web_search"}, "<|channel|>analysis to=browser."),
+    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "mcp", "server_label": "calc"}]},
+     "<|channel|>commentary to=calc."),
+    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "web_search"}]},
+     "<|channel|>analysis to=browser."),
+])
+def test_forced_call_header_starts_call_of_server_or_builtin(choice: object, header: str) -> None:
+    request = _request(tools=SERVERS, tool_choice=choice)
+    assert forced_call_header(request, OPTIONS.builtin_tool_labels) == header
+
+
+def test_forced_call_header_of_required_with_one_server_starts_its_call() -> None:
+    request = _request(tools=SERVERS[:1], tool_choice="required")
+    assert forced_call_header(request, OPTIONS.builtin_tool_labels) == "<|channel|>commentary to=calc."
 
 
 def test_render_json_schema_format_in_developer_message(encoding) -> None:

@@ -16,6 +16,7 @@ from openai_harmony import HarmonyEncoding
 
 from oss_responses.engine.base import Engine, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.harmony.builtin_tools import DEFAULT_BUILTIN_LABELS
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.render import RenderOptions, forced_call_header, render_prompt
@@ -84,7 +85,7 @@ class Run:
 
     def forced(self) -> list[int] | None:
         """The forced start of a call, as the runner gives it to ``Generation.run``."""
-        header = forced_call_header(self.request())
+        header = forced_call_header(self.request(), DEFAULT_BUILTIN_LABELS)
         return self.encoding.encode(header, allowed_special="all") if header else None
 
     def generation(self, record: list[Any] | None) -> Generation:

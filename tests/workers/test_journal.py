@@ -66,6 +66,18 @@ def test_replayed_journal_reproduces_forced_call_wherever_cut(encoding: HarmonyE
         assert wire(Run(encoding, text, [SPELL], tool_choice=choice).taken_over(steps[:cut])) == wire(events), cut
 
 
+@pytest.mark.parametrize("choice", [{"type": "mcp", "server_label": "calc"},
+                                    {"type": "mcp", "server_label": "calc", "name": "add"}])
+def test_replayed_journal_reproduces_forced_mcp_call_wherever_cut(encoding: HarmonyEncoding, choice: object) -> None:
+    text = 'call calc.add {"a": 1, "b": 2}'
+    events, steps = Run(encoding, text, [CALC], idempotent=True, tool_choice=choice).uninterrupted()
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(item.type, item.name) for item in done if item.type == "mcp_call"] == [("mcp_call", "add")]
+    for cut in cuts(steps):
+        run = Run(encoding, text, [CALC], idempotent=True, tool_choice=choice)
+        assert wire(run.taken_over(steps[:cut])) == wire(events), cut
+
+
 class BudgetCheckingEngine(ScriptedEngine):
     """Refuses a request with no tokens to generate, as vLLM's SamplingParams does."""
 
