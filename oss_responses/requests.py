@@ -16,6 +16,7 @@ from openai.types.responses import (
     NamespaceTool,
     ResponseCompactionItemParam,
     ResponseFunctionToolCall,
+    ResponseFunctionWebSearch,
     ResponseIncludable,
     ResponseOutputMessage,
     ResponseReasoningItem,
@@ -52,6 +53,7 @@ InputItem = (
     | ResponseFunctionToolCall
     | FunctionCallOutput
     | McpCall
+    | ResponseFunctionWebSearch
     | McpListTools
     | McpApprovalRequest
     | McpApprovalResponse
@@ -79,6 +81,7 @@ _ITEM_MODELS: dict[str, type[InputItem]] = {
     "function_call": ResponseFunctionToolCall,
     "function_call_output": FunctionCallOutput,
     "mcp_call": McpCall,
+    "web_search_call": ResponseFunctionWebSearch,
     "mcp_list_tools": McpListTools,
     "mcp_approval_request": McpApprovalRequest,
     "mcp_approval_response": McpApprovalResponse,

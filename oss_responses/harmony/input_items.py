@@ -2,7 +2,8 @@
 
 One converter per item type. Function-call outputs are addressed to ``functions.NAME``, the name
 found from the call_id among this turn's items and the earlier turns' calls; an unknown call_id is a
-400. MCP calls given back as input replay as the call plus the tool's answer. An
+400. MCP calls given back as input replay as the call plus the tool's answer; a ``web_search_call``
+as the browser call of its action plus a tool message saying its result is not there (the item holds none). An
 ``mcp_approval_request`` given as input (a client keeping its own history) replays as the pending
 call message, unless a stored turn already holds it; ``mcp_list_tools`` items add no message (render
 shows their tools in the developer message) and ``mcp_approval_response`` items add none either: the
@@ -22,6 +23,7 @@ from openai.types.responses import (
     EasyInputMessage,
     ResponseCompactionItemParam,
     ResponseFunctionToolCall,
+    ResponseFunctionWebSearch,
     ResponseOutputMessage,
     ResponseReasoningItem,
 )
@@ -36,7 +38,7 @@ from openai.types.responses.response_input_item import (
 from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.builtin_tools import BUILTIN_CALL_CHANNEL
+from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL
 from oss_responses.harmony.messages import (
     Recipient,
     function_recipient,
@@ -49,6 +51,7 @@ from oss_responses.harmony.messages import (
 # sealed in it; None if it does not open.
 Unseal = Callable[[Literal["reasoning", "compaction"], str], list[dict[str, Any]] | None]
 
+WEB_SEARCH_RESULT_NOT_KEPT = "(The result of this call is not in the conversation.)"
 FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function (or MCP tool) call's header
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
 
@@ -78,6 +81,7 @@ class InputConverter:
             ResponseFunctionToolCall: self._function_call,
             FunctionCallOutput: self._function_call_output,
             McpCall: self._mcp_call,
+            ResponseFunctionWebSearch: self._web_search_call,
             McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
             McpApprovalRequest: self._approval_request,
             McpApprovalResponse: lambda item, param: [],  # answered by the translator (see module doc)
@@ -141,6 +145,14 @@ class InputConverter:
         result = item.output if item.output is not None else _error_text(item.error)
         return [call, tool_result_message(call["recipient"], result, call["channel"])]
 
+    def _web_search_call(self, item: ResponseFunctionWebSearch, param: str) -> list[dict[str, Any]]:
+        """The browser call the item's action stands for, and a tool message saying its result is not
+        here: the item carries none (the stored turn, continued by previous_response_id, has it)."""
+        name, arguments = browser_call_of(item.action)
+        recipient = Recipient.address(BROWSER, name)
+        call = text_message("assistant", arguments, channel=BUILTIN_CALL_CHANNEL, recipient=recipient)
+        return [call, tool_result_message(recipient, WEB_SEARCH_RESULT_NOT_KEPT, BUILTIN_CALL_CHANNEL)]
+
     def _approval_request(self, item: McpApprovalRequest, param: str) -> list[dict[str, Any]]:
         if item.id in self._stored_approvals:
             return []
@@ -155,6 +167,15 @@ class InputConverter:
         return text_message(
             "assistant", arguments, channel="commentary", recipient=recipient, content_type=FUNCTION_ARGUMENTS_TYPE
         )
+
+
+def browser_call_of(action: Any) -> tuple[str, str]:
+    """A ``web_search_call`` action as the browser call the model would write: (action, JSON arguments)."""
+    if action.type == "open_page":
+        return "open", json.dumps({"id": action.url} if action.url else {})
+    if action.type == "find_in_page":
+        return "find", json.dumps({"pattern": action.pattern})
+    return "search", json.dumps({"query": action.query or " ".join(action.queries or [])})
 
 
 def open_sealed(

@@ -85,6 +85,7 @@ __all__ = [
     "RenderOptions",
     "RenderedPrompt",
     "drop_closed_analysis",
+    "hosted_builtins",
     "offered_functions",
     "plan_conversation",
     "render_prompt",
@@ -243,6 +244,20 @@ def offered_functions(request: Any) -> frozenset[str]:
         elif isinstance(tool, NamespaceTool):
             addresses.update(Recipient.address(tool.name, function.name) for function in tool.tools)
     return frozenset(addresses)
+
+
+def hosted_builtins(request: Any, builtin_labels: Mapping[str, str]) -> frozenset[str]:
+    """The built-in namespaces (``browser``, ``python``) the model is shown for a hosted tool type
+    (``web_search``, ``code_interpreter``) rather than for an MCP server label
+    (``ResponseTranslator(hosted_builtins=...)``). Like ``offered_functions`` it follows ``_sort_tools``
+    (the last tool of a built-in wins), so a takeover decides from the request as the lost worker did."""
+    hosted: dict[str, bool] = {}
+    for _, tool in usable_tools(request):
+        if isinstance(tool, Mcp) and tool.server_label in builtin_labels:
+            hosted[builtin_labels[tool.server_label]] = False
+        elif not isinstance(tool, Mcp) and (builtin := builtin_of_type(tool.type)) is not None:
+            hosted[builtin] = True
+    return frozenset(builtin for builtin, is_hosted in hosted.items() if is_hosted)
 
 
 def forced_call_header(request: Any, builtin_labels: Mapping[str, str]) -> str | None:

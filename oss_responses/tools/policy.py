@@ -60,6 +60,7 @@ class ResolvedServer:
     allowed_tools: list[str] | McpAllowedToolsMcpToolFilter | None = None
     require_approval: McpRequireApproval | None = None
     builtin: Builtin | None = None
+    hosted: bool = False  # serves a hosted tool type (web_search, code_interpreter), not an MCP tool
     description: str | None = None
     # A request's own server_url: the addresses checked, the only ones connected to (empty: resolve freely).
     addresses: tuple[str, ...] = ()
@@ -141,7 +142,7 @@ def _resolve_builtin_type(tool_type: str, param: str, settings: Settings) -> Res
     labels = [tool_type] + [label for label, name in settings.builtin_tool_labels.items() if name == builtin]
     for label in labels:
         if label in settings.tool_servers:
-            return ResolvedServer(label=tool_type, url=settings.tool_servers[label], builtin=builtin)
+            return ResolvedServer(label=tool_type, url=settings.tool_servers[label], builtin=builtin, hosted=True)
     raise BadRequest(
         f"Invalid value for '{param}.type': no tool server is configured for '{tool_type}' on this service "
         f"(its {builtin} backend: set OSS_RESPONSES_TOOL_SERVERS).",

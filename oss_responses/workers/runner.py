@@ -47,6 +47,7 @@ from oss_responses.harmony.render import (
     RenderedPrompt,
     RenderOptions,
     forced_call_header,
+    hosted_builtins,
     offered_functions,
     plan_conversation,
     rendered_prompt,
@@ -333,12 +334,13 @@ def _hand_off(run: _Run) -> Outcome:
 def _translator(
     run: _Run,
     approval_required: ApprovalPolicy | None = None,
-    offered: frozenset[str] | None = None,
+    request: CreateResponseRequest | None = None,
     *,
     record: bool = True,
 ) -> JournaledTranslator:
     """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows.
-    ``offered``: the request's ``offered_functions`` (None only for a run that fails before generating).
+    ``request``: what it offers the model (``offered_functions``, ``hosted_builtins``); None only for
+    a run that fails before generating.
 
     Its item ids are seeded by the response id, so a takeover's replay names items alike.
     """
@@ -348,7 +350,8 @@ def _translator(
         first_sequence_number=run.first_sequence_number,
         approval_required=approval_required,
         max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
-        offered_functions=offered,
+        offered_functions=offered_functions(request) if request is not None else None,
+        hosted_builtins=hosted_builtins(request, run.ctx.settings.builtin_tool_labels) if request else frozenset(),
         seal=_reasoning_seal(run),
         id_seed=run.job.response_id,
     )
@@ -390,7 +393,7 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     ctx.writer.append_journal(job.response_id, ["begin", run.first_sequence_number])
     tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
     known = listed_tools(job.history, request.input_items())  # grows with this response's listings
-    run.translator = _translator(run, approval_policy(tools.servers, known), offered_functions(request))
+    run.translator = _translator(run, approval_policy(tools.servers, known), request)
     ctx.writer.append(job.response_id, run.translator.start())
     await _list_then_generate(run, request, tools, known)
 
@@ -432,7 +435,7 @@ async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) 
         first = await next_sequence_number(ctx.redis, job.response_id) or 0
     run.first_sequence_number = first
     run.translator = _translator(
-        run, approval_policy(tools.servers, known), offered_functions(request), record=False
+        run, approval_policy(tools.servers, known), request, record=False
     )
     events = [event for step in before for event in apply_translator_step(run.translator, step, None)]
     if after:

@@ -9,7 +9,6 @@ The processes live for the module (one set per database); each test uses its own
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -209,12 +208,27 @@ def test_namespace_function_call_round_trip_keeps_namespace(stack: ToolStack) ->
 
 
 @pytest.mark.parametrize("mode", ["stream", "background"])
-def test_web_search_is_served_by_browser_backend(stack: ToolStack, mode: str) -> None:
+def test_web_search_is_served_by_browser_backend_as_web_search_call(stack: ToolStack, mode: str) -> None:
+    # As OpenAI streams a hosted web search: a web_search_call item with its action, no tool listing;
+    # the model reads the documents server's result.
     tool = {"type": "web_search", "external_web_access": False}
     response = run(stack, mode, input='call browser.search {"query": "harmony"}', tools=[tool])
-    call = item(response, "mcp_call")
-    assert (call.server_label, call.name, call.status) == ("web_search", "search", "completed")
-    assert call.output and response.status == "completed"
+    assert types_of(response) == ["reasoning", "web_search_call", "reasoning", "message"]
+    call = item(response, "web_search_call")
+    assert (call.status, call.action.type, call.action.query) == ("completed", "search", "harmony")
+    assert response.output_text.startswith("The tool browser.search returned: [{") and response.status == "completed"
+
+
+def test_web_search_call_streams_as_openai_streams_it(stack: ToolStack) -> None:
+    events, _ = stream_response(stack.client, model=MODEL, input='call browser.search {"query": "harmony"}',
+                                tools=[{"type": "web_search"}])
+    call_id = next(e.item.id for e in events if e.type == "response.output_item.added"
+                   and e.item.type == "web_search_call")
+    kinds = [e.type for e in events if getattr(e, "item_id", None) == call_id
+             or getattr(getattr(e, "item", None), "id", None) == call_id]
+    assert kinds == ["response.output_item.added", "response.web_search_call.in_progress",
+                     "response.web_search_call.searching", "response.web_search_call.completed",
+                     "response.output_item.done"]
 
 
 # --- failures and limits -----------------------------------------------------------------------
@@ -309,8 +323,8 @@ def test_tool_choice_web_search_makes_model_search(stack: ToolStack) -> None:
     # echo names the tool by its older type.
     response = run(stack, "background", input="harmony", tools=[{"type": "web_search"}],
                    tool_choice={"type": "web_search"})
-    call = item(response, "mcp_call")
-    assert (call.name, json.loads(call.arguments), call.status) == ("search", {"query": "harmony"}, "completed")
+    call = item(response, "web_search_call")
+    assert (call.action.query, call.status) == ("harmony", "completed")
     assert response.tool_choice.type == "web_search_preview"  # type: ignore[union-attr]
 
 

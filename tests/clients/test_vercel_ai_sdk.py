@@ -54,14 +54,29 @@ def test_generate_object_answers_instance_of_schema(service: Service) -> None:
 
 
 def test_generate_text_with_web_search_quotes_search_result(service: Service) -> None:
-    # The service's browser answers through MCP: the response holds an mcp_list_tools item, whose
-    # fields the SDK checks strictly (an error or description of null fails it).
+    # The service's browser answers through MCP; the response holds a web_search_call item, as OpenAI's.
     result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True)
     assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
 
 
 def test_stream_text_with_web_search_quotes_search_result(service: Service) -> None:
     result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True, stream=True)
+    assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_generate_text_continues_conversation_after_web_search(service: Service, store: bool) -> None:
+    # The second turn sends the first turn's web_search_call back: by item_reference with store on,
+    # whole with store off.
+    result = run_turns(service, 'call browser.search {"query": "harmony"}', "thanks", web_search=True, store=store)
+    assert result.get("texts", [None])[-1] == 'You said: "thanks". Earlier you said: 1. "call browser.search ' \
+        '{\\"query\\": \\"harmony\\"}"', result
+
+
+def test_generate_text_with_web_search_tool_choice_searches(service: Service) -> None:
+    # toolChoice {type: "tool", toolName: "web_search"}: {"type": "web_search"} on the wire; "harmony"
+    # asks for no call, the choice makes the model search.
+    result = run_turns(service, "harmony", web_search=True, tool_choice="web_search")
     assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
 
 

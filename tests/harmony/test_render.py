@@ -11,6 +11,7 @@ from oss_responses.harmony.render import (
     McpToolSpec,
     RenderOptions,
     forced_call_header,
+    hosted_builtins,
     offered_functions,
     render_prompt,
 )
@@ -138,6 +139,19 @@ SERVERS = [{"type": "mcp", "server_label": "calc"}, {"type": "mcp", "server_labe
 def test_forced_call_header_starts_call_of_server_or_builtin(choice: object, header: str) -> None:
     request = _request(tools=SERVERS, tool_choice=choice)
     assert forced_call_header(request, OPTIONS.builtin_tool_labels) == header
+
+
+@pytest.mark.parametrize(("tools", "hosted"), [
+    ([{"type": "web_search"}], {"browser"}),
+    ([{"type": "web_search_preview"}, {"type": "code_interpreter", "container": {"type": "auto"}}],
+     {"browser", "python"}),
+    ([{"type": "mcp", "server_label": "web_search_preview"}, {"type": "mcp", "server_label": "calc"}], set()),
+    ([{"type": "mcp", "server_label": "web_search_preview"}, {"type": "web_search"}], {"browser"}),
+])
+def test_hosted_builtins_are_those_a_hosted_tool_type_serves(tools: list, hosted: set) -> None:
+    # The last tool of a built-in wins, as in the prompt's tool list.
+    labels = {"web_search_preview": "browser", "code_interpreter": "python"}
+    assert hosted_builtins(_request(tools=tools), labels) == hosted
 
 
 def test_forced_call_header_of_required_with_one_server_starts_its_call() -> None:
@@ -280,6 +294,23 @@ def test_render_mcp_call_input_item_replays_call_and_result(encoding) -> None:
     assert text.endswith(
         '<|start|>assistant to=calc.add<|channel|>commentary <|constrain|>json<|message|>{"a":1,"b":2}<|call|>'
         "<|start|>calc.add to=assistant<|channel|>commentary<|message|>3<|end|><|start|>assistant"
+    )
+
+
+def test_render_web_search_call_input_item_replays_browser_call_without_result(encoding) -> None:
+    # A client keeping its own history (Codex with store off) sends back the web_search_call items it got.
+    request = _request(
+        tools=[{"type": "web_search"}],
+        input=[
+            {"role": "user", "content": "Find harmony"},
+            {"type": "web_search_call", "id": "ws_1", "status": "completed",
+             "action": {"type": "search", "query": "harmony"}},
+        ],
+    )
+    assert _text(encoding, request).endswith(
+        '<|start|>assistant to=browser.search<|channel|>analysis<|message|>{"query": "harmony"}<|call|>'
+        "<|start|>browser.search to=assistant<|channel|>analysis<|message|>"
+        "(The result of this call is not in the conversation.)<|end|><|start|>assistant"
     )
 
 

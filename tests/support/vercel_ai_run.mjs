@@ -1,7 +1,7 @@
 // Runs of the Vercel AI SDK (ai, @ai-sdk/openai's Responses model) against the service; see js_clients.py.
 // The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, web_search, object,
 // store, allowed_tools (tool names: the provider's allowedTools; a second tool, shout, is offered too),
-// allowed_mode}.
+// allowed_mode, tool_choice (a tool's name: toolChoice {type: 'tool', toolName})}.
 // Each prompt is one turn; later turns send the earlier ones as messages, as a chat app does (with store
 // on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object},
 // or {error}.
@@ -32,6 +32,7 @@ const shout = tool({
 
 async function turn(messages) {
   const options = { model, messages, providerOptions, maxRetries: 0, stopWhen: stepCountIs(3) };
+  if (scenario.tool_choice) options.toolChoice = { type: 'tool', toolName: scenario.tool_choice };
   options.tools = {
     ...(scenario.tools ? tools : {}),
     ...(scenario.allowed_tools ? { shout } : {}),

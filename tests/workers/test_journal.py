@@ -53,6 +53,7 @@ def test_call_in_flight_of_non_idempotent_tool_is_not_run_again(encoding: Harmon
 
 
 SPELL = {"type": "function", "name": "spell", "parameters": {"type": "object"}}
+WEB_SEARCH = {"type": "web_search"}
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "spell"}])
@@ -76,6 +77,16 @@ def test_replayed_journal_reproduces_forced_mcp_call_wherever_cut(encoding: Harm
     for cut in cuts(steps):
         run = Run(encoding, text, [CALC], idempotent=True, tool_choice=choice)
         assert wire(run.taken_over(steps[:cut])) == wire(events), cut
+
+
+def test_replayed_journal_reproduces_web_search_call_wherever_cut(encoding: HarmonyEncoding) -> None:
+    text = 'call browser.search {"query": "harmony"}'
+    events, steps = Run(encoding, text, [WEB_SEARCH], idempotent=True).uninterrupted()
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(item.type, item.status) for item in done if item.type == "web_search_call"] == [
+        ("web_search_call", "completed")]
+    for cut in cuts(steps):
+        assert wire(Run(encoding, text, [WEB_SEARCH], idempotent=True).taken_over(steps[:cut])) == wire(events), cut
 
 
 class BudgetCheckingEngine(ScriptedEngine):
