@@ -26,20 +26,14 @@ from openai.types.responses import (
 from openai.types.responses.response_function_web_search import ActionFind, ActionOpenPage, ActionSearch
 from pydantic import BaseModel
 
-from oss_responses.harmony.items import ItemStatus, McpCallBuilder, McpCallStatus
+from oss_responses.harmony.items import ItemStatus, McpCallBuilder, McpCallStatus, QuietBuilder
 
 
-class WebSearchCallBuilder(McpCallBuilder):
+class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
     """A ``browser.search`` / ``open`` / ``find`` call of a hosted web search tool. It runs as an MCP
     call does (``server_label`` is the tool's type, ``name`` the browser action); only its item differs."""
 
     id_prefix = "ws"
-
-    def open(self) -> None:
-        pass
-
-    def append(self, delta: str) -> None:
-        self._chunks.append(delta)
 
     def end_message(self, status: ItemStatus) -> BaseModel | None:
         if status != "completed":

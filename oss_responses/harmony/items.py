@@ -234,7 +234,18 @@ class FunctionCallBuilder(ItemBuilder):
         self._emit(ResponseFunctionCallArgumentsDoneEvent, arguments=text)
 
 
-class UnavailableToolCallBuilder(ItemBuilder):
+class QuietBuilder(ItemBuilder):
+    """Shows nothing while the model writes the message: its text is only kept (for the item that
+    may appear when the message ends, and for the stored harmony message)."""
+
+    def open(self) -> None:
+        pass
+
+    def append(self, delta: str) -> None:
+        self._chunks.append(delta)
+
+
+class UnavailableToolCallBuilder(QuietBuilder):
     """A call to a tool the request did not offer: no item (nothing was called); the model is told.
 
     Its text is kept for the stored harmony message, so the turn replays as the model wrote it.
@@ -243,12 +254,6 @@ class UnavailableToolCallBuilder(ItemBuilder):
     def __init__(self, emitter: EventEmitter, recipient: str) -> None:
         super().__init__(emitter, -1)
         self.recipient = recipient
-
-    def open(self) -> None:
-        pass
-
-    def append(self, delta: str) -> None:
-        self._chunks.append(delta)
 
     def end_message(self, status: ItemStatus) -> BaseModel | None:
         return None

@@ -22,7 +22,7 @@ from openai.types.responses.response_output_item import McpApprovalRequest, McpL
 from pydantic import BaseModel
 
 from oss_responses.harmony.emitter import EventEmitter
-from oss_responses.harmony.items import ItemBuilder, ItemStatus, McpCallBuilder, McpCallStatus
+from oss_responses.harmony.items import ItemBuilder, ItemStatus, McpCallBuilder, McpCallStatus, QuietBuilder
 from oss_responses.harmony.mcp_tools import list_entries
 
 
@@ -59,7 +59,7 @@ class ListToolsBuilder(ItemBuilder):
         )
 
 
-class ApprovalRequestBuilder(ItemBuilder):
+class ApprovalRequestBuilder(QuietBuilder):
     """Buffers the call's arguments without events; the item appears whole when the call ends."""
 
     id_prefix = "mcpr"
@@ -68,12 +68,6 @@ class ApprovalRequestBuilder(ItemBuilder):
         super().__init__(emitter, output_index)
         self.server_label = server_label
         self.name = name
-
-    def open(self) -> None:
-        pass
-
-    def append(self, delta: str) -> None:
-        self._chunks.append(delta)
 
     def end_message(self, status: ItemStatus) -> BaseModel | None:
         if status != "completed":
