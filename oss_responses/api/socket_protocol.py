@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oss_responses.errors import BadRequest, ServiceError
-from oss_responses.eventlog.frames import parse_frame
+from oss_responses.eventlog.frames import frame_head, parse_frame
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 CREATE = "response.create"
@@ -26,8 +26,8 @@ STEER = "response.steer"
 _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
 _ENVELOPE = ("type", "stream_id", "generate", "stream", "background")
 _DATA = b"\ndata: "
-_ERROR_HEAD = b"event: error\n"
-_TERMINAL_HEADS = tuple(b"event: " + kind.encode() + b"\n" for kind in TERMINAL_EVENT_TYPES)
+_ERROR_HEAD = frame_head("error")
+_TERMINAL_HEADS = tuple(frame_head(kind) for kind in TERMINAL_EVENT_TYPES)
 
 
 @dataclass(frozen=True, slots=True)

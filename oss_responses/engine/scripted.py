@@ -254,6 +254,8 @@ def _default_calls(start: re.Match[str], messages: list[Message], last_user: str
     names = [named] if named else []
     first = _first_tool(messages, namespace)
     return [(f"{namespace}.{name}", "{}") for name in names + ([first] if first else [])]
+
+
 def _formatted(response_format: ResponseFormat, last_user: str) -> str:
     """The JSON answer to a requested format (compact, as structured outputs are)."""
     if response_format.type == "json_object":

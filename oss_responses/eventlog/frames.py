@@ -16,17 +16,31 @@ from oss_responses.wire import event_json
 StreamEvent: TypeAlias = ResponseStreamEvent  # the log holds the openai package's own event types
 
 
+_EVENT = b"event: "
+
+
 def frame(event: StreamEvent) -> bytes:
     """``event: TYPE\\ndata: JSON\\n\\n`` for one event."""
-    return b"event: " + event.type.encode() + b"\ndata: " + event_json(event).encode() + b"\n\n"
+    return _EVENT + event.type.encode() + b"\ndata: " + event_json(event).encode() + b"\n\n"
+
+
+def frame_head(event_type: str) -> bytes:
+    """The line a frame of ``event_type`` begins with (a prefix test is the cheapest check per frame)."""
+    return _EVENT + event_type.encode() + b"\n"
+
+
+def frame_type(data: bytes) -> str | None:
+    """The event type a frame names (None: not a frame)."""
+    head = data.partition(b"\n")[0]
+    return head[len(_EVENT) :].decode() if head.startswith(_EVENT) else None
 
 
 def parse_frame(data: bytes) -> dict[str, Any]:
     """The JSON payload of one frame (for tests and tools); checks that ``event:`` matches ``type``."""
     head, sep, rest = data.partition(b"\ndata: ")
-    if not sep or not head.startswith(b"event: ") or not rest.endswith(b"\n\n"):
+    if not sep or not head.startswith(_EVENT) or not rest.endswith(b"\n\n"):
         raise ValueError(f"not an SSE frame: {data[:80]!r}")
     payload: dict[str, Any] = json.loads(rest[:-2])
-    if payload.get("type") != head[len(b"event: ") :].decode():
+    if payload.get("type") != head[len(_EVENT) :].decode():
         raise ValueError(f"frame event name differs from its type: {data[:80]!r}")
     return payload

@@ -47,6 +47,7 @@ from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import bulk_string
+from oss_responses.eventlog.frames import frame_type
 from oss_responses.eventlog.pipe import RedisPipe
 from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
@@ -313,9 +314,8 @@ class EventHub:
         event, or ended)."""
         entries = as_entries(await self._side_client.xrevrange(redis_keys.events(response_id), count=1))
         for entry_id, fields in entries:
-            head = fields.get(b"f", b"").partition(b"\n")[0]
-            if head.startswith(b"event: "):
-                return parse_id(entry_id)[1] - 1, head[len(b"event: "):].decode()
+            if (event_type := frame_type(fields.get(b"f", b""))) is not None:
+                return parse_id(entry_id)[1] - 1, event_type
         return None
 
     @property

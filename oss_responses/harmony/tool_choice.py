@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openai.types.responses import FunctionTool
+from openai.types.responses import FunctionTool, NamespaceTool
 from openai.types.responses.tool import Mcp
 
 from oss_responses.harmony.builtin_tools import BROWSER, BROWSER_ACTIONS, TOOL_TYPES
@@ -99,7 +99,7 @@ def _required_call(tools: Sequence[tuple[int, Any]], builtin_labels: Mapping[str
     tool = tools[0][1]
     if isinstance(tool, Mcp):
         return _server_call(tool.server_label, None, builtin_labels)
-    if tool.type == "namespace":
+    if isinstance(tool, NamespaceTool):
         return ForcedCall(tool.name)
     return ForcedCall(TOOL_TYPES[tool.type])
 

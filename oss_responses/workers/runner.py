@@ -344,14 +344,15 @@ def _translator(
 
     Its item ids are seeded by the response id, so a takeover's replay names items alike.
     """
+    settings = run.ctx.settings
     translator = JournaledTranslator(
         run.job.response,
         encoding=run.ctx.encoding,
         first_sequence_number=run.first_sequence_number,
         approval_required=approval_required,
         max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
-        offered_functions=offered_functions(request) if request is not None else None,
-        hosted_builtins=hosted_builtins(request, run.ctx.settings.builtin_tool_labels) if request else frozenset(),
+        offered_functions=None if request is None else offered_functions(request),
+        hosted_builtins=frozenset() if request is None else hosted_builtins(request, settings.builtin_tool_labels),
         seal=_reasoning_seal(run),
         id_seed=run.job.response_id,
     )
