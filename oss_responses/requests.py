@@ -14,6 +14,7 @@ from openai.types.responses import (
     EasyInputMessage,
     FunctionTool,
     NamespaceTool,
+    ResponseCodeInterpreterToolCall,
     ResponseCompactionItemParam,
     ResponseFunctionToolCall,
     ResponseFunctionWebSearch,
@@ -54,6 +55,7 @@ InputItem = (
     | FunctionCallOutput
     | McpCall
     | ResponseFunctionWebSearch
+    | ResponseCodeInterpreterToolCall
     | McpListTools
     | McpApprovalRequest
     | McpApprovalResponse
@@ -82,6 +84,7 @@ _ITEM_MODELS: dict[str, type[InputItem]] = {
     "function_call_output": FunctionCallOutput,
     "mcp_call": McpCall,
     "web_search_call": ResponseFunctionWebSearch,
+    "code_interpreter_call": ResponseCodeInterpreterToolCall,
     "mcp_list_tools": McpListTools,
     "mcp_approval_request": McpApprovalRequest,
     "mcp_approval_response": McpApprovalResponse,

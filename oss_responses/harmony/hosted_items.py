@@ -1,6 +1,7 @@
 """Items of OpenAI's hosted tools that gpt-oss serves with a built-in: a ``browser`` call made for a
-request's ``web_search`` tool streams as a ``web_search_call``, as OpenAI streams it (the ``browser``
-of an MCP server label stays an ``mcp_call``, see ``items.py``).
+request's ``web_search`` tool streams as a ``web_search_call``, a ``python`` call made for its
+``code_interpreter`` tool as a ``code_interpreter_call``, as OpenAI streams them (the built-in of an
+MCP server label stays an ``mcp_call``, see ``items.py``).
 
 :class:`WebSearchCallBuilder`: silent while the model writes its arguments (OpenAI streams none);
 at ``<|call|>`` ``output_item.added`` (``in_progress``, its action) → ``web_search_call.in_progress``
@@ -9,24 +10,44 @@ at ``<|call|>`` ``output_item.added`` (``in_progress``, its action) → ``web_se
 
 The item carries the action, not the result (OpenAI's does not either); the model reads the result
 in the tool message, which the stored turn keeps.
+
+:class:`CodeInterpreterCallBuilder`: ``output_item.added`` (``in_progress``) →
+``code_interpreter_call.in_progress`` → ``code_interpreter_call_code.delta``* as the model writes
+the code → ``code_interpreter_call_code.done`` → ``code_interpreter_call.interpreting`` (at
+``<|call|>``); the result: ``code_interpreter_call.completed`` → ``output_item.done``
+(``completed``); a failure: ``output_item.done`` (``failed``; OpenAI has no failed event for it).
+Its ``outputs`` hold the result as logs only when the request's ``include`` asks for
+``code_interpreter_call.outputs``, as OpenAI's do.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from openai.types.responses import (
+    ResponseCodeInterpreterCallCodeDeltaEvent,
+    ResponseCodeInterpreterCallCodeDoneEvent,
+    ResponseCodeInterpreterCallCompletedEvent,
+    ResponseCodeInterpreterCallInProgressEvent,
+    ResponseCodeInterpreterCallInterpretingEvent,
+    ResponseCodeInterpreterToolCall,
     ResponseFunctionWebSearch,
     ResponseOutputItemAddedEvent,
     ResponseWebSearchCallCompletedEvent,
     ResponseWebSearchCallInProgressEvent,
     ResponseWebSearchCallSearchingEvent,
 )
+from openai.types.responses.response_code_interpreter_tool_call import OutputLogs
 from openai.types.responses.response_function_web_search import ActionFind, ActionOpenPage, ActionSearch
 from pydantic import BaseModel
 
+from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.items import ItemStatus, McpCallBuilder, McpCallStatus, QuietBuilder
+
+# The ``include`` value asking for a code interpreter call's outputs in its item.
+CODE_INTERPRETER_OUTPUTS = "code_interpreter_call.outputs"
 
 
 class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
@@ -77,3 +98,63 @@ def web_search_action(name: str, arguments: str) -> ActionSearch | ActionOpenPag
         return ActionFind(type="find_in_page", pattern=str(fields.get("pattern", "")), url="")
     query = fields.get("query") if parsed is not None else arguments
     return ActionSearch(type="search", query=str(query) if query is not None else "")
+
+
+@dataclass(frozen=True)
+class CodeCalls:
+    """How a request's hosted code interpreter shows its calls (``render.code_calls``): the container
+    the tool names (None: ``auto``, one container id per response) and whether items carry outputs."""
+
+    container_id: str | None = None
+    show_outputs: bool = False
+
+
+DEFAULT_CODE_CALLS = CodeCalls()
+
+
+class CodeInterpreterCallBuilder(McpCallBuilder):
+    """A ``python`` call of a hosted code interpreter tool. It runs as an MCP call does (``server_label``
+    is the tool's type); its item says which container ran it, and holds the code and, when asked
+    for (``show_outputs``), the result as logs."""
+
+    id_prefix = "ci"
+
+    def __init__(
+        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, *, container_id: str,
+        show_outputs: bool,
+    ) -> None:
+        super().__init__(emitter, output_index, server_label, name)
+        self.container_id = container_id
+        self.show_outputs = show_outputs
+
+    def open(self) -> None:
+        super().open()
+        self._emit(ResponseCodeInterpreterCallInProgressEvent)
+
+    def end_message(self, status: ItemStatus) -> BaseModel | None:
+        if status != "completed":
+            return self._done(status)
+        self._emit_text_done(self.text)
+        self._emit(ResponseCodeInterpreterCallInterpretingEvent)
+        self.awaiting_result = True
+        return None
+
+    def complete(self, output: str) -> BaseModel:
+        self._emit(ResponseCodeInterpreterCallCompletedEvent)
+        return self._finish(self._item(self.text, "completed", logs=output))
+
+    def fail(self, error: str) -> BaseModel:
+        return self._finish(self._item(self.text, "failed", logs=error))
+
+    def _item(self, text: str, status: McpCallStatus, *, logs: str | None = None, **result: Any) -> BaseModel:
+        outputs = [OutputLogs(type="logs", logs=logs)] if logs is not None and self.show_outputs else None
+        return ResponseCodeInterpreterToolCall(
+            type="code_interpreter_call", id=self.item_id, code=text, container_id=self.container_id,
+            outputs=outputs, status=status,
+        )
+
+    def _emit_delta(self, delta: str) -> None:
+        self._emit(ResponseCodeInterpreterCallCodeDeltaEvent, delta=delta)
+
+    def _emit_text_done(self, text: str) -> None:
+        self._emit(ResponseCodeInterpreterCallCodeDoneEvent, code=text)

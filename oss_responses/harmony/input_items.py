@@ -3,7 +3,9 @@
 One converter per item type. Function-call outputs are addressed to ``functions.NAME``, the name
 found from the call_id among this turn's items and the earlier turns' calls; an unknown call_id is a
 400. MCP calls given back as input replay as the call plus the tool's answer; a ``web_search_call``
-as the browser call of its action plus a tool message saying its result is not there (the item holds none). An
+as the browser call of its action plus a tool message saying its result is not there (the item holds none);
+a ``code_interpreter_call`` as the python call of its code plus its outputs' logs (or the same note
+when it came without them). An
 ``mcp_approval_request`` given as input (a client keeping its own history) replays as the pending
 call message, unless a stored turn already holds it; ``mcp_list_tools`` items add no message (render
 shows their tools in the developer message) and ``mcp_approval_response`` items add none either: the
@@ -21,6 +23,7 @@ from typing import Any, Literal
 
 from openai.types.responses import (
     EasyInputMessage,
+    ResponseCodeInterpreterToolCall,
     ResponseCompactionItemParam,
     ResponseFunctionToolCall,
     ResponseFunctionWebSearch,
@@ -38,7 +41,7 @@ from openai.types.responses.response_input_item import (
 from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL
+from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, PYTHON
 from oss_responses.harmony.messages import (
     Recipient,
     function_recipient,
@@ -51,7 +54,7 @@ from oss_responses.harmony.messages import (
 # sealed in it; None if it does not open.
 Unseal = Callable[[Literal["reasoning", "compaction"], str], list[dict[str, Any]] | None]
 
-WEB_SEARCH_RESULT_NOT_KEPT = "(The result of this call is not in the conversation.)"
+RESULT_NOT_KEPT = "(The result of this call is not in the conversation.)"
 FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a function (or MCP tool) call's header
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
 
@@ -82,6 +85,7 @@ class InputConverter:
             FunctionCallOutput: self._function_call_output,
             McpCall: self._mcp_call,
             ResponseFunctionWebSearch: self._web_search_call,
+            ResponseCodeInterpreterToolCall: self._code_interpreter_call,
             McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
             McpApprovalRequest: self._approval_request,
             McpApprovalResponse: lambda item, param: [],  # answered by the translator (see module doc)
@@ -151,7 +155,17 @@ class InputConverter:
         name, arguments = browser_call_of(item.action)
         recipient = Recipient.address(BROWSER, name)
         call = text_message("assistant", arguments, channel=BUILTIN_CALL_CHANNEL, recipient=recipient)
-        return [call, tool_result_message(recipient, WEB_SEARCH_RESULT_NOT_KEPT, BUILTIN_CALL_CHANNEL)]
+        return [call, tool_result_message(recipient, RESULT_NOT_KEPT, BUILTIN_CALL_CHANNEL)]
+
+    def _code_interpreter_call(self, item: ResponseCodeInterpreterToolCall, param: str) -> list[dict[str, Any]]:
+        """The python call of the item's code, and its outputs as the tool's answer (logs as written, an
+        image by its URL); without outputs (not asked for by ``include``), a note that they are not here."""
+        call = text_message("assistant", item.code or "", channel=BUILTIN_CALL_CHANNEL, recipient=PYTHON)
+        if item.outputs is None:
+            result = RESULT_NOT_KEPT
+        else:
+            result = "\n".join(out.logs if out.type == "logs" else f"(image: {out.url})" for out in item.outputs)
+        return [call, tool_result_message(PYTHON, result, BUILTIN_CALL_CHANNEL)]
 
     def _approval_request(self, item: McpApprovalRequest, param: str) -> list[dict[str, Any]]:
         if item.id in self._stored_approvals:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openai.types.responses import FunctionTool, NamespaceTool
-from openai.types.responses.tool import Mcp
+from openai.types.responses.tool import CodeInterpreter, Mcp
 from openai_harmony import (
     Conversation,
     DeveloperContent,
@@ -71,6 +71,7 @@ from oss_responses.harmony.history import (
     listed_tools,
     stored_approval_ids,
 )
+from oss_responses.harmony.hosted_items import CODE_INTERPRETER_OUTPUTS, CodeCalls
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
@@ -84,6 +85,7 @@ __all__ = [
     "McpToolSpec",
     "RenderOptions",
     "RenderedPrompt",
+    "code_calls",
     "drop_closed_analysis",
     "hosted_builtins",
     "offered_functions",
@@ -258,6 +260,15 @@ def hosted_builtins(request: Any, builtin_labels: Mapping[str, str]) -> frozense
         elif not isinstance(tool, Mcp) and (builtin := builtin_of_type(tool.type)) is not None:
             hosted[builtin] = True
     return frozenset(builtin for builtin, is_hosted in hosted.items() if is_hosted)
+
+
+def code_calls(request: Any) -> CodeCalls:
+    """How the request's hosted code interpreter shows its calls (``ResponseTranslator(code_calls=...)``):
+    in the container its (last) ``code_interpreter`` tool names, if a string; with their outputs if
+    ``include`` asks for them."""
+    containers = [tool.container for _, tool in usable_tools(request) if isinstance(tool, CodeInterpreter)]
+    named = containers[-1] if containers and isinstance(containers[-1], str) else None
+    return CodeCalls(container_id=named, show_outputs=CODE_INTERPRETER_OUTPUTS in (request.include or ()))
 
 
 def forced_call_header(request: Any, builtin_labels: Mapping[str, str]) -> str | None:

@@ -10,6 +10,7 @@ Interface (what the worker calls)::
                            max_tool_calls=request.max_tool_calls,
                            offered_functions=render.offered_functions(request),  # None: any function
                            hosted_builtins=render.hosted_builtins(request, labels),  # browser -> web_search_call
+                           code_calls=render.code_calls(request),  # python -> code_interpreter_call
                            seal=messages -> blob)   # None: reasoning items carry no encrypted_content
     t.start()                      -> [response.in_progress]   (once; later calls return [])
     t.list_tools_started(label)    -> events   (mcp_list_tools item added + in_progress)
@@ -23,7 +24,7 @@ Interface (what the worker calls)::
                                       kind "unavailable": a tool nobody offered, answer with an error)
     t.pending_approval             -> PendingApproval | None   (the call ended as an approval request)
     t.tool_limit_reached           -> bool   (a call beyond max_tool_calls was refused: end the turn)
-    t.feed_tool_result(output, error) -> events   (MCP: completes/fails the mcp_call or web_search_call item)
+    t.feed_tool_result(output, error) -> events   (MCP: completes/fails the call's item)
     t.continuation_token_ids()     -> tool message + "<|start|>assistant" to append before generating on
     t.finish("stop" | "length" | "abort", cached_tokens=None, input_tokens=None) -> events (the one terminal event)
     t.fail(message, code="server_error") -> events
@@ -64,10 +65,15 @@ from openai.types.responses import Response, ResponseError, ResponseStreamEvent
 from openai_harmony import HarmonyEncoding, HarmonyError, Message, Role, StreamableParser
 
 from oss_responses.harmony import lifecycle
-from oss_responses.harmony.builtin_tools import BROWSER
+from oss_responses.harmony.builtin_tools import BROWSER, PYTHON
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.history import ApprovalAnswer
-from oss_responses.harmony.hosted_items import WebSearchCallBuilder
+from oss_responses.harmony.hosted_items import (
+    DEFAULT_CODE_CALLS,
+    CodeCalls,
+    CodeInterpreterCallBuilder,
+    WebSearchCallBuilder,
+)
 from oss_responses.harmony.items import (
     FunctionCallBuilder,
     ItemBuilder,
@@ -144,6 +150,7 @@ class ResponseTranslator:
         function_namespaces: frozenset[str] = frozenset(),
         offered_functions: frozenset[str] | None = None,
         hosted_builtins: frozenset[str] = frozenset(),
+        code_calls: CodeCalls = DEFAULT_CODE_CALLS,
         seal: Callable[[list[dict[str, Any]]], str] | None = None,
         id_seed: str | None = None,
     ) -> None:
@@ -155,7 +162,8 @@ class ResponseTranslator:
         alone), every such call is a function call.
 
         ``hosted_builtins``: the built-in namespaces a hosted tool type serves (``render.hosted_builtins``):
-        a ``browser`` call then streams as a ``web_search_call``, not an ``mcp_call``.
+        a ``browser`` call then streams as a ``web_search_call``, a ``python`` call as a
+        ``code_interpreter_call`` (shown as ``code_calls`` says), not as an ``mcp_call``.
         """
         self.response = response
         self._seal = seal
@@ -176,6 +184,8 @@ class ResponseTranslator:
         self._function_namespaces = function_namespaces  # namespace tools: their calls are function calls
         self._offered_functions = offered_functions
         self._hosted_builtins = hosted_builtins
+        self._code_calls = code_calls
+        self._container_id = code_calls.container_id  # "auto": made at the first call (a seeded id)
         self._input_tokens = input_tokens
         self._output_tokens = 0
         self._reasoning_tokens = 0
@@ -400,15 +410,25 @@ class ResponseTranslator:
         label = self._mcp_labels.get(target.namespace)
         if label is None:
             return UnavailableToolCallBuilder(self._emitter, header.recipient)
-        hosted_browser = target.namespace == BROWSER and BROWSER in self._hosted_builtins
-        call_builder = WebSearchCallBuilder if hosted_browser else McpCallBuilder
         if self._max_tool_calls is not None and self._mcp_calls >= self._max_tool_calls:
-            self._refused = call_builder(self._emitter, index, label, target.tool)
+            self._refused = self._call_builder(index, label, target)
             return self._refused
         if self._approval_required is not None and self._approval_required(label, target.tool):
             return ApprovalRequestBuilder(self._emitter, index, label, target.tool)
         self._mcp_calls += 1
-        return call_builder(self._emitter, index, label, target.tool)
+        return self._call_builder(index, label, target)
+
+    def _call_builder(self, index: int, label: str, target: Recipient) -> McpCallBuilder:
+        """An ``mcp_call``, or the item of the hosted tool type the built-in serves."""
+        hosted = target.namespace in self._hosted_builtins
+        if hosted and target.namespace == BROWSER:
+            return WebSearchCallBuilder(self._emitter, index, label, target.tool)
+        if hosted and target.namespace == PYTHON:
+            if self._container_id is None:
+                self._container_id = self._emitter.new_id("cntr")
+            return CodeInterpreterCallBuilder(self._emitter, index, label, target.tool, container_id=self._container_id,
+                                              show_outputs=self._code_calls.show_outputs)
+        return McpCallBuilder(self._emitter, index, label, target.tool)
 
     def _end_message(self, position: int) -> None:
         builder, header = self._current, self._header

@@ -18,7 +18,6 @@ from openai.types.responses import ResponseStreamEvent, WebSearchPreviewTool, We
 from openai.types.responses.tool import CodeInterpreter, Mcp
 
 from oss_responses.config import Settings
-from oss_responses.harmony.builtin_tools import BROWSER
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.translator import ApprovalPolicy, ResponseTranslator
 from oss_responses.requests import CreateResponseRequest
@@ -67,8 +66,9 @@ async def list_new_tools(
     assert isinstance(tools.executor, McpToolExecutor)
     listed: dict[str, list[McpToolSpec]] = {}
     for server in tools.servers:
-        # A hosted web search lists nothing, as OpenAI's: the browser's actions are harmony's own.
-        if server.label in stored or (server.hosted and server.builtin == BROWSER):
+        # A hosted web search or code interpreter lists nothing, as OpenAI's: a built-in's tools are
+        # harmony's own, shown to the model whatever the server lists.
+        if server.label in stored or server.hosted:
             continue
         if server.label not in started:
             emit(translator.list_tools_started(server.label))

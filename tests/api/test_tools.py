@@ -37,6 +37,8 @@ from oss_responses.sealing import new_key
 from oss_responses.storage import Database, ResponseRow
 
 CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
+# The seeds' setup: the operator's code_interpreter label served as gpt-oss's python, an MCP tool.
+CODE_INTERPRETER_LABEL = {"type": "mcp", "server_label": "code_interpreter"}
 SEEDS_INPUT = "Multiply 123*456 using the mcp code_interpreter tool. call python 123*456"
 CALC = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
 ASK = CALC | {"require_approval": "always"}
@@ -102,7 +104,7 @@ def row_count(stack: ToolStack) -> int:
 
 @pytest.mark.parametrize("mode", ["stream", "background"])
 def test_code_interpreter_multiplies_on_calculator(stack: ToolStack, mode: str) -> None:
-    response = run(stack, mode, input=SEEDS_INPUT, tools=[CODE_INTERPRETER])
+    response = run(stack, mode, input=SEEDS_INPUT, tools=[CODE_INTERPRETER_LABEL])
     assert response.status == "completed"
     assert types_of(response) == ["mcp_list_tools", "reasoning", "mcp_call", "reasoning", "message"]
     call = item(response, "mcp_call")
@@ -112,7 +114,7 @@ def test_code_interpreter_multiplies_on_calculator(stack: ToolStack, mode: str) 
 
 
 def test_code_interpreter_stream_reports_call_progress(stack: ToolStack) -> None:
-    events, _ = stream_response(stack.client, model=MODEL, input=SEEDS_INPUT, tools=[CODE_INTERPRETER])
+    events, _ = stream_response(stack.client, model=MODEL, input=SEEDS_INPUT, tools=[CODE_INTERPRETER_LABEL])
     kinds = [event.type for event in events]
     order = ["response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
              "response.mcp_call_arguments.done", "response.mcp_call.in_progress", "response.mcp_call.completed",
@@ -231,6 +233,38 @@ def test_web_search_call_streams_as_openai_streams_it(stack: ToolStack) -> None:
                      "response.output_item.done"]
 
 
+@pytest.mark.parametrize("mode", ["stream", "background"])
+def test_hosted_code_interpreter_runs_code_as_code_interpreter_call(stack: ToolStack, mode: str) -> None:
+    # As OpenAI's hosted tool: a code_interpreter_call with its code and container, no tool listing;
+    # its outputs only when include asks for them.
+    response = run(stack, mode, input=SEEDS_INPUT, tools=[CODE_INTERPRETER])
+    assert types_of(response) == ["reasoning", "code_interpreter_call", "reasoning", "message"]
+    call = item(response, "code_interpreter_call")
+    assert (call.code, call.status, call.outputs) == ("123*456", "completed", None)
+    assert call.container_id.startswith("cntr_") and "56088" in response.output_text
+
+
+def test_hosted_code_interpreter_outputs_asked_for_hold_logs(stack: ToolStack) -> None:
+    response = run(stack, "background", input=SEEDS_INPUT, include=["code_interpreter_call.outputs"],
+                   tools=[{"type": "code_interpreter", "container": "cntr_given"}])
+    call = item(response, "code_interpreter_call")
+    assert (call.container_id, [(out.type, out.logs.strip()) for out in call.outputs]) == (  # type: ignore[union-attr]
+        "cntr_given", [("logs", "56088")])
+
+
+def test_hosted_code_interpreter_streams_as_openai_streams_it(stack: ToolStack) -> None:
+    events, _ = stream_response(stack.client, model=MODEL, input=SEEDS_INPUT, tools=[CODE_INTERPRETER])
+    call_id = next(e.item.id for e in events if e.type == "response.output_item.added"
+                   and e.item.type == "code_interpreter_call")
+    kinds = [e.type for e in events if getattr(e, "item_id", None) == call_id
+             or getattr(getattr(e, "item", None), "id", None) == call_id]
+    assert kinds[:2] == ["response.output_item.added", "response.code_interpreter_call.in_progress"]
+    assert set(kinds[2:-4]) == {"response.code_interpreter_call_code.delta"}
+    assert kinds[-4:] == ["response.code_interpreter_call_code.done", "response.code_interpreter_call.interpreting",
+                          "response.code_interpreter_call.completed", "response.output_item.done"]
+    assert not any(kind.startswith("response.mcp_") for kind in (e.type for e in events))
+
+
 # --- failures and limits -----------------------------------------------------------------------
 
 
@@ -312,9 +346,8 @@ def test_tool_choice_naming_mcp_tool_makes_model_call_it_with_arguments_it_write
 
 def test_tool_choice_code_interpreter_makes_model_run_code(stack: ToolStack) -> None:
     response = run(stack, "stream", input="hello", tools=[CODE_INTERPRETER], tool_choice={"type": "code_interpreter"})
-    call = item(response, "mcp_call")
-    assert (call.server_label, call.name, call.arguments, call.output.strip()) == ("code_interpreter", "python",
-                                                                                    "1+1", "2")
+    call = item(response, "code_interpreter_call")
+    assert (call.code, call.status) == ("1+1", "completed")
     assert response.output_text.strip() == "The tool python returned: 2"
 
 

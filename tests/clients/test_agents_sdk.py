@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 from agents import (
     Agent,
+    CodeInterpreterTool,
     HostedMCPTool,
     MCPToolApprovalFunctionResult,
     MCPToolApprovalRequest,
@@ -189,6 +190,27 @@ async def test_run_with_web_search_tool_choice_searches(model: OpenAIResponsesMo
                   model_settings=ModelSettings(tool_choice="web_search"))
     result = await Runner.run(agent, "harmony", run_config=RUN)
     assert result.final_output.startswith("The tool browser.search returned:")
+
+
+CODE_INTERPRETER = CodeInterpreterTool(tool_config={"type": "code_interpreter", "container": {"type": "auto"}})
+
+
+async def test_run_with_code_interpreter_runs_code_as_code_interpreter_call(model: OpenAIResponsesModel) -> None:
+    agent = Agent(name="coding", model=model, tools=[CODE_INTERPRETER])
+    result = await Runner.run(agent, "call python 123*456", run_config=RUN)
+    calls = [item.raw_item for item in result.new_items if item.type == "tool_call_item"]
+    assert [(call.type, call.code, call.status) for call in calls] == [
+        ("code_interpreter_call", "123*456", "completed")]
+    assert result.final_output.strip() == "The tool python returned: 56088"
+
+
+async def test_run_continues_conversation_sent_back_after_code_interpreter(model: OpenAIResponsesModel) -> None:
+    # The SDK's own history (to_input_list) sends the code_interpreter_call back whole, with no
+    # previous_response_id.
+    agent = Agent(name="coding", model=model, tools=[CODE_INTERPRETER])
+    first = await Runner.run(agent, "call python 123*456", run_config=RUN)
+    second = await Runner.run(agent, [*first.to_input_list(), {"role": "user", "content": "thanks"}], run_config=RUN)
+    assert second.final_output == 'You said: "thanks". Earlier you said: 1. "call python 123*456"'
 
 
 async def test_run_with_mcp_server_calls_its_tool_as_function(model: OpenAIResponsesModel, service: Service) -> None:

@@ -80,6 +80,48 @@ def test_generate_text_with_web_search_tool_choice_searches(service: Service) ->
     assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
 
 
+CODE = "call python 123*456"
+
+
+def code_call(code: str, logs: str) -> list[dict[str, Any]]:
+    """The SDK's view of one code interpreter call: its code and logs (its container id left out)."""
+    return [{"tool": "code_interpreter", "input": {"code": code}},
+            {"tool": "code_interpreter", "output": {"outputs": [{"type": "logs", "logs": logs}]}}]
+
+
+def without_containers(result: dict[str, Any]) -> dict[str, Any]:
+    """The result with each call's container id checked (one the service named) and dropped."""
+    for part in result.get("hosted", []):
+        if "input" in part:
+            assert part["input"].pop("containerId", "").startswith("cntr_"), result
+    return result
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_with_code_interpreter_shows_code_and_its_logs(service: Service, stream: bool) -> None:
+    # Its codeInterpreter tool: the service's python runs the code; the SDK reads the code_interpreter_call
+    # item (and, streaming, its code deltas) and asks for its outputs by include.
+    result = without_containers(run_turns(service, CODE, code_interpreter=True, stream=stream))
+    assert result == {"texts": ["The tool python returned: 56088\n"], "steps": 1,
+                      "hosted": code_call("123*456", "56088\n")}
+
+
+def test_generate_text_with_code_interpreter_tool_choice_runs_code(service: Service) -> None:
+    # toolChoice naming codeInterpreter: {"type": "code_interpreter"} on the wire. The SDK checks that a
+    # code_interpreter_call came back (ToolChoiceViolationError while the call was an mcp_call).
+    result = without_containers(run_turns(service, "hello", code_interpreter=True, tool_choice="code_interpreter"))
+    assert result == {"texts": ["The tool python returned: 2\n"], "steps": 1, "hosted": code_call("1+1", "2\n")}
+
+
+@pytest.mark.parametrize("store", [True, False])
+def test_generate_text_continues_conversation_after_code_interpreter(service: Service, store: bool) -> None:
+    # With store on the second turn names the code_interpreter_call by item_reference; off, the SDK
+    # leaves a call its provider ran out.
+    result = run_turns(service, CODE, "thanks", code_interpreter=True, store=store)
+    assert result.get("hosted", [{}])[0].get("input", {}).get("code") == "123*456", result
+    assert result.get("texts", [None])[-1] == 'You said: "thanks". Earlier you said: 1. "call python 123*456"', result
+
+
 def test_generate_text_with_allowed_tools_calls_tool_it_lists(service: Service) -> None:
     # providerOptions.openai.allowedTools: tool_choice {"type": "allowed_tools", ...} on the wire.
     shout = "call functions.shout " + json.dumps({"word": "hey"})

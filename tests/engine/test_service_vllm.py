@@ -130,10 +130,9 @@ def test_python_call_stops_at_call_and_continues_with_tool_result(stack: Stack) 
     response = events[-1].response
     assert events[-1].type == "response.completed"
     types = [item.type for item in response.output]
-    call = response.output[types.index("mcp_call")]
-    assert (call.server_label, call.name, call.arguments, (call.output or "").strip()) == (
-        "code_interpreter", "python", "123*456", "56088")
-    assert types.index("mcp_call") < types.index("message")  # the answer came after the tool ran
+    call = response.output[types.index("code_interpreter_call")]
+    assert (call.code, call.status) == ("123*456", "completed")
+    assert types.index("code_interpreter_call") < types.index("message")  # the answer came after the tool ran
     assert "56088" in response.output_text
 
 
@@ -214,5 +213,6 @@ def test_tool_choice_code_interpreter_forces_code_call_through_vllm(stack: Stack
     response = stack.client.responses.create(model=MODEL, input="hello", tools=[CODE_INTERPRETER],
                                              tool_choice={"type": "code_interpreter"})
     assert response.status == "completed"
-    call = next(item for item in response.output if item.type == "mcp_call")
-    assert (call.name, call.arguments, (call.output or "").strip()) == ("python", "1+1", "2")
+    call = next(item for item in response.output if item.type == "code_interpreter_call")
+    assert (call.code, call.status) == ("1+1", "completed")
+    assert "2" in response.output_text

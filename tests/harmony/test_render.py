@@ -10,6 +10,7 @@ from oss_responses.harmony.render import (
     ConversationTurn,
     McpToolSpec,
     RenderOptions,
+    code_calls,
     forced_call_header,
     hosted_builtins,
     offered_functions,
@@ -152,6 +153,16 @@ def test_hosted_builtins_are_those_a_hosted_tool_type_serves(tools: list, hosted
     # The last tool of a built-in wins, as in the prompt's tool list.
     labels = {"web_search_preview": "browser", "code_interpreter": "python"}
     assert hosted_builtins(_request(tools=tools), labels) == hosted
+
+
+@pytest.mark.parametrize(("tool", "include", "calls"), [
+    ({"type": "code_interpreter", "container": {"type": "auto"}}, None, (None, False)),
+    ({"type": "code_interpreter", "container": "cntr_abc"}, ["code_interpreter_call.outputs"], ("cntr_abc", True)),
+])
+def test_code_calls_name_container_and_outputs_the_request_asks_for(tool: dict, include: list | None,
+                                                                     calls: tuple) -> None:
+    shown = code_calls(_request(tools=[tool], include=include))
+    assert (shown.container_id, shown.show_outputs) == calls
 
 
 def test_forced_call_header_of_required_with_one_server_starts_its_call() -> None:
@@ -311,6 +322,27 @@ def test_render_web_search_call_input_item_replays_browser_call_without_result(e
         '<|start|>assistant to=browser.search<|channel|>analysis<|message|>{"query": "harmony"}<|call|>'
         "<|start|>browser.search to=assistant<|channel|>analysis<|message|>"
         "(The result of this call is not in the conversation.)<|end|><|start|>assistant"
+    )
+
+
+@pytest.mark.parametrize(("outputs", "result"), [
+    ([{"type": "logs", "logs": "56088\n"}], "56088\n"),
+    (None, "(The result of this call is not in the conversation.)"),
+])
+def test_render_code_interpreter_call_input_item_replays_python_call_and_outputs(
+        encoding, outputs: list | None, result: str) -> None:
+    # The Agents SDK sends its history back whole: the call's outputs are there when include asked for them.
+    request = _request(
+        tools=[{"type": "code_interpreter", "container": {"type": "auto"}}],
+        input=[
+            {"role": "user", "content": "Multiply"},
+            {"type": "code_interpreter_call", "id": "ci_1", "status": "completed", "code": "123*456",
+             "container_id": "cntr_1", "outputs": outputs},
+        ],
+    )
+    assert _text(encoding, request).endswith(
+        "<|start|>assistant to=python<|channel|>analysis<|message|>123*456<|call|>"
+        f"<|start|>python to=assistant<|channel|>analysis<|message|>{result}<|end|><|start|>assistant"
     )
 
 

@@ -46,7 +46,8 @@ def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iter
             mcp_server(*DOCUMENTS) as documents:
         settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url,
                             models=[MODEL], scripted_tokens_per_second=TOKENS_PER_SECOND,
-                            tool_servers={CALCULATOR_LABEL: calculator, "web_search": documents},
+                            tool_servers={CALCULATOR_LABEL: calculator, "code_interpreter": calculator,
+                                          "web_search": documents},
                             # Codex asks for reasoning.encrypted_content on every request (store=false).
                             encryption_keys=[new_key()])
         processes: list[subprocess.Popen[bytes]] = []

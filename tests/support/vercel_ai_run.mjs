@@ -1,9 +1,10 @@
 // Runs of the Vercel AI SDK (ai, @ai-sdk/openai's Responses model) against the service; see js_clients.py.
 // The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, web_search, object,
 // store, allowed_tools (tool names: the provider's allowedTools; a second tool, shout, is offered too),
-// allowed_mode, tool_choice (a tool's name: toolChoice {type: 'tool', toolName})}.
+// allowed_mode, tool_choice (a tool's name: toolChoice {type: 'tool', toolName}), code_interpreter}.
 // Each prompt is one turn; later turns send the earlier ones as messages, as a chat app does (with store
-// on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object},
+// on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object,
+// hosted (the calls the service ran for the provider's tools, as the SDK saw them, when there were any)},
 // or {error}.
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateObject, generateText, stepCountIs, streamText, tool } from 'ai';
@@ -37,6 +38,7 @@ async function turn(messages) {
     ...(scenario.tools ? tools : {}),
     ...(scenario.allowed_tools ? { shout } : {}),
     ...(scenario.web_search ? { web_search: provider.tools.webSearch({}) } : {}),
+    ...(scenario.code_interpreter ? { code_interpreter: provider.tools.codeInterpreter({}) } : {}),
   };
   if (!scenario.stream) return await generateText(options);
   let failure;
@@ -44,6 +46,13 @@ async function turn(messages) {
   await result.consumeStream();
   if (failure) throw failure;
   return { text: await result.text, steps: await result.steps, response: await result.response };
+}
+
+// The provider-executed tool calls and results of a turn's steps: [{tool, input} | {tool, output}].
+function hostedCalls(steps) {
+  return steps.flatMap((step) => step.content).filter((part) => part.providerExecuted)
+    .map((part) => (part.type === 'tool-call' ? { tool: part.toolName, input: part.input }
+      : { tool: part.toolName, output: part.output }));
 }
 
 async function main() {
@@ -55,6 +64,7 @@ async function main() {
   }
   const messages = [];
   const texts = [];
+  const hosted = [];
   let steps = 0;
   for (const prompt of scenario.prompts) {
     messages.push({ role: 'user', content: prompt });
@@ -62,8 +72,9 @@ async function main() {
     messages.push(...result.response.messages);
     texts.push(result.text);
     steps += result.steps.length;
+    hosted.push(...hostedCalls(result.steps));
   }
-  return { texts, steps };
+  return hosted.length ? { texts, steps, hosted } : { texts, steps };
 }
 
 try {

@@ -54,6 +54,7 @@ def test_call_in_flight_of_non_idempotent_tool_is_not_run_again(encoding: Harmon
 
 SPELL = {"type": "function", "name": "spell", "parameters": {"type": "object"}}
 WEB_SEARCH = {"type": "web_search"}
+CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "spell"}])
@@ -87,6 +88,17 @@ def test_replayed_journal_reproduces_web_search_call_wherever_cut(encoding: Harm
         ("web_search_call", "completed")]
     for cut in cuts(steps):
         assert wire(Run(encoding, text, [WEB_SEARCH], idempotent=True).taken_over(steps[:cut])) == wire(events), cut
+
+
+def test_replayed_journal_reproduces_code_interpreter_call_wherever_cut(encoding: HarmonyEncoding) -> None:
+    text = "call python 123*456"
+    events, steps = Run(encoding, text, [CODE_INTERPRETER], idempotent=True).uninterrupted()
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [(item.type, item.status) for item in done if item.type == "code_interpreter_call"] == [
+        ("code_interpreter_call", "completed")]
+    for cut in cuts(steps):
+        run = Run(encoding, text, [CODE_INTERPRETER], idempotent=True)
+        assert wire(run.taken_over(steps[:cut])) == wire(events), cut
 
 
 class BudgetCheckingEngine(ScriptedEngine):

@@ -26,11 +26,11 @@ from oss_responses.vocab import load_encoding
 from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
 
-CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
+CODE_INTERPRETER_LABEL = {"type": "mcp", "server_label": "code_interpreter"}  # the operator's label for python
 
 
 def test_code_interpreter_call_runs_on_its_label_server(tools: ToolEnv) -> None:
-    response = tools.run(input="call python 123*456", tools=[CODE_INTERPRETER])
+    response = tools.run(input="call python 123*456", tools=[CODE_INTERPRETER_LABEL])
     assert types_of(response) == ["mcp_list_tools", "reasoning", "mcp_call", "reasoning", "message"]
     assert response["status"] == "completed"
     assert item(response, "mcp_list_tools")["server_label"] == "code_interpreter"
