@@ -159,9 +159,10 @@ class InputConverter:
 
     def _code_interpreter_call(self, item: ResponseCodeInterpreterToolCall, param: str) -> list[dict[str, Any]]:
         """The python call of the item's code, and its outputs as the tool's answer (logs as written, an
-        image by its URL); without outputs (not asked for by ``include``), a note that they are not here."""
+        image by its URL); without outputs, a note that they are not here: ``include`` did not ask for
+        them (the JavaScript Agents SDK sends such an item back with ``outputs: []``)."""
         call = text_message("assistant", item.code or "", channel=BUILTIN_CALL_CHANNEL, recipient=PYTHON)
-        if item.outputs is None:
+        if not item.outputs:
             result = RESULT_NOT_KEPT
         else:
             result = "\n".join(out.logs if out.type == "logs" else f"(image: {out.url})" for out in item.outputs)

@@ -73,3 +73,12 @@ def test_run_streamed_hands_off_to_agent_that_answers(run_agent: RunAgent) -> No
     result = run_agent(_call("functions.transfer_to_helper"), stream=True, handoff=True)
     assert result.get("last_agent") == "helper", result
     assert result["final_output"] == 'The tool functions.transfer_to_helper returned: {"assistant":"helper"}'
+
+
+def test_run_with_code_interpreter_tool_runs_code_as_hosted_call(run_agent: RunAgent) -> None:
+    # The SDK turns the code_interpreter_call item into a hosted tool call; its history sends the item
+    # back in the second turn (outputs [] when include did not ask for them).
+    result = run_agent("call python 123*456", code_interpreter=True, follow_up="thanks")
+    assert result.get("hosted") == [{"name": "code_interpreter_call", "code": "123*456", "status": "completed"}], result
+    assert result["final_output"].strip() == "The tool python returned: 56088"
+    assert result["follow_up_output"] == 'You said: "thanks". Earlier you said: 1. "call python 123*456"'

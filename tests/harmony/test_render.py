@@ -328,6 +328,7 @@ def test_render_web_search_call_input_item_replays_browser_call_without_result(e
 @pytest.mark.parametrize(("outputs", "result"), [
     ([{"type": "logs", "logs": "56088\n"}], "56088\n"),
     (None, "(The result of this call is not in the conversation.)"),
+    ([], "(The result of this call is not in the conversation.)"),
 ])
 def test_render_code_interpreter_call_input_item_replays_python_call_and_outputs(
         encoding, outputs: list | None, result: str) -> None:

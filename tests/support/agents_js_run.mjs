@@ -1,8 +1,11 @@
 // One run of the Agents SDK for JavaScript (@openai/agents) against the service; see js_clients.py.
 // The scenario comes as JSON in JS_SCENARIO: {base_url, model, input, stream, tools, handoff,
-// output_type, transport ("http" | "websocket")}. Prints one JSON line: {final_output, last_agent,
-// events, items}, or {error, issues}.
-import { Agent, OpenAIResponsesModel, OpenAIResponsesWSModel, run, setTracingDisabled, tool } from '@openai/agents';
+// output_type, code_interpreter, follow_up (a second turn: the first's history and this user message),
+// transport ("http" | "websocket")}. Prints one JSON line: {final_output, last_agent, events, items,
+// hosted (the hosted tool calls: name, code, status), follow_up_output}, or {error, issues}.
+import {
+  Agent, OpenAIResponsesModel, OpenAIResponsesWSModel, codeInterpreterTool, run, setTracingDisabled, tool,
+} from '@openai/agents';
 import OpenAI from 'openai';
 import { z } from 'zod';
 
@@ -23,6 +26,7 @@ const spellBackwards = tool({
 
 function agent() {
   const settings = { name: 'speller', model, tools: scenario.tools ? [spellBackwards] : [] };
+  if (scenario.code_interpreter) settings.tools.push(codeInterpreterTool());
   if (scenario.output_type) settings.outputType = z.object({ spelling: z.string() });
   if (scenario.handoff) settings.handoffs = [new Agent({ name: 'helper', model })];
   return new Agent(settings);
@@ -38,12 +42,20 @@ async function main() {
   } else {
     result = await run(agent(), scenario.input);
   }
-  return {
+  const hosted = result.newItems.filter((item) => item.rawItem?.type === 'hosted_tool_call')
+    .map(({ rawItem }) => ({ name: rawItem.name, code: rawItem.providerData?.code, status: rawItem.status }));
+  const answer = {
     final_output: result.finalOutput,
     last_agent: result.lastAgent?.name,
     events,
     items: result.newItems.map((item) => item.type),
+    ...(hosted.length ? { hosted } : {}),
   };
+  if (scenario.follow_up) {
+    const next = await run(agent(), [...result.history, { role: 'user', content: scenario.follow_up }]);
+    answer.follow_up_output = next.finalOutput;
+  }
+  return answer;
 }
 
 try {
