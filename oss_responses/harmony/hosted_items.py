@@ -131,13 +131,8 @@ class CodeInterpreterCallBuilder(McpCallBuilder):
         super().open()
         self._emit(ResponseCodeInterpreterCallInProgressEvent)
 
-    def end_message(self, status: ItemStatus) -> BaseModel | None:
-        if status != "completed":
-            return self._done(status)
-        self._emit_text_done(self.text)
+    def _emit_running(self) -> None:
         self._emit(ResponseCodeInterpreterCallInterpretingEvent)
-        self.awaiting_result = True
-        return None
 
     def complete(self, output: str) -> BaseModel:
         self._emit(ResponseCodeInterpreterCallCompletedEvent)

@@ -281,9 +281,13 @@ class McpCallBuilder(ItemBuilder):
         if status != "completed":
             return self._done(status)
         self._emit_text_done(self.text)
-        self._emit(ResponseMcpCallInProgressEvent)
+        self._emit_running()
         self.awaiting_result = True
         return None
+
+    def _emit_running(self) -> None:
+        """The arguments are whole (``<|call|>``): the tool runs."""
+        self._emit(ResponseMcpCallInProgressEvent)
 
     def complete(self, output: str) -> BaseModel:
         self._emit(ResponseMcpCallCompletedEvent)
