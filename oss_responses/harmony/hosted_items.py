@@ -9,7 +9,8 @@ at ``<|call|>`` ``output_item.added`` (``in_progress``, its action) → ``web_se
 (``completed``); a failure: ``output_item.done`` (``failed``; OpenAI has no failed event for it).
 
 The item carries the action, not the result (OpenAI's does not either); the model reads the result
-in the tool message, which the stored turn keeps.
+in the tool message, which the stored turn keeps. When ``include`` asks for
+``web_search_call.action.sources``, a completed search's action lists the URLs its result holds.
 
 :class:`CodeInterpreterCallBuilder`: ``output_item.added`` (``in_progress``) →
 ``code_interpreter_call.in_progress`` → ``code_interpreter_call_code.delta``* as the model writes
@@ -23,6 +24,7 @@ Its ``outputs`` hold the result as logs only when the request's ``include`` asks
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,21 +42,50 @@ from openai.types.responses import (
     ResponseWebSearchCallSearchingEvent,
 )
 from openai.types.responses.response_code_interpreter_tool_call import OutputLogs
-from openai.types.responses.response_function_web_search import ActionFind, ActionOpenPage, ActionSearch
+from openai.types.responses.response_function_web_search import (
+    ActionFind,
+    ActionOpenPage,
+    ActionSearch,
+    ActionSearchSource,
+)
 from pydantic import BaseModel
 
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.items import ItemStatus, McpCallBuilder, McpCallStatus, QuietBuilder
 
-# The ``include`` value asking for a code interpreter call's outputs in its item.
+# The ``include`` values asking for a code interpreter call's outputs and a web search's sources.
 CODE_INTERPRETER_OUTPUTS = "code_interpreter_call.outputs"
+WEB_SEARCH_SOURCES = "web_search_call.action.sources"
+# A URL in a search result, whatever its format (JSON fields, harmony's browser citations, text).
+_URL = re.compile(r"https?://[^\s\"'<>\\\]\)}†】]+")
+
+
+@dataclass(frozen=True)
+class HostedCalls:
+    """What a request asks its hosted tools' items to show (``render.hosted_calls``): the container its
+    code interpreter names (None: ``auto``, one container id per response), a code call's outputs,
+    a web search's sources (``include``)."""
+
+    container_id: str | None = None
+    code_outputs: bool = False
+    search_sources: bool = False
+
+
+DEFAULT_HOSTED_CALLS = HostedCalls()
 
 
 class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
     """A ``browser.search`` / ``open`` / ``find`` call of a hosted web search tool. It runs as an MCP
-    call does (``server_label`` is the tool's type, ``name`` the browser action); only its item differs."""
+    call does (``server_label`` is the tool's type, ``name`` the browser action); only its item differs.
+    With ``show_sources``, a completed search's action lists the URLs its result holds."""
 
     id_prefix = "ws"
+
+    def __init__(
+        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, *, show_sources: bool = False,
+    ) -> None:
+        super().__init__(emitter, output_index, server_label, name)
+        self.show_sources = show_sources
 
     def end_message(self, status: ItemStatus) -> BaseModel | None:
         if status != "completed":
@@ -67,7 +98,10 @@ class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
 
     def complete(self, output: str) -> BaseModel:
         self._emit(ResponseWebSearchCallCompletedEvent)
-        return self._finish(self._item(self.text, "completed"))
+        item = self._item(self.text, "completed")
+        if self.show_sources and isinstance(item.action, ActionSearch):
+            item.action.sources = web_search_sources(output)
+        return self._finish(item)
 
     def fail(self, error: str) -> BaseModel:
         return self._finish(self._item(self.text, "failed"))
@@ -75,10 +109,16 @@ class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
     def abandon(self) -> BaseModel | None:
         return self._finish(self._item(self.text, "incomplete")) if self.awaiting_result else None
 
-    def _item(self, text: str, status: McpCallStatus, **result: Any) -> BaseModel:
+    def _item(self, text: str, status: McpCallStatus, **result: Any) -> ResponseFunctionWebSearch:
         return ResponseFunctionWebSearch(
             type="web_search_call", id=self.item_id, status=status, action=web_search_action(self.name, text)
         )
+
+
+def web_search_sources(result: str) -> list[ActionSearchSource]:
+    """The URLs a search's result holds, in order, each once: the sources OpenAI lists for a search."""
+    urls = dict.fromkeys(match.rstrip(".,;:") for match in _URL.findall(result))
+    return [ActionSearchSource(type="url", url=url) for url in urls]
 
 
 def web_search_action(name: str, arguments: str) -> ActionSearch | ActionOpenPage | ActionFind:
@@ -98,18 +138,6 @@ def web_search_action(name: str, arguments: str) -> ActionSearch | ActionOpenPag
         return ActionFind(type="find_in_page", pattern=str(fields.get("pattern", "")), url="")
     query = fields.get("query") if parsed is not None else arguments
     return ActionSearch(type="search", query=str(query) if query is not None else "")
-
-
-@dataclass(frozen=True)
-class CodeCalls:
-    """How a request's hosted code interpreter shows its calls (``render.code_calls``): the container
-    the tool names (None: ``auto``, one container id per response) and whether items carry outputs."""
-
-    container_id: str | None = None
-    show_outputs: bool = False
-
-
-DEFAULT_CODE_CALLS = CodeCalls()
 
 
 class CodeInterpreterCallBuilder(McpCallBuilder):

@@ -71,7 +71,7 @@ from oss_responses.harmony.history import (
     listed_tools,
     stored_approval_ids,
 )
-from oss_responses.harmony.hosted_items import CODE_INTERPRETER_OUTPUTS, CodeCalls
+from oss_responses.harmony.hosted_items import CODE_INTERPRETER_OUTPUTS, WEB_SEARCH_SOURCES, HostedCalls
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
@@ -85,9 +85,9 @@ __all__ = [
     "McpToolSpec",
     "RenderOptions",
     "RenderedPrompt",
-    "code_calls",
     "drop_closed_analysis",
     "hosted_builtins",
+    "hosted_calls",
     "offered_functions",
     "plan_conversation",
     "render_prompt",
@@ -262,13 +262,15 @@ def hosted_builtins(request: Any, builtin_labels: Mapping[str, str]) -> frozense
     return frozenset(builtin for builtin, is_hosted in hosted.items() if is_hosted)
 
 
-def code_calls(request: Any) -> CodeCalls:
-    """How the request's hosted code interpreter shows its calls (``ResponseTranslator(code_calls=...)``):
-    in the container its (last) ``code_interpreter`` tool names, if a string; with their outputs if
-    ``include`` asks for them."""
+def hosted_calls(request: Any) -> HostedCalls:
+    """What the request's hosted tools' items show (``ResponseTranslator(hosted_calls=...)``): the
+    container its (last) ``code_interpreter`` tool names, if a string; code outputs and search
+    sources if ``include`` asks for them."""
     containers = [tool.container for _, tool in usable_tools(request) if isinstance(tool, CodeInterpreter)]
     named = containers[-1] if containers and isinstance(containers[-1], str) else None
-    return CodeCalls(container_id=named, show_outputs=CODE_INTERPRETER_OUTPUTS in (request.include or ()))
+    include = request.include or ()
+    return HostedCalls(container_id=named, code_outputs=CODE_INTERPRETER_OUTPUTS in include,
+                       search_sources=WEB_SEARCH_SOURCES in include)
 
 
 def forced_call_header(request: Any, builtin_labels: Mapping[str, str]) -> str | None:

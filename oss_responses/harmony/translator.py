@@ -10,7 +10,7 @@ Interface (what the worker calls)::
                            max_tool_calls=request.max_tool_calls,
                            offered_functions=render.offered_functions(request),  # None: any function
                            hosted_builtins=render.hosted_builtins(request, labels),  # browser -> web_search_call
-                           code_calls=render.code_calls(request),  # python -> code_interpreter_call
+                           hosted_calls=render.hosted_calls(request),  # their container, outputs, sources
                            seal=messages -> blob)   # None: reasoning items carry no encrypted_content
     t.start()                      -> [response.in_progress]   (once; later calls return [])
     t.list_tools_started(label)    -> events   (mcp_list_tools item added + in_progress)
@@ -69,9 +69,9 @@ from oss_responses.harmony.builtin_tools import BROWSER, PYTHON
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.hosted_items import (
-    DEFAULT_CODE_CALLS,
-    CodeCalls,
+    DEFAULT_HOSTED_CALLS,
     CodeInterpreterCallBuilder,
+    HostedCalls,
     WebSearchCallBuilder,
 )
 from oss_responses.harmony.items import (
@@ -150,7 +150,7 @@ class ResponseTranslator:
         function_namespaces: frozenset[str] = frozenset(),
         offered_functions: frozenset[str] | None = None,
         hosted_builtins: frozenset[str] = frozenset(),
-        code_calls: CodeCalls = DEFAULT_CODE_CALLS,
+        hosted_calls: HostedCalls = DEFAULT_HOSTED_CALLS,
         seal: Callable[[list[dict[str, Any]]], str] | None = None,
         id_seed: str | None = None,
     ) -> None:
@@ -163,7 +163,7 @@ class ResponseTranslator:
 
         ``hosted_builtins``: the built-in namespaces a hosted tool type serves (``render.hosted_builtins``):
         a ``browser`` call then streams as a ``web_search_call``, a ``python`` call as a
-        ``code_interpreter_call`` (shown as ``code_calls`` says), not as an ``mcp_call``.
+        ``code_interpreter_call`` (showing what ``hosted_calls`` says), not as an ``mcp_call``.
         """
         self.response = response
         self._seal = seal
@@ -184,8 +184,8 @@ class ResponseTranslator:
         self._function_namespaces = function_namespaces  # namespace tools: their calls are function calls
         self._offered_functions = offered_functions
         self._hosted_builtins = hosted_builtins
-        self._code_calls = code_calls
-        self._container_id = code_calls.container_id  # "auto": made at the first call (a seeded id)
+        self._hosted_calls = hosted_calls
+        self._container_id = hosted_calls.container_id  # "auto": made at the first call (a seeded id)
         self._input_tokens = input_tokens
         self._output_tokens = 0
         self._reasoning_tokens = 0
@@ -422,12 +422,13 @@ class ResponseTranslator:
         """An ``mcp_call``, or the item of the hosted tool type the built-in serves."""
         hosted = target.namespace in self._hosted_builtins
         if hosted and target.namespace == BROWSER:
-            return WebSearchCallBuilder(self._emitter, index, label, target.tool)
+            return WebSearchCallBuilder(self._emitter, index, label, target.tool,
+                                        show_sources=self._hosted_calls.search_sources)
         if hosted and target.namespace == PYTHON:
             if self._container_id is None:
                 self._container_id = self._emitter.new_id("cntr")
             return CodeInterpreterCallBuilder(self._emitter, index, label, target.tool, container_id=self._container_id,
-                                              show_outputs=self._code_calls.show_outputs)
+                                              show_outputs=self._hosted_calls.code_outputs)
         return McpCallBuilder(self._emitter, index, label, target.tool)
 
     def _end_message(self, position: int) -> None:

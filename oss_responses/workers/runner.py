@@ -41,15 +41,15 @@ from oss_responses.engine.base import SamplingSettings
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
-from oss_responses.harmony.hosted_items import DEFAULT_CODE_CALLS
+from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
 from oss_responses.harmony.render import (
     ConversationPlan,
     ConversationTurn,
     RenderedPrompt,
     RenderOptions,
-    code_calls,
     forced_call_header,
     hosted_builtins,
+    hosted_calls,
     offered_functions,
     plan_conversation,
     rendered_prompt,
@@ -341,8 +341,8 @@ def _translator(
     record: bool = True,
 ) -> JournaledTranslator:
     """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows.
-    ``request``: what it offers the model (``offered_functions``, ``hosted_builtins``, ``code_calls``); None only for
-    a run that fails before generating.
+    ``request``: what it offers the model (``offered_functions``, ``hosted_builtins``) and what its hosted
+    tools' items show (``hosted_calls``); None only for a run that fails before generating.
 
     Its item ids are seeded by the response id, so a takeover's replay names items alike.
     """
@@ -355,7 +355,7 @@ def _translator(
         max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
         offered_functions=None if request is None else offered_functions(request),
         hosted_builtins=frozenset() if request is None else hosted_builtins(request, settings.builtin_tool_labels),
-        code_calls=DEFAULT_CODE_CALLS if request is None else code_calls(request),
+        hosted_calls=DEFAULT_HOSTED_CALLS if request is None else hosted_calls(request),
         seal=_reasoning_seal(run),
         id_seed=run.job.response_id,
     )

@@ -221,6 +221,15 @@ def test_web_search_is_served_by_browser_backend_as_web_search_call(stack: ToolS
     assert response.output_text.startswith("The tool browser.search returned: [{") and response.status == "completed"
 
 
+def test_web_search_sources_asked_for_are_urls_of_its_result(stack: ToolStack) -> None:
+    # include web_search_call.action.sources (the Vercel AI SDK asks for it): the documents server's
+    # hits carry their URLs.
+    response = run(stack, "background", input='call browser.search {"query": "harmony format"}',
+                   tools=[{"type": "web_search"}], include=["web_search_call.action.sources"])
+    action = item(response, "web_search_call").action
+    assert [source.url for source in action.sources][:1] == ["https://github.com/openai/harmony"]
+
+
 def test_web_search_call_streams_as_openai_streams_it(stack: ToolStack) -> None:
     events, _ = stream_response(stack.client, model=MODEL, input='call browser.search {"query": "harmony"}',
                                 tools=[{"type": "web_search"}])

@@ -53,15 +53,17 @@ def test_generate_object_answers_instance_of_schema(service: Service) -> None:
     assert run_turns(service, "harmony", object=True) == {"object": {"spelling": "harmony"}}
 
 
-def test_generate_text_with_web_search_quotes_search_result(service: Service) -> None:
-    # The service's browser answers through MCP; the response holds a web_search_call item, as OpenAI's.
-    result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True)
-    assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
+HARMONY_SEARCHED = {"tool": "web_search", "output": {
+    "action": {"type": "search", "query": "harmony"}, "sources": [{"type": "url", "url": "https://github.com/openai/harmony"}]}}
 
 
-def test_stream_text_with_web_search_quotes_search_result(service: Service) -> None:
-    result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True, stream=True)
+@pytest.mark.parametrize("stream", [False, True])
+def test_text_with_web_search_quotes_search_result_and_lists_its_sources(service: Service, stream: bool) -> None:
+    # The service's browser answers through MCP; the response holds a web_search_call item, as OpenAI's,
+    # whose action lists the result's URLs (the SDK asks for web_search_call.action.sources).
+    result = run_turns(service, 'call browser.search {"query": "harmony"}', web_search=True, stream=stream)
     assert result.get("texts", [""])[0].startswith("The tool browser.search returned: [{"), result
+    assert result["hosted"][-1] == HARMONY_SEARCHED
 
 
 @pytest.mark.parametrize("store", [True, False])

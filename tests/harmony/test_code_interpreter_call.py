@@ -6,17 +6,17 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 from support.harmony_transcripts import make_response
 
-from oss_responses.harmony.hosted_items import CodeCalls
+from oss_responses.harmony.hosted_items import HostedCalls
 from oss_responses.harmony.translator import ResponseTranslator
 
 EVENT = TypeAdapter(ResponseStreamEvent)
 CODE = "123*456"
 
 
-def _translator(encoding, hosted: frozenset[str] = frozenset({"python"}), **code_calls) -> ResponseTranslator:
+def _translator(encoding, hosted: frozenset[str] = frozenset({"python"}), **shown) -> ResponseTranslator:
     translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1,
                                     mcp_labels={"python": "code_interpreter"}, hosted_builtins=hosted,
-                                    code_calls=CodeCalls(**code_calls), id_seed="resp_1")
+                                    hosted_calls=HostedCalls(**shown), id_seed="resp_1")
     translator.start()
     return translator
 
@@ -56,14 +56,14 @@ def test_result_completes_item_and_reaches_model(encoding) -> None:
 
 
 def test_outputs_asked_for_hold_result_as_logs(encoding) -> None:
-    translator = _translator(encoding, show_outputs=True)
+    translator = _translator(encoding, code_outputs=True)
     translator.feed(_call(encoding))
     done = translator.feed_tool_result("56088\n")[-1].item
     assert [output.model_dump() for output in done.outputs] == [{"type": "logs", "logs": "56088\n"}]
 
 
 def test_failed_run_ends_item_failed_with_error_as_logs(encoding) -> None:
-    translator = _translator(encoding, show_outputs=True)
+    translator = _translator(encoding, code_outputs=True)
     translator.feed(_call(encoding))
     events = translator.feed_tool_result(None, "the tool server is unreachable")
     assert _kinds(events) == ["response.output_item.done"]

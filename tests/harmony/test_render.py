@@ -10,9 +10,9 @@ from oss_responses.harmony.render import (
     ConversationTurn,
     McpToolSpec,
     RenderOptions,
-    code_calls,
     forced_call_header,
     hosted_builtins,
+    hosted_calls,
     offered_functions,
     render_prompt,
 )
@@ -155,14 +155,16 @@ def test_hosted_builtins_are_those_a_hosted_tool_type_serves(tools: list, hosted
     assert hosted_builtins(_request(tools=tools), labels) == hosted
 
 
-@pytest.mark.parametrize(("tool", "include", "calls"), [
-    ({"type": "code_interpreter", "container": {"type": "auto"}}, None, (None, False)),
-    ({"type": "code_interpreter", "container": "cntr_abc"}, ["code_interpreter_call.outputs"], ("cntr_abc", True)),
+@pytest.mark.parametrize(("tool", "include", "shown"), [
+    ({"type": "code_interpreter", "container": {"type": "auto"}}, None, (None, False, False)),
+    ({"type": "code_interpreter", "container": "cntr_abc"}, ["code_interpreter_call.outputs"],
+     ("cntr_abc", True, False)),
+    ({"type": "web_search"}, ["web_search_call.action.sources"], (None, False, True)),
 ])
-def test_code_calls_name_container_and_outputs_the_request_asks_for(tool: dict, include: list | None,
-                                                                     calls: tuple) -> None:
-    shown = code_calls(_request(tools=[tool], include=include))
-    assert (shown.container_id, shown.show_outputs) == calls
+def test_hosted_calls_show_container_outputs_and_sources_the_request_asks_for(tool: dict, include: list | None,
+                                                                              shown: tuple) -> None:
+    calls = hosted_calls(_request(tools=[tool], include=include))
+    assert (calls.container_id, calls.code_outputs, calls.search_sources) == shown
 
 
 def test_forced_call_header_of_required_with_one_server_starts_its_call() -> None:

@@ -7,15 +7,16 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 from support.harmony_transcripts import make_response
 
-from oss_responses.harmony.hosted_items import web_search_action
+from oss_responses.harmony.hosted_items import HostedCalls, web_search_action, web_search_sources
 from oss_responses.harmony.translator import ResponseTranslator
 
 EVENT = TypeAdapter(ResponseStreamEvent)
 
 
-def _translator(encoding, hosted: frozenset[str] = frozenset({"browser"})) -> ResponseTranslator:
+def _translator(encoding, hosted: frozenset[str] = frozenset({"browser"}), sources: bool = False) -> ResponseTranslator:
     translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1,
-                                    mcp_labels={"browser": "web_search"}, hosted_builtins=hosted)
+                                    mcp_labels={"browser": "web_search"}, hosted_builtins=hosted,
+                                    hosted_calls=HostedCalls(search_sources=sources))
     translator.start()
     return translator
 
@@ -88,3 +89,39 @@ def test_browser_of_mcp_label_stays_mcp_call(encoding) -> None:
 ])
 def test_web_search_action_of_browser_call(name: str, arguments: str, action: dict) -> None:
     assert web_search_action(name, arguments).model_dump(exclude_none=True) == action
+
+
+RESULT = '[{"id": "mcp", "url": "https://modelcontextprotocol.io"}, {"id": "h", "url": "https://github.com/openai/harmony"}]'
+
+
+def test_search_result_sources_asked_for_are_its_urls(encoding) -> None:
+    translator = _translator(encoding, sources=True)
+    assert translator.feed(_search(encoding))[0].item.action.sources is None  # not known before the result
+    done = translator.feed_tool_result(RESULT)[-1].item
+    assert [source.url for source in done.action.sources] == ["https://modelcontextprotocol.io",
+                                                              "https://github.com/openai/harmony"]
+
+
+def test_search_result_sources_not_asked_for_are_left_out(encoding) -> None:
+    translator = _translator(encoding)
+    translator.feed(_search(encoding))
+    assert translator.feed_tool_result(RESULT)[-1].item.action.sources is None
+
+
+def test_open_page_has_no_sources(encoding) -> None:
+    translator = _translator(encoding, sources=True)
+    opening = '<|channel|>analysis to=browser.open <|constrain|>json<|message|>{"id": 0}<|call|>'
+    translator.feed(encoding.encode(opening, allowed_special="all"))
+    done = translator.feed_tool_result("https://example.com/page")[-1].item
+    assert done.action.type == "open_page" and not hasattr(done.action, "sources")
+
+
+@pytest.mark.parametrize(("result", "urls"), [
+    (RESULT, ["https://modelcontextprotocol.io", "https://github.com/openai/harmony"]),
+    ("【0†Harmony†https://github.com/openai/harmony】 and 【1†Again†https://github.com/openai/harmony】",
+     ["https://github.com/openai/harmony"]),
+    ("See https://example.com/a, then (https://example.com/b).", ["https://example.com/a", "https://example.com/b"]),
+    ("no links here", []),
+])
+def test_web_search_sources_are_urls_of_result_each_once(result: str, urls: list[str]) -> None:
+    assert [source.url for source in web_search_sources(result)] == urls

@@ -21,9 +21,9 @@ from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.render import (
     RenderOptions,
-    code_calls,
     forced_call_header,
     hosted_builtins,
+    hosted_calls,
     render_prompt,
 )
 from oss_responses.requests import parse_create_request
@@ -98,7 +98,7 @@ class Run:
         translator = JournaledTranslator(
             placeholder_response(RESPONSE_ID, "m", 1_700_000_000), encoding=self.encoding, first_sequence_number=2,
             id_seed=RESPONSE_ID, hosted_builtins=hosted_builtins(self.request(), DEFAULT_BUILTIN_LABELS),
-            code_calls=code_calls(self.request()),
+            hosted_calls=hosted_calls(self.request()),
         )
         translator.record = None if record is None else record.append
         stops = tuple(self.encoding.stop_tokens_for_assistant_actions())

@@ -44,12 +44,12 @@ async def test_calculator_lists_read_only_tools(calculator_url: str) -> None:
     assert all(tool.annotations and tool.annotations.read_only_hint for tool in tools)
 
 
-async def test_documents_search_returns_matches_with_ids(documents_url: str) -> None:
+async def test_documents_search_returns_matches_with_ids_and_urls(documents_url: str) -> None:
     async with Client(sse_client(documents_url)) as client:
         result = await client.call_tool("search", {"query": "Model Context Protocol tools"})
     hits = json.loads(_text(result))
-    assert hits[0]["id"] == "mcp"
-    assert {"id", "title", "snippet"} <= hits[0].keys()
+    assert (hits[0]["id"], hits[0]["url"]) == ("mcp", "https://modelcontextprotocol.io")
+    assert {"id", "title", "url", "snippet"} <= hits[0].keys()
 
 
 async def test_documents_fetch_returns_text(documents_url: str) -> None:

@@ -11,6 +11,7 @@ class Document:
     id: str
     title: str
     text: str
+    url: str  # where what the text summarises is published: a search result's source
 
 
 DOCUMENTS: tuple[Document, ...] = (
@@ -20,6 +21,7 @@ DOCUMENTS: tuple[Document, ...] = (
         "The Responses API creates model responses from text and tool inputs. A response may run in the\n"
         "background: it is queued, then in progress, then completed, failed, cancelled or incomplete.\n"
         "Streaming clients receive server-sent events and can resume a stream with starting_after.",
+        "https://platform.openai.com/docs/api-reference/responses",
     ),
     Document(
         "mcp",
@@ -27,6 +29,7 @@ DOCUMENTS: tuple[Document, ...] = (
         "The Model Context Protocol (MCP) connects models to tools. A server lists its tools with a name,\n"
         "a description and a JSON schema for the arguments; a client calls a tool and receives content.\n"
         "Remote servers speak Streamable HTTP; older servers use server-sent events (SSE).",
+        "https://modelcontextprotocol.io",
     ),
     Document(
         "harmony",
@@ -34,12 +37,14 @@ DOCUMENTS: tuple[Document, ...] = (
         "gpt-oss models were trained on the harmony response format. Messages carry a role, a channel\n"
         "(analysis, commentary or final) and an optional recipient. Tool calls end with <|call|>; the\n"
         "final answer ends with <|return|>. The built-in tools are python and browser.",
+        "https://github.com/openai/harmony",
     ),
     Document(
         "gpt-oss",
         "gpt-oss models",
         "gpt-oss-20b and gpt-oss-120b are open-weight reasoning models. They support three reasoning\n"
         "efforts (low, medium, high), function calling, and the built-in browser and python tools.",
+        "https://github.com/openai/gpt-oss",
     ),
 )
 

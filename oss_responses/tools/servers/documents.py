@@ -44,9 +44,9 @@ def build_server() -> MCPServer:
 
     @server.tool(annotations=_READ_ONLY, structured_output=False)
     def search(query: str, topn: int = 5) -> str:
-        """Search the documents; returns a JSON list of {id, title, snippet}, best match first."""
+        """Search the documents; returns a JSON list of {id, title, url, snippet}, best match first."""
         hits = corpus.search(query, topn)
-        return json.dumps([{"id": d.id, "title": d.title, "snippet": corpus.snippet(d)} for d in hits])
+        return json.dumps([{"id": d.id, "title": d.title, "url": d.url, "snippet": corpus.snippet(d)} for d in hits])
 
     @server.tool(annotations=_READ_ONLY, structured_output=False)
     def fetch(id: str) -> str:
