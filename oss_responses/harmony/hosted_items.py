@@ -82,7 +82,7 @@ class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
     id_prefix = "ws"
 
     def __init__(
-        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, *, show_sources: bool = False,
+        self, emitter: EventEmitter, output_index: int, server_label: str, name: str, *, show_sources: bool,
     ) -> None:
         super().__init__(emitter, output_index, server_label, name)
         self.show_sources = show_sources
@@ -98,10 +98,8 @@ class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
 
     def complete(self, output: str) -> BaseModel:
         self._emit(ResponseWebSearchCallCompletedEvent)
-        item = self._item(self.text, "completed")
-        if self.show_sources and isinstance(item.action, ActionSearch):
-            item.action.sources = web_search_sources(output)
-        return self._finish(item)
+        sources = web_search_sources(output) if self.show_sources else None
+        return self._finish(self._item(self.text, "completed", sources=sources))
 
     def fail(self, error: str) -> BaseModel:
         return self._finish(self._item(self.text, "failed"))
@@ -109,10 +107,11 @@ class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
     def abandon(self) -> BaseModel | None:
         return self._finish(self._item(self.text, "incomplete")) if self.awaiting_result else None
 
-    def _item(self, text: str, status: McpCallStatus, **result: Any) -> ResponseFunctionWebSearch:
-        return ResponseFunctionWebSearch(
-            type="web_search_call", id=self.item_id, status=status, action=web_search_action(self.name, text)
-        )
+    def _item(
+        self, text: str, status: McpCallStatus, *, sources: list[ActionSearchSource] | None = None, **result: Any
+    ) -> BaseModel:
+        action = web_search_action(self.name, text, sources)
+        return ResponseFunctionWebSearch(type="web_search_call", id=self.item_id, status=status, action=action)
 
 
 def web_search_sources(result: str) -> list[ActionSearchSource]:
@@ -121,8 +120,11 @@ def web_search_sources(result: str) -> list[ActionSearchSource]:
     return [ActionSearchSource(type="url", url=url) for url in urls]
 
 
-def web_search_action(name: str, arguments: str) -> ActionSearch | ActionOpenPage | ActionFind:
-    """The item's ``action`` from the browser call the model wrote: ``search`` (its query), ``open``
+def web_search_action(
+    name: str, arguments: str, sources: list[ActionSearchSource] | None = None
+) -> ActionSearch | ActionOpenPage | ActionFind:
+    """The item's ``action`` from the browser call the model wrote: ``search`` (its query, and its
+    ``sources`` when given), ``open``
     (``open_page``, with the URL when the model opened one by URL rather than by a result's number),
     ``find`` (``find_in_page``; the page is the one open in the model's browser, which the call does
     not name, so its ``url`` is empty). Arguments that are not a JSON object are the query."""
@@ -137,7 +139,7 @@ def web_search_action(name: str, arguments: str) -> ActionSearch | ActionOpenPag
     if name == "find":
         return ActionFind(type="find_in_page", pattern=str(fields.get("pattern", "")), url="")
     query = fields.get("query") if parsed is not None else arguments
-    return ActionSearch(type="search", query=str(query) if query is not None else "")
+    return ActionSearch(type="search", query=str(query) if query is not None else "", sources=sources)
 
 
 class CodeInterpreterCallBuilder(McpCallBuilder):
