@@ -80,25 +80,17 @@ def test_replayed_journal_reproduces_forced_mcp_call_wherever_cut(encoding: Harm
         assert wire(run.taken_over(steps[:cut])) == wire(events), cut
 
 
-def test_replayed_journal_reproduces_web_search_call_wherever_cut(encoding: HarmonyEncoding) -> None:
-    text = 'call browser.search {"query": "harmony"}'
-    events, steps = Run(encoding, text, [WEB_SEARCH], idempotent=True).uninterrupted()
+@pytest.mark.parametrize(("text", "tool", "kind"), [
+    ('call browser.search {"query": "harmony"}', WEB_SEARCH, "web_search_call"),
+    ("call python 123*456", CODE_INTERPRETER, "code_interpreter_call"),
+])
+def test_replayed_journal_reproduces_hosted_tool_call_wherever_cut(
+        encoding: HarmonyEncoding, text: str, tool: dict[str, Any], kind: str) -> None:
+    events, steps = Run(encoding, text, [tool], idempotent=True).uninterrupted()
     done = [e.item for e in events if e.type == "response.output_item.done"]
-    assert [(item.type, item.status) for item in done if item.type == "web_search_call"] == [
-        ("web_search_call", "completed")]
+    assert [(item.type, item.status) for item in done if item.type == kind] == [(kind, "completed")]
     for cut in cuts(steps):
-        assert wire(Run(encoding, text, [WEB_SEARCH], idempotent=True).taken_over(steps[:cut])) == wire(events), cut
-
-
-def test_replayed_journal_reproduces_code_interpreter_call_wherever_cut(encoding: HarmonyEncoding) -> None:
-    text = "call python 123*456"
-    events, steps = Run(encoding, text, [CODE_INTERPRETER], idempotent=True).uninterrupted()
-    done = [e.item for e in events if e.type == "response.output_item.done"]
-    assert [(item.type, item.status) for item in done if item.type == "code_interpreter_call"] == [
-        ("code_interpreter_call", "completed")]
-    for cut in cuts(steps):
-        run = Run(encoding, text, [CODE_INTERPRETER], idempotent=True)
-        assert wire(run.taken_over(steps[:cut])) == wire(events), cut
+        assert wire(Run(encoding, text, [tool], idempotent=True).taken_over(steps[:cut])) == wire(events), cut
 
 
 class BudgetCheckingEngine(ScriptedEngine):
