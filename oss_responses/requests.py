@@ -250,6 +250,9 @@ class CreateResponseRequest(BaseModel):
     seed: int | None = None
     metadata: dict[str, str] | None = None
     previous_response_id: str | None = None
+    # A conversation (``/v1/conversations``) whose items come before the input: its id, sent as a string or
+    # as ``{"id": ...}``, kept as the id.
+    conversation: str | None = None
     store: bool = True
     stream: bool = False
     stream_options: dict[str, Any] | None = None
@@ -301,6 +304,24 @@ class CreateResponseRequest(BaseModel):
                              param="tool_choice.type", code="unsupported_value")
         raise BadRequest("Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or a tool choice "
                          "object.", param="tool_choice", code="invalid_value")
+
+    @field_validator("conversation", mode="before")
+    @classmethod
+    def _conversation(cls, value: Any) -> Any:
+        if isinstance(value, dict) and isinstance(value.get("id"), str) and set(value) == {"id"}:
+            return value["id"]
+        if value is None or isinstance(value, str):
+            return value
+        raise BadRequest("Invalid type for 'conversation': expected a conversation id, or an object with its 'id'.",
+                         param="conversation")
+
+    @model_validator(mode="after")
+    def _one_way_to_continue(self) -> CreateResponseRequest:
+        if self.conversation is not None and self.previous_response_id is not None:
+            raise BadRequest("Mutually exclusive parameters: Ensure you are only providing one of: "
+                             "'previous_response_id' or 'conversation'.", param="conversation",
+                             code="mutually_exclusive_parameters")
+        return self
 
     @model_validator(mode="after")
     def _forced_tool_offered(self) -> CreateResponseRequest:
@@ -389,10 +410,15 @@ def _check_allowed_tools(entries: list[dict[str, Any]], tools: list[Any]) -> Non
 
 def parse_create_request(body: Any) -> CreateResponseRequest:
     """Validate a JSON body; every failure is a :class:`BadRequest` naming the parameter."""
+    return parse_body(_adapter, body)
+
+
+def parse_body(adapter: TypeAdapter[M], body: Any) -> M:
+    """A JSON body validated by ``adapter``; every failure is a :class:`BadRequest` naming the parameter."""
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     try:
-        return _adapter.validate_python(body)
+        return adapter.validate_python(body)
     except ValidationError as exc:
         first = exc.errors()[0]
         param = _loc("", first).lstrip(".") or None

@@ -16,7 +16,7 @@ from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.openapi import install_openapi
 from oss_responses.api.relay import archived_frames
 from oss_responses.api.request_id import RequestIdMiddleware
-from oss_responses.api.routes import health, metrics, models, responses
+from oss_responses.api.routes import conversations, health, metrics, models, responses
 from oss_responses.api.services import Services, TaskQueue, api_redis
 from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(RefuseNulInUrl)
     app.include_router(responses.router)
+    app.include_router(conversations.router)
     app.include_router(models.router)
     app.include_router(health.router)
     app.include_router(metrics.router)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oss_responses.api import jobs, limits, sealed
+from oss_responses.api import conversations, jobs, limits, sealed
 from oss_responses.api.auth import Owner
 from oss_responses.api.queued import QueuedResponse, build_queued
 from oss_responses.api.services import Services
@@ -59,5 +59,6 @@ async def create(services: Services, body: CreateResponseRequest, owner: Owner) 
 
 async def _planned(services: Services, body: CreateResponseRequest, owner: Owner) -> QueuedResponse:
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
+    earlier = await conversations.with_conversation(services, body, owner)
     plan = await jobs.check_conversation(services, body, chain, owner)
-    return build_queued(body, services.settings, plan)
+    return build_queued(body, services.settings, plan, earlier=earlier)

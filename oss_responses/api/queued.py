@@ -69,6 +69,7 @@ def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings:
         "top_p": request.top_p if request.top_p is not None else 1.0,
         "max_output_tokens": request.max_output_tokens,
         "previous_response_id": request.previous_response_id,
+        "conversation": {"id": request.conversation} if request.conversation else None,
         "background": request.background,
         "reasoning": reasoning,
         "text": text,
@@ -108,8 +109,10 @@ def _response(fields: dict[str, Any]) -> Response:
 
 
 def build_queued(
-    request: CreateResponseRequest, settings: Settings, plan: ConversationPlan | None = None
+    request: CreateResponseRequest, settings: Settings, plan: ConversationPlan | None = None, earlier: int = 0
 ) -> QueuedResponse:
+    """``earlier``: how many of the input's first items came from its conversation (``api/conversations.py``);
+    they are rendered, not stored again as this response's input items."""
     stored_request = wire_json(request, exclude_none=True)
     tools, secrets = split_secrets(stored_request.get("tools", []))
     stored_request["tools"] = tools
@@ -126,7 +129,7 @@ def build_queued(
     return QueuedResponse(
         response=_response(fields),
         request=stored_request,
-        input_items=stored_items(request.input_items()),
+        input_items=stored_items(request.input_items()[earlier:]),
         secrets=secrets,
         input_messages=plan.new_messages if plan else [],
         function_calls=plan.function_calls if plan else {},

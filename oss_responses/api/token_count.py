@@ -27,17 +27,13 @@ from oss_responses.storage import utcnow
 # The create-request fields that change the prompt (InputTokenCountParams has these and conversation).
 COUNT_FIELDS = (
     "model", "input", "instructions", "previous_response_id", "reasoning", "text", "tool_choice", "tools",
-    "parallel_tool_calls", "truncation",
+    "parallel_tool_calls", "truncation", "conversation",
 )
 
 
 def parse_count_request(body: Any, default_model: str) -> CreateResponseRequest:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
-    if body.get("conversation") is not None:
-        raise BadRequest(
-            "Conversations are not supported by this server.", param="conversation", code="unsupported_value"
-        )
     fields = {key: body[key] for key in COUNT_FIELDS if body.get(key) is not None}
     return parse_create_request({"model": default_model} | fields)
 

@@ -1,4 +1,5 @@
-"""The SQL schema: SQLAlchemy 2.0 typed models of ``responses``, ``input_items``, ``event_logs`` and ``api_keys``.
+"""The SQL schema: SQLAlchemy 2.0 typed models of ``responses``, ``input_items``, ``event_logs``, ``api_keys``
+and ``conversations``.
 
 Portable between SQLite and PostgreSQL: JSON columns are JSON on both (not JSONB on PostgreSQL:
 JSONB refuses ``\u0000``, and a model's output or a client's input may hold a NUL character; nothing
@@ -126,6 +127,34 @@ class OutputItemRow(Base):
     response_id: Mapped[str] = mapped_column(
         String, ForeignKey("responses.id", ondelete="CASCADE"), index=True
     )
+    item: Mapped[dict[str, Any]] = mapped_column(JSONType)
+
+
+class ConversationRow(Base):
+    """A conversation (``/v1/conversations``): its items are ``conversation_items``."""
+
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String, primary_key=True)
+    # The owner of the API key that created it; NULL for conversations created in open mode.
+    owner: Mapped[str | None] = mapped_column(String, index=True)
+    # ``metadata`` is taken by the declarative base.
+    metadata_: Mapped[dict[str, str]] = mapped_column("metadata", JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ConversationItemRow(Base):
+    """One item of a conversation, in the order it was added (``position``), as its list endpoint returns it."""
+
+    __tablename__ = "conversation_items"
+    # The unique index (conversation_id, position) serves the pages; (conversation_id, item_id) the item's
+    # own routes, and keeps an id once per conversation.
+    __table_args__ = (UniqueConstraint("conversation_id", "position"), UniqueConstraint("conversation_id", "item_id"))
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(String, ForeignKey("conversations.id", ondelete="CASCADE"))
+    position: Mapped[int] = mapped_column(Integer)
+    item_id: Mapped[str] = mapped_column(String)
     item: Mapped[dict[str, Any]] = mapped_column(JSONType)
 
 

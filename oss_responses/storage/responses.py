@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import lock_owner_keys
+from oss_responses.storage.conversations import append_turn
 from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import ResponseRecord, utcnow
 
@@ -172,6 +173,11 @@ def cancel_queued(session: Session, response_id: str, response: Mapping[str, Any
     )
 
 
+# A response's turn joins its conversation when it ended with an answer, whole or cut short; a failed or
+# cancelled one adds nothing (its client would send its input again, and it would be there twice).
+TURN_TAKEN = frozenset({"completed", "incomplete"})
+
+
 def save_turn(
     session: Session,
     response_id: str,
@@ -205,6 +211,9 @@ def save_turn(
     if input_messages is not None:
         fields["input_messages"] = input_messages
     ended = transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+    conversation = response.get("conversation")
+    if ended and conversation and status in TURN_TAKEN:  # before a store=false response's input items go
+        append_turn(session, conversation["id"], response_id, response.get("output") or [])
     if ended and not store:
         delete_response(session, response_id)
     elif ended:

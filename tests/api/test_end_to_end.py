@@ -267,3 +267,36 @@ def test_create_response_wait_client_disconnect_cancels_it(stack: Stack) -> None
     response_id = _newest_response_id(stack)
     assert response_id != before
     _wait_for_status(stack, response_id, "cancelled")
+
+
+def test_turns_in_conversation_see_its_earlier_items(stack: Stack) -> None:
+    conversation = stack.client.conversations.create(items=[{"role": "user", "content": "first apple"}])
+    two = stack.client.responses.create(model=MODEL, input="second banana", conversation=conversation.id)
+    three = stack.other.responses.create(model=MODEL, input="third cherry", conversation={"id": conversation.id})
+    assert two.conversation is not None and two.conversation.id == conversation.id
+    assert three.status == "completed"
+    assert three.output_text == 'You said: "third cherry". Earlier you said: 1. "first apple" 2. "second banana"'
+    # The response's own input items are its new input; the conversation holds every turn's, then its output.
+    assert [item.content[0].text for item in stack.client.responses.input_items.list(three.id)] == ["third cherry"]  # type: ignore[union-attr]
+    items = list(stack.client.conversations.items.list(conversation.id, order="asc"))
+    assert [item.type for item in items] == ["message", "message", "reasoning", "message", "message", "reasoning",
+                                             "message"]
+    assert [item.id for item in items[-2:]] == [item.id for item in three.output]  # type: ignore[union-attr]
+
+
+def test_store_false_turn_in_conversation_joins_it(stack: Stack) -> None:
+    conversation = stack.client.conversations.create()
+    response = stack.client.responses.create(model=MODEL, input="keep me", store=False, conversation=conversation.id)
+    with pytest.raises(openai.NotFoundError):
+        stack.other.responses.retrieve(response.id)
+    items = list(stack.other.conversations.items.list(conversation.id, order="asc"))
+    assert items[0].content[0].text == "keep me" and items[-1].id == response.output[-1].id  # type: ignore[union-attr]
+
+
+def test_cancelled_turn_adds_nothing_to_conversation(stack: Stack) -> None:
+    conversation = stack.client.conversations.create(items=[{"role": "user", "content": "before"}])
+    stream = stack.client.responses.create(model=MODEL, input=LONG, background=True, stream=True,
+                                           conversation=conversation.id)
+    response_id = _read_until_text(stream)
+    assert stack.other.responses.cancel(response_id).status == "cancelled"
+    assert [item.content[0].text for item in stack.client.conversations.items.list(conversation.id)] == ["before"]  # type: ignore[union-attr]

@@ -190,3 +190,37 @@ def test_compact_summarising_response_belongs_to_owner(alice: KeyClient, api: Ap
     with api.db.engine.connect() as connection:
         rows = connection.exec_driver_sql("SELECT owner, store FROM responses").all()
     assert [tuple(row) for row in rows] == [("alice", False)]
+
+
+MISSING_CONVERSATION = "conv_000000000000000000000000000000missing"
+CONVERSATION_ROUTES = [
+    ("GET", "/v1/conversations/{id}", None),
+    ("POST", "/v1/conversations/{id}", {"metadata": {"k": "v"}}),
+    ("DELETE", "/v1/conversations/{id}", None),
+    ("GET", "/v1/conversations/{id}/items", None),
+    ("POST", "/v1/conversations/{id}/items", {"items": [{"role": "user", "content": "bob's"}]}),
+    ("GET", "/v1/conversations/{id}/items/msg_alice", None),
+    ("DELETE", "/v1/conversations/{id}/items/msg_alice", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), CONVERSATION_ROUTES,
+                         ids=[f"{m} {p}" for m, p, _ in CONVERSATION_ROUTES])
+def test_conversation_of_other_owner_is_404_like_unknown_id(
+    alice: KeyClient, bob: KeyClient, method: str, path: str, body: dict | None
+) -> None:
+    conversation = alice.sdk.conversations.create(items=[{"id": "msg_alice", "role": "user", "content": "secret"}])
+    theirs = bob.http.request(method, path.format(id=conversation.id), json=body)
+    unknown = bob.http.request(method, path.format(id=MISSING_CONVERSATION), json=body)
+    assert theirs.status_code == unknown.status_code == 404
+    assert theirs.text == unknown.text.replace(MISSING_CONVERSATION, conversation.id)
+    assert [item.id for item in alice.sdk.conversations.items.list(conversation.id)] == ["msg_alice"]  # type: ignore[union-attr]
+
+
+def test_conversation_item_reference_to_other_owner_item_is_400(alice: KeyClient, bob: KeyClient) -> None:
+    created = alice.sdk.responses.create(model=MODEL, input="alice's secret", background=True)
+    item_id = alice.sdk.responses.input_items.list(created.id).data[0].id
+    conversation = bob.sdk.conversations.create()
+    with pytest.raises(openai.BadRequestError) as refused:
+        bob.sdk.conversations.items.create(conversation.id, items=[{"type": "item_reference", "id": item_id}])
+    assert refused.value.body["param"] == "items[0].id"  # type: ignore[index]

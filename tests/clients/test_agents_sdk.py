@@ -25,6 +25,7 @@ from agents import (
     function_tool,
 )
 from agents.mcp import MCPServerStreamableHttp
+from agents.memory import OpenAIConversationsSession
 from agents.model_settings import MCPToolChoice
 from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponsesWSModel
 from openai import AsyncOpenAI
@@ -147,6 +148,51 @@ async def test_run_continues_conversation_from_previous_response_id(model: OpenA
                               run_config=RUN)
     assert second.final_output == \
         'You said: "What was the password?". Earlier you said: 1. "The password is swordfish"'
+
+
+async def test_run_with_conversations_session_remembers_earlier_turn(model: OpenAIResponsesModel) -> None:
+    """``OpenAIConversationsSession`` keeps the history in ``/v1/conversations`` and sends it back whole."""
+    session = OpenAIConversationsSession(openai_client=model._client)
+    agent = Agent(name="echo", model=model)
+    await Runner.run(agent, "The password is swordfish", session=session, run_config=RUN)
+    second = await Runner.run(agent, "What was the password?", session=session, run_config=RUN)
+    assert second.final_output == \
+        'You said: "What was the password?". Earlier you said: 1. "The password is swordfish"'
+    kept = await session.get_items()
+    assert [(item["type"], item.get("role")) for item in kept if item["type"] == "message"] == [
+        ("message", "user"), ("message", "assistant"), ("message", "user"), ("message", "assistant")]
+    await session.clear_session()
+
+
+async def test_run_with_conversation_id_remembers_earlier_turn(model: OpenAIResponsesModel) -> None:
+    """``conversation_id``: the SDK sends each run's new items only; the service keeps the rest."""
+    conversation = await model._client.conversations.create()
+    agent = Agent(name="echo", model=model)
+    await Runner.run(agent, "The password is swordfish", conversation_id=conversation.id, run_config=RUN)
+    second = await Runner.run(agent, "What was the password?", conversation_id=conversation.id, run_config=RUN)
+    assert second.final_output == \
+        'You said: "What was the password?". Earlier you said: 1. "The password is swordfish"'
+
+
+async def test_run_with_conversation_id_calls_function_tool_and_answers(model: OpenAIResponsesModel) -> None:
+    """Mid-run, the tool's output is all the SDK sends: the call it answers is in the conversation."""
+    conversation = await model._client.conversations.create()
+    agent = Agent(name="speller", model=model, tools=[spell_backwards])
+    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"),
+                              conversation_id=conversation.id, run_config=RUN)
+    assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
+    kept = [item.type async for item in model._client.conversations.items.list(conversation.id, order="asc")]
+    assert kept == ["message", "reasoning", "function_call", "function_call_output", "reasoning", "message"]
+
+
+async def test_run_with_conversations_session_after_pop_item_forgets_it(model: OpenAIResponsesModel) -> None:
+    session = OpenAIConversationsSession(openai_client=model._client)
+    agent = Agent(name="echo", model=model)
+    await Runner.run(agent, "The password is swordfish", session=session, run_config=RUN)
+    while (popped := await session.pop_item()) is not None and popped.get("role") != "user":
+        pass  # the answer and its reasoning, then the message that asked
+    second = await Runner.run(agent, "What was the password?", session=session, run_config=RUN)
+    assert second.final_output == 'You said: "What was the password?".'
 
 
 async def test_run_with_hosted_mcp_tool_answers_with_service_side_call(model: OpenAIResponsesModel) -> None:

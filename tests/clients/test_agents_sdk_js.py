@@ -82,3 +82,18 @@ def test_run_with_code_interpreter_tool_runs_code_as_hosted_call(run_agent: RunA
     assert result.get("hosted") == [{"name": "code_interpreter_call", "code": "123*456", "status": "completed"}], result
     assert result["final_output"].strip() == "The tool python returned: 56088"
     assert result["follow_up_output"] == 'You said: "thanks". Earlier you said: 1. "call python 123*456"'
+
+
+@pytest.mark.parametrize("memory", ["session", "conversation_id"])
+def test_run_remembers_earlier_turn_kept_in_conversation(run_agent: RunAgent, memory: str) -> None:
+    # "session": OpenAIConversationsSession keeps the items in /v1/conversations and sends them back;
+    # "conversation_id": the SDK sends each turn's new items, the service puts the conversation first.
+    result = run_agent("The password is swordfish", memory=memory, follow_up="What was the password?")
+    assert result.get("follow_up_output") == \
+        'You said: "What was the password?". Earlier you said: 1. "The password is swordfish"', result
+
+
+@pytest.mark.parametrize("memory", ["session", "conversation_id"])
+def test_run_streamed_calls_function_tool_in_conversation(run_agent: RunAgent, memory: str) -> None:
+    result = run_agent(_call("functions.spell_backwards", word="harmony"), tools=True, stream=True, memory=memory)
+    assert result.get("final_output") == "The tool functions.spell_backwards returned: ynomrah", result

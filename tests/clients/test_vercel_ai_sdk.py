@@ -45,6 +45,22 @@ def test_generate_text_continues_conversation_sent_as_messages(service: Service)
     assert result.get("texts", [None])[-1] == 'You said: "second". Earlier you said: 1. "first"', result
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["generate", "stream"])
+def test_text_in_conversation_remembers_earlier_turn_it_did_not_send(service: Service, stream: bool) -> None:
+    # The provider's `conversation`: each turn sends its own prompt; the service puts the earlier turns first.
+    result = run_turns(service, "first", "second", conversation=True, stream=stream)
+    assert result.get("texts") == ['You said: "first".', 'You said: "second". Earlier you said: 1. "first"'], result
+
+
+def test_generate_text_in_conversation_runs_tool_loop(service: Service) -> None:
+    # The second step leaves out the call (it has an id: the conversation holds it) but sends the turn's
+    # prompt again (it has none), so the conversation holds that prompt twice, as OpenAI's would.
+    result = run_turns(service, SPELL, "thanks", tools=True, conversation=True)
+    assert result.get("texts", [None])[0] == SPELLED and result.get("steps") == 3, result
+    quoted = json.dumps(SPELL)
+    assert result["texts"][1] == f'You said: "thanks". Earlier you said: 1. {quoted} 2. {quoted}'
+
+
 def test_generate_text_without_store_runs_tool_loop(service: Service) -> None:
     assert run_turns(service, SPELL, tools=True, store=False) == {"texts": [SPELLED], "steps": 2}
 

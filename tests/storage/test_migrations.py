@@ -42,6 +42,7 @@ def test_migrate_creates_tables_from_empty(empty_database_url: str) -> None:
 
     assert table_names(empty_database_url) == {
         "alembic_version", "responses", "input_items", "output_items", "event_logs", "webhook_deliveries", "api_keys",
+        "conversations", "conversation_items",
     }
 
 

@@ -1,9 +1,11 @@
 // Runs of the Vercel AI SDK (ai, @ai-sdk/openai's Responses model) against the service; see js_clients.py.
 // The scenario comes as JSON in JS_SCENARIO: {base_url, model, prompts, stream, tools, web_search, object,
 // store, allowed_tools (tool names: the provider's allowedTools; a second tool, shout, is offered too),
-// allowed_mode, tool_choice (a tool's name: toolChoice {type: 'tool', toolName}), code_interpreter}.
+// allowed_mode, tool_choice (a tool's name: toolChoice {type: 'tool', toolName}), code_interpreter,
+// conversation (the turns happen in a conversation the service keeps: the provider's `conversation`)}.
 // Each prompt is one turn; later turns send the earlier ones as messages, as a chat app does (with store
-// on, the SDK names earlier output items by item_reference). Prints one JSON line: {texts, steps, object,
+// on, the SDK names earlier output items by item_reference); in a conversation, each turn sends its own
+// prompt only. Prints one JSON line: {texts, steps, object,
 // hosted (the calls the service ran for the provider's tools, as the SDK saw them, when there were any)},
 // or {error}.
 import { createOpenAI } from '@ai-sdk/openai';
@@ -55,7 +57,16 @@ function hostedCalls(steps) {
       : { tool: part.toolName, output: part.output }));
 }
 
+// A conversation made as a chat app would, with a plain POST (the AI SDK makes none itself).
+async function newConversation() {
+  const reply = await fetch(`${scenario.base_url}/conversations`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}',
+  });
+  return (await reply.json()).id;
+}
+
 async function main() {
+  if (scenario.conversation) providerOptions.openai.conversation = await newConversation();
   if (scenario.object) {
     const result = await generateObject({
       model, prompt: scenario.prompts[0], providerOptions, maxRetries: 0, schema: z.object({ spelling: z.string() }),
@@ -67,6 +78,7 @@ async function main() {
   const hosted = [];
   let steps = 0;
   for (const prompt of scenario.prompts) {
+    if (scenario.conversation) messages.length = 0; // the service holds the earlier turns
     messages.push({ role: 'user', content: prompt });
     const result = await turn(messages);
     messages.push(...result.response.messages);

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import compaction, creating, jobs, limits, openapi, token_count
+from oss_responses.api import compaction, conversations, creating, jobs, limits, openapi, token_count
 from oss_responses.api.auth import authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import OwnerDep, ServicesDep
@@ -107,6 +107,7 @@ async def count_input_tokens(request: Request, services: ServicesDep, owner: Own
     creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
+    await conversations.with_conversation(services, body, owner)
     history = await jobs.resolve_conversation(services, body, chain, owner)
     return JSONResponse(await token_count.count_input_tokens(services, body, history))
 

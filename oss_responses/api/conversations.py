@@ -1,0 +1,165 @@
+"""The Conversations API's requests and objects (``/v1/conversations``, routes in ``routes/conversations.py``).
+
+A conversation is an owner's ordered list of items. Items arrive as Responses input items (at most 20
+a request, as OpenAI allows) and are kept as the items its list endpoint returns: each with an id (the
+client's, else a new one) and a status, whatever shorthand the client used (``api/items.py``). An
+``item_reference`` is replaced by the stored item it names, among the items its owner may see.
+Clients such as the Agents SDK's ``OpenAIConversationsSession`` keep a run's history here and send it
+back as the next run's input.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+from openai.types.conversations import Conversation, ConversationDeletedResource
+from openai.types.responses.response_input_item import ItemReference
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, field_validator
+
+from oss_responses.api.auth import Owner
+from oss_responses.api.items import stored_item
+from oss_responses.api.services import Services
+from oss_responses.errors import BadRequest, NotFound
+from oss_responses.harmony.ids import new_id
+from oss_responses.requests import CreateResponseRequest, parse_body, parse_input_item
+from oss_responses.storage import find_stored_items
+from oss_responses.storage.conversations import ConversationRecord, all_items, get_conversation
+
+MAX_ITEMS_PER_REQUEST = 20  # OpenAI's limit on items added by one request
+
+# OpenAI's metadata: at most 16 pairs, keys up to 64 characters, values up to 512.
+Metadata = Annotated[
+    dict[Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]],
+    Field(max_length=16),
+]
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    """Raw item objects, each checked as a Responses input item (the 400 names the item)."""
+    if not isinstance(value, list):
+        raise BadRequest("Invalid type for 'items': expected an array of items.", param="items")
+    if len(value) > MAX_ITEMS_PER_REQUEST:
+        raise BadRequest(f"Invalid 'items': at most {MAX_ITEMS_PER_REQUEST} items can be added at a time, "
+                         f"got {len(value)}.", param="items", code="array_above_max_length")
+    for n, item in enumerate(value):
+        parse_input_item(item, f"items[{n}]")
+    return value
+
+
+class CreateConversationRequest(BaseModel):
+    """``POST /v1/conversations``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    items: list[dict[str, Any]] | None = None
+    metadata: Metadata | None = None
+
+    @field_validator("items", mode="before")
+    @classmethod
+    def _check_items(cls, value: Any) -> Any:
+        return None if value is None else _items(value)
+
+
+class UpdateConversationRequest(BaseModel):
+    """``POST /v1/conversations/{id}``: only its metadata changes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    metadata: Metadata
+
+
+class AddItemsRequest(BaseModel):
+    """``POST /v1/conversations/{id}/items``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    items: list[dict[str, Any]]
+
+    @field_validator("items", mode="before")
+    @classmethod
+    def _check_items(cls, value: Any) -> Any:
+        return _items(value)
+
+
+_create = TypeAdapter(CreateConversationRequest)
+_update = TypeAdapter(UpdateConversationRequest)
+_add = TypeAdapter(AddItemsRequest)
+
+
+def parse_create(body: Any) -> CreateConversationRequest:
+    return parse_body(_create, body)
+
+
+def parse_update(body: Any) -> UpdateConversationRequest:
+    return parse_body(_update, body)
+
+
+def parse_add(body: Any) -> AddItemsRequest:
+    return parse_body(_add, body)
+
+
+async def conversation_items(services: Services, raw: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]]:
+    """The items to keep for ``raw`` (checked input items): each with an id, references replaced."""
+    parsed = [parse_input_item(item, f"items[{n}]") for n, item in enumerate(raw)]
+    references = [item.id for item in parsed if isinstance(item, ItemReference)]
+    found = await services.db.run(find_stored_items, references, owner.name) if references else {}
+    items = []
+    for n, (given, item) in enumerate(zip(raw, parsed, strict=True)):
+        if isinstance(item, ItemReference):
+            if item.id not in found:
+                raise BadRequest(f"Item with id '{item.id}' not found.", param=f"items[{n}].id")
+            items.append(found[item.id])
+            continue
+        kept = stored_item(item)
+        if isinstance(given.get("id"), str) and given["id"]:  # a message's own id is kept too
+            kept["id"] = given["id"]
+        items.append(kept)
+    return items
+
+
+async def load_conversation(
+    services: Services, conversation_id: str, owner: Owner, param: str = "conversation_id"
+) -> ConversationRecord:
+    """The conversation, if ``owner`` may see it; another owner's is reported exactly as an unknown one."""
+    record = await services.db.run(get_conversation, conversation_id, owner.name)
+    if record is None:
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param=param)
+    return record
+
+
+async def with_conversation(services: Services, request: CreateResponseRequest, owner: Owner) -> int:
+    """A request that names a conversation gets the conversation's items before its own input (OpenAI's
+    "prepended to input_items"), read now: a takeover renders the same prompt. How many items came first
+    (0 without a conversation). The turn's items join the conversation once it ended (``save_turn``)."""
+    if request.conversation is None:
+        return 0
+    await load_conversation(services, request.conversation, owner, param="conversation")
+    stored = await services.db.run(all_items, request.conversation)
+    earlier = [parse_input_item(item, f"conversation.items[{n}]") for n, item in enumerate(stored)]
+    request.input = [*earlier, *request.input_items()]
+    return len(earlier)
+
+
+def new_conversation(owner: Owner, metadata: dict[str, str] | None) -> ConversationRecord:
+    return ConversationRecord(id=new_id("conv"), owner=owner.name, metadata=metadata or {})
+
+
+def with_metadata(record: ConversationRecord, metadata: dict[str, str]) -> ConversationRecord:
+    return dataclasses.replace(record, metadata=metadata)
+
+
+def conversation_json(record: ConversationRecord) -> dict[str, Any]:
+    return Conversation(id=record.id, object="conversation", metadata=record.metadata,
+                        created_at=int(record.created_at.timestamp())).model_dump(mode="json")
+
+
+def deleted_json(conversation_id: str) -> dict[str, Any]:
+    return ConversationDeletedResource(id=conversation_id, object="conversation.deleted", deleted=True).model_dump()
+
+
+def item_list_json(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": has_more,
+    }

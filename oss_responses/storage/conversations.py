@@ -1,0 +1,167 @@
+"""Conversations and their items (``/v1/conversations``): plain functions over a ``Session``.
+
+An item's place is its ``position`` in the conversation, in the order items were added; an item id is
+there at most once (the item routes name items by id). Reads take the owner: another owner's
+conversation is not found, exactly as an unknown one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Table, delete, func, insert, select, update
+from sqlalchemy.orm import Session
+
+from oss_responses.errors import BadRequest
+from oss_responses.storage.models import ConversationItemRow, ConversationRow, InputItemRow
+from oss_responses.storage.records import Order, utcnow
+
+_conversations = cast(Table, ConversationRow.__table__)
+_items = cast(Table, ConversationItemRow.__table__)
+_input_items = cast(Table, InputItemRow.__table__)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationRecord:
+    id: str
+    owner: str | None
+    metadata: dict[str, str] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=utcnow)
+
+
+class DuplicateItem(BadRequest):
+    """An item id the conversation already holds (or a batch holds twice)."""
+
+
+def insert_conversation(session: Session, record: ConversationRecord, items: Sequence[dict[str, Any]]) -> None:
+    session.execute(insert(_conversations).values(
+        id=record.id, owner=record.owner, metadata=record.metadata, created_at=record.created_at))
+    add_items(session, record.id, items)
+
+
+def get_conversation(session: Session, conversation_id: str, owner: str | None) -> ConversationRecord | None:
+    """The conversation, if ``owner`` may see it (None: open mode, every conversation)."""
+    row = session.execute(select(_conversations).where(_conversations.c.id == conversation_id)).one_or_none()
+    if row is None or (owner is not None and row.owner != owner):
+        return None
+    return ConversationRecord(id=row.id, owner=row.owner, metadata=row.metadata or {}, created_at=row.created_at)
+
+
+def set_metadata(session: Session, conversation_id: str, metadata: dict[str, str]) -> None:
+    session.execute(update(_conversations).where(_conversations.c.id == conversation_id).values(metadata=metadata))
+
+
+def delete_conversation(session: Session, conversation_id: str) -> None:
+    # Its items go too, explicitly: SQLite enforces the foreign key's cascade only with PRAGMA foreign_keys.
+    session.execute(delete(_items).where(_items.c.conversation_id == conversation_id))
+    session.execute(delete(_conversations).where(_conversations.c.id == conversation_id))
+
+
+def add_items(session: Session, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
+    """Append ``items`` (each with its ``id``) after the conversation's last item.
+
+    Raises :class:`DuplicateItem` (nothing added) if an id is already there or repeated in ``items``.
+    """
+    if not items:
+        return
+    _take_turns(session, conversation_id)
+    ids = [item["id"] for item in items]
+    taken = _taken(session, conversation_id, ids)
+    for n, item_id in enumerate(ids):
+        if item_id in taken or item_id in ids[:n]:
+            raise DuplicateItem(f"An item with id '{item_id}' is already in conversation '{conversation_id}'.",
+                                param=f"items[{n}].id", code="duplicate_item")
+    _append(session, conversation_id, items)
+
+
+def append_turn(session: Session, conversation_id: str, response_id: str, output: Sequence[dict[str, Any]]) -> None:
+    """What a response of the conversation adds once it ended: its input items (as stored with it), then
+    its output items. A conversation deleted meanwhile gets nothing; an item already there (a client
+    may send an item the conversation holds) is not added again."""
+    if session.execute(select(_conversations.c.id).where(_conversations.c.id == conversation_id)).first() is None:
+        return
+    inputs = session.execute(
+        select(_input_items.c.item).where(_input_items.c.response_id == response_id).order_by(_input_items.c.position)
+    ).scalars()
+    _take_turns(session, conversation_id)
+    items: list[dict[str, Any]] = [*inputs, *(item for item in output if item.get("id"))]
+    taken = _taken(session, conversation_id, [item["id"] for item in items])
+    fresh: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if item["id"] not in taken:
+            fresh.setdefault(item["id"], dict(item))
+    _append(session, conversation_id, list(fresh.values()))
+
+
+def all_items(session: Session, conversation_id: str) -> list[dict[str, Any]]:
+    """Every item of the conversation, oldest first (what a response in it is given before its input)."""
+    query = select(_items.c.item).where(_items.c.conversation_id == conversation_id).order_by(_items.c.position)
+    return list(session.execute(query).scalars())
+
+
+def _take_turns(session: Session, conversation_id: str) -> None:
+    # A write first: it takes SQLite's writer lock or PostgreSQL's row lock until the commit, so two
+    # appends to one conversation take turns instead of both reading the same last position.
+    session.execute(update(_conversations).where(_conversations.c.id == conversation_id)
+                    .values(metadata=_conversations.c.metadata))
+
+
+def _taken(session: Session, conversation_id: str, ids: Sequence[str]) -> set[str]:
+    return set(session.execute(
+        select(_items.c.item_id).where(_items.c.conversation_id == conversation_id, _items.c.item_id.in_(list(ids)))
+    ).scalars())
+
+
+def _append(session: Session, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
+    if not items:
+        return
+    last = session.execute(
+        select(func.max(_items.c.position)).where(_items.c.conversation_id == conversation_id)
+    ).scalar_one_or_none()
+    start = -1 if last is None else last
+    session.execute(insert(_items), [
+        {"conversation_id": conversation_id, "position": start + 1 + n, "item_id": item["id"], "item": item}
+        for n, item in enumerate(items)
+    ])
+
+
+def list_items(
+    session: Session, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
+) -> tuple[list[dict[str, Any]], bool]:
+    """One page of items after the item ``after`` in ``order``, and whether more follow.
+
+    An ``after`` that is not an item of this conversation is a ``BadRequest`` on ``param="after"``.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least 1")
+    position = _items.c.position
+    query = select(_items.c.item).where(_items.c.conversation_id == conversation_id)
+    if after is not None:
+        cursor = _position_of(session, conversation_id, after)
+        if cursor is None:
+            raise BadRequest(f"No item with id '{after}' in conversation '{conversation_id}'.", param="after")
+        query = query.where(position > cursor if order == "asc" else position < cursor)
+    query = query.order_by(position.asc() if order == "asc" else position.desc()).limit(limit + 1)
+    items = list(session.execute(query).scalars())
+    return items[:limit], len(items) > limit
+
+
+def get_item(session: Session, conversation_id: str, item_id: str) -> dict[str, Any] | None:
+    query = select(_items.c.item).where(_items.c.conversation_id == conversation_id, _items.c.item_id == item_id)
+    item: dict[str, Any] | None = session.execute(query).scalar_one_or_none()
+    return item
+
+
+def delete_item(session: Session, conversation_id: str, item_id: str) -> bool:
+    """Whether the item was there (and is now gone)."""
+    statement = delete(_items).where(_items.c.conversation_id == conversation_id, _items.c.item_id == item_id)
+    return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
+
+
+def _position_of(session: Session, conversation_id: str, item_id: str) -> int | None:
+    query = select(_items.c.position).where(_items.c.conversation_id == conversation_id, _items.c.item_id == item_id)
+    position: int | None = session.execute(query).scalar_one_or_none()
+    return position

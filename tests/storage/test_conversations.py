@@ -1,0 +1,92 @@
+"""Conversations' storage: appends in order, one id per conversation, pages, deletes."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from oss_responses.errors import BadRequest
+from oss_responses.storage import Database
+from oss_responses.storage.conversations import (
+    ConversationRecord,
+    DuplicateItem,
+    add_items,
+    delete_conversation,
+    delete_item,
+    get_conversation,
+    get_item,
+    insert_conversation,
+    list_items,
+)
+
+
+def _item(item_id: str) -> dict[str, str]:
+    return {"id": item_id, "type": "message"}
+
+
+def _ids(db: Database, conversation_id: str, **page: object) -> list[str]:
+    items, _ = db.run(list_items, conversation_id, limit=100, **page)  # type: ignore[arg-type]
+    return [item["id"] for item in items]
+
+
+def _conversation(db: Database, owner: str | None = None, items: tuple[str, ...] = ()) -> str:
+    record = ConversationRecord(id=f"conv_{len(items)}_{id(db)}_{owner}", owner=owner)
+    db.run(insert_conversation, record, [_item(item_id) for item_id in items])
+    return record.id
+
+
+def test_add_items_appends_after_last_item(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a", "b"))
+    db.run(add_items, conversation_id, [_item("c"), _item("d")])
+    assert _ids(db, conversation_id, order="asc") == ["a", "b", "c", "d"]
+
+
+def test_add_items_concurrently_keeps_every_item(db: Database) -> None:
+    conversation_id = _conversation(db)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: db.run(add_items, conversation_id, [_item(f"{n}-1"), _item(f"{n}-2")]), range(16)))
+    ids = _ids(db, conversation_id, order="asc")
+    assert sorted(ids) == sorted(f"{n}-{k}" for n in range(16) for k in (1, 2))
+    assert all(ids.index(f"{n}-1") + 1 == ids.index(f"{n}-2") for n in range(16))  # each batch stays together
+
+
+def test_add_items_with_taken_id_adds_nothing(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a",))
+    with pytest.raises(DuplicateItem):
+        db.run(add_items, conversation_id, [_item("b"), _item("a")])
+    assert _ids(db, conversation_id) == ["a"]
+
+
+def test_same_item_id_may_be_in_two_conversations(db: Database) -> None:
+    first, second = _conversation(db, "x", ("a",)), _conversation(db, "y", ("a",))
+    assert db.run(get_item, first, "a") == db.run(get_item, second, "a") == _item("a")
+
+
+def test_list_items_after_item_in_either_order(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a", "b", "c"))
+    assert _ids(db, conversation_id, order="asc", after="a") == ["b", "c"]
+    assert _ids(db, conversation_id, order="desc", after="c") == ["b", "a"]
+    with pytest.raises(BadRequest):
+        _ids(db, conversation_id, after="z")
+
+
+def test_get_conversation_of_other_owner_is_none(db: Database) -> None:
+    conversation_id = _conversation(db, "alice")
+    assert db.run(get_conversation, conversation_id, "bob") is None
+    assert db.run(get_conversation, conversation_id, "alice") is not None
+    assert db.run(get_conversation, conversation_id, None) is not None  # open mode sees everything
+
+
+def test_delete_item_reports_whether_it_was_there(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a", "b"))
+    assert db.run(delete_item, conversation_id, "a") is True
+    assert db.run(delete_item, conversation_id, "a") is False
+    assert _ids(db, conversation_id) == ["b"]
+
+
+def test_delete_conversation_deletes_its_items(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a",))
+    db.run(delete_conversation, conversation_id)
+    assert db.run(get_conversation, conversation_id, None) is None
+    assert db.run(get_item, conversation_id, "a") is None
