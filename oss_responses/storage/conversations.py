@@ -16,8 +16,11 @@ from sqlalchemy import CursorResult, Table, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from oss_responses.errors import BadRequest
+from oss_responses.storage.input_items import find_stored_items
 from oss_responses.storage.models import ConversationItemRow, ConversationRow, InputItemRow
 from oss_responses.storage.records import Order, utcnow
+
+ITEM_REFERENCE = "item_reference"
 
 _conversations = cast(Table, ConversationRow.__table__)
 _items = cast(Table, ConversationItemRow.__table__)
@@ -65,9 +68,8 @@ def add_items(session: Session, conversation_id: str, items: Sequence[dict[str, 
 
     Raises :class:`DuplicateItem` (nothing added) if an id is already there or repeated in ``items``.
     """
-    if not items:
+    if not items or not _take_turns(session, conversation_id):
         return
-    _take_turns(session, conversation_id)
     ids = [item["id"] for item in items]
     taken = _taken(session, conversation_id, ids)
     for n, item_id in enumerate(ids):
@@ -78,19 +80,22 @@ def add_items(session: Session, conversation_id: str, items: Sequence[dict[str, 
 
 
 def append_turn(session: Session, conversation_id: str, response_id: str, output: Sequence[dict[str, Any]]) -> None:
-    """What a response of the conversation adds once it ended: its input items (as stored with it), then
-    its output items. A conversation deleted meanwhile gets nothing; an item already there (a client
-    may send an item the conversation holds) is not added again."""
-    if session.execute(select(_conversations.c.id).where(_conversations.c.id == conversation_id)).first() is None:
+    """What a response of the conversation adds once it ended: its input items (as stored with it; an
+    ``item_reference`` as the item it names, which the API let its owner name), then its output items. A
+    conversation deleted meanwhile gets nothing; an item already there (a client may send an item the
+    conversation holds) is not added again."""
+    if not _take_turns(session, conversation_id):
         return
-    inputs = session.execute(
+    inputs = list(session.execute(
         select(_input_items.c.item).where(_input_items.c.response_id == response_id).order_by(_input_items.c.position)
-    ).scalars()
-    _take_turns(session, conversation_id)
-    items: list[dict[str, Any]] = [*inputs, *(item for item in output if item.get("id"))]
-    taken = _taken(session, conversation_id, [item["id"] for item in items])
+    ).scalars())
+    references = [item["id"] for item in inputs if item.get("type") == ITEM_REFERENCE]
+    named = find_stored_items(session, references, None) if references else {}
+    items = [named.get(item["id"]) if item.get("type") == ITEM_REFERENCE else item for item in inputs]
+    kept = [item for item in [*items, *output] if item is not None and item.get("id")]
+    taken = _taken(session, conversation_id, [item["id"] for item in kept])
     fresh: dict[str, dict[str, Any]] = {}
-    for item in items:
+    for item in kept:
         if item["id"] not in taken:
             fresh.setdefault(item["id"], dict(item))
     _append(session, conversation_id, list(fresh.values()))
@@ -102,11 +107,14 @@ def all_items(session: Session, conversation_id: str) -> list[dict[str, Any]]:
     return list(session.execute(query).scalars())
 
 
-def _take_turns(session: Session, conversation_id: str) -> None:
-    # A write first: it takes SQLite's writer lock or PostgreSQL's row lock until the commit, so two
-    # appends to one conversation take turns instead of both reading the same last position.
-    session.execute(update(_conversations).where(_conversations.c.id == conversation_id)
-                    .values(metadata=_conversations.c.metadata))
+def _take_turns(session: Session, conversation_id: str) -> bool:
+    """Whether the conversation is there; if so, it is this transaction's until the commit.
+
+    A write first: it takes SQLite's writer lock or PostgreSQL's row lock, so two appends to one
+    conversation take turns instead of both reading the same last position, and a delete waits."""
+    statement = (update(_conversations).where(_conversations.c.id == conversation_id)
+                 .values(metadata=_conversations.c.metadata))
+    return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
 
 
 def _taken(session: Session, conversation_id: str, ids: Sequence[str]) -> set[str]:

@@ -62,7 +62,8 @@ def find_input_items(
 def find_stored_items(session: Session, item_ids: Sequence[str], owner: str | None) -> dict[str, dict[str, Any]]:
     """item id → the item, among the output items of ended responses and the input items of any response
     that is stored and, unless ``owner`` is None (open mode), ``owner``'s. An input item id that several
-    responses' inputs share (clients may name their own) is the newest one's."""
+    responses' inputs share (clients may name their own) is the newest one's; a stored ``item_reference``
+    is not an item."""
     if not item_ids:
         return {}
     visible: ColumnElement[bool] = _responses.c.store.is_(True)
@@ -79,7 +80,8 @@ def find_stored_items(session: Session, item_ids: Sequence[str], owner: str | No
         .join(_responses, _responses.c.id == _output_items.c.response_id)
         .where(_output_items.c.item_id.in_(list(item_ids)), visible)
     )
-    found = {item_id: item for item_id, item in session.execute(inputs)}
+    # A stored reference stands for another item, never for itself (a later response may name the item too).
+    found = {item_id: item for item_id, item in session.execute(inputs) if item.get("type") != "item_reference"}
     found.update({item_id: item for item_id, item in session.execute(outputs)})
     return found
 

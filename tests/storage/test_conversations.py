@@ -7,11 +7,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from oss_responses.errors import BadRequest
-from oss_responses.storage import Database
+from oss_responses.storage import Database, ResponseRecord, insert_response
 from oss_responses.storage.conversations import (
     ConversationRecord,
     DuplicateItem,
     add_items,
+    append_turn,
     delete_conversation,
     delete_item,
     get_conversation,
@@ -90,3 +91,39 @@ def test_delete_conversation_deletes_its_items(db: Database) -> None:
     db.run(delete_conversation, conversation_id)
     assert db.run(get_conversation, conversation_id, None) is None
     assert db.run(get_item, conversation_id, "a") is None
+
+
+def _response_with_input(db: Database, response_id: str, inputs: list[dict[str, str]]) -> None:
+    record = ResponseRecord(id=response_id, model="m", status="queued", background=True, store=True, request={},
+                            response={})
+    db.run(insert_response, record, inputs)
+
+
+def test_append_turn_adds_input_items_then_output_items(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a",))
+    _response_with_input(db, "resp_1", [_item("in")])
+    db.run(append_turn, conversation_id, "resp_1", [_item("out")])
+    assert _ids(db, conversation_id, order="asc") == ["a", "in", "out"]
+
+
+def test_append_turn_skips_items_already_there(db: Database) -> None:
+    conversation_id = _conversation(db, items=("a",))
+    _response_with_input(db, "resp_1", [_item("a"), _item("in")])
+    db.run(append_turn, conversation_id, "resp_1", [_item("out"), _item("out")])
+    assert _ids(db, conversation_id, order="asc") == ["a", "in", "out"]
+
+
+def test_append_turn_to_deleted_conversation_adds_nothing(db: Database) -> None:
+    conversation_id = _conversation(db)
+    db.run(delete_conversation, conversation_id)
+    _response_with_input(db, "resp_1", [_item("in")])
+    db.run(append_turn, conversation_id, "resp_1", [_item("out")])
+    assert db.run(get_item, conversation_id, "in") is None
+
+
+def test_append_turn_adds_the_item_a_reference_names(db: Database) -> None:
+    conversation_id = _conversation(db)
+    _response_with_input(db, "resp_0", [{"id": "x", "type": "message", "role": "user"}])
+    _response_with_input(db, "resp_1", [{"id": "x", "type": "item_reference"}])
+    db.run(append_turn, conversation_id, "resp_1", [])
+    assert db.run(get_item, conversation_id, "x") == {"id": "x", "type": "message", "role": "user"}

@@ -42,6 +42,13 @@ def test_find_stored_items_finds_input_items_of_any_response(db: Database) -> No
     assert db.run(find_stored_items, [item["id"]], None) == {item["id"]: item}
 
 
+def test_find_stored_items_skips_stored_references_to_the_item(db: Database) -> None:
+    [item] = message_items(1)
+    db.run(insert_response, new_response(), [item])
+    db.run(insert_response, new_response(), [{"id": item["id"], "type": "item_reference"}])  # newer, same id
+    assert db.run(find_stored_items, [item["id"]], None) == {item["id"]: item}
+
+
 def test_find_stored_items_sees_only_owner_s_items(db: Database) -> None:
     _ended(db, [REASONING], owner="alice")
     assert db.run(find_stored_items, ["rs_1"], "bob") == {}
