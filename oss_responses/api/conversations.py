@@ -153,13 +153,3 @@ def conversation_json(record: ConversationRecord) -> dict[str, Any]:
 
 def deleted_json(conversation_id: str) -> dict[str, Any]:
     return ConversationDeletedResource(id=conversation_id, object="conversation.deleted", deleted=True).model_dump()
-
-
-def item_list_json(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": items,
-        "first_id": items[0]["id"] if items else None,
-        "last_id": items[-1]["id"] if items else None,
-        "has_more": has_more,
-    }

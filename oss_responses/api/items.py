@@ -89,3 +89,14 @@ def stored_item(item: BaseModel) -> dict[str, Any]:
 
 def stored_items(items: Sequence[BaseModel]) -> list[dict[str, Any]]:
     return [stored_item(item) for item in items]
+
+
+def item_list_json(items: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    """A page of items as OpenAI's list endpoints return it (a response's input items, a conversation's)."""
+    return {
+        "object": "list",
+        "data": items,
+        "first_id": items[0]["id"] if items else None,
+        "last_id": items[-1]["id"] if items else None,
+        "has_more": has_more,
+    }

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from oss_responses.errors import BadRequest
 from oss_responses.storage.input_items import find_stored_items
 from oss_responses.storage.models import ConversationItemRow, ConversationRow, InputItemRow
+from oss_responses.storage.paging import page_items
 from oss_responses.storage.records import Order, utcnow
 
 ITEM_REFERENCE = "item_reference"
@@ -139,22 +140,9 @@ def _append(session: Session, conversation_id: str, items: Sequence[dict[str, An
 def list_items(
     session: Session, conversation_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
 ) -> tuple[list[dict[str, Any]], bool]:
-    """One page of items after the item ``after`` in ``order``, and whether more follow.
-
-    An ``after`` that is not an item of this conversation is a ``BadRequest`` on ``param="after"``.
-    """
-    if limit < 1:
-        raise ValueError("limit must be at least 1")
-    position = _items.c.position
-    query = select(_items.c.item).where(_items.c.conversation_id == conversation_id)
-    if after is not None:
-        cursor = _position_of(session, conversation_id, after)
-        if cursor is None:
-            raise BadRequest(f"No item with id '{after}' in conversation '{conversation_id}'.", param="after")
-        query = query.where(position > cursor if order == "asc" else position < cursor)
-    query = query.order_by(position.asc() if order == "asc" else position.desc()).limit(limit + 1)
-    items = list(session.execute(query).scalars())
-    return items[:limit], len(items) > limit
+    """One page of items after the item ``after`` in ``order``, and whether more follow (``page_items``)."""
+    return page_items(session, _items, _items.c.conversation_id == conversation_id, after=after, limit=limit,
+                      order=order, unknown_after=f"No item with id '{after}' in conversation '{conversation_id}'.")
 
 
 def get_item(session: Session, conversation_id: str, item_id: str) -> dict[str, Any] | None:
@@ -167,9 +155,3 @@ def delete_item(session: Session, conversation_id: str, item_id: str) -> bool:
     """Whether the item was there (and is now gone)."""
     statement = delete(_items).where(_items.c.conversation_id == conversation_id, _items.c.item_id == item_id)
     return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
-
-
-def _position_of(session: Session, conversation_id: str, item_id: str) -> int | None:
-    query = select(_items.c.position).where(_items.c.conversation_id == conversation_id, _items.c.item_id == item_id)
-    position: int | None = session.execute(query).scalar_one_or_none()
-    return position

@@ -4,16 +4,16 @@ stored item found by id (``item_reference``)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import ColumnElement, and_, select
+from sqlalchemy import ColumnElement, Table, and_, select
 from sqlalchemy.orm import Session
 
-from oss_responses.errors import BadRequest
 from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRow
+from oss_responses.storage.paging import page_items
 from oss_responses.storage.records import Order
 
-_input_items = InputItemRow.__table__
+_input_items = cast(Table, InputItemRow.__table__)
 _output_items = OutputItemRow.__table__
 _responses = ResponseRow.__table__
 
@@ -21,30 +21,9 @@ _responses = ResponseRow.__table__
 def list_input_items(
     session: Session, response_id: str, *, after: str | None = None, limit: int = 20, order: Order = "desc"
 ) -> tuple[list[dict[str, Any]], bool]:
-    """One page of items after the item ``after`` in ``order``, and whether more follow.
-
-    An ``after`` that is not an item of this response is a ``BadRequest`` on ``param="after"``.
-    """
-    if limit < 1:
-        raise ValueError("limit must be at least 1")
-    position = _input_items.c.position
-    query = select(_input_items.c.item).where(_input_items.c.response_id == response_id)
-    if after is not None:
-        cursor = _position_of(session, response_id, after)
-        query = query.where(position > cursor if order == "asc" else position < cursor)
-    query = query.order_by(position.asc() if order == "asc" else position.desc()).limit(limit + 1)
-    items = list(session.execute(query).scalars())
-    return items[:limit], len(items) > limit
-
-
-def _position_of(session: Session, response_id: str, item_id: str) -> int:
-    query = select(_input_items.c.position).where(
-        _input_items.c.response_id == response_id, _input_items.c.item_id == item_id
-    )
-    position: int | None = session.execute(query.limit(1)).scalar_one_or_none()
-    if position is None:
-        raise BadRequest(f"No input item with id '{item_id}' in response '{response_id}'.", param="after")
-    return position
+    """One page of items after the item ``after`` in ``order``, and whether more follow (``page_items``)."""
+    return page_items(session, _input_items, _input_items.c.response_id == response_id, after=after, limit=limit,
+                      order=order, unknown_after=f"No input item with id '{after}' in response '{response_id}'.")
 
 
 def find_input_items(

@@ -14,6 +14,7 @@ from openai.types.responses import ResponseIncludable
 from oss_responses.api import conversations
 from oss_responses.api.body import read_json_body
 from oss_responses.api.deps import OwnerDep, ServicesDep
+from oss_responses.api.items import item_list_json
 from oss_responses.errors import NotFound
 from oss_responses.storage.conversations import (
     add_items,
@@ -71,7 +72,7 @@ async def create_items(
     body = conversations.parse_add(await read_json_body(request, services.settings))
     items = await conversations.conversation_items(services, body.items, owner)
     await services.db.run(add_items, conversation_id, items)
-    return conversations.item_list_json(items, has_more=False)
+    return item_list_json(items, has_more=False)
 
 
 @router.get("/{conversation_id}/items")
@@ -86,7 +87,7 @@ async def list_conversation_items(
 ) -> dict[str, Any]:
     await conversations.load_conversation(services, conversation_id, owner)
     items, has_more = await services.db.run(list_items, conversation_id, after=after, limit=limit, order=order)
-    return conversations.item_list_json(items, has_more)
+    return item_list_json(items, has_more)
 
 
 @router.get("/{conversation_id}/items/{item_id}")

@@ -16,6 +16,7 @@ from oss_responses.api.auth import authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import OwnerDep, ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
+from oss_responses.api.items import item_list_json
 from oss_responses.api.queued import build_queued
 from oss_responses.api.relay import relay
 from oss_responses.api.services import Services
@@ -161,11 +162,5 @@ async def list_response_input_items(
 ) -> dict[str, Any]:
     await jobs.load_visible(services, response_id, owner)
     items, has_more = await services.db.run(list_input_items, response_id, after=after, limit=limit, order=order)
-    return {
-        "object": "list",
-        "data": items,
-        "first_id": items[0]["id"] if items else None,
-        "last_id": items[-1]["id"] if items else None,
-        "has_more": has_more,
-    }
+    return item_list_json(items, has_more)
 
