@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
-from fastapi import Depends
+from fastapi import Depends, Query
 from starlette.requests import HTTPConnection
 
 from oss_responses.api.auth import Owner, authenticate
@@ -34,6 +35,24 @@ async def get_owner(request: HTTPConnection) -> Owner:
     return await authenticate(services.settings, services.db, request.headers.get("authorization"))
 
 
+@dataclass(frozen=True, slots=True)
+class PageQuery:
+    """A list endpoint's page: the items after the item ``after``, at most ``limit``, in ``order``."""
+
+    after: str | None
+    limit: int
+    order: Literal["asc", "desc"]
+
+
+async def get_page(
+    after: Annotated[str | None, Query(max_length=256)] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    order: Literal["asc", "desc"] = "desc",
+) -> PageQuery:
+    return PageQuery(after=after, limit=limit, order=order)
+
+
 ServicesDep = Annotated[Services, Depends(get_services)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 OwnerDep = Annotated[Owner, Depends(get_owner)]
+PageDep = Annotated[PageQuery, Depends(get_page)]

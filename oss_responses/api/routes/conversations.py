@@ -6,14 +6,14 @@ is a 404, exactly as an unknown one.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from openai.types.responses import ResponseIncludable
 
 from oss_responses.api import conversations
 from oss_responses.api.body import read_json_body
-from oss_responses.api.deps import OwnerDep, ServicesDep
+from oss_responses.api.deps import OwnerDep, PageDep, ServicesDep
 from oss_responses.api.items import item_list_json
 from oss_responses.errors import NotFound
 from oss_responses.storage.conversations import (
@@ -80,13 +80,12 @@ async def list_conversation_items(
     conversation_id: str,
     services: ServicesDep,
     owner: OwnerDep,
-    after: Annotated[str | None, Query(max_length=256)] = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    order: Literal["asc", "desc"] = "desc",
+    page: PageDep,
     include: Include = None,
 ) -> dict[str, Any]:
     await conversations.load_conversation(services, conversation_id, owner)
-    items, has_more = await services.db.run(list_items, conversation_id, after=after, limit=limit, order=order)
+    items, has_more = await services.db.run(list_items, conversation_id, after=page.after, limit=page.limit,
+                                            order=page.order)
     return item_list_json(items, has_more)
 
 

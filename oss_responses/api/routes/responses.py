@@ -6,7 +6,7 @@ creates that owner's responses only, and uses only the models that key may use.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, Response
 from oss_responses.api import compaction, conversations, creating, jobs, limits, openapi, token_count
 from oss_responses.api.auth import authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
-from oss_responses.api.deps import OwnerDep, ServicesDep
+from oss_responses.api.deps import OwnerDep, PageDep, ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
 from oss_responses.api.items import item_list_json
 from oss_responses.api.queued import build_queued
@@ -156,11 +156,10 @@ async def list_response_input_items(
     response_id: str,
     services: ServicesDep,
     owner: OwnerDep,
-    after: Annotated[str | None, Query(max_length=256)] = None,
-    limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    order: Literal["asc", "desc"] = "desc",
+    page: PageDep,
 ) -> dict[str, Any]:
     await jobs.load_visible(services, response_id, owner)
-    items, has_more = await services.db.run(list_input_items, response_id, after=after, limit=limit, order=order)
+    items, has_more = await services.db.run(list_input_items, response_id, after=page.after, limit=page.limit,
+                                            order=page.order)
     return item_list_json(items, has_more)
 
