@@ -35,15 +35,13 @@ Metadata = Annotated[
 ]
 
 
-def _items(value: Any) -> list[dict[str, Any]]:
-    """Raw item objects, each checked as a Responses input item (the 400 names the item)."""
+def _items(value: Any) -> list[Any]:
+    """The raw items, at most 20 (each is checked as an input item by ``conversation_items``)."""
     if not isinstance(value, list):
         raise BadRequest("Invalid type for 'items': expected an array of items.", param="items")
     if len(value) > MAX_ITEMS_PER_REQUEST:
         raise BadRequest(f"Invalid 'items': at most {MAX_ITEMS_PER_REQUEST} items can be added at a time, "
                          f"got {len(value)}.", param="items", code="array_above_max_length")
-    for n, item in enumerate(value):
-        parse_input_item(item, f"items[{n}]")
     return value
 
 
@@ -51,7 +49,7 @@ class CreateConversationRequest(BaseModel):
     """``POST /v1/conversations``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    items: list[dict[str, Any]] | None = None
+    items: list[Any] | None = None
     metadata: Metadata | None = None
 
     @field_validator("items", mode="before")
@@ -71,7 +69,7 @@ class AddItemsRequest(BaseModel):
     """``POST /v1/conversations/{id}/items``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    items: list[dict[str, Any]]
+    items: list[Any]
 
     @field_validator("items", mode="before")
     @classmethod
@@ -96,8 +94,9 @@ def parse_add(body: Any) -> AddItemsRequest:
     return parse_body(_add, body)
 
 
-async def conversation_items(services: Services, raw: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]]:
-    """The items to keep for ``raw`` (checked input items): each with an id, references replaced."""
+async def conversation_items(services: Services, raw: list[Any], owner: Owner) -> list[dict[str, Any]]:
+    """The items to keep for ``raw``, each checked as a Responses input item (a 400 names the item),
+    with an id, references replaced."""
     parsed = [parse_input_item(item, f"items[{n}]") for n, item in enumerate(raw)]
     references = [item.id for item in parsed if isinstance(item, ItemReference)]
     found = await services.db.run(find_stored_items, references, owner.name) if references else {}
