@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.responses.response_input_item import ItemReference
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, TypeAdapter
 
 from oss_responses.api.auth import Owner
 from oss_responses.api.items import stored_item
@@ -36,7 +36,6 @@ Metadata = Annotated[
 
 
 def _items(value: Any) -> list[Any]:
-    """The raw items, at most 20 (each is checked as an input item by ``conversation_items``)."""
     if not isinstance(value, list):
         raise BadRequest("Invalid type for 'items': expected an array of items.", param="items")
     if len(value) > MAX_ITEMS_PER_REQUEST:
@@ -45,17 +44,16 @@ def _items(value: Any) -> list[Any]:
     return value
 
 
+# The raw items, at most 20 (each is checked as an input item by ``conversation_items``).
+Items = Annotated[list[Any], BeforeValidator(_items)]
+
+
 class CreateConversationRequest(BaseModel):
     """``POST /v1/conversations``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    items: list[Any] | None = None
+    items: Items | None = None
     metadata: Metadata | None = None
-
-    @field_validator("items", mode="before")
-    @classmethod
-    def _check_items(cls, value: Any) -> Any:
-        return None if value is None else _items(value)
 
 
 class UpdateConversationRequest(BaseModel):
@@ -69,12 +67,7 @@ class AddItemsRequest(BaseModel):
     """``POST /v1/conversations/{id}/items``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    items: list[Any]
-
-    @field_validator("items", mode="before")
-    @classmethod
-    def _check_items(cls, value: Any) -> Any:
-        return _items(value)
+    items: Items
 
 
 _create = TypeAdapter(CreateConversationRequest)

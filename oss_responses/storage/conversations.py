@@ -16,12 +16,10 @@ from sqlalchemy import CursorResult, Table, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from oss_responses.errors import BadRequest
-from oss_responses.storage.input_items import find_stored_items
+from oss_responses.storage.input_items import ITEM_REFERENCE, find_stored_items
 from oss_responses.storage.models import ConversationItemRow, ConversationRow, InputItemRow
 from oss_responses.storage.paging import page_items
 from oss_responses.storage.records import Order, utcnow
-
-ITEM_REFERENCE = "item_reference"
 
 _conversations = cast(Table, ConversationRow.__table__)
 _items = cast(Table, ConversationItemRow.__table__)

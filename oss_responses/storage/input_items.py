@@ -13,6 +13,8 @@ from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRo
 from oss_responses.storage.paging import page_items
 from oss_responses.storage.records import Order
 
+ITEM_REFERENCE = "item_reference"
+
 _input_items = cast(Table, InputItemRow.__table__)
 _output_items = OutputItemRow.__table__
 _responses = ResponseRow.__table__
@@ -60,7 +62,7 @@ def find_stored_items(session: Session, item_ids: Sequence[str], owner: str | No
         .where(_output_items.c.item_id.in_(list(item_ids)), visible)
     )
     # A stored reference stands for another item, never for itself (a later response may name the item too).
-    found = {item_id: item for item_id, item in session.execute(inputs) if item.get("type") != "item_reference"}
+    found = {item_id: item for item_id, item in session.execute(inputs) if item.get("type") != ITEM_REFERENCE}
     found.update({item_id: item for item_id, item in session.execute(outputs)})
     return found
 
