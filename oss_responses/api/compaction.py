@@ -30,6 +30,7 @@ from openai.types.responses import (
 )
 
 from oss_responses.api.items import stored_items
+from oss_responses.conversation import ConversationPrefix
 from oss_responses.errors import BadRequest, ServiceError
 from oss_responses.harmony.ids import new_id
 from oss_responses.harmony.messages import text_message
@@ -74,9 +75,13 @@ def summarising_request(request: CreateResponseRequest) -> CreateResponseRequest
     )
 
 
-def user_messages(chain: list[ResponseRecord], request: CreateResponseRequest) -> list[dict[str, Any]]:
-    """The conversation's user messages, oldest first, as input message items."""
-    items = [item for record in chain for item in stored_items(parse_create_request(record.request).input_items())]
+def user_messages(
+    chain: list[ResponseRecord], request: CreateResponseRequest, prefix: ConversationPrefix | None = None
+) -> list[dict[str, Any]]:
+    """The conversation's user messages, oldest first, as input message items (``prefix``: the items of the
+    conversation the chain began in come first)."""
+    items = list(prefix.items) if prefix is not None else []
+    items += [item for record in chain for item in stored_items(parse_create_request(record.request).input_items())]
     items += stored_items(request.input_items())
     return [
         ResponseInputMessageItem.model_validate(item).model_dump(mode="json", exclude_none=True)

@@ -20,11 +20,12 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstr
 from oss_responses.api.auth import Owner
 from oss_responses.api.items import stored_item
 from oss_responses.api.services import Services
+from oss_responses.conversation import ConversationPrefix, prefix_position
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.harmony.ids import new_id
 from oss_responses.requests import CreateResponseRequest, parse_body, parse_input_item
-from oss_responses.storage import find_stored_items
-from oss_responses.storage.conversations import ConversationRecord, all_items, get_conversation
+from oss_responses.storage import ResponseRecord, find_stored_items
+from oss_responses.storage.conversations import ConversationRecord, get_conversation, items_through
 
 MAX_ITEMS_PER_REQUEST = 20  # OpenAI's limit on items added by one request
 
@@ -117,17 +118,30 @@ async def load_conversation(
     return record
 
 
-async def with_conversation(services: Services, request: CreateResponseRequest, owner: Owner) -> int:
-    """A request that names a conversation gets the conversation's items before its own input (OpenAI's
-    "prepended to input_items"), read now: a takeover renders the same prompt. How many items came first
-    (0 without a conversation). The turn's items join the conversation once it ended (``save_turn``)."""
-    if request.conversation is None:
-        return 0
-    await load_conversation(services, request.conversation, owner, param="conversation")
-    stored = await services.db.run(all_items, request.conversation)
-    earlier = [parse_input_item(item, f"conversation.items[{n}]") for n, item in enumerate(stored)]
-    request.input = [*earlier, *request.input_items()]
-    return len(earlier)
+async def conversation_prefix(
+    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord], owner: Owner
+) -> ConversationPrefix | None:
+    """The conversation items that come before the request's input (OpenAI's "prepended to input_items"):
+    all that its ``conversation`` holds now (the response records how far that was), or, for a chain
+    that began in a conversation, as far as its first response saw it. The request's own items join the
+    conversation once it ended (``save_turn``)."""
+    if request.conversation is not None:
+        await load_conversation(services, request.conversation, owner, param="conversation")
+        found = await services.db.run(items_through, request.conversation)
+        if found is None:  # deleted since it was looked up
+            raise NotFound(f"Conversation with id '{request.conversation}' not found.", param="conversation")
+        return ConversationPrefix(request.conversation, found[1], found[0])
+    position = prefix_position(chain)
+    if position is None:
+        return None
+    found = await services.db.run(items_through, *position)
+    if found is None:
+        raise BadRequest(
+            f"The conversation of previous response '{request.previous_response_id}' cannot be continued: "
+            f"conversation '{position[0]}', where it began, was deleted.",
+            param="previous_response_id",
+        )
+    return ConversationPrefix(position[0], position[1], found[0])
 
 
 def new_conversation(owner: Owner, metadata: dict[str, str] | None) -> ConversationRecord:

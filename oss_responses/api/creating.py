@@ -59,6 +59,7 @@ async def create(services: Services, body: CreateResponseRequest, owner: Owner) 
 
 async def _planned(services: Services, body: CreateResponseRequest, owner: Owner) -> QueuedResponse:
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
-    earlier = await conversations.with_conversation(services, body, owner)
-    plan = await jobs.check_conversation(services, body, chain, owner)
-    return build_queued(body, services.settings, plan, earlier=earlier)
+    prefix = await conversations.conversation_prefix(services, body, chain, owner)
+    plan = await jobs.check_conversation(services, body, chain, owner, prefix)
+    through = prefix.through if prefix is not None and body.conversation is not None else None
+    return build_queued(body, services.settings, plan, conversation_through=through)

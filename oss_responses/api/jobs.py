@@ -30,7 +30,7 @@ from oss_responses.api.auth import Owner
 from oss_responses.api.queued import QueuedResponse
 from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
-from oss_responses.conversation import BrokenChain, history_of, render_options
+from oss_responses.conversation import BrokenChain, ConversationPrefix, history_of, render_options, with_prefix
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.hub import StreamLost, StreamNotFound
@@ -130,10 +130,14 @@ PLAN_ON_LOOP_MESSAGES = 32
 
 
 async def check_conversation(
-    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord], owner: Owner
+    services: Services,
+    request: CreateResponseRequest,
+    chain: list[ResponseRecord],
+    owner: Owner,
+    prefix: ConversationPrefix | None = None,
 ) -> ConversationPlan:
     """Everything the worker would refuse, refused now (a 400), before anything is stored."""
-    history = await resolve_conversation(services, request, chain, owner)
+    history = await resolve_conversation(services, request, chain, owner, prefix)
     options = render_options(services.settings, utcnow(), sealer=services.sealer)
     if len(request.input_items()) + sum(len(turn.messages) for turn in history) <= PLAN_ON_LOOP_MESSAGES:
         return plan_conversation(request, history, options)
@@ -141,11 +145,16 @@ async def check_conversation(
 
 
 async def resolve_conversation(
-    services: Services, request: CreateResponseRequest, chain: list[ResponseRecord], owner: Owner
+    services: Services,
+    request: CreateResponseRequest,
+    chain: list[ResponseRecord],
+    owner: Owner,
+    prefix: ConversationPrefix | None = None,
 ) -> list[ConversationTurn]:
-    """The chain's turns (400 if it was cut), with the request's item references replaced by the items they
-    name: the chain's first, then any stored item ``owner`` may see (clients that keep the conversation
-    themselves, such as the Vercel AI SDK, name earlier output items with no ``previous_response_id``)."""
+    """The chain's turns (400 if it was cut) after ``prefix``'s conversation items, with the request's item
+    references replaced by the items they name: the conversation's and the chain's first, then any stored
+    item ``owner`` may see (clients that keep the conversation themselves, such as the Vercel AI SDK, name
+    earlier output items with no ``previous_response_id``)."""
     try:
         history = history_of(chain)
     except BrokenChain as exc:
@@ -153,6 +162,7 @@ async def resolve_conversation(
             f"The conversation of previous response '{request.previous_response_id}' cannot be continued: {exc}.",
             param="previous_response_id",
         ) from exc
+    history = with_prefix(history, prefix, render_options(services.settings, utcnow(), sealer=services.sealer))
     references = referenced_ids(request.input_items())
     if references:
         known = conversation_items(history)
@@ -180,6 +190,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
         # Stored now, so the turn's input stays part of the conversation even if it never runs.
         input_messages=queued.input_messages,
         function_calls=queued.function_calls,
+        conversation_through=queued.conversation_through,
         # Checked before: credentials come only with a sealer (api/sealed.py).
         sealed_secrets=seal_secrets(services.sealer, queued.secrets) if queued.secrets and services.sealer else None,
         owner=owner.name,

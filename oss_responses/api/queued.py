@@ -37,6 +37,7 @@ class QueuedResponse:
     secrets: dict[str, dict[str, Any]]  # {server_label: {"authorization": ..., "headers": {...}}}
     input_messages: list[dict[str, Any]] = field(default_factory=list)  # the input as harmony messages
     function_calls: dict[str, str] = field(default_factory=dict)  # call_id -> name, of the input's calls
+    conversation_through: int | None = None  # in a conversation: the position its items end at
 
 
 def split_secrets(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -109,10 +110,12 @@ def _response(fields: dict[str, Any]) -> Response:
 
 
 def build_queued(
-    request: CreateResponseRequest, settings: Settings, plan: ConversationPlan | None = None, earlier: int = 0
+    request: CreateResponseRequest,
+    settings: Settings,
+    plan: ConversationPlan | None = None,
+    conversation_through: int | None = None,
 ) -> QueuedResponse:
-    """``earlier``: how many of the input's first items came from its conversation (``api/conversations.py``);
-    they are rendered, not stored again as this response's input items."""
+    """``conversation_through``: the request's conversation ends at that position (``api/conversations.py``)."""
     stored_request = wire_json(request, exclude_none=True)
     tools, secrets = split_secrets(stored_request.get("tools", []))
     stored_request["tools"] = tools
@@ -129,8 +132,9 @@ def build_queued(
     return QueuedResponse(
         response=_response(fields),
         request=stored_request,
-        input_items=stored_items(request.input_items()[earlier:]),
+        input_items=stored_items(request.input_items()),
         secrets=secrets,
         input_messages=plan.new_messages if plan else [],
         function_calls=plan.function_calls if plan else {},
+        conversation_through=conversation_through,
     )

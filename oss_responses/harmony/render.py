@@ -5,6 +5,8 @@ Interface::
     plan_conversation(request, history, options) -> ConversationPlan
         every message of the prompt, without tokens; raises BadRequest for any input or tool that
         cannot be rendered (the API calls it before storing a request, the worker through render)
+    items_turn(items, stored, options) -> ConversationTurn
+        items that come before every turn (a conversation's), as an earlier turn: the history's first
     render_prompt(request, history, options, encoding) -> RenderedPrompt
         .token_ids       prompt ending with "<|start|>assistant", ready for generation
         .new_messages    harmony message dicts this turn adds from its input (store them)
@@ -53,6 +55,7 @@ from openai_harmony import (
     ToolDescription,
     ToolNamespaceConfig,
 )
+from pydantic import BaseModel
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import (
@@ -88,6 +91,7 @@ __all__ = [
     "drop_closed_analysis",
     "hosted_builtins",
     "hosted_calls",
+    "items_turn",
     "offered_functions",
     "plan_conversation",
     "render_prompt",
@@ -182,6 +186,15 @@ def plan_conversation(request: Any, history: Sequence[ConversationTurn], options
     return ConversationPlan(
         messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval
     )
+
+
+def items_turn(
+    items: Sequence[BaseModel], stored: Sequence[dict[str, Any]], options: RenderOptions
+) -> ConversationTurn:
+    """``items`` (parsed; ``stored``: the same as stored JSON) as a turn before every other: a conversation's
+    items come before its responses' input, and they are rendered, not stored with each response."""
+    converter = InputConverter({}, _label_namespaces(options), BUILTIN_NAMESPACES, frozenset(), options.unseal)
+    return ConversationTurn(converter.convert(list(items)), converter.function_calls, [dict(item) for item in stored])
 
 
 def render_prompt(

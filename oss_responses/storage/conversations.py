@@ -100,10 +100,22 @@ def append_turn(session: Session, conversation_id: str, response_id: str, output
     _append(session, conversation_id, list(fresh.values()))
 
 
-def all_items(session: Session, conversation_id: str) -> list[dict[str, Any]]:
-    """Every item of the conversation, oldest first (what a response in it is given before its input)."""
-    query = select(_items.c.item).where(_items.c.conversation_id == conversation_id).order_by(_items.c.position)
-    return list(session.execute(query).scalars())
+def items_through(
+    session: Session, conversation_id: str, through: int | None = None
+) -> tuple[list[dict[str, Any]], int] | None:
+    """The conversation's items, oldest first, up to position ``through`` (None: all it holds now), and
+    the position they end at (``through``, or the last item's now; -1 for none). None if it is gone.
+
+    A response in a conversation is given them before its input: read whole when it is accepted, then
+    up to the position recorded then, by the worker and by later turns that continue it."""
+    if session.execute(select(_conversations.c.id).where(_conversations.c.id == conversation_id)).first() is None:
+        return None
+    query = select(_items.c.position, _items.c.item).where(_items.c.conversation_id == conversation_id)
+    if through is not None:
+        query = query.where(_items.c.position <= through)
+    rows = session.execute(query.order_by(_items.c.position)).all()
+    end = through if through is not None else (rows[-1].position if rows else -1)
+    return [row.item for row in rows], end
 
 
 def _take_turns(session: Session, conversation_id: str) -> bool:

@@ -96,6 +96,9 @@ class ResponseRow(Base):
     sealed_secrets: Mapped[str | None] = mapped_column(Text)
     # The owner of the API key that created it; NULL for responses created in open mode.
     owner: Mapped[str | None] = mapped_column(String, index=True)
+    # In a conversation (the request's ``conversation``): its items up to this position come before the
+    # input. NULL otherwise, and for rows older than migration 0009, whose request holds those items.
+    conversation_through: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

@@ -35,6 +35,8 @@ class ResponseRecord:
     # The request's MCP credentials, sealed (sealing.seal_secrets): never in clear in SQL or Redis.
     sealed_secrets: str | None = None
     owner: str | None = None  # the API key's owner (keys mode); None in open mode
+    # In a conversation: the position of its last item when this response was accepted (-1: empty)
+    conversation_through: int | None = None
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime | None = None  # set to created_at on insert
     completed_at: datetime | None = None

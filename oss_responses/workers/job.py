@@ -13,12 +13,21 @@ from typing import Any
 from openai.types.responses import Response
 
 from oss_responses.config import Settings
-from oss_responses.conversation import check_chain, render_options, turn_of
+from oss_responses.conversation import (
+    BrokenChain,
+    ConversationPrefix,
+    check_chain,
+    prefix_position,
+    render_options,
+    turn_of,
+    with_prefix,
+)
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.sealing import Sealer, open_secrets
 from oss_responses.storage import Database, ResponseRecord, get_chain
+from oss_responses.storage.conversations import items_through
 
 
 class JobLoadError(RuntimeError):
@@ -56,9 +65,14 @@ def with_secrets(tool: dict[str, Any], secrets: dict[str, dict[str, Any]]) -> di
 
 
 def load_job(
-    db: Database, response_id: str, secrets: dict[str, dict[str, Any]] | None = None, sealer: Sealer | None = None
+    db: Database,
+    response_id: str,
+    settings: Settings,
+    secrets: dict[str, dict[str, Any]] | None = None,
+    sealer: Sealer | None = None,
 ) -> Job | None:
-    """The response and its earlier turns (None if the row is gone: deleted, or never committed).
+    """The response and its earlier turns (None if the row is gone: deleted, or never committed); the
+    first of them the items of the conversation the chain began in, if it began in one.
 
     Its MCP credentials are the sealed ones of its row (``secrets``: those a task of an older version
     carried). A row that cannot be loaded, a chain broken by a deleted earlier turn (BrokenChain)
@@ -73,12 +87,30 @@ def load_job(
         check_chain(chain)
         if not isinstance(record.request, dict):
             raise TypeError(f"the stored request is a {type(record.request).__name__}, not an object")
-        history = [turn_of(earlier) for earlier in chain[:-1]]
+        history = _with_conversation(db, chain, [turn_of(earlier) for earlier in chain[:-1]], settings, sealer)
         response = Response.model_validate(record.response)
     except Exception as exc:
         error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
         return Job(record, [], placeholder_of(record), dict(secrets or {}), load_error=error)
     return Job(record, history, response, dict(secrets or {}))
+
+
+def _with_conversation(
+    db: Database,
+    chain: list[ResponseRecord],
+    history: list[ConversationTurn],
+    settings: Settings,
+    sealer: Sealer | None,
+) -> list[ConversationTurn]:
+    position = prefix_position(chain)
+    if position is None:
+        return history
+    conversation_id, through = position
+    found = db.run(items_through, conversation_id, through)
+    if found is None:
+        raise BrokenChain(f"conversation '{conversation_id}', which this response continues, was deleted")
+    options = render_options(settings, chain[-1].created_at, sealer=sealer)
+    return with_prefix(history, ConversationPrefix(conversation_id, through, found[0]), options)
 
 
 def _opened_secrets(record: ResponseRecord, sealer: Sealer | None) -> dict[str, dict[str, Any]]:

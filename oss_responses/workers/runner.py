@@ -110,7 +110,7 @@ Outcome = Literal[
 
 def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Outcome:
     """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
-    job = load_job(ctx.db, response_id, secrets, ctx.sealer)
+    job = load_job(ctx.db, response_id, ctx.settings, secrets, ctx.sealer)
     if job is None:
         return "missing"
     if job.record.status not in ("queued", "in_progress"):
@@ -131,7 +131,7 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[s
 
 def send_back(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None) -> Outcome:
     """A task that arrived while this worker shuts down: its response goes back to the queue, untouched."""
-    job = load_job(ctx.db, response_id, secrets, ctx.sealer)
+    job = load_job(ctx.db, response_id, ctx.settings, secrets, ctx.sealer)
     if job is None:
         return "missing"
     assert ctx.dispatch is not None

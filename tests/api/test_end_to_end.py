@@ -282,6 +282,21 @@ def test_turns_in_conversation_see_its_earlier_items(stack: Stack) -> None:
     assert [item.type for item in items] == ["message", "message", "reasoning", "message", "message", "reasoning",
                                              "message"]
     assert [item.id for item in items[-2:]] == [item.id for item in three.output]  # type: ignore[union-attr]
+    # Its row records how far the conversation went (four items then), not a copy of them.
+    record = stack.db.run(get_response, three.id)
+    assert record is not None and (record.request["input"], record.conversation_through) == ("third cherry", 3)
+
+
+def test_response_continuing_turn_of_conversation_sees_conversation(stack: Stack) -> None:
+    conversation = stack.client.conversations.create(items=[{"role": "user", "content": "first apple"}])
+    turn = stack.client.responses.create(model=MODEL, input="second banana", conversation=conversation.id)
+    later = stack.other.responses.create(model=MODEL, input="third cherry", previous_response_id=turn.id)
+    assert later.output_text == 'You said: "third cherry". Earlier you said: 1. "first apple" 2. "second banana"'
+    stack.client.conversations.delete(conversation.id)
+    with pytest.raises(openai.BadRequestError) as caught:
+        stack.other.responses.create(model=MODEL, input="fourth", previous_response_id=later.id)
+    assert caught.value.body["param"] == "previous_response_id"  # type: ignore[index]
+    assert f"conversation '{conversation.id}'" in caught.value.body["message"]  # type: ignore[index]
 
 
 def test_store_false_turn_in_conversation_joins_it(stack: Stack) -> None:

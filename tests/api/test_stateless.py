@@ -155,6 +155,16 @@ def test_compact_previous_response_id_includes_stored_user_messages(stack: Stack
     assert compacted.output[-1].type == "compaction"
 
 
+def test_compact_previous_response_id_in_conversation_includes_its_user_messages(stack: Stack) -> None:
+    conversation = stack.client.conversations.create(items=[{"role": "user", "content": "zero cherry"}])
+    stored = stack.client.responses.create(model=MODEL, input="first apple", conversation=conversation.id)
+    compacted = stack.client.responses.compact(
+        model=MODEL, previous_response_id=stored.id,
+        input=[{"type": "message", "role": "user", "content": "second banana"}],
+    )
+    assert _user_texts(compacted.output) == ["zero cherry", "first apple", "second banana"]
+
+
 def test_create_response_with_tampered_compaction_is_bad_request(stack: Stack, compacted: Any) -> None:
     item = compacted.output[-1].model_dump(mode="json", exclude_none=True)
     item["encrypted_content"] = _tamper(item["encrypted_content"])

@@ -18,6 +18,7 @@ from oss_responses.storage.conversations import (
     get_conversation,
     get_item,
     insert_conversation,
+    items_through,
     list_items,
 )
 
@@ -41,6 +42,30 @@ def test_add_items_appends_after_last_item(db: Database) -> None:
     conversation_id = _conversation(db, items=("a", "b"))
     db.run(add_items, conversation_id, [_item("c"), _item("d")])
     assert _ids(db, conversation_id, order="asc") == ["a", "b", "c", "d"]
+
+
+def test_items_through_reads_all_items_and_where_they_end(db: Database) -> None:
+    conversation_id = _conversation(db, items=("msg_a", "msg_b"))
+    items, through = db.run(items_through, conversation_id)
+    assert ([item["id"] for item in items], through) == (["msg_a", "msg_b"], 1)
+
+
+def test_items_through_position_leaves_later_and_deleted_items_out(db: Database) -> None:
+    conversation_id = _conversation(db, items=("msg_a", "msg_b", "msg_c"))
+    db.run(add_items, conversation_id, [_item("msg_d")])
+    db.run(delete_item, conversation_id, "msg_a")
+    items, through = db.run(items_through, conversation_id, 2)
+    assert ([item["id"] for item in items], through) == (["msg_b", "msg_c"], 2)
+
+
+def test_items_through_of_empty_conversation_ends_before_first_position(db: Database) -> None:
+    assert db.run(items_through, _conversation(db)) == ([], -1)
+
+
+def test_items_through_of_deleted_conversation_is_none(db: Database) -> None:
+    conversation_id = _conversation(db, items=("msg_a",))
+    db.run(delete_conversation, conversation_id)
+    assert db.run(items_through, conversation_id, 0) is None
 
 
 def test_add_items_concurrently_keeps_every_item(db: Database) -> None:

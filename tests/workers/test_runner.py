@@ -11,6 +11,7 @@ from support.workers import accept, overwrite_row
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, get_response, transition
+from oss_responses.storage.conversations import ConversationRecord, delete_conversation, insert_conversation
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -52,6 +53,52 @@ def test_run_response_shows_earlier_turns_of_the_chain(
         assert run_response_now(previous, worker=worker) == "completed"
     record = db.run(get_response, previous)
     assert final_text(record.response) == 'You said: "three". Earlier you said: 1. "one" 2. "two"'  # type: ignore[union-attr]
+
+
+def _conversation(db: Database, *texts: str) -> str:
+    record = ConversationRecord(id=f"conv_{'_'.join(texts)}", owner=None)
+    items = [{"id": f"msg_{n}_{text}", "type": "message", "role": "user", "status": "completed",
+              "content": [{"type": "input_text", "text": text}]} for n, text in enumerate(texts)]
+    db.run(insert_conversation, record, items)
+    return record.id
+
+
+def test_run_response_in_conversation_sees_its_items_as_far_as_when_accepted(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    conversation_id = _conversation(db, "first", "added later")
+    response_id = accept(db, redis, settings, input="third", conversation=conversation_id)
+    overwrite_row(db, response_id, conversation_through=0)  # accepted when the conversation held "first"
+    assert run_response_now(response_id, worker=worker) == "completed"
+    record = db.run(get_response, response_id)
+    assert final_text(record.response) == 'You said: "third". Earlier you said: 1. "first"'  # type: ignore[union-attr]
+    # The row keeps its own input, not a copy of the conversation.
+    assert record.request["input"] == "third" and len(record.input_messages) == 1  # type: ignore[union-attr]
+
+
+def test_run_response_continuing_turn_of_conversation_sees_conversation(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    conversation_id = _conversation(db, "zero")
+    first = accept(db, redis, settings, input="one", conversation=conversation_id)
+    overwrite_row(db, first, conversation_through=0)
+    assert run_response_now(first, worker=worker) == "completed"
+    second = accept(db, redis, settings, input="two", previous_response_id=first)
+    assert run_response_now(second, worker=worker) == "completed"
+    record = db.run(get_response, second)
+    assert final_text(record.response) == 'You said: "two". Earlier you said: 1. "zero" 2. "one"'  # type: ignore[union-attr]
+
+
+def test_run_response_fails_response_whose_conversation_was_deleted(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    conversation_id = _conversation(db, "gone")
+    response_id = accept(db, redis, settings, input="hi", conversation=conversation_id)
+    overwrite_row(db, response_id, conversation_through=0)
+    db.run(delete_conversation, conversation_id)
+    assert run_response_now(response_id, worker=worker) == "failed"
+    record = db.run(get_response, response_id)
+    assert f"conversation '{conversation_id}'" in record.response["error"]["message"]  # type: ignore[union-attr]
 
 
 def test_run_response_skips_terminal_response(

@@ -90,13 +90,14 @@ async def compact_conversation(request: Request, services: ServicesDep, owner: O
     sealer = compaction.require_sealer(services.sealer)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
     summarising = compaction.summarising_request(body)
-    plan = await jobs.check_conversation(services, summarising, chain, owner)
+    prefix = await conversations.conversation_prefix(services, summarising, chain, owner)
+    plan = await jobs.check_conversation(services, summarising, chain, owner, prefix)
     queued = build_queued(summarising, services.settings, plan)
     opening = await jobs.accept(services, queued, owner)  # the summarising response is the owner's too
     final = await _final_unless_disconnected(request, services, queued.response.id, after=len(opening) - 1)
     if final is None:
         return Response(status_code=DISCONNECTED)
-    return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body), sealer))
+    return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body, prefix), sealer))
 
 
 @router.post(
@@ -108,8 +109,8 @@ async def count_input_tokens(request: Request, services: ServicesDep, owner: Own
     creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
-    await conversations.with_conversation(services, body, owner)
-    history = await jobs.resolve_conversation(services, body, chain, owner)
+    prefix = await conversations.conversation_prefix(services, body, chain, owner)
+    history = await jobs.resolve_conversation(services, body, chain, owner, prefix)
     return JSONResponse(await token_count.count_input_tokens(services, body, history))
 
 
