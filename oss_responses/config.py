@@ -89,6 +89,9 @@ class Settings(BaseSettings):
     scripted_step_interval_seconds: float = Field(
         0.0, description="Scripted engine step: one token for every running response per step; 0 = no stepping"
     )
+    scripted_context_tokens: int | None = Field(
+        None, description="The scripted model's context (prompt and output), as vLLM's max_model_len; unset = no limit"
+    )
 
     # --- vLLM engine --------------------------------------------------------
     vllm_model: str = Field("openai/gpt-oss-20b", description="Model path or hub name for vLLM")

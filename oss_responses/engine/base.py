@@ -47,6 +47,27 @@ class EngineOutput:
     cached_tokens: int | None = None
 
 
+class PromptTooLongError(ValueError):
+    """The prompt leaves no room for output within the model's context."""
+
+
+def check_prompt_length(prompt_token_ids: Sequence[int], context_tokens: int) -> None:
+    # vLLM rejects it too, but with its own wording; this says what the user can do about it.
+    if len(prompt_token_ids) >= context_tokens:
+        raise PromptTooLongError(
+            f"The prompt is {len(prompt_token_ids)} tokens, the model's context is {context_tokens} tokens: "
+            "shorten the input or the conversation, or send truncation: \"auto\"."
+        )
+
+
+@runtime_checkable
+class ContextLimited(Protocol):
+    """An engine whose model reads at most ``context_tokens`` tokens, prompt and output together."""
+
+    @property
+    def context_tokens(self) -> int | None: ...
+
+
 class Engine(Protocol):
     def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from openai_harmony import HarmonyEncoding, Message, Role
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.base import EngineOutput, SamplingSettings, check_prompt_length
 from oss_responses.engine.json_instance import instance_of
 from oss_responses.engine.response_format import ResponseFormat, requested_format
 from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
@@ -333,8 +333,14 @@ class ScriptedEngine:
     """The scripted stand-in model (see the module docstring)."""
 
     def __init__(
-        self, encoding: HarmonyEncoding, *, tokens_per_second: float = 0.0, step_interval_seconds: float = 0.0
+        self,
+        encoding: HarmonyEncoding,
+        *,
+        tokens_per_second: float = 0.0,
+        step_interval_seconds: float = 0.0,
+        context_tokens: int | None = None,
     ) -> None:
+        self.context_tokens = context_tokens  # None: no limit
         self.writer = ScriptWriter(encoding)
         self.encoding = encoding
         self.delay = 1.0 / tokens_per_second if tokens_per_second > 0 else 0.0
@@ -347,6 +353,7 @@ class ScriptedEngine:
             encoding,
             tokens_per_second=settings.scripted_tokens_per_second,
             step_interval_seconds=settings.scripted_step_interval_seconds,
+            context_tokens=settings.scripted_context_tokens,
         )
 
     async def start(self) -> None:
@@ -372,6 +379,8 @@ class ScriptedEngine:
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
         # One generator level per token (not a nested one): this runs once per token per response.
+        if self.context_tokens is not None:
+            check_prompt_length(prompt_token_ids, self.context_tokens)
         script = self.writer.script_for(prompt_token_ids)
         request = _Request(aborted=asyncio.get_running_loop().create_future())
         self._requests[request_id] = request

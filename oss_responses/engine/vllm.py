@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings
+from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings, check_prompt_length
 from oss_responses.statuses import FinishReason
 from oss_responses.vocab import ensure_vocabulary
 
@@ -58,10 +58,6 @@ _UNSCRIPTED = re.compile(r"\bunscripted\b")
 
 class EngineRequestError(RuntimeError):
     """vLLM finished a request with an internal error."""
-
-
-class PromptTooLongError(ValueError):
-    """The prompt leaves no room for output within ``max_model_len``."""
 
 
 def engine_args(settings: Settings) -> AsyncEngineArgs:
@@ -316,13 +312,11 @@ class VllmEngine:
         return TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sampling_params(sampling)
 
     def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
-        # vLLM rejects it too, but with its own wording; this says what the user can do about it.
-        limit = self.llm.model_config.max_model_len
-        if len(prompt_token_ids) >= limit:
-            raise PromptTooLongError(
-                f"The prompt is {len(prompt_token_ids)} tokens, the model's context is {limit} tokens: "
-                "shorten the input or the conversation."
-            )
+        check_prompt_length(prompt_token_ids, self.llm.model_config.max_model_len)
+
+    @property
+    def context_tokens(self) -> int | None:
+        return self.llm.model_config.max_model_len if self._llm is not None else None
 
     def _forced(self, prompt_token_ids: Sequence[int], sampling: SamplingSettings) -> SamplingSettings:
         from oss_responses.engine.forced import FORCED_TOKENS_KEY

@@ -134,6 +134,7 @@ class ConversationPlan:
     mcp_labels: dict[str, str]
     function_namespaces: frozenset[str]
     approval: ApprovalAnswer | None = None
+    conversation_start: int = 0  # where in ``messages`` the conversation begins (after system, developer)
 
 
 @dataclass(slots=True)
@@ -165,8 +166,13 @@ class _Tools:
         return frozenset(namespace.name for namespace in self.namespaces)
 
 
-def plan_conversation(request: Any, history: Sequence[ConversationTurn], options: RenderOptions) -> ConversationPlan:
-    """The prompt's messages without tokens: what the API checks before it stores a request."""
+def plan_conversation(
+    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, *, keep_from: int = 0
+) -> ConversationPlan:
+    """The prompt's messages without tokens: what the API checks before it stores a request.
+
+    ``keep_from``: the conversation (earlier turns and input, after system and developer) starts at
+    that message; those before it are dropped (``truncation: "auto"``, ``harmony/truncation.py``)."""
     items = request.input_items()
     approval = find_approval(history, items)
     tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
@@ -180,11 +186,13 @@ def plan_conversation(request: Any, history: Sequence[ConversationTurn], options
     developer = _developer_message(request, tools)
     if developer is not None:
         messages.append(developer)
-    messages += [Message.from_dict(message) for message in replayed]
+    conversation_start = len(messages)
+    messages += [Message.from_dict(message) for message in replayed[keep_from:]]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)
     return ConversationPlan(
-        messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval
+        messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval,
+        conversation_start,
     )
 
 

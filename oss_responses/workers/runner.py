@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from oss_responses import redis_keys
-from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.base import ContextLimited, SamplingSettings
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
@@ -55,6 +55,7 @@ from oss_responses.harmony.render import (
     rendered_prompt,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
+from oss_responses.harmony.truncation import truncation_start
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -483,6 +484,9 @@ def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
         options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
         plan, messages = _plan(request, run.job.history, options)
         token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
+        if (keep_from := _truncation(run.ctx, request, plan, token_ids)) is not None:
+            plan, messages = _plan(request, run.job.history, options, keep_from)
+            token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
     except Exception as exc:
         return exc
     return rendered_prompt(plan, token_ids, messages)
@@ -500,14 +504,33 @@ async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, An
     options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
     plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
     token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
+    if (keep_from := _truncation(run.ctx, request, plan, token_ids)) is not None:
+        plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options, keep_from)
+        token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
     run.rendered = rendered_prompt(plan, token_ids, messages)
 
 
 def _plan(
-    request: CreateResponseRequest, history: list[ConversationTurn], options: RenderOptions
+    request: CreateResponseRequest, history: list[ConversationTurn], options: RenderOptions, keep_from: int = 0
 ) -> tuple[ConversationPlan, list[dict[str, Any]]]:
-    plan = plan_conversation(request, history, options)
+    plan = plan_conversation(request, history, options, keep_from=keep_from)
     return plan, [message.to_dict() for message in plan.messages]
+
+
+def _truncation(
+    ctx: WorkerContext, request: CreateResponseRequest, plan: ConversationPlan, token_ids: list[int]
+) -> int | None:
+    """With ``truncation: "auto"``, where the conversation must begin for the prompt to leave the answer
+    its room in the model's context (``harmony/truncation.py``); None when it stays whole. The room is
+    the request's output budget, at most half the context. The same request and history give the same
+    cut, so a takeover renders the prompt its lost worker rendered."""
+    limit = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
+    if request.truncation != "auto" or limit is None:
+        return None
+    room = min(request.max_output_tokens or ctx.settings.default_max_output_tokens, limit // 2)
+    start_token = ctx.encoding.encode("<|start|>", allowed_special="all")[0]
+    start = truncation_start(plan.messages, plan.conversation_start, token_ids, start_token, limit - room)
+    return start or None
 
 
 def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:

@@ -95,6 +95,20 @@ def test_prompt_longer_than_context_fails_response(stack: Stack) -> None:
     assert error is not None and "the model's context is 2048 tokens" in error.message
 
 
+def test_truncation_auto_drops_earlier_turn_that_no_longer_fits(stack: Stack) -> None:
+    long_input = "tokens 5 " + "pad " * 1000  # about 1,000 tokens: two turns of it overflow 2048
+    first = stack.client.responses.create(model=MODEL, input=long_input, max_output_tokens=200)
+    assert first.status == "completed"
+    kept = stack.client.responses.create(model=MODEL, input=long_input, previous_response_id=first.id,
+                                         max_output_tokens=200)
+    assert kept.status == "failed" and "the model's context is 2048 tokens" in kept.error.message  # type: ignore[union-attr]
+    cut = stack.client.responses.create(model=MODEL, input=long_input, previous_response_id=first.id,
+                                        max_output_tokens=200, truncation="auto")
+    assert cut.status == "completed" and cut.truncation == "auto"
+    assert cut.usage is not None and first.usage is not None
+    assert cut.usage.input_tokens <= 2048 - 200 and cut.usage.input_tokens < 2 * first.usage.input_tokens
+
+
 def test_concurrent_streams_batch_on_one_engine(stack: Stack) -> None:
     count, tokens = 6, 40
     first_delta: dict[int, float] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
@@ -99,6 +101,51 @@ def test_run_response_fails_response_whose_conversation_was_deleted(
     assert run_response_now(response_id, worker=worker) == "failed"
     record = db.run(get_response, response_id)
     assert f"conversation '{conversation_id}'" in record.response["error"]["message"]  # type: ignore[union-attr]
+
+
+def _chain_of_long_turns(worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+                         **last: object) -> dict:  # type: ignore[type-arg]
+    """Three turns of 100 words each, the last with ``last``'s fields; the last's stored Response."""
+    previous = None
+    for word, fields in (("alpha", {}), ("beta", {}), ("gamma", last)):
+        fields = {"max_output_tokens": 300, **fields}
+        previous = accept(db, redis, settings, input=f"{word} " * 100, previous_response_id=previous, **fields)
+        run_response_now(previous, worker=worker)
+    return db.run(get_response, previous).response  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def small_context_worker(settings: Settings) -> Iterator[WorkerContext]:
+    with local_worker(settings.model_copy(update={"scripted_context_tokens": 800})) as ctx:
+        yield ctx
+
+
+def test_run_response_with_truncation_auto_drops_earliest_turns_to_fit(
+    small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response = _chain_of_long_turns(small_context_worker, db, redis, settings, truncation="auto")
+    assert response["status"] == "completed"
+    # 800 tokens of context, 300 kept for the answer: the conversation now begins at the second turn.
+    assert response["usage"]["input_tokens"] <= 500
+    earlier = final_text(response).split("Earlier you said: ")[1]
+    assert earlier.startswith('1. "beta') and "alpha" not in earlier
+
+
+def test_run_response_with_truncation_disabled_keeps_whole_conversation(
+    small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response = _chain_of_long_turns(small_context_worker, db, redis, settings, max_output_tokens=1000)
+    assert response["status"] == "completed" and response["usage"]["input_tokens"] > 500
+    assert final_text(response).split("Earlier you said: ")[1].startswith('1. "alpha')
+
+
+def test_run_response_whose_prompt_exceeds_context_fails_saying_so(
+    small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="word " * 900, truncation="auto")
+    assert run_response_now(response_id, worker=small_context_worker) == "failed"
+    error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
+    assert "the model's context is 800 tokens" in error["message"]
 
 
 def test_run_response_skips_terminal_response(
