@@ -65,12 +65,19 @@ def _conversation(db: Database, *texts: str) -> str:
     return record.id
 
 
+def _accept_in(db: Database, redis: redis_lib.Redis, settings: Settings, conversation_id: str, *, through: int,
+               text: str) -> str:
+    """A response in the conversation, accepted when its last item was at position ``through``."""
+    response_id = accept(db, redis, settings, input=text, conversation=conversation_id)
+    overwrite_row(db, response_id, conversation_through=through)
+    return response_id
+
+
 def test_run_response_in_conversation_sees_its_items_as_far_as_when_accepted(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     conversation_id = _conversation(db, "first", "added later")
-    response_id = accept(db, redis, settings, input="third", conversation=conversation_id)
-    overwrite_row(db, response_id, conversation_through=0)  # accepted when the conversation held "first"
+    response_id = _accept_in(db, redis, settings, conversation_id, through=0, text="third")  # before "added later"
     assert run_response_now(response_id, worker=worker) == "completed"
     record = db.run(get_response, response_id)
     assert final_text(record.response) == 'You said: "third". Earlier you said: 1. "first"'  # type: ignore[union-attr]
@@ -82,8 +89,7 @@ def test_run_response_continuing_turn_of_conversation_sees_conversation(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     conversation_id = _conversation(db, "zero")
-    first = accept(db, redis, settings, input="one", conversation=conversation_id)
-    overwrite_row(db, first, conversation_through=0)
+    first = _accept_in(db, redis, settings, conversation_id, through=0, text="one")
     assert run_response_now(first, worker=worker) == "completed"
     second = accept(db, redis, settings, input="two", previous_response_id=first)
     assert run_response_now(second, worker=worker) == "completed"
@@ -95,8 +101,7 @@ def test_run_response_fails_response_whose_conversation_was_deleted(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     conversation_id = _conversation(db, "gone")
-    response_id = accept(db, redis, settings, input="hi", conversation=conversation_id)
-    overwrite_row(db, response_id, conversation_through=0)
+    response_id = _accept_in(db, redis, settings, conversation_id, through=0, text="hi")
     db.run(delete_conversation, conversation_id)
     assert run_response_now(response_id, worker=worker) == "failed"
     record = db.run(get_response, response_id)
