@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from oss_responses import redis_keys
-from oss_responses.engine.base import ContextLimited, SamplingSettings
+from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
@@ -238,6 +238,9 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     except EventWriteError:
         log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id, exc_info=True)
         return _leave_for_takeover(run)
+    except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback, invalid_prompt
+        log.warning("response %s failed: %s", job.response_id, exc)
+        _fail(run, str(exc), code="invalid_prompt")
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         if isinstance(exc, JobLoadError):
@@ -373,21 +376,21 @@ def _reasoning_seal(run: _Run) -> Callable[[list[dict[str, Any]]], str] | None:
     return sealer.sealing("reasoning")
 
 
-def _fail(run: _Run, message: str) -> None:
+def _fail(run: _Run, message: str, code: str = "server_error") -> None:
     try:
-        run.ctx.loop.run(_fail_on_loop(run, message))
+        run.ctx.loop.run(_fail_on_loop(run, message, code))
     except EventWriteError:  # the stream is already broken: the turn is still saved and the stream closed
         log.exception("the failure of %s could not be written to its stream", run.job.response_id)
 
 
-async def _fail_on_loop(run: _Run, message: str) -> None:
+async def _fail_on_loop(run: _Run, message: str, code: str) -> None:
     """The failure's events (on the loop, where the journal and the writer live)."""
     if run.translator is None:  # failed before generating: in_progress first, then failed
         run.ctx.writer.append_journal(run.job.response_id, ["begin", run.first_sequence_number])
         run.translator = _translator(run)
-        events = run.translator.start() + run.translator.fail(message)
+        events = run.translator.start() + run.translator.fail(message, code)
     else:
-        events = run.translator.fail(message)
+        events = run.translator.fail(message, code)
     if events:
         run.ctx.writer.append(run.job.response_id, events)
 
