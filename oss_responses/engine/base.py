@@ -52,11 +52,10 @@ class PromptTooLongError(ValueError):
 
 
 def check_prompt_length(prompt_token_ids: Sequence[int], context_tokens: int) -> None:
-    # vLLM rejects it too, but with its own wording; this says what the user can do about it.
+    # vLLM rejects it too, but with its own wording; the worker adds what the user can do about it.
     if len(prompt_token_ids) >= context_tokens:
         raise PromptTooLongError(
-            f"The prompt is {len(prompt_token_ids)} tokens, the model's context is {context_tokens} tokens: "
-            "shorten the input or the conversation, or send truncation: \"auto\"."
+            f"The prompt is {len(prompt_token_ids)} tokens, the model's context is {context_tokens} tokens."
         )
 
 

@@ -79,6 +79,7 @@ from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConv
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
 from oss_responses.harmony.tool_choice import forced_call, usable_tools
+from oss_responses.harmony.truncation import WHOLE, Cut
 
 __all__ = [
     "JSON_OBJECT_FORMAT",
@@ -167,12 +168,12 @@ class _Tools:
 
 
 def plan_conversation(
-    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, *, keep_from: int = 0
+    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, *, cut: Cut = WHOLE
 ) -> ConversationPlan:
     """The prompt's messages without tokens: what the API checks before it stores a request.
 
-    ``keep_from``: the conversation (earlier turns and input, after system and developer) starts at
-    that message; those before it are dropped (``truncation: "auto"``, ``harmony/truncation.py``)."""
+    ``cut``: what the prompt keeps of the conversation (earlier turns and input, after system and
+    developer); the rest is dropped (``truncation: "auto"``, ``harmony/truncation.py``)."""
     items = request.input_items()
     approval = find_approval(history, items)
     tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
@@ -187,7 +188,7 @@ def plan_conversation(
     if developer is not None:
         messages.append(developer)
     conversation_start = len(messages)
-    messages += [Message.from_dict(message) for message in replayed[keep_from:]]
+    messages += [Message.from_dict(message) for message in cut.kept(replayed)]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)
     return ConversationPlan(

@@ -4,9 +4,14 @@ OpenAI's rule: "If the input to this Response exceeds the model's context window
 truncate the response to fit the context window by dropping items from the beginning of the
 conversation." Here the conversation (earlier turns, a conversation's items and the input, after the
 system and developer messages, which always stay) is cut at a user message, the earliest one from which
-the prompt fits, so that what the model reads begins where the user spoke. The current question is never
-cut: when the prompt does not fit even from the last user message on, nothing is dropped and the engine
-refuses the prompt as too long (``truncation: "disabled"``'s error).
+the prompt fits, so that what the model reads begins where the user spoke.
+
+The current question is never cut. When the prompt does not fit even from the last user message on (an
+agent's loop of tool calls after one question, as the Agents SDK runs it), the tool steps after that
+question go next, earliest first: a step is the assistant's messages up to a tool's result and that
+result, so no result is kept without its call. What stays is the question and the latest steps. When even
+the question and the last step do not fit, nothing is dropped and the engine refuses the prompt as too
+long (``truncation: "disabled"``'s error).
 
 The prompt's tokens are every message's rendering in turn, each beginning with ``<|start|>``, which no
 text encodes to: so a message's tokens are found in the rendered prompt, with no second rendering.
@@ -14,25 +19,61 @@ text encodes to: so a message's tokens are found in the rendered prompt, with no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 from openai_harmony import Message, Role
 
+T = TypeVar("T")
 
-def truncation_start(
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What a prompt keeps of its conversation: the message at ``pinned`` (the last user message, once the
+    cut has passed it), then every message from ``resume`` on."""
+
+    resume: int = 0
+    pinned: int | None = None
+
+    def kept(self, conversation: Sequence[T]) -> list[T]:
+        head = [conversation[self.pinned]] if self.pinned is not None else []
+        return [*head, *conversation[self.resume:]]
+
+
+WHOLE = Cut()
+
+
+def truncation_cut(
     messages: Sequence[Message], conversation_start: int, token_ids: Sequence[int], start_token: int, budget: int
-) -> int | None:
-    """Where the conversation must begin (an index into ``messages[conversation_start:]``) for the prompt
-    ``token_ids`` (the rendering of ``messages``) to be at most ``budget`` tokens: 0 if it fits whole;
-    None if it does not fit even from the last user message on."""
+) -> Cut | None:
+    """The cut of the conversation (``messages[conversation_start:]``) that leaves the prompt ``token_ids``
+    (the rendering of ``messages``) at most ``budget`` tokens, dropping as little as it can: ``WHOLE`` if it
+    fits; None if it does not fit even as the last user message and the last tool step."""
     if len(token_ids) <= budget:
-        return 0
+        return WHOLE
     starts = [index for index, token in enumerate(token_ids) if token == start_token]
     if len(starts) < len(messages):  # not the rendering of these messages: leave it to the engine
         return None
-    first = starts[conversation_start] if conversation_start < len(messages) else len(token_ids)
-    for offset, message in enumerate(messages[conversation_start:]):
-        dropped = starts[conversation_start + offset] - first
-        if message.author.role == Role.USER and len(token_ids) - dropped <= budget:
-            return offset
+    conversation = messages[conversation_start:]
+    # Where each conversation message's tokens begin, and where the last one's end.
+    bounds = [*starts[conversation_start:len(messages)], len(token_ids)]
+    for cut in _cuts(conversation):
+        dropped = bounds[cut.resume] - bounds[0]
+        if cut.pinned is not None:  # the pinned question is kept from the dropped span
+            dropped -= bounds[cut.pinned + 1] - bounds[cut.pinned]
+        if len(token_ids) - dropped <= budget:
+            return cut
     return None
+
+
+def _cuts(conversation: Sequence[Message]) -> Iterator[Cut]:
+    """Every cut, dropping less before more: at each user message, then at each tool step after the last."""
+    users = [index for index, message in enumerate(conversation) if message.author.role == Role.USER]
+    yield from (Cut(index) for index in users)
+    if not users:
+        return
+    question = users[-1]
+    for index in range(question + 2, len(conversation)):
+        if conversation[index - 1].author.role == Role.TOOL and conversation[index].author.role == Role.ASSISTANT:
+            yield Cut(index, pinned=question)

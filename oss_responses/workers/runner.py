@@ -55,7 +55,7 @@ from oss_responses.harmony.render import (
     rendered_prompt,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.harmony.truncation import truncation_start
+from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -240,7 +240,7 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
         return _leave_for_takeover(run)
     except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback, invalid_prompt
         log.warning("response %s failed: %s", job.response_id, exc)
-        _fail(run, str(exc), code="invalid_prompt")
+        _fail(run, f"{exc} {_too_long_advice(job.request())}", code="invalid_prompt")
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         if isinstance(exc, JobLoadError):
@@ -253,6 +253,13 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     if stop_cause == "handoff" and not _is_terminal(run):
         return _hand_off(run)
     return _finish(run)
+
+
+def _too_long_advice(request: CreateResponseRequest) -> str:
+    if request.truncation == "auto":
+        return ("Truncation keeps at least the last user message, the latest tool call with its result, and "
+                "what this response generated: these alone do not fit. Shorten them.")
+    return 'Shorten the input or the conversation, or send truncation: "auto".'
 
 
 def _is_terminal(run: _Run) -> bool:
@@ -487,8 +494,8 @@ def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
         options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
         plan, messages = _plan(request, run.job.history, options)
         token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
-        if (keep_from := _truncation(run.ctx, request, plan, token_ids)) is not None:
-            plan, messages = _plan(request, run.job.history, options, keep_from)
+        if (cut := _truncation(run.ctx, request, plan, token_ids)) is not None:
+            plan, messages = _plan(request, run.job.history, options, cut)
             token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
     except Exception as exc:
         return exc
@@ -507,24 +514,24 @@ async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, An
     options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
     plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
     token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
-    if (keep_from := _truncation(run.ctx, request, plan, token_ids)) is not None:
-        plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options, keep_from)
+    if (cut := _truncation(run.ctx, request, plan, token_ids)) is not None:
+        plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options, cut)
         token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
     run.rendered = rendered_prompt(plan, token_ids, messages)
 
 
 def _plan(
-    request: CreateResponseRequest, history: list[ConversationTurn], options: RenderOptions, keep_from: int = 0
+    request: CreateResponseRequest, history: list[ConversationTurn], options: RenderOptions, cut: Cut = WHOLE
 ) -> tuple[ConversationPlan, list[dict[str, Any]]]:
-    plan = plan_conversation(request, history, options, keep_from=keep_from)
+    plan = plan_conversation(request, history, options, cut=cut)
     return plan, [message.to_dict() for message in plan.messages]
 
 
 def _truncation(
     ctx: WorkerContext, request: CreateResponseRequest, plan: ConversationPlan, token_ids: list[int]
-) -> int | None:
-    """With ``truncation: "auto"``, where the conversation must begin for the prompt to leave the answer
-    its room in the model's context (``harmony/truncation.py``); None when it stays whole. The room is
+) -> Cut | None:
+    """With ``truncation: "auto"``, what the prompt keeps of the conversation to leave the answer its
+    room in the model's context (``harmony/truncation.py``); None when it stays whole. The room is
     the request's output budget, at most half the context. The same request and history give the same
     cut, so a takeover renders the prompt its lost worker rendered."""
     limit = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
@@ -532,8 +539,8 @@ def _truncation(
         return None
     room = min(request.max_output_tokens or ctx.settings.default_max_output_tokens, limit // 2)
     start_token = ctx.encoding.encode("<|start|>", allowed_special="all")[0]
-    start = truncation_start(plan.messages, plan.conversation_start, token_ids, start_token, limit - room)
-    return start or None
+    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, start_token, limit - room)
+    return None if cut is None or cut == WHOLE else cut
 
 
 def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:

@@ -109,6 +109,21 @@ def test_truncation_auto_drops_earlier_turn_that_no_longer_fits(stack: Stack) ->
     assert cut.usage.input_tokens <= 2048 - 200 and cut.usage.input_tokens < 2 * first.usage.input_tokens
 
 
+def test_truncation_auto_drops_earliest_tool_steps_of_a_loop_that_no_longer_fits(stack: Stack) -> None:
+    """An agent's loop after one question: two long tool results (about 1,100 tokens each), then a short one."""
+    lookup = {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
+    loop: list[dict] = [{"role": "user", "content": "Research this."}]  # type: ignore[type-arg]
+    for n, result in ((1, "fact " * 1100), (2, "fact " * 1100), (3, "the answer is 42")):
+        loop += [{"type": "function_call", "call_id": f"call_{n}", "name": "lookup", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": f"call_{n}", "output": result}]
+    kept = stack.client.responses.create(model=MODEL, input=loop, tools=[lookup], max_output_tokens=200)  # type: ignore[arg-type]
+    assert kept.status == "failed" and "the model's context is 2048 tokens" in kept.error.message  # type: ignore[union-attr]
+    cut = stack.client.responses.create(model=MODEL, input=loop, tools=[lookup], max_output_tokens=200,  # type: ignore[arg-type]
+                                        truncation="auto")
+    assert cut.status == "completed" and cut.usage is not None and cut.usage.input_tokens <= 2048 - 200
+    assert cut.output_text == "The tool functions.lookup returned: the answer is 42"
+
+
 def test_concurrent_streams_batch_on_one_engine(stack: Stack) -> None:
     count, tokens = 6, 40
     first_delta: dict[int, float] = {}

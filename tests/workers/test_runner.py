@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -152,6 +153,56 @@ def test_run_response_whose_prompt_exceeds_context_fails_saying_so(
     error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
     assert error["code"] == "invalid_prompt" and error["message"].startswith("The prompt is ")
     assert "the model's context is 800 tokens" in error["message"]
+
+
+LOOKUP = {"type": "function", "name": "lookup",
+          "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+
+
+def _tool_loop(steps: int, result_words: int = 150) -> list[dict]:  # type: ignore[type-arg]
+    """An agent's loop as its client sends it back: one question asking for numbered calls, then ``steps``
+    calls with their long results (the scripted model makes the call after the results it sees)."""
+    question = "Research. " + " ".join(f'call functions.lookup {{"n": {n}}}' for n in range(1, steps + 2))
+    items: list[dict] = [{"role": "user", "content": question}]  # type: ignore[type-arg]
+    for n in range(1, steps + 1):
+        result = f"result {n}: " + "fact " * result_words
+        items += [
+            {"type": "function_call", "call_id": f"call_{n}", "name": "lookup", "arguments": json.dumps({"n": n})},
+            {"type": "function_call_output", "call_id": f"call_{n}", "output": result},
+        ]
+    return items
+
+
+def test_run_response_with_truncation_auto_drops_earliest_tool_steps_of_a_loop(
+    small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input=_tool_loop(4), tools=[LOOKUP], truncation="auto",
+                         max_output_tokens=200)
+    assert run_response_now(response_id, worker=small_context_worker) == "completed"
+    response = db.run(get_response, response_id).response  # type: ignore[union-attr]
+    assert response["usage"]["input_tokens"] <= 800 - 200
+    call = response["output"][-1]
+    # The question stayed (the model still follows it); it saw fewer than the four results sent.
+    assert call["type"] == "function_call" and 1 < json.loads(call["arguments"])["n"] < 5
+
+
+def test_run_response_of_a_loop_with_truncation_disabled_fails_advising_it(
+    small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input=_tool_loop(4), tools=[LOOKUP], max_output_tokens=200)
+    assert run_response_now(response_id, worker=small_context_worker) == "failed"
+    error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
+    assert error["code"] == "invalid_prompt" and error["message"].endswith('or send truncation: "auto".')
+
+
+def test_run_response_whose_last_tool_step_exceeds_context_fails_though_truncated(
+    small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input=_tool_loop(2, result_words=900), tools=[LOOKUP],
+                         truncation="auto")
+    assert run_response_now(response_id, worker=small_context_worker) == "failed"
+    error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
+    assert error["code"] == "invalid_prompt" and "the latest tool call with its result" in error["message"]
 
 
 def test_run_response_skips_terminal_response(
