@@ -10,8 +10,12 @@ The current question is never cut. When the prompt does not fit even from the la
 agent's loop of tool calls after one question, as the Agents SDK runs it), the tool steps after that
 question go next, earliest first: a step is the assistant's messages up to a tool's result and that
 result, so no result is kept without its call. What stays is the question and the latest steps. When even
-the question and the last step do not fit, nothing is dropped and the engine refuses the prompt as too
-long (``truncation: "disabled"``'s error).
+the question and the last step leave the answer less than its room, that is what the prompt keeps: the
+answer has what room is left, and if there is none the engine refuses the prompt as too long
+(``truncation: "disabled"``'s error).
+
+A response's own loop of hosted tool calls (run by the worker, within one response) is cut the same way
+as its context grows: its earliest steps go, whole (``steps_to_drop``).
 
 The prompt's tokens are every message's rendering in turn, each beginning with ``<|start|>``, which no
 text encodes to: so a message's tokens are found in the rendered prompt, with no second rendering.
@@ -49,7 +53,8 @@ def truncation_cut(
 ) -> Cut | None:
     """The cut of the conversation (``messages[conversation_start:]``) that leaves the prompt ``token_ids``
     (the rendering of ``messages``) at most ``budget`` tokens, dropping as little as it can: ``WHOLE`` if it
-    fits; None if it does not fit even as the last user message and the last tool step."""
+    fits; the deepest cut (the last user message, and the last tool step after it) if none does; None if
+    there is nothing to cut."""
     if len(token_ids) <= budget:
         return WHOLE
     starts = [index for index, token in enumerate(token_ids) if token == start_token]
@@ -58,13 +63,15 @@ def truncation_cut(
     conversation = messages[conversation_start:]
     # Where each conversation message's tokens begin, and where the last one's end.
     bounds = [*starts[conversation_start:len(messages)], len(token_ids)]
+    deepest = None
     for cut in _cuts(conversation):
         dropped = bounds[cut.resume] - bounds[0]
         if cut.pinned is not None:  # the pinned question is kept from the dropped span
             dropped -= bounds[cut.pinned + 1] - bounds[cut.pinned]
         if len(token_ids) - dropped <= budget:
             return cut
-    return None
+        deepest = cut
+    return deepest
 
 
 def _cuts(conversation: Sequence[Message]) -> Iterator[Cut]:
@@ -77,3 +84,30 @@ def _cuts(conversation: Sequence[Message]) -> Iterator[Cut]:
     for index in range(question + 2, len(conversation)):
         if conversation[index - 1].author.role == Role.TOOL and conversation[index].author.role == Role.ASSISTANT:
             yield Cut(index, pinned=question)
+
+
+START_TOKEN = 200006  # <|start|>: the first token of every message
+
+
+def last_start(token_ids: Sequence[int]) -> int | None:
+    """Where the last message of ``token_ids`` begins (found from the end: a context ends with an open
+    ``<|start|>assistant``)."""
+    for index in range(len(token_ids) - 1, -1, -1):
+        if token_ids[index] == START_TOKEN:
+            return index
+    return None
+
+
+def steps_to_drop(boundaries: Sequence[int], length: int, budget: int) -> int:
+    """A response's own tool loop (hosted tools run by the worker) in a context of ``length`` tokens:
+    ``boundaries`` are where each of its steps begins (the assistant's messages up to a tool's result,
+    and that result), the last where the assistant's next message begins. How many of the earliest
+    steps must go for the context to be at most ``budget`` tokens: 0 when it fits; all but the latest
+    step when fewer would not do."""
+    if length <= budget:
+        return 0
+    deepest = max(0, len(boundaries) - 2)
+    for count in range(1, deepest):
+        if length - (boundaries[count] - boundaries[0]) <= budget:
+            return count
+    return deepest

@@ -32,6 +32,7 @@ from oss_responses.engine.base import Engine, EngineOutput, SamplingSettings, st
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.harmony.history import ApprovalAnswer
 from oss_responses.harmony.translator import UNAVAILABLE, PendingToolCall, ResponseTranslator
+from oss_responses.harmony.truncation import last_start, steps_to_drop
 from oss_responses.metrics import OUTPUT_TOKENS, TIME_TO_FIRST_TOKEN
 from oss_responses.statuses import TERMINAL_STATUSES, FinishReason
 from oss_responses.tools.executor import ToolExecutor, ToolOutcome
@@ -97,6 +98,9 @@ class Generation:
     # Time to first token: observed once per response (not again by a worker taking it over).
     _first_token_seen: bool = False
     _forced_turn: bool = False  # the next engine call continues the forced start of a call (run's ``forced``)
+    # truncation "auto": the most tokens the context may hold before an engine call (None: never cut).
+    context_budget: int | None = None
+    _steps: list[int] = field(default_factory=list)  # where this response's own tool steps begin in _tokens
 
     # --- stopping from outside (cancel listener, lease keeper, shutdown) -----
     def stop(self, cause: StopCause) -> None:
@@ -128,7 +132,7 @@ class Generation:
         the first engine call begins with those tokens as if the model had written them.
         """
         self.emit(self.translator.start())
-        self._tokens = list(prompt_token_ids)
+        self._begin_context(prompt_token_ids, approval)
         if approval is not None:
             if not await self._answer(approval):
                 self._finish_stopped()
@@ -151,7 +155,7 @@ class Generation:
         self, prompt_token_ids: list[int], steps: list[list[Any]], approval: ApprovalAnswer | None
     ) -> list[ResponseStreamEvent]:
         """Rebuild the state a lost worker had from its journal (from ``use_prompt`` on); the events replayed."""
-        self._tokens = list(prompt_token_ids)
+        self._begin_context(prompt_token_ids, approval)
         self._first_token_seen = True  # the lost worker observed it (or the time would count the loss)
         events: list[ResponseStreamEvent] = []
         for step in steps:
@@ -166,7 +170,7 @@ class Generation:
             elif kind == "feed":
                 events += self._take_tokens(step[1])
             elif kind == "continuation":
-                self._tokens += self.translator.continuation_token_ids()
+                self._continue()
                 self._in_turn = self._answered = False
             else:
                 events += apply_translator_step(self.translator, step, approval)
@@ -228,9 +232,31 @@ class Generation:
         self._continue()
         return True
 
+    def _begin_context(self, prompt_token_ids: list[int], approval: ApprovalAnswer | None) -> None:
+        self._tokens = list(prompt_token_ids)
+        # A prompt for completion ends with the assistant's start: the response's first step begins there.
+        # (After an answered approval the prompt ends with the call: its step is the prompt's.)
+        start = last_start(self._tokens) if self.context_budget is not None and approval is None else None
+        self._steps = [start] if start is not None else []
+
     def _continue(self) -> None:
         """After a tool message: it and the next assistant start join the context."""
         self._tokens += self.translator.continuation_token_ids()
+        if self.context_budget is not None:
+            self._fit_context(self.context_budget)
+
+    def _fit_context(self, budget: int) -> None:
+        """truncation "auto": once the context outgrows ``budget``, the response's own earliest tool steps
+        leave it, whole (``harmony/truncation.py``). A worker replaying the journal cuts alike, at the same
+        continuations, so it goes on from the context its lost worker had."""
+        start = last_start(self._tokens)
+        if start is not None:
+            self._steps.append(start)
+        count = steps_to_drop(self._steps, len(self._tokens), budget)
+        if count:
+            first, end = self._steps[0], self._steps[count]
+            del self._tokens[first:end]
+            self._steps = [first, *(boundary - (end - first) for boundary in self._steps[count + 1:])]
 
     async def _answer_call(self, call: PendingToolCall, *, resumed: bool = False) -> bool:
         """Answer the model's tool call; False if stopped meanwhile."""

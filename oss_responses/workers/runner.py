@@ -55,7 +55,7 @@ from oss_responses.harmony.render import (
     rendered_prompt,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
+from oss_responses.harmony.truncation import START_TOKEN, WHOLE, Cut, truncation_cut
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -257,8 +257,8 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
 
 def _too_long_advice(request: CreateResponseRequest) -> str:
     if request.truncation == "auto":
-        return ("Truncation keeps at least the last user message, the latest tool call with its result, and "
-                "what this response generated: these alone do not fit. Shorten them.")
+        return ("Truncation keeps at least the last user message and the latest tool call with its result: "
+                "these alone do not fit. Shorten them.")
     return 'Shorten the input or the conversation, or send truncation: "auto".'
 
 
@@ -531,16 +531,22 @@ def _truncation(
     ctx: WorkerContext, request: CreateResponseRequest, plan: ConversationPlan, token_ids: list[int]
 ) -> Cut | None:
     """With ``truncation: "auto"``, what the prompt keeps of the conversation to leave the answer its
-    room in the model's context (``harmony/truncation.py``); None when it stays whole. The room is
-    the request's output budget, at most half the context. The same request and history give the same
-    cut, so a takeover renders the prompt its lost worker rendered."""
+    room in the model's context (``harmony/truncation.py``); None when it stays whole. The same request
+    and history give the same cut, so a takeover renders the prompt its lost worker rendered."""
+    budget = _context_budget(ctx, request)
+    if budget is None:
+        return None
+    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, START_TOKEN, budget)
+    return None if cut is None or cut == WHOLE else cut
+
+
+def _context_budget(ctx: WorkerContext, request: CreateResponseRequest) -> int | None:
+    """With ``truncation: "auto"``, the most tokens the model's context may hold before an engine call: the
+    rest is the answer's room, the request's output budget, at most half the context. None: never cut."""
     limit = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
     if request.truncation != "auto" or limit is None:
         return None
-    room = min(request.max_output_tokens or ctx.settings.default_max_output_tokens, limit // 2)
-    start_token = ctx.encoding.encode("<|start|>", allowed_special="all")[0]
-    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, start_token, limit - room)
-    return None if cut is None or cut == WHOLE else cut
+    return limit - min(request.max_output_tokens or ctx.settings.default_max_output_tokens, limit // 2)
 
 
 def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:
@@ -550,6 +556,7 @@ def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTo
         job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request),
         journal=run.translator.record,
         is_idempotent=idempotent_calls(ctx.settings, known),
+        context_budget=_context_budget(ctx, request),
     )
     if run.stop_cause is not None:
         run.generation.stop(run.stop_cause)

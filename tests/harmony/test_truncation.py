@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from openai_harmony import Author, Conversation, HarmonyEncoding, Message, Role
 
-from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
+from oss_responses.harmony.truncation import WHOLE, Cut, last_start, steps_to_drop, truncation_cut
 
 SYSTEM = Message.from_role_and_content(Role.SYSTEM, "You are a model.")
 
@@ -60,7 +60,11 @@ def test_truncation_cut_begins_at_earliest_user_message_that_fits(encoding: Harm
 
 def test_truncation_cut_never_cuts_the_last_user_message(encoding: HarmonyEncoding) -> None:
     assert _cut(encoding, _length(encoding, Cut(4))) == Cut(4)
-    assert _cut(encoding, _length(encoding, Cut(4)) - 1) is None
+    assert _cut(encoding, _length(encoding, Cut(4)) - 1) == Cut(4)  # the answer gets what room is left
+
+
+def test_truncation_cut_of_no_user_message_is_none(encoding: HarmonyEncoding) -> None:
+    assert _cut(encoding, 10, [_assistant("answer " * 50)]) is None
 
 
 def test_truncation_cut_drops_earliest_tool_steps_after_the_last_question(encoding: HarmonyEncoding) -> None:
@@ -80,4 +84,18 @@ def test_truncation_cut_keeps_the_question_and_the_last_tool_step(encoding: Harm
     last_step = _length(encoding, Cut(9, pinned=2), LOOP)
     assert Cut(9, pinned=2).kept(LOOP) == [LOOP[2], *LOOP[9:]]
     assert _cut(encoding, last_step, LOOP) == Cut(9, pinned=2)
-    assert _cut(encoding, last_step - 1, LOOP) is None
+    assert _cut(encoding, last_step - 1, LOOP) == Cut(9, pinned=2)
+
+
+def test_steps_to_drop_drops_earliest_steps_that_make_it_fit() -> None:
+    boundaries = [100, 200, 300, 400]  # three steps of 100 tokens, the next message at 400
+    assert steps_to_drop(boundaries, 410, 410) == 0
+    assert steps_to_drop(boundaries, 410, 310) == 1
+    assert steps_to_drop(boundaries, 410, 309) == 2
+    assert steps_to_drop(boundaries, 410, 100) == 2  # the latest step stays, whatever the budget
+
+
+def test_last_start_finds_the_open_assistant_message(encoding: HarmonyEncoding) -> None:
+    tokens = _render(encoding, CONVERSATION)
+    assert last_start(tokens) == len(tokens) - 2  # <|start|>assistant
+    assert last_start([1, 2, 3]) is None

@@ -20,6 +20,10 @@ class WrappedEngine:
     def __init__(self, inner: ScriptedEngine) -> None:
         self.inner = inner
 
+    @property
+    def context_tokens(self) -> int | None:
+        return self.inner.context_tokens
+
     async def abort(self, request_id: str) -> None:
         await self.inner.abort(request_id)
 

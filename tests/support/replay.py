@@ -53,10 +53,11 @@ class EventList:
 @dataclass
 class Calculator:
     calls: int = 0
+    output: str = "3"
 
     async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome:
         self.calls += 1
-        return ToolOutcome(output="3")
+        return ToolOutcome(output=self.output)
 
 
 @dataclass
@@ -75,6 +76,7 @@ class Run:
     log: EventList = field(default_factory=EventList)
     calculator: Calculator = field(default_factory=Calculator)
     replayed: int = 0  # after taken_over: how many of its events the replay gave
+    context_budget: int | None = None  # truncation "auto": the most tokens an engine call's prompt may have
 
     def prompt(self, translator: JournaledTranslator) -> list[int]:
         """Rendered, and its facts given to the translator (as the runner does before generating)."""
@@ -106,6 +108,7 @@ class Run:
         return Generation(
             RESPONSE_ID, self.engine or ScriptedEngine(self.encoding), self.log, translator, self.calculator, sampling,  # type: ignore[arg-type]
             journal=translator.record, is_idempotent=lambda server, tool: self.idempotent,
+            context_budget=self.context_budget,
         )
 
     def uninterrupted(self) -> tuple[list[Any], list[list[Any]]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from openai_harmony import HarmonyEncoding
+from support.engines import RecordingEngine
 from support.replay import CALC, Run, cuts, wire
 
 from oss_responses.engine.base import SamplingSettings
@@ -50,6 +51,43 @@ def test_call_in_flight_of_non_idempotent_tool_is_not_run_again(encoding: Harmon
     done = [e for e in events if e.type == "response.output_item.done" and e.item.type == "mcp_call"]
     assert done[0].item.error is not None and INTERRUPTED in str(done[0].item.error)
     assert events[-1].type == "response.completed"
+
+
+LOOP = " ".join(f'call calc.add {{"a": {n}}}' for n in range(1, 5))  # four calls, one after each result
+
+
+def _loop_run(encoding: HarmonyEncoding, budget: int | None) -> Run:
+    run = Run(encoding, LOOP, [CALC], idempotent=True, max_tokens=400,
+              engine=RecordingEngine(ScriptedEngine(encoding), encoding), context_budget=budget)
+    run.calculator.output = "fact " * 100
+    return run
+
+
+def _prompt_lengths(run: Run) -> list[int]:
+    assert isinstance(run.engine, RecordingEngine)
+    return [len(prompt) for prompt in run.engine.prompts]
+
+
+def test_tool_loop_within_context_budget_drops_its_earliest_steps(encoding: HarmonyEncoding) -> None:
+    whole = _loop_run(encoding, None)
+    whole.uninterrupted()
+    lengths = _prompt_lengths(whole)
+    budget = lengths[2]  # two results fit, the third must push the first step out
+    cut = _loop_run(encoding, budget)
+    events, _ = cut.uninterrupted()
+    assert max(lengths) > budget >= max(_prompt_lengths(cut))
+    assert len(_prompt_lengths(cut)) > 3 and events[-1].type in ("response.completed", "response.incomplete")
+
+
+def test_replayed_journal_reproduces_cut_tool_loop_wherever_cut(encoding: HarmonyEncoding) -> None:
+    whole = _loop_run(encoding, None)
+    whole.uninterrupted()
+    budget = _prompt_lengths(whole)[2]
+    events, steps = _loop_run(encoding, budget).uninterrupted()
+    # Where a context changes (each tool result, continuation and engine call) and the step after it.
+    turns = [i for i in cuts(steps) if steps[i - 1][0] in ("feed_tool_result", "continuation", "engine_call")]
+    for at in sorted({*turns, *(i + 1 for i in turns if i + 1 < len(steps))}):
+        assert wire(_loop_run(encoding, budget).taken_over(steps[:at])) == wire(events), f"cut at step {at}"
 
 
 SPELL = {"type": "function", "name": "spell", "parameters": {"type": "object"}}

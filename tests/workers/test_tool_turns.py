@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from support.engines import RecordingEngine, SequenceEngine
-from support.streams import wait_for_event
+from support.streams import assert_contiguous, events_of, wait_for_event
 from support.tool_turns import (
     BAD,
     CALC,
@@ -22,6 +23,7 @@ from support.tool_turns import (
 )
 
 from oss_responses.engine.scripted import ScriptedEngine
+from oss_responses.storage import get_response
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -66,6 +68,39 @@ def test_second_turn_reuses_stored_tool_list(tools: ToolEnv) -> None:
     assert "mcp_list_tools" not in types_of(second)
     assert item(second, "mcp_call")["output"] == "5"
     assert "namespace calc" in engine.prompt_text() and "type calculate" in engine.prompt_text()
+
+
+BIG_NUMBER_LOOP = " ".join(['call calc.calculate {"expression": "10**300"}'] * 5)  # results of ~100 tokens
+
+
+def _run_in_small_context(tools: ToolEnv, **body: Any) -> tuple[str, list[int]]:
+    """The response run with a context of 900 tokens; and each engine call's prompt length."""
+    settings = tools.settings.model_copy(update={"scripted_context_tokens": 900})
+    encoding = load_encoding(settings.tiktoken_dir)
+    engine = RecordingEngine(ScriptedEngine.from_settings(settings, encoding), encoding)
+    response_id, secrets = tools.accept(input=BIG_NUMBER_LOOP, tools=[CALC], max_output_tokens=400, **body)
+    with local_worker(settings, engine=engine) as worker:
+        run_response_now(response_id, worker=worker, secrets=secrets)
+    return response_id, [len(prompt) for prompt in engine.prompts]
+
+
+def test_tool_loop_outgrowing_context_fails_without_truncation(tools: ToolEnv) -> None:
+    response_id, _ = _run_in_small_context(tools)
+    record = tools.db.run(get_response, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.response["error"]["code"] == "invalid_prompt"
+
+
+def test_tool_loop_with_truncation_auto_drops_its_earliest_steps_to_fit(tools: ToolEnv) -> None:
+    response_id, lengths = _run_in_small_context(tools, truncation="auto")
+    record = tools.db.run(get_response, response_id)
+    assert record is not None and record.response["error"] is None
+    # Uncut, the fifth engine call's prompt would be 1,021 tokens; each stayed within 900 - 400, the
+    # loop going on until the output budget was spent (the scripted model sees fewer results once cut).
+    assert len(lengths) == 5 and max(lengths) <= 900 - 400
+    assert types_of(record.response).count("mcp_call") == 4
+    assert record.status == "incomplete" and record.response["incomplete_details"]["reason"] == "max_output_tokens"
+    assert_contiguous(events_of(tools.redis, response_id))
 
 
 def test_tool_error_fails_the_call_and_the_model_continues(tools: ToolEnv) -> None:
