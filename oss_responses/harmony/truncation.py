@@ -31,6 +31,8 @@ from openai_harmony import Message, Role
 
 T = TypeVar("T")
 
+START_TOKEN = 200006  # <|start|>: the first token of every message
+
 
 @dataclass(frozen=True, slots=True)
 class Cut:
@@ -49,7 +51,7 @@ WHOLE = Cut()
 
 
 def truncation_cut(
-    messages: Sequence[Message], conversation_start: int, token_ids: Sequence[int], start_token: int, budget: int
+    messages: Sequence[Message], conversation_start: int, token_ids: Sequence[int], budget: int
 ) -> Cut | None:
     """The cut of the conversation (``messages[conversation_start:]``) that leaves the prompt ``token_ids``
     (the rendering of ``messages``) at most ``budget`` tokens, dropping as little as it can: ``WHOLE`` if it
@@ -57,7 +59,7 @@ def truncation_cut(
     there is nothing to cut."""
     if len(token_ids) <= budget:
         return WHOLE
-    starts = [index for index, token in enumerate(token_ids) if token == start_token]
+    starts = [index for index, token in enumerate(token_ids) if token == START_TOKEN]
     if len(starts) < len(messages):  # not the rendering of these messages: leave it to the engine
         return None
     conversation = messages[conversation_start:]
@@ -84,9 +86,6 @@ def _cuts(conversation: Sequence[Message]) -> Iterator[Cut]:
     for index in range(question + 2, len(conversation)):
         if conversation[index - 1].author.role == Role.TOOL and conversation[index].author.role == Role.ASSISTANT:
             yield Cut(index, pinned=question)
-
-
-START_TOKEN = 200006  # <|start|>: the first token of every message
 
 
 def last_start(token_ids: Sequence[int]) -> int | None:

@@ -55,7 +55,7 @@ from oss_responses.harmony.render import (
     rendered_prompt,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.harmony.truncation import START_TOKEN, WHOLE, Cut, truncation_cut
+from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -536,7 +536,7 @@ def _truncation(
     budget = _context_budget(ctx, request)
     if budget is None:
         return None
-    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, START_TOKEN, budget)
+    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, budget)
     return None if cut is None or cut == WHOLE else cut
 
 

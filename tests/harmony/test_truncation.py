@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from openai_harmony import Author, Conversation, HarmonyEncoding, Message, Role
 
-from oss_responses.harmony.truncation import WHOLE, Cut, last_start, steps_to_drop, truncation_cut
+from oss_responses.harmony.truncation import START_TOKEN, WHOLE, Cut, last_start, steps_to_drop, truncation_cut
 
 SYSTEM = Message.from_role_and_content(Role.SYSTEM, "You are a model.")
 
@@ -41,12 +41,15 @@ def _render(encoding: HarmonyEncoding, conversation: Sequence[Message]) -> list[
 
 
 def _cut(encoding: HarmonyEncoding, budget: int, conversation: Sequence[Message] = CONVERSATION) -> Cut | None:
-    start = encoding.encode("<|start|>", allowed_special="all")[0]
-    return truncation_cut([SYSTEM, *conversation], 1, _render(encoding, conversation), start, budget)
+    return truncation_cut([SYSTEM, *conversation], 1, _render(encoding, conversation), budget)
 
 
 def _length(encoding: HarmonyEncoding, cut: Cut, conversation: Sequence[Message] = CONVERSATION) -> int:
     return len(_render(encoding, cut.kept(conversation)))
+
+
+def test_start_token_is_harmony_s_message_start(encoding: HarmonyEncoding) -> None:
+    assert encoding.encode("<|start|>", allowed_special="all") == [START_TOKEN]
 
 
 def test_truncation_cut_keeps_prompt_that_fits(encoding: HarmonyEncoding) -> None:
