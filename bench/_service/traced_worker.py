@@ -1,8 +1,9 @@
 """``python -m oss_responses.workers``, plus a trace of when the scripted engine emitted each event.
 
 Bench-only, no production code changes: before the worker starts, this patches (in this process)
-- ``StepClock._run``: notes the time of each step tick (the moment every running response's token
-  is released, as one continuous-batching step);
+- ``StepClock._step_all``: notes the time of each step tick (the moment every running response's
+  token is released, as one continuous-batching step), in a context variable of the clock's task
+  (where the responses that ``stream`` are stepped) and by the tick future (the ones that ``generate``);
 - ``ScriptedEngine._wait_turn``: puts the time of the tick this response's token was released on
   into a context variable of the response's task (without a clock: the time its turn came);
 - ``EventWriter.append``: records ``E response_id sequence_number emitted_at`` for each event built
@@ -34,15 +35,17 @@ _writes: deque[tuple[str, int, float, float]] = deque()
 _tick_times: dict[Any, float] = {}
 
 
-async def _run(self: scripted.StepClock) -> None:  # StepClock._run, noting each tick's time
-    while self._tick is not None and not self._tick.done():
-        await asyncio.sleep(self.interval)
-        tick, self._tick = self._tick, None
-        if tick is not None and not tick.done():
-            _tick_times[tick] = time.monotonic()
-            if len(_tick_times) > 64:
-                del _tick_times[next(iter(_tick_times))]
-            tick.set_result(None)
+_step_all = scripted.StepClock._step_all
+
+
+def _traced_step_all(self: scripted.StepClock) -> None:  # StepClock._step_all, noting the tick's time
+    now = time.monotonic()
+    EMITTED_AT.set(now)  # the clock's task steps the streamed responses: their events read it here
+    if self._tick is not None:
+        _tick_times[self._tick] = now
+        if len(_tick_times) > 64:
+            del _tick_times[next(iter(_tick_times))]
+    _step_all(self)
 
 
 async def _wait_turn(self: scripted.ScriptedEngine, request: Any) -> bool:  # same logic, timed
@@ -97,7 +100,7 @@ def _dump_forever(path: str) -> None:
 
 
 def main() -> None:
-    scripted.StepClock._run = _run  # type: ignore[method-assign]
+    scripted.StepClock._step_all = _traced_step_all  # type: ignore[method-assign]
     scripted.ScriptedEngine._wait_turn = _wait_turn  # type: ignore[method-assign]
     writer_module.EventWriter.append = _traced_append  # type: ignore[method-assign]
     writer_module.EventWriter._write = _traced_write  # type: ignore[method-assign]

@@ -40,7 +40,9 @@ Speed (settings ``scripted_tokens_per_second`` and ``scripted_step_interval_seco
 
 - ``tokens_per_second`` > 0: each response waits ``1 / tokens_per_second`` between its tokens;
 - ``step_interval_seconds`` > 0: a shared stepping clock, as in continuous batching — every step
-  each running response emits one token, then all wait for the next step;
+  each running response emits one token, then all wait for the next step; ``stream`` (the worker's
+  way) hands every response's output of a step to its callback in one pass of the clock's task, as
+  vLLM's output handler does;
 - both 0 (the default): as fast as the event loop allows (one loop turn per token).
 """
 
@@ -50,17 +52,18 @@ import asyncio
 import functools
 import json
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 from openai_harmony import HarmonyEncoding, Message, Role
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, SamplingSettings, check_prompt_length
+from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings, check_prompt_length
 from oss_responses.engine.json_instance import instance_of
 from oss_responses.engine.response_format import ResponseFormat, requested_format
 from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
 from oss_responses.harmony.render import function_call_header_rest
+from oss_responses.statuses import FinishReason
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
@@ -293,40 +296,140 @@ def _is_json(text: str) -> bool:
 
 
 class StepClock:
-    """A shared clock: each tick lets every running request emit one token."""
+    """A shared clock: each tick lets every running request emit one token.
+
+    A request either awaits the tick (``generate``: one task woken per request and step) or follows
+    the clock (``stream``: the clock's own task steps it, as vLLM's output handler feeds every running
+    request of one engine step in one pass).
+    """
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
         self.steps = 0  # ticks so far: what tests count instead of reading a wall clock
         self._tick: asyncio.Future[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
+        self._followers: dict[int, Callable[[], None]] = {}
+        self._next_follower = 0
 
     def next_tick(self) -> asyncio.Future[None]:
         if self._tick is None or self._tick.done():
             self._tick = asyncio.get_running_loop().create_future()
+        self._keep_ticking()
+        return self._tick
+
+    def follow(self, step: Callable[[], None]) -> Callable[[], None]:
+        """Call ``step`` at every tick from now on, until the returned function is called."""
+        key, self._next_follower = self._next_follower, self._next_follower + 1
+        self._followers[key] = step
+        self._keep_ticking()
+        return lambda: self._unfollow(key)
+
+    def _unfollow(self, key: int) -> None:
+        self._followers.pop(key, None)
+
+    def _keep_ticking(self) -> None:
         if self._ticker is None or self._ticker.done():
             self._ticker = asyncio.get_running_loop().create_task(self._run())
-        return self._tick
+
+    def _waited(self) -> bool:
+        return bool(self._followers) or (self._tick is not None and not self._tick.done())
 
     async def _run(self) -> None:
         # Stops by itself once a step passes with nobody waiting on it.
-        while self._tick is not None and not self._tick.done():
+        while self._waited():
             await asyncio.sleep(self.interval)
-            tick, self._tick = self._tick, None
-            if tick is not None and not tick.done():
-                self.steps += 1
-                tick.set_result(None)
+            if not self._waited():
+                continue
+            self.steps += 1
+            self._step_all()
+
+    def _step_all(self) -> None:
+        tick, self._tick = self._tick, None
+        for step in list(self._followers.values()):
+            step()
+        if tick is not None and not tick.done():
+            tick.set_result(None)
 
     def stop(self) -> None:
         if self._ticker is not None:
             self._ticker.cancel()
-        if self._tick is not None and not self._tick.done():
-            self._tick.set_result(None)  # release the waiters (they see their requests aborted)
+        self._step_all()  # release the waiters and followers (they see their requests aborted)
 
 
 @dataclass(slots=True)
 class _Request:
     aborted: asyncio.Future[None]
+
+
+class _Script:
+    """One request's answer, a step at a time: what the engine outputs at each of its steps.
+
+    Like vLLM: the first token is output at once, then every ``stream_interval`` tokens; the stop token
+    (``<|return|>``, ``<|call|>``, or the request's own) is output and ends it, ``max_tokens`` ends it
+    with ``length``, and an answer that ran out without a stop token ends with ``stop``."""
+
+    __slots__ = ("done", "_tokens", "_index", "_stops", "_max_tokens", "_interval", "_pending")
+
+    def __init__(self, tokens: Sequence[int], sampling: SamplingSettings) -> None:
+        self.done = False
+        self._tokens = tokens
+        self._index = 0
+        self._stops = set(sampling.stop_token_ids) or {RETURN, CALL}
+        self._max_tokens = sampling.max_tokens
+        self._interval = sampling.stream_interval
+        self._pending: list[int] = []  # generated, not yet output (stream_interval > 1)
+
+    @property
+    def waits(self) -> bool:
+        """Whether a token is left to generate (a step to wait for); else the end is output at once."""
+        return self._index < len(self._tokens)
+
+    def step(self) -> list[EngineOutput]:
+        """The outputs of one engine step (none while ``stream_interval`` holds its token back)."""
+        if not self.waits:
+            return [self._end("stop")]
+        index, token = self._index, self._tokens[self._index]
+        self._index += 1
+        cached = 0 if index == 0 else None
+        self._pending.append(token)
+        if token in self._stops:
+            return [self._end("stop", cached)]
+        if index + 1 >= self._max_tokens:
+            return [self._end("length", cached)]
+        outputs = []
+        if index == 0 or len(self._pending) >= self._interval:
+            outputs.append(EngineOutput(token_ids=self._take(), cached_tokens=cached))
+        if not self.waits:
+            outputs.append(self._end("stop"))
+        return outputs
+
+    def aborted(self) -> EngineOutput:
+        return self._end("abort")
+
+    def _end(self, reason: FinishReason, cached: int | None = None) -> EngineOutput:
+        self.done = True
+        return EngineOutput(token_ids=self._take(), finished=True, finish_reason=reason, cached_tokens=cached)
+
+    def _take(self) -> list[int]:
+        pending, self._pending = self._pending, []
+        return pending
+
+
+def _step_followed(
+    script: _Script, request: _Request, on_output: OutputSink, done: asyncio.Future[None]
+) -> None:
+    """One clock step of a streamed request: its outputs to ``on_output``; ``done`` once it ended (or
+    failed: what ``on_output`` raised)."""
+    if done.done():
+        return
+    try:
+        for output in [script.aborted()] if request.aborted.done() else script.step():
+            on_output(output)
+    except Exception as exc:
+        done.set_exception(exc)
+        return
+    if script.done:
+        done.set_result(None)
 
 
 class ScriptedEngine:
@@ -379,33 +482,46 @@ class ScriptedEngine:
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
         # One generator level per token (not a nested one): this runs once per token per response.
-        if self.context_tokens is not None:
-            check_prompt_length(prompt_token_ids, self.context_tokens)
-        script = self.writer.script_for(prompt_token_ids)
-        request = _Request(aborted=asyncio.get_running_loop().create_future())
-        self._requests[request_id] = request
-        stops = set(sampling.stop_token_ids) or {RETURN, CALL}
-        interval = sampling.stream_interval
-        pending: list[int] = []  # generated, not yet output (stream_interval > 1)
+        script = self._script(prompt_token_ids, sampling)
+        request = self._register(request_id)
         try:
-            for index, token in enumerate(script):
-                if await self._wait_turn(request):
-                    yield EngineOutput(token_ids=pending, finished=True, finish_reason="abort")
+            while not script.done:
+                if script.waits and await self._wait_turn(request):
+                    yield script.aborted()
                     return
-                cached = 0 if index == 0 else None
-                pending.append(token)
-                if token in stops:
-                    yield EngineOutput(token_ids=pending, finished=True, finish_reason="stop", cached_tokens=cached)
-                    return
-                if index + 1 >= sampling.max_tokens:
-                    yield EngineOutput(token_ids=pending, finished=True, finish_reason="length", cached_tokens=cached)
-                    return
-                if index == 0 or len(pending) >= interval:  # as vLLM: the first token at once
-                    yield EngineOutput(token_ids=pending, cached_tokens=cached)
-                    pending = []
-            yield EngineOutput(token_ids=pending, finished=True, finish_reason="stop")
+                for output in script.step():
+                    yield output
         finally:
             self._requests.pop(request_id, None)
+
+    async def stream(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings, on_output: OutputSink
+    ) -> None:
+        """On the step clock, every running request is stepped by the clock's one task, its outputs
+        handed to ``on_output`` there (as vLLM's output handler does); otherwise ``generate``'s outputs."""
+        if self.clock is None:
+            async for output in self.generate(request_id, prompt_token_ids, sampling):
+                on_output(output)
+            return
+        script = self._script(prompt_token_ids, sampling)
+        request = self._register(request_id)
+        done = asyncio.get_running_loop().create_future()
+        unfollow = self.clock.follow(functools.partial(_step_followed, script, request, on_output, done))
+        try:
+            await done
+        finally:
+            unfollow()
+            self._requests.pop(request_id, None)
+
+    def _script(self, prompt_token_ids: Sequence[int], sampling: SamplingSettings) -> _Script:
+        if self.context_tokens is not None:
+            check_prompt_length(prompt_token_ids, self.context_tokens)
+        return _Script(self.writer.script_for(prompt_token_ids), sampling)
+
+    def _register(self, request_id: str) -> _Request:
+        request = _Request(aborted=asyncio.get_running_loop().create_future())
+        self._requests[request_id] = request
+        return request
 
     async def _wait_turn(self, request: _Request) -> bool:
         """Wait for this request's next token slot; True when it was aborted meanwhile.

@@ -418,3 +418,108 @@ def test_generate_with_stream_interval_hands_over_held_tokens_at_the_length_limi
 
     assert [len(o.token_ids) for o in outputs] == [1, 4, 4, 1]
     assert outputs[-1].finished and outputs[-1].finish_reason == "length"
+
+
+async def streamed(
+    engine: ScriptedEngine, request_id: str, tokens: list[int], params: SamplingSettings
+) -> list[EngineOutput]:
+    outputs: list[EngineOutput] = []
+    await engine.stream(request_id, tokens, params, outputs.append)
+    return outputs
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"max_tokens": 7}, {"stream_interval": 4}, {"max_tokens": 10, "stream_interval": 4}],
+    ids=["stop", "length", "interval", "interval-length"],
+)
+def test_stream_on_step_clock_outputs_what_generate_outputs(enc: HarmonyEncoding, params: dict[str, int]) -> None:
+    settings = replace(sampling(enc), **params)
+    tokens = prompt(enc, "Say hello.")
+    generated = asyncio.run(collect(ScriptedEngine(enc), "r1", tokens, settings))
+
+    async def scenario() -> list[EngineOutput]:
+        return await streamed(ScriptedEngine(enc, step_interval_seconds=0.001), "r1", tokens, settings)
+
+    assert asyncio.run(scenario()) == generated
+
+
+def test_stream_on_step_clock_steps_every_running_request_once_per_step(enc: HarmonyEncoding) -> None:
+    async def scenario() -> list[list[int]]:
+        engine = ScriptedEngine(enc, step_interval_seconds=0.02)
+        clock = engine.clock
+        assert clock is not None
+        steps: list[list[int]] = [[], [], []]  # the clock's step at each request's outputs
+
+        async def run(index: int) -> None:
+            def on_output(_: EngineOutput) -> None:
+                steps[index].append(clock.steps)
+
+            await engine.stream(f"r{index}", prompt(enc, "tokens 10"), sampling(enc, max_tokens=10), on_output)
+
+        await asyncio.gather(*(run(i) for i in range(3)))
+        return steps
+
+    assert asyncio.run(scenario()) == [list(range(1, 11))] * 3
+
+
+def test_stream_on_step_clock_ends_aborted_request_at_next_step(enc: HarmonyEncoding) -> None:
+    async def scenario() -> tuple[list[EngineOutput], list[EngineOutput]]:
+        engine = ScriptedEngine(enc, step_interval_seconds=0.005)
+        kept: list[EngineOutput] = []
+
+        def on_output(output: EngineOutput) -> None:
+            kept.append(output)
+            if len(kept) == 3:
+                asyncio.ensure_future(engine.abort("aborted"))
+
+        other = asyncio.ensure_future(streamed(engine, "other", prompt(enc, "tokens 20"), sampling(enc, max_tokens=20)))
+        await engine.stream("aborted", prompt(enc, "tokens 50"), sampling(enc), on_output)
+        return kept, await other
+
+    kept, other = asyncio.run(scenario())
+
+    assert [o.finish_reason for o in kept] == [None] * 3 + ["abort"] and kept[-1].token_ids == []
+    assert other[-1].finish_reason == "length" and len(other) == 20  # the other request ran on
+
+
+def test_stream_on_step_clock_raises_what_its_callback_raised_without_stopping_others(enc: HarmonyEncoding) -> None:
+    def failing(output: EngineOutput) -> None:
+        raise RuntimeError("the callback failed")
+
+    async def scenario() -> list[EngineOutput]:
+        engine = ScriptedEngine(enc, step_interval_seconds=0.002)
+        other = asyncio.ensure_future(streamed(engine, "other", prompt(enc, "tokens 5"), sampling(enc, max_tokens=5)))
+        with pytest.raises(RuntimeError, match="the callback failed"):
+            await engine.stream("failing", prompt(enc, "tokens 5"), sampling(enc), failing)
+        assert engine.running == 1  # the failed request is gone, the other runs
+        return await other
+
+    assert [len(o.token_ids) for o in asyncio.run(scenario())] == [1] * 5
+
+
+def test_shutdown_ends_requests_streaming_on_step_clock_as_aborted(enc: HarmonyEncoding) -> None:
+    async def scenario() -> list[EngineOutput]:
+        engine = ScriptedEngine(enc, step_interval_seconds=60.0)  # no step comes by itself
+        running = asyncio.ensure_future(streamed(engine, "r1", prompt(enc, "tokens 5"), sampling(enc)))
+        while engine.running == 0:
+            await asyncio.sleep(0)
+        await engine.shutdown()
+        return await asyncio.wait_for(running, timeout=10)
+
+    assert [o.finish_reason for o in asyncio.run(scenario())] == ["abort"]
+
+
+def test_cancelled_stream_on_step_clock_leaves_the_engine(enc: HarmonyEncoding) -> None:
+    async def scenario() -> int:
+        engine = ScriptedEngine(enc, step_interval_seconds=0.002)
+        running = asyncio.ensure_future(streamed(engine, "r1", prompt(enc, "tokens 50"), sampling(enc)))
+        while engine.running == 0:
+            await asyncio.sleep(0)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        await asyncio.sleep(0.01)  # steps pass: nothing is output to the cancelled request
+        return engine.running
+
+    assert asyncio.run(scenario()) == 0

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from openai_harmony import HarmonyEncoding
+from support.engines import WrappedEngine
 from support.replay import Run, wire
 
 from oss_responses.engine.base import EngineOutput, OutputSink, OutputStreaming, SamplingSettings
@@ -64,17 +65,25 @@ class StreamingTokensEngine(Streaming, TokensEngine):
     """The same outputs, handed to a callback."""
 
 
-class StreamingScriptedEngine(Streaming, ScriptedEngine):
-    """The scripted engine, its outputs handed to a callback."""
+class GeneratingScriptedEngine(WrappedEngine):
+    """The scripted engine through ``generate`` alone, as an engine that cannot ``stream``."""
+
+    def generate(
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        return self.inner.generate(request_id, prompt_token_ids, sampling)
 
 
 def test_streaming_engine_gives_the_events_of_a_generating_one(encoding: HarmonyEncoding) -> None:
-    assert isinstance(StreamingScriptedEngine(encoding), OutputStreaming)
-    assert not isinstance(ScriptedEngine(encoding), OutputStreaming)
+    def stepping() -> ScriptedEngine:  # on its step clock, the scripted engine streams as vLLM's does
+        return ScriptedEngine(encoding, step_interval_seconds=0.001)
+
+    assert isinstance(stepping(), OutputStreaming)
+    assert not isinstance(GeneratingScriptedEngine(stepping()), OutputStreaming)
 
     for text in ("tokens 40", "Hello there"):
-        generated, _ = Run(encoding, text, engine=ScriptedEngine(encoding)).uninterrupted()
-        streamed, _ = Run(encoding, text, engine=StreamingScriptedEngine(encoding)).uninterrupted()
+        generated, _ = Run(encoding, text, engine=GeneratingScriptedEngine(stepping())).uninterrupted()
+        streamed, _ = Run(encoding, text, engine=stepping()).uninterrupted()
 
         assert wire(streamed) == wire(generated)
         assert streamed[-1].type == "response.completed"
