@@ -20,6 +20,7 @@ from openai_harmony import (
     StreamableParser,
     SystemContent,
 )
+from support.engines import streamed
 
 from oss_responses.engine import scripted
 from oss_responses.engine.base import EngineOutput, SamplingSettings
@@ -418,14 +419,6 @@ def test_generate_with_stream_interval_hands_over_held_tokens_at_the_length_limi
 
     assert [len(o.token_ids) for o in outputs] == [1, 4, 4, 1]
     assert outputs[-1].finished and outputs[-1].finish_reason == "length"
-
-
-async def streamed(
-    engine: ScriptedEngine, request_id: str, tokens: list[int], params: SamplingSettings
-) -> list[EngineOutput]:
-    outputs: list[EngineOutput] = []
-    await engine.stream(request_id, tokens, params, outputs.append)
-    return outputs
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import jsonschema
 import pytest
 from openai_harmony import HarmonyEncoding
+from support.engines import streamed
 from support.forced_harmony import (
     ASSISTANT_HEADER_LEN,
     analysis,
@@ -52,14 +53,6 @@ async def collect(
     engine: VllmEngine, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
 ) -> list[EngineOutput]:
     return [output async for output in engine.generate(request_id, prompt, sampling)]
-
-
-async def streamed(
-    engine: VllmEngine, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
-) -> list[EngineOutput]:
-    outputs: list[EngineOutput] = []
-    await engine.stream(request_id, prompt, sampling, outputs.append)
-    return outputs
 
 
 Consume = Callable[[VllmEngine, str, Sequence[int], SamplingSettings], Awaitable[list[EngineOutput]]]

@@ -1,6 +1,6 @@
 """Engines of the tool-turn tests (and benches): a wrapper of the scripted engine that passes the engine
 calls through, one keeping every prompt it was shown, and an engine answering its n-th generation with
-the n-th of a list of harmony texts."""
+the n-th of a list of harmony texts; ``streamed``, the outputs an engine's ``stream`` hands over."""
 
 from __future__ import annotations
 
@@ -9,8 +9,17 @@ from collections.abc import AsyncIterator, Sequence
 
 from openai_harmony import HarmonyEncoding
 
-from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.base import EngineOutput, OutputStreaming, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
+
+
+async def streamed(
+    engine: OutputStreaming, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+) -> list[EngineOutput]:
+    """The outputs ``engine.stream`` hands to its callback, in order."""
+    outputs: list[EngineOutput] = []
+    await engine.stream(request_id, prompt, sampling, outputs.append)
+    return outputs
 
 
 class WrappedEngine:
