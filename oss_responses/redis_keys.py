@@ -17,6 +17,8 @@
                            or a handoff) waits: the reaper dispatches one at a time.
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
+- ``model_context(model)`` STRING  the context (tokens) of the model's engine, set (with TTL) by its workers
+                           while up; ``/v1/responses/input_tokens`` cuts by it for ``truncation: "auto"``.
 - ``REAPER_LOCK`` STRING  held by the worker that is reaping lost responses.
 - ``WEBHOOK_SWEEP_LOCK`` STRING  held by the worker sending stale webhook deliveries again.
 - ``broker_queue(queue)`` LIST  Celery's Redis transport: a queue's waiting tasks (the key is the queue's
@@ -64,6 +66,10 @@ def resume(response_id: str) -> str:
 
 def worker_ready(worker_id: str) -> str:
     return f"{PREFIX}worker:{worker_id}:ready"
+
+
+def model_context(model: str) -> str:
+    return f"{PREFIX}model:{model}:context"
 
 
 def hub_wake(hub_id: str) -> str:

@@ -5,6 +5,10 @@ turns of ``previous_response_id``, the input, sealed items opened), with one dif
 server's tools are shown only if the conversation already holds a list of them (a worker lists a
 new server before rendering; counting does not connect to it), so such tools are not counted.
 
+With ``truncation: "auto"`` the prompt is cut as a worker of the model would cut it, by the context its
+workers announce in Redis while up (``redis_keys.model_context``); the answer's room is the default output
+budget (a count request has no ``max_output_tokens``). With no worker of the model up, nothing is cut.
+
 The harmony encoding is loaded once per API process, on the first count, off the event loop
 (``api/encoding.py``); rendering runs in a thread too.
 """
@@ -16,11 +20,13 @@ from typing import Any
 import anyio
 from openai.types.responses import InputTokenCountResponse
 
+from oss_responses import redis_keys
 from oss_responses.api.services import Services
 from oss_responses.conversation import render_options
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.render import render_prompt
+from oss_responses.harmony.truncation import context_budget
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import utcnow
 
@@ -44,5 +50,18 @@ async def count_input_tokens(
     """``history`` is the chain's turns, the request's item references already resolved against it."""
     options = render_options(services.settings, utcnow(), sealer=services.sealer)
     encoding = await services.encoding.get()
-    rendered = await anyio.to_thread.run_sync(render_prompt, request, history, options, encoding)
+    budget = await _truncation_budget(services, request)
+    rendered = await anyio.to_thread.run_sync(render_prompt, request, history, options, encoding, budget)
     return InputTokenCountResponse(input_tokens=len(rendered.token_ids), object="response.input_tokens").model_dump()
+
+
+async def _truncation_budget(services: Services, request: CreateResponseRequest) -> int | None:
+    """With ``truncation: "auto"``, the prompt's budget in the model's context as its workers announce it
+    (None: no cut, as when no worker of the model is up). The request's answer room is the default
+    output budget: a count request carries no ``max_output_tokens``."""
+    if request.truncation != "auto":
+        return None
+    context = await services.redis.get(redis_keys.model_context(request.model))
+    if context is None:
+        return None
+    return context_budget(int(context), services.settings.default_max_output_tokens)

@@ -79,7 +79,7 @@ from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConv
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
 from oss_responses.harmony.tool_choice import forced_call, usable_tools
-from oss_responses.harmony.truncation import WHOLE, Cut
+from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
 
 __all__ = [
     "JSON_OBJECT_FORMAT",
@@ -207,11 +207,20 @@ def items_turn(
 
 
 def render_prompt(
-    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding
+    request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding,
+    budget: int | None = None,
 ) -> RenderedPrompt:
+    """The prompt of ``request`` after ``history``; with ``budget`` (``truncation: "auto"``), cut as a
+    worker cuts it to leave the answer its room (``harmony/truncation.py``)."""
     plan = plan_conversation(request, history, options)
     prompt_messages = [message.to_dict() for message in plan.messages]
-    return rendered_prompt(plan, tokenize_messages(prompt_messages, plan.approval is None, encoding), prompt_messages)
+    token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
+    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, budget) if budget is not None else None
+    if cut is not None and cut != WHOLE:
+        plan = plan_conversation(request, history, options, cut=cut)
+        prompt_messages = [message.to_dict() for message in plan.messages]
+        token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
+    return rendered_prompt(plan, token_ids, prompt_messages)
 
 
 def tokenize_messages(messages: list[dict[str, Any]], for_completion: bool, encoding: HarmonyEncoding) -> list[int]:

@@ -50,6 +50,12 @@ class Cut:
 WHOLE = Cut()
 
 
+def context_budget(context_tokens: int, max_output_tokens: int) -> int:
+    """The most tokens a prompt may hold under ``truncation: "auto"``: the rest of the model's context is
+    the answer's room, ``max_output_tokens`` but at most half the context."""
+    return context_tokens - min(max_output_tokens, context_tokens // 2)
+
+
 def truncation_cut(
     messages: Sequence[Message], conversation_start: int, token_ids: Sequence[int], budget: int
 ) -> Cut | None:

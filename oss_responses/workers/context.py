@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.engine.base import Engine
+from oss_responses.engine.base import ContextLimited, Engine
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.redis_pool import driver_info
@@ -173,10 +173,29 @@ async def _call_all(callbacks: list[Callable[[], None]]) -> None:
         callback()
 
 
-async def _keep_ready(redis_client: redis_asyncio.Redis, worker_id: str, value: str) -> None:
+async def _keep_ready(redis_client: redis_asyncio.Redis, announced: dict[str, str]) -> None:
     while True:
-        await redis_client.set(redis_keys.worker_ready(worker_id), value, ex=READY_TTL_SECONDS)
+        await _announce(redis_client, announced)
         await asyncio.sleep(READY_REFRESH_SECONDS)
+
+
+async def _announce(redis_client: redis_asyncio.Redis, announced: dict[str, str]) -> None:
+    async with redis_client.pipeline(transaction=False) as pipe:
+        for key, value in announced.items():
+            pipe.set(key, value, ex=READY_TTL_SECONDS)
+        await pipe.execute()
+
+
+def _announced(ctx: WorkerContext) -> dict[str, str]:
+    """What a worker keeps set in Redis while its engine is up: its readiness and, when its engine has
+    one, its model's context (the API's token count cuts by it; a model's workers share their engine
+    settings, so any one of them tells it)."""
+    ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid()})
+    announced = {redis_keys.worker_ready(ctx.worker_id): ready}
+    context = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
+    if context is not None:
+        announced[redis_keys.model_context(ctx.settings.worker_model)] = str(context)
+    return announced
 
 
 async def _start_on_loop(ctx: WorkerContext) -> None:
@@ -185,9 +204,9 @@ async def _start_on_loop(ctx: WorkerContext) -> None:
     except Exception as exc:
         raise EngineStartError(f"the {ctx.settings.engine} engine failed to start: {exc!r}") from exc
     await ctx.cancels.start()
-    ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid()})
-    await ctx.redis.set(redis_keys.worker_ready(ctx.worker_id), ready, ex=READY_TTL_SECONDS)
-    ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, ctx.worker_id, ready))
+    announced = _announced(ctx)
+    await _announce(ctx.redis, announced)
+    ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, announced))
 
 
 def start_worker(

@@ -55,7 +55,7 @@ from oss_responses.harmony.render import (
     rendered_prompt,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
+from oss_responses.harmony.truncation import WHOLE, Cut, context_budget, truncation_cut
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -546,7 +546,7 @@ def _context_budget(ctx: WorkerContext, request: CreateResponseRequest) -> int |
     limit = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
     if request.truncation != "auto" or limit is None:
         return None
-    return limit - min(request.max_output_tokens or ctx.settings.default_max_output_tokens, limit // 2)
+    return context_budget(limit, request.max_output_tokens or ctx.settings.default_max_output_tokens)
 
 
 def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:

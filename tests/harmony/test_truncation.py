@@ -6,7 +6,15 @@ from collections.abc import Sequence
 
 from openai_harmony import Author, Conversation, HarmonyEncoding, Message, Role
 
-from oss_responses.harmony.truncation import START_TOKEN, WHOLE, Cut, last_start, steps_to_drop, truncation_cut
+from oss_responses.harmony.truncation import (
+    START_TOKEN,
+    WHOLE,
+    Cut,
+    context_budget,
+    last_start,
+    steps_to_drop,
+    truncation_cut,
+)
 
 SYSTEM = Message.from_role_and_content(Role.SYSTEM, "You are a model.")
 
@@ -102,3 +110,8 @@ def test_last_start_finds_the_open_assistant_message(encoding: HarmonyEncoding) 
     tokens = _render(encoding, CONVERSATION)
     assert last_start(tokens) == len(tokens) - 2  # <|start|>assistant
     assert last_start([1, 2, 3]) is None
+
+
+def test_context_budget_leaves_answer_its_output_budget_at_most_half_the_context() -> None:
+    assert context_budget(800, 200) == 600
+    assert context_budget(800, 4096) == 400

@@ -1,0 +1,75 @@
+"""``POST /v1/responses/input_tokens`` with ``truncation: "auto"``: the prompt counted as the model's
+workers would cut it, by the context they announce in Redis (a worker in-process, its engine's context
+800 tokens; the answer's room the default output budget, at most half of it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_lib
+from openai import OpenAI
+from support import MODEL
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.testing import local_worker, run_response_now
+
+CONTEXT = 800
+WORDS = 100
+
+
+@pytest.fixture
+def small_context_worker(settings: Settings) -> Iterator[WorkerContext]:
+    with local_worker(settings.model_copy(update={"scripted_context_tokens": CONTEXT})) as ctx:
+        yield ctx
+
+
+def _chain(client: OpenAI, worker: WorkerContext) -> str:
+    """Two turns of ``WORDS`` words each, run by ``worker``; the last one's id."""
+    previous = None
+    for word in ("alpha", "beta"):
+        response = client.responses.create(model=MODEL, input=f"{word} " * WORDS, previous_response_id=previous,
+                                           truncation="auto", background=True)
+        assert run_response_now(response.id, worker=worker) == "completed"
+        previous = response.id
+    assert previous is not None
+    return previous
+
+
+def test_count_input_tokens_with_truncation_auto_counts_prompt_worker_cut(
+    client: OpenAI, small_context_worker: WorkerContext
+) -> None:
+    previous = _chain(client, small_context_worker)
+    turn = {"model": MODEL, "input": "gamma " * WORDS, "previous_response_id": previous, "truncation": "auto"}
+
+    counted = client.responses.input_tokens.count(**turn)  # type: ignore[arg-type]
+    created = client.responses.create(**turn, background=True)  # type: ignore[call-overload]
+    assert run_response_now(created.id, worker=small_context_worker) == "completed"
+
+    usage = client.responses.retrieve(created.id).usage
+    assert usage is not None and counted.input_tokens == usage.input_tokens <= CONTEXT // 2
+
+
+def test_count_input_tokens_with_truncation_disabled_counts_whole_conversation(
+    client: OpenAI, small_context_worker: WorkerContext
+) -> None:
+    previous = _chain(client, small_context_worker)
+    turn = {"model": MODEL, "input": "gamma " * WORDS, "previous_response_id": previous}
+
+    whole = client.responses.input_tokens.count(**turn).input_tokens  # type: ignore[arg-type]
+    cut = client.responses.input_tokens.count(**turn, truncation="auto").input_tokens  # type: ignore[arg-type]
+
+    assert cut <= CONTEXT // 2 < whole
+
+
+def test_count_input_tokens_with_truncation_auto_counts_whole_when_no_worker_announced_context(
+    client: OpenAI, small_context_worker: WorkerContext, redis: redis_lib.Redis
+) -> None:
+    previous = _chain(client, small_context_worker)
+    turn = {"model": MODEL, "input": "gamma " * WORDS, "previous_response_id": previous}
+    redis.delete(redis_keys.model_context(MODEL))  # as once the model's workers have been down a while
+
+    whole = client.responses.input_tokens.count(**turn).input_tokens  # type: ignore[arg-type]
+    assert client.responses.input_tokens.count(**turn, truncation="auto").input_tokens == whole  # type: ignore[arg-type]
