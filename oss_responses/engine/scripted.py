@@ -308,8 +308,7 @@ class StepClock:
         self.steps = 0  # ticks so far: what tests count instead of reading a wall clock
         self._tick: asyncio.Future[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self._followers: dict[int, Callable[[], None]] = {}
-        self._next_follower = 0
+        self._followers: dict[Callable[[], None], None] = {}  # in the order they came (a dict, not a set)
 
     def next_tick(self) -> asyncio.Future[None]:
         if self._tick is None or self._tick.done():
@@ -317,15 +316,13 @@ class StepClock:
         self._keep_ticking()
         return self._tick
 
-    def follow(self, step: Callable[[], None]) -> Callable[[], None]:
-        """Call ``step`` at every tick from now on, until the returned function is called."""
-        key, self._next_follower = self._next_follower, self._next_follower + 1
-        self._followers[key] = step
+    def follow(self, step: Callable[[], None]) -> None:
+        """Call ``step`` at every tick from now on, until ``unfollow(step)``."""
+        self._followers[step] = None
         self._keep_ticking()
-        return lambda: self._unfollow(key)
 
-    def _unfollow(self, key: int) -> None:
-        self._followers.pop(key, None)
+    def unfollow(self, step: Callable[[], None]) -> None:
+        self._followers.pop(step, None)
 
     def _keep_ticking(self) -> None:
         if self._ticker is None or self._ticker.done():
@@ -339,13 +336,13 @@ class StepClock:
         while self._waited():
             await asyncio.sleep(self.interval)
             if not self._waited():
-                continue
+                break
             self.steps += 1
             self._step_all()
 
     def _step_all(self) -> None:
         tick, self._tick = self._tick, None
-        for step in list(self._followers.values()):
+        for step in list(self._followers):
             step()
         if tick is not None and not tick.done():
             tick.set_result(None)
@@ -506,11 +503,12 @@ class ScriptedEngine:
         script = self._script(prompt_token_ids, sampling)
         request = self._register(request_id)
         done = asyncio.get_running_loop().create_future()
-        unfollow = self.clock.follow(functools.partial(_step_followed, script, request, on_output, done))
+        step = functools.partial(_step_followed, script, request, on_output, done)
+        self.clock.follow(step)
         try:
             await done
         finally:
-            unfollow()
+            self.clock.unfollow(step)
             self._requests.pop(request_id, None)
 
     def _script(self, prompt_token_ids: Sequence[int], sampling: SamplingSettings) -> _Script:

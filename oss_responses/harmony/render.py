@@ -212,15 +212,15 @@ def render_prompt(
 ) -> RenderedPrompt:
     """The prompt of ``request`` after ``history``; with ``budget`` (``truncation: "auto"``), cut as a
     worker cuts it to leave the answer its room (``harmony/truncation.py``)."""
-    plan = plan_conversation(request, history, options)
-    prompt_messages = [message.to_dict() for message in plan.messages]
-    token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
-    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, budget) if budget is not None else None
-    if cut is not None and cut != WHOLE:
+    def render(cut: Cut) -> tuple[ConversationPlan, RenderedPrompt]:
         plan = plan_conversation(request, history, options, cut=cut)
         prompt_messages = [message.to_dict() for message in plan.messages]
         token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
-    return rendered_prompt(plan, token_ids, prompt_messages)
+        return plan, rendered_prompt(plan, token_ids, prompt_messages)
+
+    plan, rendered = render(WHOLE)
+    cut = None if budget is None else truncation_cut(plan.messages, plan.conversation_start, rendered.token_ids, budget)
+    return rendered if cut is None or cut == WHOLE else render(cut)[1]
 
 
 def tokenize_messages(messages: list[dict[str, Any]], for_completion: bool, encoding: HarmonyEncoding) -> list[int]:

@@ -23,11 +23,16 @@ async def streamed(
 
 
 class WrappedEngine:
-    """The scripted engine behind a wrapper: ``abort``/``start``/``shutdown`` pass through; a subclass
-    watches ``generate``."""
+    """The scripted engine behind a wrapper: ``generate``/``abort``/``start``/``shutdown`` pass through
+    (``stream`` does not: the worker takes outputs through ``generate``); a subclass watches ``generate``."""
 
     def __init__(self, inner: ScriptedEngine) -> None:
         self.inner = inner
+
+    def generate(
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        return self.inner.generate(request_id, prompt, sampling)
 
     @property
     def context_tokens(self) -> int | None:

@@ -65,24 +65,15 @@ class StreamingTokensEngine(Streaming, TokensEngine):
     """The same outputs, handed to a callback."""
 
 
-class GeneratingScriptedEngine(WrappedEngine):
-    """The scripted engine through ``generate`` alone, as an engine that cannot ``stream``."""
-
-    def generate(
-        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
-    ) -> AsyncIterator[EngineOutput]:
-        return self.inner.generate(request_id, prompt_token_ids, sampling)
-
-
 def test_streaming_engine_gives_the_events_of_a_generating_one(encoding: HarmonyEncoding) -> None:
     def stepping() -> ScriptedEngine:  # on its step clock, the scripted engine streams as vLLM's does
         return ScriptedEngine(encoding, step_interval_seconds=0.001)
 
     assert isinstance(stepping(), OutputStreaming)
-    assert not isinstance(GeneratingScriptedEngine(stepping()), OutputStreaming)
+    assert not isinstance(WrappedEngine(stepping()), OutputStreaming)
 
     for text in ("tokens 40", "Hello there"):
-        generated, _ = Run(encoding, text, engine=GeneratingScriptedEngine(stepping())).uninterrupted()
+        generated, _ = Run(encoding, text, engine=WrappedEngine(stepping())).uninterrupted()
         streamed, _ = Run(encoding, text, engine=stepping()).uninterrupted()
 
         assert wire(streamed) == wire(generated)
