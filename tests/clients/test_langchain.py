@@ -1,0 +1,111 @@
+"""LangChain (``langchain-openai``'s ``ChatOpenAI`` with ``use_responses_api=True``) against the service
+with the scripted engine.
+
+The scripted engine calls the tool named in ``call RECIPIENT {json}``, answers a tool result by
+quoting it, and otherwise quotes the user's messages of the conversation (so a continued chain shows
+its earlier turns); structured output gets a deterministic instance of the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from openai import OpenAI
+from pydantic import BaseModel
+from support import MODEL
+from support.client_stack import Service
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def chat(service: Service) -> Iterator[ChatOpenAI]:
+    yield ChatOpenAI(model=MODEL, base_url=service.base_url, api_key="unused", max_retries=0, timeout=30,
+                     use_responses_api=True)
+
+
+@tool
+def spell_backwards(word: str) -> str:
+    """Spell a word backwards."""
+    return word[::-1]
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+def _call(recipient: str, **arguments: object) -> str:
+    return f"call {recipient} {json.dumps(arguments)}"
+
+
+def test_invoke_answers_with_text(chat: ChatOpenAI) -> None:
+    answer = chat.invoke("Hello there")
+    assert isinstance(answer, AIMessage)
+    assert answer.text == 'You said: "Hello there".'
+    assert answer.id is not None and answer.id.startswith("resp_")
+    assert answer.usage_metadata is not None and answer.usage_metadata["output_tokens"] > 0
+
+
+def test_stream_yields_the_text_invoke_returns(chat: ChatOpenAI) -> None:
+    chunks = list(chat.stream("Hello there"))
+    assert all(isinstance(chunk, AIMessageChunk) for chunk in chunks)
+    assert len(chunks) > 3
+    whole = chunks[0]
+    for chunk in chunks[1:]:
+        whole += chunk
+    assert whole.text == chat.invoke("Hello there").text
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["invoke", "stream"])
+def test_bind_tools_loop_calls_tool_then_answers_with_result(chat: ChatOpenAI, streaming: bool) -> None:
+    chat = chat.model_copy(update={"streaming": streaming})
+    model = chat.bind_tools([spell_backwards])
+    messages: list = [HumanMessage(_call("functions.spell_backwards", word="harmony"))]
+    called = model.invoke(messages)
+    assert [(c["name"], c["args"]) for c in called.tool_calls] == [("spell_backwards", {"word": "harmony"})]
+    messages += [called, ToolMessage(spell_backwards.invoke(called.tool_calls[0]["args"]),
+                                     tool_call_id=called.tool_calls[0]["id"])]
+    answer = model.invoke(messages)
+    assert answer.tool_calls == []
+    assert answer.text == "The tool functions.spell_backwards returned: ynomrah"
+
+
+def test_with_structured_output_json_schema_returns_model_instance(chat: ChatOpenAI) -> None:
+    # The scripted engine writes a deterministic instance of the schema (its free strings quote the user).
+    city = chat.with_structured_output(City, method="json_schema").invoke("Paris")
+    assert city == City(name="Paris", population=0)
+
+
+def test_with_structured_output_function_calling_returns_forced_call_arguments(chat: ChatOpenAI) -> None:
+    # LangChain forces the call (tool_choice naming the function); the scripted model fills it from the prompt.
+    prompt = _call("functions.City", name="Paris", population=2_100_000)
+    city = chat.with_structured_output(City, method="function_calling").invoke(prompt)
+    assert city == City(name="Paris", population=2_100_000)
+
+
+def test_use_previous_response_id_continues_the_chain(chat: ChatOpenAI, service: Service) -> None:
+    # LangChain sends only the messages after the last AI message, and that message's response id.
+    chat = chat.model_copy(update={"use_previous_response_id": True})
+    first = chat.invoke("My name is Ada.")
+    answer = chat.invoke([HumanMessage("My name is Ada."), first, HumanMessage("What is my name?")])
+    assert "My name is Ada." in answer.text and "What is my name?" in answer.text
+    with OpenAI(base_url=service.base_url, api_key="unused", max_retries=0) as client:
+        assert answer.id is not None
+        assert client.responses.retrieve(answer.id).previous_response_id == first.id
+        assert [item.type for item in client.responses.input_items.list(answer.id).data] == ["message"]
+
+
+def test_store_false_with_encrypted_reasoning_continues_by_value(chat: ChatOpenAI) -> None:
+    chat = chat.model_copy(update={"store": False, "include": ["reasoning.encrypted_content"],
+                                   "reasoning": {"effort": "low"}})
+    first = chat.invoke("My name is Ada.")
+    reasoning = [block for block in first.content if isinstance(block, dict) and block.get("type") == "reasoning"]
+    assert reasoning and reasoning[0].get("encrypted_content")
+    answer = chat.invoke([HumanMessage("My name is Ada."), first, HumanMessage("What is my name?")])
+    assert "My name is Ada." in answer.text and "What is my name?" in answer.text

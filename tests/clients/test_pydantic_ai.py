@@ -1,0 +1,153 @@
+"""Pydantic AI (``OpenAIResponsesModel``) against the service with the scripted engine.
+
+The scripted engine calls the tool named in ``call RECIPIENT {json}``, answers a tool result by
+quoting it, and otherwise quotes the user's messages of the conversation (so a continued run shows
+its earlier turns); structured output gets a deterministic instance of the schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from openai import AsyncOpenAI
+from pydantic import BaseModel
+from pydantic_ai import Agent, CodeExecutionTool, NativeOutput, WebSearchTool
+from pydantic_ai.capabilities import NativeTool
+from pydantic_ai.messages import ModelMessage, NativeToolCallPart, NativeToolReturnPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
+from pydantic_ai.providers.openai import OpenAIProvider
+from support import MODEL
+from support.client_stack import Service
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def client(service: Service) -> AsyncIterator[AsyncOpenAI]:
+    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+def model(client: AsyncOpenAI) -> OpenAIResponsesModel:
+    return OpenAIResponsesModel(MODEL, provider=OpenAIProvider(openai_client=client))
+
+
+class City(BaseModel):
+    name: str
+    population: int
+
+
+def spell_backwards(word: str) -> str:
+    """Spell a word backwards."""
+    return word[::-1]
+
+
+def _call(recipient: str, **arguments: object) -> str:
+    return f"call {recipient} {json.dumps(arguments)}"
+
+
+async def _run(agent: Agent[None, str], prompt: str, streaming: bool) -> tuple[str, list[ModelMessage]]:
+    if not streaming:
+        result = await agent.run(prompt)
+        return result.output, result.all_messages()
+    async with agent.run_stream(prompt) as streamed:
+        output = await streamed.get_output()
+    return output, streamed.all_messages()
+
+
+def _native_calls(messages: list[ModelMessage]) -> list[tuple[str, dict[str, Any]]]:
+    parts = [part for message in messages for part in message.parts]
+    returned = {p.tool_call_id for p in parts if isinstance(p, NativeToolReturnPart)}
+    return [(p.tool_name, p.args_as_dict()) for p in parts
+            if isinstance(p, NativeToolCallPart) and p.tool_call_id in returned]
+
+
+async def test_run_answers_with_text(model: OpenAIResponsesModel) -> None:
+    result = await Agent(model).run("Hello there")
+    assert result.output == 'You said: "Hello there".'
+    assert result.usage.output_tokens > 0
+
+
+async def test_run_stream_yields_the_text_run_returns(model: OpenAIResponsesModel) -> None:
+    agent = Agent(model)
+    async with agent.run_stream("Hello there") as result:
+        partials = [text async for text in result.stream_text(debounce_by=None)]
+    assert len(partials) > 3
+    assert partials[-1] == (await agent.run("Hello there")).output
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
+async def test_function_tool_is_called_and_its_result_answered(model: OpenAIResponsesModel, streaming: bool) -> None:
+    agent = Agent(model, tools=[spell_backwards])
+    output, messages = await _run(agent, _call("functions.spell_backwards", word="harmony"), streaming)
+    assert output == "The tool functions.spell_backwards returned: ynomrah"
+    parts = [part for message in messages for part in message.parts]
+    calls = [part for part in parts if isinstance(part, ToolCallPart)]
+    assert [(c.tool_name, c.args_as_dict()) for c in calls] == [("spell_backwards", {"word": "harmony"})]
+    assert [p.content for p in parts if isinstance(p, ToolReturnPart)] == ["ynomrah"]
+
+
+async def test_native_output_returns_model_instance(model: OpenAIResponsesModel) -> None:
+    # The scripted engine writes a deterministic instance of the schema (its free strings quote the user).
+    result = await Agent(model, output_type=NativeOutput(City)).run("Paris")
+    assert result.output == City(name="Paris", population=0)
+
+
+async def test_message_history_continues_the_conversation(model: OpenAIResponsesModel) -> None:
+    agent = Agent(model)
+    first = await agent.run("My name is Ada.")
+    answer = await agent.run("What is my name?", message_history=first.all_messages())
+    assert "My name is Ada." in answer.output and "What is my name?" in answer.output
+
+
+async def test_previous_response_id_auto_continues_the_chain(model: OpenAIResponsesModel, client: AsyncOpenAI) -> None:
+    # With "auto" Pydantic AI sends only the new message and the last response's id.
+    agent = Agent(model, model_settings=OpenAIResponsesModelSettings(openai_previous_response_id="auto"))
+    first = await agent.run("My name is Ada.")
+    answer = await agent.run("What is my name?", message_history=first.all_messages())
+    assert "My name is Ada." in answer.output and "What is my name?" in answer.output
+    assert answer.response.provider_response_id is not None
+    stored = await client.responses.retrieve(answer.response.provider_response_id)
+    assert stored.previous_response_id == first.response.provider_response_id
+    sent = await client.responses.input_items.list(stored.id)
+    assert [item.type for item in sent.data] == ["message"]
+
+
+async def test_reasoning_is_returned_and_sent_back(model: OpenAIResponsesModel) -> None:
+    settings = OpenAIResponsesModelSettings(openai_reasoning_effort="low", openai_reasoning_summary="detailed")
+    agent = Agent(model, model_settings=settings)
+    first = await agent.run("My name is Ada.")
+    thinking = [part for message in first.all_messages() for part in message.parts if part.part_kind == "thinking"]
+    assert thinking
+    answer = await agent.run("What is my name?", message_history=first.all_messages())
+    assert "My name is Ada." in answer.output
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
+async def test_native_web_search_searches_and_answers_with_results(
+    model: OpenAIResponsesModel, streaming: bool
+) -> None:
+    agent = Agent(model, capabilities=[NativeTool(WebSearchTool())])
+    output, messages = await _run(agent, 'call browser.search {"query": "harmony"}', streaming)
+    assert output.startswith("The tool browser.search returned: [{")
+    assert [name for name, _ in _native_calls(messages)] == ["web_search"]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
+async def test_native_code_execution_runs_code_and_answers_with_result(
+    model: OpenAIResponsesModel, streaming: bool
+) -> None:
+    agent = Agent(model, capabilities=[NativeTool(CodeExecutionTool())])
+    output, messages = await _run(agent, "call python 123*456", streaming)
+    assert output.strip() == "The tool python returned: 56088"
+    assert [(name, args.get("code")) for name, args in _native_calls(messages)] == [("code_execution", "123*456")]
