@@ -97,6 +97,14 @@ async def test_function_tool_is_called_and_its_result_answered(model: OpenAIResp
     assert [p.content for p in parts if isinstance(p, ToolReturnPart)] == ["ynomrah"]
 
 
+async def test_tool_output_returns_the_forced_calls_arguments(model: OpenAIResponsesModel) -> None:
+    # Pydantic AI's default structured output: a final_result tool it forces (tool_choice "required");
+    # the scripted model fills the call from the prompt (a real model from the conversation).
+    prompt = _call("functions.final_result", name="Paris", population=2_100_000)
+    result = await Agent(model, output_type=City).run(prompt)
+    assert result.output == City(name="Paris", population=2_100_000)
+
+
 async def test_native_output_returns_model_instance(model: OpenAIResponsesModel) -> None:
     # The scripted engine writes a deterministic instance of the schema (its free strings quote the user).
     result = await Agent(model, output_type=NativeOutput(City)).run("Paris")
