@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
@@ -18,7 +19,7 @@ from langchain_openai import ChatOpenAI
 from openai import OpenAI
 from pydantic import BaseModel
 from support import MODEL
-from support.client_stack import Service
+from support.client_stack import CALCULATOR_LABEL, Service
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,3 +110,34 @@ def test_store_false_with_encrypted_reasoning_continues_by_value(chat: ChatOpenA
     assert reasoning and reasoning[0].get("encrypted_content")
     answer = chat.invoke([HumanMessage("My name is Ada."), first, HumanMessage("What is my name?")])
     assert "My name is Ada." in answer.text and "What is my name?" in answer.text
+
+
+def _items(message: AIMessage, kind: str) -> list[dict[str, Any]]:
+    return [block for block in message.content if isinstance(block, dict) and block.get("type") == kind]
+
+
+HOSTED_TOOLS = {
+    # tool, prompt, the call item's type, what the answer starts with
+    "web_search": ({"type": "web_search"}, 'call browser.search {"query": "harmony"}', "web_search_call",
+                   "The tool browser.search returned: [{"),
+    "code_interpreter": ({"type": "code_interpreter", "container": {"type": "auto"}}, "call python 123*456",
+                         "code_interpreter_call", "The tool python returned: 56088"),
+    "mcp": ({"type": "mcp", "server_label": CALCULATOR_LABEL, "require_approval": "never"},
+            f'call {CALCULATOR_LABEL}.calculate {{"expression": "1+2"}}', "mcp_call",
+            f"The tool {CALCULATOR_LABEL}.calculate returned: 3"),
+}
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["invoke", "stream"])
+@pytest.mark.parametrize("hosted", HOSTED_TOOLS)
+def test_bind_tools_hosted_tool_runs_in_the_service_and_the_turn_continues(
+    chat: ChatOpenAI, hosted: str, streaming: bool
+) -> None:
+    tool_spec, prompt, item_type, answer_start = HOSTED_TOOLS[hosted]
+    model = chat.model_copy(update={"streaming": streaming}).bind_tools([tool_spec])
+    first = model.invoke(prompt)
+    assert [item["status"] for item in _items(first, item_type)] == ["completed"]
+    assert first.text.strip().startswith(answer_start)
+    # The next turn sends the first back whole (its hosted call item included), by value.
+    answer = model.invoke([HumanMessage(prompt), first, HumanMessage("thanks")])
+    assert answer.text == f'You said: "thanks". Earlier you said: 1. {json.dumps(prompt)}'
