@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from openai import AsyncOpenAI
 from pydantic import BaseModel
-from pydantic_ai import Agent, CodeExecutionTool, NativeOutput, WebSearchTool
+from pydantic_ai import Agent, CodeExecutionTool, MCPServerTool, NativeOutput, WebSearchTool
 from pydantic_ai.capabilities import NativeTool
 from pydantic_ai.messages import ModelMessage, NativeToolCallPart, NativeToolReturnPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
 from pydantic_ai.providers.openai import OpenAIProvider
 from support import MODEL
-from support.client_stack import Service
+from support.client_stack import CALCULATOR_LABEL, Service
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -63,6 +63,10 @@ async def _run(agent: Agent[None, str], prompt: str, streaming: bool) -> tuple[s
     async with agent.run_stream(prompt) as streamed:
         output = await streamed.get_output()
     return output, streamed.all_messages()
+
+
+def _native_returns(messages: list[ModelMessage]) -> list[Any]:
+    return [part.content for message in messages for part in message.parts if isinstance(part, NativeToolReturnPart)]
 
 
 def _native_calls(messages: list[ModelMessage]) -> list[tuple[str, dict[str, Any]]]:
@@ -145,17 +149,35 @@ async def test_reasoning_is_returned_and_sent_back(model: OpenAIResponsesModel) 
 async def test_native_web_search_searches_and_answers_with_results(
     model: OpenAIResponsesModel, streaming: bool
 ) -> None:
-    agent = Agent(model, capabilities=[NativeTool(WebSearchTool())])
+    settings = OpenAIResponsesModelSettings(openai_include_web_search_sources=True)
+    agent = Agent(model, capabilities=[NativeTool(WebSearchTool())], model_settings=settings)
     output, messages = await _run(agent, 'call browser.search {"query": "harmony"}', streaming)
     assert output.startswith("The tool browser.search returned: [{")
     assert [name for name, _ in _native_calls(messages)] == ["web_search"]
+    assert _native_returns(messages) == [{"status": "completed",
+                                          "sources": [{"type": "url", "url": "https://github.com/openai/harmony"}]}]
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
 async def test_native_code_execution_runs_code_and_answers_with_result(
     model: OpenAIResponsesModel, streaming: bool
 ) -> None:
-    agent = Agent(model, capabilities=[NativeTool(CodeExecutionTool())])
+    settings = OpenAIResponsesModelSettings(openai_include_code_execution_outputs=True)
+    agent = Agent(model, capabilities=[NativeTool(CodeExecutionTool())], model_settings=settings)
     output, messages = await _run(agent, "call python 123*456", streaming)
     assert output.strip() == "The tool python returned: 56088"
     assert [(name, args.get("code")) for name, args in _native_calls(messages)] == [("code_execution", "123*456")]
+    assert _native_returns(messages) == [{"status": "completed", "logs": ["56088\n"]}]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
+async def test_native_mcp_server_tool_is_called_by_the_service_and_the_run_continues(
+    model: OpenAIResponsesModel, service: Service, streaming: bool
+) -> None:
+    agent = Agent(model, capabilities=[NativeTool(MCPServerTool(id=CALCULATOR_LABEL, url=service.calculator_url))])
+    prompt = f'call {CALCULATOR_LABEL}.calculate {{"expression": "1+2"}}'
+    output, messages = await _run(agent, prompt, streaming)
+    assert output == f"The tool {CALCULATOR_LABEL}.calculate returned: 3"
+    # The next run sends the MCP call back (by value) with the history.
+    answer = await agent.run("thanks", message_history=messages)
+    assert answer.output == f'You said: "thanks". Earlier you said: 1. {json.dumps(prompt)}'
