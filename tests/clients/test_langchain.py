@@ -16,7 +16,7 @@ import pytest
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from openai import OpenAI
+from openai import NotFoundError, OpenAI
 from pydantic import BaseModel
 from support import MODEL
 from support.client_stack import CALCULATOR_LABEL, Service
@@ -25,9 +25,16 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def chat(service: Service) -> Iterator[ChatOpenAI]:
-    yield ChatOpenAI(model=MODEL, base_url=service.base_url, api_key="unused", max_retries=0, timeout=30,
-                     use_responses_api=True)
+def chat(service: Service) -> ChatOpenAI:
+    return ChatOpenAI(model=MODEL, base_url=service.base_url, api_key="unused", max_retries=0, timeout=30,
+                      use_responses_api=True)
+
+
+@pytest.fixture
+def client(service: Service) -> Iterator[OpenAI]:
+    """The openai SDK on the same service, to read back what LangChain sent."""
+    with OpenAI(base_url=service.base_url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @tool
@@ -43,6 +50,10 @@ class City(BaseModel):
 
 def _call(recipient: str, **arguments: object) -> str:
     return f"call {recipient} {json.dumps(arguments)}"
+
+
+def _items(message: AIMessage, kind: str) -> list[dict[str, Any]]:
+    return [block for block in message.content if isinstance(block, dict) and block.get("type") == kind]
 
 
 def test_invoke_answers_with_text(chat: ChatOpenAI) -> None:
@@ -90,30 +101,27 @@ def test_with_structured_output_function_calling_returns_forced_call_arguments(c
     assert city == City(name="Paris", population=2_100_000)
 
 
-def test_use_previous_response_id_continues_the_chain(chat: ChatOpenAI, service: Service) -> None:
+def test_use_previous_response_id_continues_the_chain(chat: ChatOpenAI, client: OpenAI) -> None:
     # LangChain sends only the messages after the last AI message, and that message's response id.
     chat = chat.model_copy(update={"use_previous_response_id": True})
     first = chat.invoke("My name is Ada.")
     answer = chat.invoke([HumanMessage("My name is Ada."), first, HumanMessage("What is my name?")])
     assert "My name is Ada." in answer.text and "What is my name?" in answer.text
-    with OpenAI(base_url=service.base_url, api_key="unused", max_retries=0) as client:
-        assert answer.id is not None
-        assert client.responses.retrieve(answer.id).previous_response_id == first.id
-        assert [item.type for item in client.responses.input_items.list(answer.id).data] == ["message"]
+    assert answer.id is not None
+    assert client.responses.retrieve(answer.id).previous_response_id == first.id
+    assert [item.type for item in client.responses.input_items.list(answer.id).data] == ["message"]
 
 
-def test_store_false_with_encrypted_reasoning_continues_by_value(chat: ChatOpenAI) -> None:
+def test_store_false_with_encrypted_reasoning_continues_by_value(chat: ChatOpenAI, client: OpenAI) -> None:
     chat = chat.model_copy(update={"store": False, "include": ["reasoning.encrypted_content"],
                                    "reasoning": {"effort": "low"}})
     first = chat.invoke("My name is Ada.")
-    reasoning = [block for block in first.content if isinstance(block, dict) and block.get("type") == "reasoning"]
-    assert reasoning and reasoning[0].get("encrypted_content")
+    assert [bool(block.get("encrypted_content")) for block in _items(first, "reasoning")] == [True]
+    assert first.id is not None
+    with pytest.raises(NotFoundError):
+        client.responses.retrieve(first.id)  # nothing stored: the next turn must send it all
     answer = chat.invoke([HumanMessage("My name is Ada."), first, HumanMessage("What is my name?")])
     assert "My name is Ada." in answer.text and "What is my name?" in answer.text
-
-
-def _items(message: AIMessage, kind: str) -> list[dict[str, Any]]:
-    return [block for block in message.content if isinstance(block, dict) and block.get("type") == kind]
 
 
 HOSTED_TOOLS = {

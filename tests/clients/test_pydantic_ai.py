@@ -115,11 +115,19 @@ async def test_native_output_returns_model_instance(model: OpenAIResponsesModel)
     assert result.output == City(name="Paris", population=0)
 
 
-async def test_message_history_continues_the_conversation(model: OpenAIResponsesModel) -> None:
+async def test_message_history_continues_the_conversation_by_value(
+    model: OpenAIResponsesModel, client: AsyncOpenAI
+) -> None:
     agent = Agent(model)
     first = await agent.run("My name is Ada.")
     answer = await agent.run("What is my name?", message_history=first.all_messages())
     assert "My name is Ada." in answer.output and "What is my name?" in answer.output
+    assert answer.response.provider_response_id is not None
+    stored = await client.responses.retrieve(answer.response.provider_response_id)
+    assert stored.previous_response_id is None
+    sent = await client.responses.input_items.list(stored.id, order="asc")
+    roles = [item.role for item in sent.data if item.type == "message"]
+    assert roles[0] == "user" and roles[-1] == "user" and "assistant" in roles
 
 
 async def test_previous_response_id_auto_continues_the_chain(model: OpenAIResponsesModel, client: AsyncOpenAI) -> None:
