@@ -8,7 +8,6 @@ is off (it would upload to OpenAI). The scripted engine calls the tool named in
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -31,7 +30,7 @@ from agents.models.openai_responses import OpenAIResponsesModel, OpenAIResponses
 from openai import AsyncOpenAI
 from pydantic import BaseModel
 from support import MODEL
-from support.client_stack import CALCULATOR_LABEL, Service
+from support.client_stack import CALCULATOR_LABEL, Service, call_directive
 
 RUN = RunConfig(tracing_disabled=True)
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -61,20 +60,16 @@ def spell_backwards(word: str) -> str:
     return word[::-1]
 
 
-def _call(recipient: str, **arguments: object) -> str:
-    return f"call {recipient} {json.dumps(arguments)}"
-
-
 async def test_run_calls_function_tool_and_answers_with_result(model: OpenAIResponsesModel) -> None:
     agent = Agent(name="speller", model=model, tools=[spell_backwards])
-    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    result = await Runner.run(agent, call_directive("functions.spell_backwards", word="harmony"), run_config=RUN)
     assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
 
 
 async def test_run_survives_call_to_function_the_agent_does_not_have(model: OpenAIResponsesModel) -> None:
     # Given a function_call item for a tool it lacks, the SDK fails the run (ModelBehaviorError).
     agent = Agent(name="speller", model=model, tools=[spell_backwards])
-    result = await Runner.run(agent, _call("functions.spell_forwards", word="harmony"), run_config=RUN)
+    result = await Runner.run(agent, call_directive("functions.spell_forwards", word="harmony"), run_config=RUN)
     assert "There is no tool 'functions.spell_forwards'" in result.final_output
     assert not any(item.type == "tool_call_item" for item in result.new_items)
 
@@ -82,7 +77,7 @@ async def test_run_survives_call_to_function_the_agent_does_not_have(model: Open
 async def test_run_with_tool_choice_none_calls_no_tool(model: OpenAIResponsesModel) -> None:
     agent = Agent(name="speller", model=model, tools=[spell_backwards],
                   model_settings=ModelSettings(tool_choice="none"))
-    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    result = await Runner.run(agent, call_directive("functions.spell_backwards", word="harmony"), run_config=RUN)
     assert "There is no tool 'functions.spell_backwards'" in result.final_output
     assert not any(item.type == "tool_call_item" for item in result.new_items)
 
@@ -92,7 +87,7 @@ async def test_run_with_forced_tool_choice_calls_tool_then_answers(model: OpenAI
     # The SDK resets tool_choice after the call (reset_tool_choice), so the second turn may answer.
     agent = Agent(name="speller", model=model, tools=[spell_backwards],
                   model_settings=ModelSettings(tool_choice=choice))
-    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    result = await Runner.run(agent, call_directive("functions.spell_backwards", word="harmony"), run_config=RUN)
     assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
     assert [item.type for item in result.new_items][:2] == ["tool_call_item", "tool_call_output_item"]
 
@@ -110,14 +105,14 @@ async def test_run_with_output_type_returns_instance_of_it(model: OpenAIResponse
 async def test_run_with_output_type_answers_tool_result_as_instance_of_it(model: OpenAIResponsesModel) -> None:
     # The SDK parses the final answer after the tool turn as the output type; plain text fails the run.
     agent = Agent(name="speller", model=model, tools=[spell_backwards], output_type=Spelled)
-    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"), run_config=RUN)
+    result = await Runner.run(agent, call_directive("functions.spell_backwards", word="harmony"), run_config=RUN)
     assert result.final_output == Spelled(spelling="The tool functions.spell_backwards returned: ynomrah")
 
 
 async def test_run_hands_off_to_agent_that_answers(model: OpenAIResponsesModel) -> None:
     helper = Agent(name="helper", model=model)
     triage = Agent(name="triage", model=model, handoffs=[helper])
-    result = await Runner.run(triage, _call("functions.transfer_to_helper"), run_config=RUN)
+    result = await Runner.run(triage, call_directive("functions.transfer_to_helper"), run_config=RUN)
     assert result.last_agent is helper
     assert result.final_output == 'The tool functions.transfer_to_helper returned: {"assistant": "helper"}'
 
@@ -133,7 +128,7 @@ async def test_run_streamed_emits_text_deltas_and_final_output(model: OpenAIResp
 
 async def test_run_streamed_calls_function_tool_and_answers_with_result(model: OpenAIResponsesModel) -> None:
     agent = Agent(name="speller", model=model, tools=[spell_backwards])
-    result = Runner.run_streamed(agent, _call("functions.spell_backwards", word="stream"), run_config=RUN)
+    result = Runner.run_streamed(agent, call_directive("functions.spell_backwards", word="stream"), run_config=RUN)
     items = [event.name async for event in result.stream_events() if event.type == "run_item_stream_event"]
     assert items == ["reasoning_item_created", "tool_called", "tool_output",
                      "reasoning_item_created", "message_output_created"]
@@ -178,7 +173,7 @@ async def test_run_with_conversation_id_calls_function_tool_and_answers(model: O
     """Mid-run, the tool's output is all the SDK sends: the call it answers is in the conversation."""
     conversation = await model._client.conversations.create()
     agent = Agent(name="speller", model=model, tools=[spell_backwards])
-    result = await Runner.run(agent, _call("functions.spell_backwards", word="harmony"),
+    result = await Runner.run(agent, call_directive("functions.spell_backwards", word="harmony"),
                               conversation_id=conversation.id, run_config=RUN)
     assert result.final_output == "The tool functions.spell_backwards returned: ynomrah"
     kept = [item.type async for item in model._client.conversations.items.list(conversation.id, order="asc")]
@@ -199,7 +194,8 @@ async def test_run_with_hosted_mcp_tool_answers_with_service_side_call(model: Op
     calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
                                             "require_approval": "never"})
     agent = Agent(name="hosted", model=model, tools=[calculator])
-    result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
+    prompt = call_directive(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7")
+    result = await Runner.run(agent, prompt, run_config=RUN)
     assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
 
 
@@ -215,7 +211,8 @@ async def test_run_with_hosted_mcp_tool_calls_after_approval(model: OpenAIRespon
     calculator = HostedMCPTool(tool_config={"type": "mcp", "server_label": CALCULATOR_LABEL,
                                             "require_approval": "always"}, on_approval_request=approve)
     agent = Agent(name="approving", model=model, tools=[calculator])
-    result = await Runner.run(agent, _call(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7"), run_config=RUN)
+    prompt = call_directive(f"{CALCULATOR_LABEL}.calculate", expression="6 * 7")
+    result = await Runner.run(agent, prompt, run_config=RUN)
     assert asked == ["calculate"]
     assert result.final_output == f"The tool {CALCULATOR_LABEL}.calculate returned: 42"
 
@@ -262,5 +259,5 @@ async def test_run_continues_conversation_sent_back_after_code_interpreter(model
 async def test_run_with_mcp_server_calls_its_tool_as_function(model: OpenAIResponsesModel, service: Service) -> None:
     async with MCPServerStreamableHttp(params={"url": service.calculator_url}, name="calculator") as calculator:
         agent = Agent(name="client-side", model=model, mcp_servers=[calculator])
-        result = await Runner.run(agent, _call("functions.calculate", expression="6 * 7"), run_config=RUN)
+        result = await Runner.run(agent, call_directive("functions.calculate", expression="6 * 7"), run_config=RUN)
     assert result.final_output == "The tool functions.calculate returned: 42"

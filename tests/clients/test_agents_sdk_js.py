@@ -10,12 +10,11 @@ global ``WebSocket``).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from support.client_stack import Service
+from support.client_stack import Service, call_directive
 from support.js_clients import missing_js_client, run_js
 
 if (reason := missing_js_client("@openai/agents")) is not None:
@@ -41,10 +40,6 @@ def run_agent(service: Service, transport: str) -> RunAgent:
     return run
 
 
-def _call(recipient: str, **arguments: object) -> str:
-    return f"call {recipient} {json.dumps(arguments)}"
-
-
 def test_run_answers_plain_prompt(run_agent: RunAgent) -> None:
     result = run_agent("Hello there")
     assert result.get("final_output") == 'You said: "Hello there".', result
@@ -57,20 +52,20 @@ def test_run_streamed_answers_plain_prompt(run_agent: RunAgent) -> None:
 
 
 def test_run_streamed_calls_function_tool_and_answers_with_result(run_agent: RunAgent) -> None:
-    result = run_agent(_call("functions.spell_backwards", word="stream"), stream=True, tools=True)
+    result = run_agent(call_directive("functions.spell_backwards", word="stream"), stream=True, tools=True)
     assert result.get("final_output") == "The tool functions.spell_backwards returned: maerts", result
     assert result["items"] == ["reasoning_item", "tool_call_item", "tool_call_output_item",
                                "reasoning_item", "message_output_item"]
 
 
 def test_run_streamed_with_output_type_answers_tool_result_as_instance_of_it(run_agent: RunAgent) -> None:
-    result = run_agent(_call("functions.spell_backwards", word="harmony"), stream=True,
+    result = run_agent(call_directive("functions.spell_backwards", word="harmony"), stream=True,
                        tools=True, output_type=True)
     assert result.get("final_output") == {"spelling": "The tool functions.spell_backwards returned: ynomrah"}, result
 
 
 def test_run_streamed_hands_off_to_agent_that_answers(run_agent: RunAgent) -> None:
-    result = run_agent(_call("functions.transfer_to_helper"), stream=True, handoff=True)
+    result = run_agent(call_directive("functions.transfer_to_helper"), stream=True, handoff=True)
     assert result.get("last_agent") == "helper", result
     assert result["final_output"] == 'The tool functions.transfer_to_helper returned: {"assistant":"helper"}'
 
@@ -95,5 +90,6 @@ def test_run_remembers_earlier_turn_kept_in_conversation(run_agent: RunAgent, me
 
 @pytest.mark.parametrize("memory", ["session", "conversation_id"])
 def test_run_streamed_calls_function_tool_in_conversation(run_agent: RunAgent, memory: str) -> None:
-    result = run_agent(_call("functions.spell_backwards", word="harmony"), tools=True, stream=True, memory=memory)
+    prompt = call_directive("functions.spell_backwards", word="harmony")
+    result = run_agent(prompt, tools=True, stream=True, memory=memory)
     assert result.get("final_output") == "The tool functions.spell_backwards returned: ynomrah", result

@@ -19,7 +19,7 @@ from langchain_openai import ChatOpenAI
 from openai import NotFoundError, OpenAI
 from pydantic import BaseModel
 from support import MODEL
-from support.client_stack import CALCULATOR_LABEL, Service
+from support.client_stack import CALCULATOR_LABEL, Service, call_directive
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,10 +48,6 @@ class City(BaseModel):
     population: int
 
 
-def _call(recipient: str, **arguments: object) -> str:
-    return f"call {recipient} {json.dumps(arguments)}"
-
-
 def _items(message: AIMessage, kind: str) -> list[dict[str, Any]]:
     return [block for block in message.content if isinstance(block, dict) and block.get("type") == kind]
 
@@ -78,7 +74,7 @@ def test_stream_yields_the_text_invoke_returns(chat: ChatOpenAI) -> None:
 def test_bind_tools_loop_calls_tool_then_answers_with_result(chat: ChatOpenAI, streaming: bool) -> None:
     chat = chat.model_copy(update={"streaming": streaming})
     model = chat.bind_tools([spell_backwards])
-    messages: list = [HumanMessage(_call("functions.spell_backwards", word="harmony"))]
+    messages: list = [HumanMessage(call_directive("functions.spell_backwards", word="harmony"))]
     called = model.invoke(messages)
     assert [(c["name"], c["args"]) for c in called.tool_calls] == [("spell_backwards", {"word": "harmony"})]
     messages += [called, ToolMessage(spell_backwards.invoke(called.tool_calls[0]["args"]),
@@ -96,7 +92,7 @@ def test_with_structured_output_json_schema_returns_model_instance(chat: ChatOpe
 
 def test_with_structured_output_function_calling_returns_forced_call_arguments(chat: ChatOpenAI) -> None:
     # LangChain forces the call (tool_choice naming the function); the scripted model fills it from the prompt.
-    prompt = _call("functions.City", name="Paris", population=2_100_000)
+    prompt = call_directive("functions.City", name="Paris", population=2_100_000)
     city = chat.with_structured_output(City, method="function_calling").invoke(prompt)
     assert city == City(name="Paris", population=2_100_000)
 

@@ -20,7 +20,7 @@ from pydantic_ai.messages import ModelMessage, NativeToolCallPart, NativeToolRet
 from pydantic_ai.models.openai import OpenAIResponsesModel, OpenAIResponsesModelSettings
 from pydantic_ai.providers.openai import OpenAIProvider
 from support import MODEL
-from support.client_stack import CALCULATOR_LABEL, Service
+from support.client_stack import CALCULATOR_LABEL, Service, call_directive
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -52,10 +52,6 @@ def spell_backwards(word: str) -> str:
     return word[::-1]
 
 
-def _call(recipient: str, **arguments: object) -> str:
-    return f"call {recipient} {json.dumps(arguments)}"
-
-
 async def _run(agent: Agent[None, str], prompt: str, streaming: bool) -> tuple[str, list[ModelMessage]]:
     if not streaming:
         result = await agent.run(prompt)
@@ -65,15 +61,16 @@ async def _run(agent: Agent[None, str], prompt: str, streaming: bool) -> tuple[s
     return output, streamed.all_messages()
 
 
+def _parts(messages: list[ModelMessage]) -> list[Any]:
+    return [part for message in messages for part in message.parts]
+
+
 def _native_returns(messages: list[ModelMessage]) -> list[Any]:
-    return [part.content for message in messages for part in message.parts if isinstance(part, NativeToolReturnPart)]
+    return [part.content for part in _parts(messages) if isinstance(part, NativeToolReturnPart)]
 
 
 def _native_calls(messages: list[ModelMessage]) -> list[tuple[str, dict[str, Any]]]:
-    parts = [part for message in messages for part in message.parts]
-    returned = {p.tool_call_id for p in parts if isinstance(p, NativeToolReturnPart)}
-    return [(p.tool_name, p.args_as_dict()) for p in parts
-            if isinstance(p, NativeToolCallPart) and p.tool_call_id in returned]
+    return [(part.tool_name, part.args_as_dict()) for part in _parts(messages) if isinstance(part, NativeToolCallPart)]
 
 
 async def test_run_answers_with_text(model: OpenAIResponsesModel) -> None:
@@ -93,18 +90,17 @@ async def test_run_stream_yields_the_text_run_returns(model: OpenAIResponsesMode
 @pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
 async def test_function_tool_is_called_and_its_result_answered(model: OpenAIResponsesModel, streaming: bool) -> None:
     agent = Agent(model, tools=[spell_backwards])
-    output, messages = await _run(agent, _call("functions.spell_backwards", word="harmony"), streaming)
+    output, messages = await _run(agent, call_directive("functions.spell_backwards", word="harmony"), streaming)
     assert output == "The tool functions.spell_backwards returned: ynomrah"
-    parts = [part for message in messages for part in message.parts]
-    calls = [part for part in parts if isinstance(part, ToolCallPart)]
+    calls = [part for part in _parts(messages) if isinstance(part, ToolCallPart)]
     assert [(c.tool_name, c.args_as_dict()) for c in calls] == [("spell_backwards", {"word": "harmony"})]
-    assert [p.content for p in parts if isinstance(p, ToolReturnPart)] == ["ynomrah"]
+    assert [p.content for p in _parts(messages) if isinstance(p, ToolReturnPart)] == ["ynomrah"]
 
 
 async def test_tool_output_returns_the_forced_calls_arguments(model: OpenAIResponsesModel) -> None:
     # Pydantic AI's default structured output: a final_result tool it forces (tool_choice "required");
     # the scripted model fills the call from the prompt (a real model from the conversation).
-    prompt = _call("functions.final_result", name="Paris", population=2_100_000)
+    prompt = call_directive("functions.final_result", name="Paris", population=2_100_000)
     result = await Agent(model, output_type=City).run(prompt)
     assert result.output == City(name="Paris", population=2_100_000)
 
@@ -147,8 +143,7 @@ async def test_reasoning_is_returned_and_sent_back(model: OpenAIResponsesModel) 
     settings = OpenAIResponsesModelSettings(openai_reasoning_effort="low", openai_reasoning_summary="detailed")
     agent = Agent(model, model_settings=settings)
     first = await agent.run("My name is Ada.")
-    thinking = [part for message in first.all_messages() for part in message.parts if part.part_kind == "thinking"]
-    assert thinking
+    assert [part for part in _parts(first.all_messages()) if part.part_kind == "thinking"]
     answer = await agent.run("What is my name?", message_history=first.all_messages())
     assert "My name is Ada." in answer.output
 

@@ -5,6 +5,7 @@ service refuses a web_search it has no backend for)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,6 +25,11 @@ from support.processes import (
 
 TOKENS_PER_SECOND = 2000.0  # Codex's answers quote its long environment context; keep them quick
 CALCULATOR_LABEL = "calc"
+
+
+def call_directive(recipient: str, **arguments: object) -> str:
+    """A prompt the scripted engine answers with a call of ``recipient`` with these JSON arguments."""
+    return f"call {recipient} {json.dumps(arguments)}"
 
 
 @dataclass
