@@ -1,14 +1,19 @@
-"""Real clients (Codex CLI, the Agents SDKs, the Vercel AI SDK, LangChain, Pydantic AI) against the
-service: one stack per test module (``support.client_stack.running_service``); the clients themselves
-are in the tests."""
+"""Real clients (Codex CLI, the Agents SDKs, the Vercel AI SDK, LangChain, Pydantic AI, LiteLLM) against
+the service: one stack per test module (``support.client_stack.running_service``); the clients
+themselves are in the tests."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.client_stack import Service, running_service
+
+# LiteLLM downloads its table of model prices when imported (three tries, seconds apart, offline);
+# its packaged copy serves the same.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 @pytest.fixture(scope="module")
