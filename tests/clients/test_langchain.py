@@ -122,12 +122,12 @@ def test_store_false_with_encrypted_reasoning_continues_by_value(chat: ChatOpenA
 
 HOSTED_TOOLS = {
     # tool, prompt, the call item's type, what the answer starts with
-    "web_search": ({"type": "web_search"}, 'call browser.search {"query": "harmony"}', "web_search_call",
+    "web_search": ({"type": "web_search"}, call_directive("browser.search", query="harmony"), "web_search_call",
                    "The tool browser.search returned: [{"),
     "code_interpreter": ({"type": "code_interpreter", "container": {"type": "auto"}}, "call python 123*456",
                          "code_interpreter_call", "The tool python returned: 56088"),
     "mcp": ({"type": "mcp", "server_label": CALCULATOR_LABEL, "require_approval": "never"},
-            f'call {CALCULATOR_LABEL}.calculate {{"expression": "1+2"}}', "mcp_call",
+            call_directive(f"{CALCULATOR_LABEL}.calculate", expression="1+2"), "mcp_call",
             f"The tool {CALCULATOR_LABEL}.calculate returned: 3"),
 }
 

@@ -58,15 +58,19 @@ def _service_id(litellm_id: str) -> str:
     return ResponsesAPIRequestUtils.decode_previous_response_id_to_original_previous_response_id(litellm_id)
 
 
-def _text(response: Any) -> str:
-    return "".join(part.text for item in response.output if item.type == "message" for part in item.content)
+def _completion_text(messages: list[Any], stream: bool, **arguments: Any) -> str:
+    """The answer's text of a Chat Completions call through LiteLLM, streamed (its chunks joined) or not."""
+    if not stream:
+        return litellm.completion(messages=messages, **arguments).choices[0].message.content
+    return "".join(chunk.choices[0].delta.content or ""
+                   for chunk in litellm.completion(messages=messages, stream=True, **arguments))
 
 
 def test_responses_answers_with_text(routed: dict[str, Any]) -> None:
     response = litellm.responses(input="Hello there", **routed)
     assert response.id.startswith("resp_")
     assert response.status == "completed"
-    assert _text(response) == 'You said: "Hello there".'
+    assert response.output_text == 'You said: "Hello there".'
     assert response.usage.output_tokens > 0
 
 
@@ -75,12 +79,12 @@ def test_responses_stream_deltas_add_up_to_the_completed_text(routed: dict[str, 
     assert events[0].type == "response.created"
     assert events[-1].type == "response.completed"
     deltas = "".join(event.delta for event in events if event.type == "response.output_text.delta")
-    assert deltas == _text(events[-1].response) == 'You said: "Hello there".'
+    assert deltas == events[-1].response.output_text == 'You said: "Hello there".'
 
 
 def test_aresponses_answers_with_text(routed: dict[str, Any]) -> None:
     response = asyncio.run(litellm.aresponses(input="Hello there", **routed))
-    assert _text(response) == 'You said: "Hello there".'
+    assert response.output_text == 'You said: "Hello there".'
 
 
 def test_responses_tool_loop_continues_by_previous_response_id(routed: dict[str, Any]) -> None:
@@ -89,20 +93,20 @@ def test_responses_tool_loop_continues_by_previous_response_id(routed: dict[str,
     assert (call.name, json.loads(call.arguments)) == ("reverse", {"text": "harmony"})
     answer = litellm.responses(input=[{"type": "function_call_output", "call_id": call.call_id, "output": "ynomrah"}],
                                previous_response_id=called.id, tools=RESPONSES_TOOLS, **routed)
-    assert _text(answer) == "The tool functions.reverse returned: ynomrah"
+    assert answer.output_text == "The tool functions.reverse returned: ynomrah"
 
 
 def test_responses_previous_response_id_continues_the_chain(routed: dict[str, Any], client: OpenAI) -> None:
     first = litellm.responses(input="My name is Ada.", **routed)
     answer = litellm.responses(input="What is my name?", previous_response_id=first.id, **routed)
-    assert _text(answer) == 'You said: "What is my name?". Earlier you said: 1. "My name is Ada."'
+    assert answer.output_text == 'You said: "What is my name?". Earlier you said: 1. "My name is Ada."'
     assert client.responses.retrieve(_service_id(answer.id)).previous_response_id == _service_id(first.id)
 
 
 def test_get_responses_then_delete_responses(routed: dict[str, Any], client: OpenAI) -> None:
     created = litellm.responses(input="Hello there", **routed)
     stored = litellm.get_responses(response_id=created.id, **routed)
-    assert (stored.id, stored.status, _text(stored)) == (created.id, "completed", _text(created))
+    assert (stored.id, stored.status, stored.output_text) == (created.id, "completed", created.output_text)
     deleted = litellm.delete_responses(response_id=created.id, **routed)
     assert (deleted.id, deleted.deleted) == (_service_id(created.id), True)
     with pytest.raises(NotFoundError):
@@ -111,12 +115,7 @@ def test_get_responses_then_delete_responses(routed: dict[str, Any], client: Ope
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 def test_completion_bridge_answers_with_text(bridged: dict[str, Any], stream: bool) -> None:
-    messages = [{"role": "user", "content": "Hello there"}]
-    if stream:
-        text = "".join(chunk.choices[0].delta.content or ""
-                       for chunk in litellm.completion(messages=messages, stream=True, **bridged))
-    else:
-        text = litellm.completion(messages=messages, **bridged).choices[0].message.content
+    text = _completion_text([{"role": "user", "content": "Hello there"}], stream, **bridged)
     assert text == 'You said: "Hello there".'
 
 
@@ -128,9 +127,5 @@ def test_completion_bridge_tool_loop_calls_tool_then_answers_with_result(bridged
     [call] = called.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("reverse", {"text": "harmony"})
     messages += [called.model_dump(), {"role": "tool", "tool_call_id": call.id, "content": "ynomrah"}]
-    if stream:
-        text = "".join(chunk.choices[0].delta.content or ""
-                       for chunk in litellm.completion(messages=messages, tools=CHAT_TOOLS, stream=True, **bridged))
-    else:
-        text = litellm.completion(messages=messages, tools=CHAT_TOOLS, **bridged).choices[0].message.content
+    text = _completion_text(messages, stream, tools=CHAT_TOOLS, **bridged)
     assert text == "The tool functions.reverse returned: ynomrah"

@@ -154,7 +154,7 @@ async def test_native_web_search_searches_and_answers_with_results(
 ) -> None:
     settings = OpenAIResponsesModelSettings(openai_include_web_search_sources=True)
     agent = Agent(model, capabilities=[NativeTool(WebSearchTool())], model_settings=settings)
-    output, messages = await _run(agent, 'call browser.search {"query": "harmony"}', streaming)
+    output, messages = await _run(agent, call_directive("browser.search", query="harmony"), streaming)
     assert output.startswith("The tool browser.search returned: [{")
     assert [name for name, _ in _native_calls(messages)] == ["web_search"]
     assert _native_returns(messages) == [{"status": "completed",
@@ -178,7 +178,7 @@ async def test_native_mcp_server_tool_is_called_by_the_service_and_the_run_conti
     model: OpenAIResponsesModel, service: Service, streaming: bool
 ) -> None:
     agent = Agent(model, capabilities=[NativeTool(MCPServerTool(id=CALCULATOR_LABEL, url=service.calculator_url))])
-    prompt = f'call {CALCULATOR_LABEL}.calculate {{"expression": "1+2"}}'
+    prompt = call_directive(f"{CALCULATOR_LABEL}.calculate", expression="1+2")
     output, messages = await _run(agent, prompt, streaming)
     assert output == f"The tool {CALCULATOR_LABEL}.calculate returned: 3"
     # The next run sends the MCP call back (by value) with the history.
