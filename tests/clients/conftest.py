@@ -1,6 +1,6 @@
-"""Real clients (Codex CLI, the Agents SDKs, the Vercel AI SDK, LangChain, Pydantic AI, LiteLLM) against
-the service: one stack per test module (``support.client_stack.running_service``); the clients
-themselves are in the tests."""
+"""Real clients (Codex CLI, the Agents SDKs, the Vercel AI SDK, LangChain, Pydantic AI, LiteLLM, Microsoft
+Agent Framework) against the service: one stack per test module (``support.client_stack.running_service``);
+the clients themselves are in the tests."""
 
 from __future__ import annotations
 
