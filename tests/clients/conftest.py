@@ -5,10 +5,11 @@ the clients themselves are in the tests."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from openai import AsyncOpenAI
 from support.client_stack import Service, running_service
 
 # LiteLLM downloads its table of model prices when imported (three tries, seconds apart, offline);
@@ -20,3 +21,16 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 def service(redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     with running_service(redis_url, sqlite_template, tmp_path_factory.mktemp("clients")) as running:
         yield running
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def async_client(service: Service) -> AsyncIterator[AsyncOpenAI]:
+    """The openai SDK on the module's service: what a client framework is given, or reads back what one sent."""
+    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
+    yield client
+    await client.close()

@@ -11,7 +11,6 @@ its earlier turns).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import pytest
@@ -28,21 +27,8 @@ streamed_or_not = pytest.mark.parametrize("streaming", [False, True], ids=["run"
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(service: Service) -> AsyncIterator[AsyncOpenAI]:
-    """The openai SDK on the same service, to read back what the framework sent."""
-    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
-    yield client
-    await client.close()
-
-
-@pytest.fixture
-def chat_client(client: AsyncOpenAI) -> OpenAIChatClient:
-    return OpenAIChatClient(model=MODEL, async_client=client)
+def chat_client(async_client: AsyncOpenAI) -> OpenAIChatClient:
+    return OpenAIChatClient(model=MODEL, async_client=async_client)
 
 
 class City(BaseModel):
@@ -96,43 +82,47 @@ async def test_function_tool_is_called_and_its_result_answered(chat_client: Open
     assert response.text == "The tool functions.reverse returned: ynomrah"
 
 
-async def test_session_continues_by_previous_response_id(chat_client: OpenAIChatClient, client: AsyncOpenAI) -> None:
+async def test_session_continues_by_previous_response_id(
+    chat_client: OpenAIChatClient, async_client: AsyncOpenAI
+) -> None:
     agent = Agent(client=chat_client)
     session = agent.create_session()
     first = await agent.run("first turn", session=session)
     second = await agent.run("second turn", session=session)
     assert second.text == 'You said: "second turn". Earlier you said: 1. "first turn"'
     assert session.service_session_id == second.response_id
-    stored = await client.responses.retrieve(second.response_id)
+    stored = await async_client.responses.retrieve(second.response_id)
     assert stored.previous_response_id == first.response_id
-    items = await client.responses.input_items.list(second.response_id)
+    items = await async_client.responses.input_items.list(second.response_id)
     assert [item.content[0].text for item in items.data] == ["second turn"]
 
 
 @streamed_or_not
 async def test_session_continues_a_conversation(
-    chat_client: OpenAIChatClient, client: AsyncOpenAI, streaming: bool
+    chat_client: OpenAIChatClient, async_client: AsyncOpenAI, streaming: bool
 ) -> None:
-    conversation = await client.conversations.create()
+    conversation = await async_client.conversations.create()
     agent = Agent(client=chat_client)
     session = agent.get_session(conversation.id)
     await _run(agent, "first turn", streaming, session=session)
     second = await _run(agent, "second turn", streaming, session=session)
     assert second.text == 'You said: "second turn". Earlier you said: 1. "first turn"'
-    stored = await client.responses.retrieve(second.response_id)
+    stored = await async_client.responses.retrieve(second.response_id)
     assert stored.conversation is not None and stored.conversation.id == conversation.id
-    items = await client.conversations.items.list(conversation.id, order="asc")
+    items = await async_client.conversations.items.list(conversation.id, order="asc")
     assert [item.type for item in items.data].count("message") == 4  # two user messages, two answers
 
 
-async def test_session_without_store_continues_by_value(chat_client: OpenAIChatClient, client: AsyncOpenAI) -> None:
+async def test_session_without_store_continues_by_value(
+    chat_client: OpenAIChatClient, async_client: AsyncOpenAI
+) -> None:
     agent = Agent(client=chat_client)
     session = agent.create_session()
     await agent.run("first turn", session=session, options={"store": False})
     second = await agent.run("second turn", session=session, options={"store": False})
     assert second.text == 'You said: "second turn". Earlier you said: 1. "first turn"'
     with pytest.raises(NotFoundError):
-        await client.responses.retrieve(second.response_id)
+        await async_client.responses.retrieve(second.response_id)
 
 
 async def test_response_format_returns_model_instance(chat_client: OpenAIChatClient) -> None:

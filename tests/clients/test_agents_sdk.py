@@ -36,11 +36,6 @@ RUN = RunConfig(tracing_disabled=True)
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(params=["http", "websocket"])
 async def model(request: pytest.FixtureRequest, service: Service) -> AsyncIterator[OpenAIResponsesModel]:
     """The SDK's Responses model over HTTP, and over the Responses WebSocket (its websocket transport)."""

@@ -8,7 +8,6 @@ its earlier turns); structured output gets a deterministic instance of the schem
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,20 +25,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
 @pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def client(service: Service) -> AsyncIterator[AsyncOpenAI]:
-    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
-    yield client
-    await client.close()
-
-
-@pytest.fixture
-def model(client: AsyncOpenAI) -> OpenAIResponsesModel:
-    return OpenAIResponsesModel(MODEL, provider=OpenAIProvider(openai_client=client))
+def model(async_client: AsyncOpenAI) -> OpenAIResponsesModel:
+    return OpenAIResponsesModel(MODEL, provider=OpenAIProvider(openai_client=async_client))
 
 
 class City(BaseModel):
@@ -112,30 +99,32 @@ async def test_native_output_returns_model_instance(model: OpenAIResponsesModel)
 
 
 async def test_message_history_continues_the_conversation_by_value(
-    model: OpenAIResponsesModel, client: AsyncOpenAI
+    model: OpenAIResponsesModel, async_client: AsyncOpenAI
 ) -> None:
     agent = Agent(model)
     first = await agent.run("My name is Ada.")
     answer = await agent.run("What is my name?", message_history=first.all_messages())
     assert "My name is Ada." in answer.output and "What is my name?" in answer.output
     assert answer.response.provider_response_id is not None
-    stored = await client.responses.retrieve(answer.response.provider_response_id)
+    stored = await async_client.responses.retrieve(answer.response.provider_response_id)
     assert stored.previous_response_id is None
-    sent = await client.responses.input_items.list(stored.id, order="asc")
+    sent = await async_client.responses.input_items.list(stored.id, order="asc")
     roles = [item.role for item in sent.data if item.type == "message"]
     assert roles[0] == "user" and roles[-1] == "user" and "assistant" in roles
 
 
-async def test_previous_response_id_auto_continues_the_chain(model: OpenAIResponsesModel, client: AsyncOpenAI) -> None:
+async def test_previous_response_id_auto_continues_the_chain(
+    model: OpenAIResponsesModel, async_client: AsyncOpenAI
+) -> None:
     # With "auto" Pydantic AI sends only the new message and the last response's id.
     agent = Agent(model, model_settings=OpenAIResponsesModelSettings(openai_previous_response_id="auto"))
     first = await agent.run("My name is Ada.")
     answer = await agent.run("What is my name?", message_history=first.all_messages())
     assert "My name is Ada." in answer.output and "What is my name?" in answer.output
     assert answer.response.provider_response_id is not None
-    stored = await client.responses.retrieve(answer.response.provider_response_id)
+    stored = await async_client.responses.retrieve(answer.response.provider_response_id)
     assert stored.previous_response_id == first.response.provider_response_id
-    sent = await client.responses.input_items.list(stored.id)
+    sent = await async_client.responses.input_items.list(stored.id)
     assert [item.type for item in sent.data] == ["message"]
 
 
