@@ -11,7 +11,7 @@ its earlier turns).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from agent_framework import Agent, AgentResponse, Message, tool
@@ -24,6 +24,9 @@ from support.client_stack import CALCULATOR_LABEL, Service, call_directive
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 streamed_or_not = pytest.mark.parametrize("streaming", [False, True], ids=["run", "stream"])
+
+CALCULATE = call_directive(f"{CALCULATOR_LABEL}.calculate", expression="1+2")
+CALCULATED = f"The tool {CALCULATOR_LABEL}.calculate returned: 3"
 
 
 @pytest.fixture
@@ -158,27 +161,29 @@ async def test_hosted_web_search_searches_and_answers_with_results(
     assert "https://github.com/openai/harmony" in response.text
 
 
+def _calculator(service: Service, approval_mode: Literal["always_require", "never_require"]) -> Any:
+    """The framework's hosted MCP tool for the service's calculator: its configured label and URL."""
+    return OpenAIChatClient.get_mcp_tool(name=CALCULATOR_LABEL, url=service.calculator_url,
+                                         approval_mode=approval_mode)
+
+
 @streamed_or_not
 async def test_hosted_mcp_tool_is_called_by_the_service(
     chat_client: OpenAIChatClient, service: Service, streaming: bool
 ) -> None:
-    calculator = OpenAIChatClient.get_mcp_tool(name=CALCULATOR_LABEL, url=service.calculator_url,
-                                               approval_mode="never_require")
-    agent = Agent(client=chat_client, tools=[calculator])
-    response = await _run(agent, call_directive(f"{CALCULATOR_LABEL}.calculate", expression="1+2"), streaming)
-    assert response.text == f"The tool {CALCULATOR_LABEL}.calculate returned: 3"
+    agent = Agent(client=chat_client, tools=[_calculator(service, "never_require")])
+    response = await _run(agent, CALCULATE, streaming)
+    assert response.text == CALCULATED
 
 
 async def test_hosted_mcp_approval_is_answered_and_the_call_runs(
     chat_client: OpenAIChatClient, service: Service
 ) -> None:
-    calculator = OpenAIChatClient.get_mcp_tool(name=CALCULATOR_LABEL, url=service.calculator_url,
-                                               approval_mode="always_require")
-    agent = Agent(client=chat_client, tools=[calculator])
+    agent = Agent(client=chat_client, tools=[_calculator(service, "always_require")])
     session = agent.create_session()
-    asked = await agent.run(call_directive(f"{CALCULATOR_LABEL}.calculate", expression="1+2"), session=session)
+    asked = await agent.run(CALCULATE, session=session)
     [request] = asked.user_input_requests
     assert request.type == "function_approval_request"
     answer = Message(role="user", contents=[request.to_function_approval_response(approved=True)])
     response = await agent.run(answer, session=session)
-    assert response.text == f"The tool {CALCULATOR_LABEL}.calculate returned: 3"
+    assert response.text == CALCULATED

@@ -37,16 +37,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
 @pytest.fixture(params=["http", "websocket"])
-async def model(request: pytest.FixtureRequest, service: Service) -> AsyncIterator[OpenAIResponsesModel]:
+async def model(request: pytest.FixtureRequest, async_client: AsyncOpenAI) -> AsyncIterator[OpenAIResponsesModel]:
     """The SDK's Responses model over HTTP, and over the Responses WebSocket (its websocket transport)."""
-    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
     if request.param == "http":
-        yield OpenAIResponsesModel(model=MODEL, openai_client=client)
+        yield OpenAIResponsesModel(model=MODEL, openai_client=async_client)
     else:
-        model = OpenAIResponsesWSModel(model=MODEL, openai_client=client)
+        model = OpenAIResponsesWSModel(model=MODEL, openai_client=async_client)
         yield model
         await model.close()
-    await client.close()
 
 
 @function_tool
