@@ -7,9 +7,12 @@ bootstrap:
 run: bootstrap
 	.venv/bin/python -m oss_responses.devstack
 
-# The checks first: a finding fails the run before the suite starts.
+# The checks first: a finding fails the run before the suite starts. The suite runs in TEST_WORKERS
+# processes (pytest-xdist), a test module's tests in one of them (its module fixtures are started once);
+# three on two cores, since most tests wait on processes they started.
+TEST_WORKERS ?= 3
 test: lint
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope
 
 # ruff over the repository, mypy over the package (their settings: pyproject.toml)
 lint: bootstrap
