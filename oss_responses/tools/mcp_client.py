@@ -17,13 +17,10 @@ put in an exception message.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -38,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from oss_responses.harmony.mcp_tools import McpToolSpec
+from oss_responses.tools.endpoints import McpEndpoint
 from oss_responses.tools.pinned_http import pinned_client_factory
 
 logger = logging.getLogger(__name__)
@@ -58,28 +56,6 @@ T = TypeVar("T")
 
 class McpUnavailable(Exception):
     """The server could not be reached, or the connection broke (the message holds no secrets)."""
-
-
-@dataclass(frozen=True)
-class McpEndpoint:
-    """Where a server is and the headers to send; ``repr`` shows header names only."""
-
-    url: str
-    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # Non-empty: connect to these addresses only, whatever the URL's host resolves to now (pinned_http.py).
-    addresses: tuple[str, ...] = ()
-
-    @property
-    def transport(self) -> str:
-        return "sse" if self.url.rstrip("/").endswith("/sse") else "streamable-http"
-
-    @property
-    def key(self) -> tuple[str, str]:
-        digest = hashlib.sha256(json.dumps([sorted(self.headers.items()), self.addresses]).encode()).hexdigest()
-        return (self.url, digest)
-
-    def __repr__(self) -> str:
-        return f"McpEndpoint(url={self.url!r}, headers={sorted(self.headers)!r}, addresses={self.addresses!r})"
 
 
 def tool_spec(tool: mcp_types.Tool) -> McpToolSpec:

@@ -40,7 +40,7 @@ from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import BUILTIN_NAMESPACES, RESERVED_NAMESPACES, TOOL_TYPES, Builtin
 from oss_responses.harmony.mcp_tools import McpToolSpec
-from oss_responses.tools.mcp_client import McpEndpoint
+from oss_responses.tools.endpoints import McpEndpoint
 from oss_responses.tools.urls import NormalUrl, UnsafeUrl, normalise_url
 
 HostResolver = Callable[[str], Awaitable[list[str]]]

@@ -189,3 +189,12 @@ def test_serve_api_forgets_live_gauges_of_processes_gone_before_it(
         assert httpx2.get(f"{base_url}/metrics", timeout=10).status_code == 200
     finally:
         stop_process(api)
+
+
+def test_import_api_leaves_mcp_sdk_unloaded() -> None:
+    # The API checks MCP servers against the policy but never calls one; the mcp SDK took 2 s of each
+    # API process's start.
+    script = ("import sys, oss_responses.api.__main__, oss_responses.api.app\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from oss_responses.tools.mcp_client import McpEndpoint, McpSessionPool, McpUnavailable
+from oss_responses.tools.endpoints import McpEndpoint
+from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
 
 pytestmark = pytest.mark.anyio
 
