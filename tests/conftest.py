@@ -29,6 +29,27 @@ from oss_responses.storage import migrate
 
 _database_numbers = itertools.count(1)
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+# The engine tests share a session's tiny model and vLLM engine: under pytest-xdist they run in one
+# process, first, since together they are the suite's longest stretch (see pytest_xdist_make_scheduler).
+ENGINE_TESTS = "tests/engine/"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(ENGINE_TESTS))  # stable: the rest keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadscope`` (``make test``): a test module whole in one process, and every engine module
+    in one; any other ``--dist`` is xdist's own."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return ENGINE_TESTS if nodeid.startswith(ENGINE_TESTS) else super()._split_scope(nodeid)
+
+    return EngineTogether(config, log)
 
 
 @pytest.fixture(scope="session")
