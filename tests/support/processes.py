@@ -77,12 +77,14 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 def wait_until(
     check: Callable[[], bool], process: subprocess.Popen[bytes], what: str, timeout: float = START_TIMEOUT_S
 ) -> None:
-    """Until ``check()`` holds; raises if ``process`` exits first or ``timeout`` passes."""
+    """Until ``check()`` holds; raises if ``process`` exits first or ``timeout`` passes (then it is stopped:
+    the test that started it never gets it to stop)."""
     deadline = time.monotonic() + timeout
     while not check():
         if process.poll() is not None:
             raise RuntimeError(f"{what} exited with {process.returncode}")
         if time.monotonic() > deadline:
+            stop_process(process)
             raise TimeoutError(f"{what} did not start within {timeout}s")
         time.sleep(0.05)
 
