@@ -22,13 +22,12 @@ import httpx
 import pytest
 import redis as redis_lib
 from support.mcp import demo_mcp_server
-from support.servers import free_port
+from support.servers import START_TIMEOUT_S, free_port
 
 from oss_responses.sealing import new_key
 from oss_responses.storage.migrations import current_revision, head_revision
 
 REPO = Path(__file__).resolve().parents[1]
-START_TIMEOUT_S = 60.0  # a hang, not a slow start (make test: three test processes on two cores)
 
 
 @dataclass(frozen=True)

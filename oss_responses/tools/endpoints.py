@@ -1,7 +1,7 @@
 """Where an MCP server is and what to send it: the policy's answer and the session pool's key.
 
 Apart from :mod:`oss_responses.tools.mcp_client` so that the API, which checks servers but never
-calls them, does not import the mcp SDK (0.7 s of every API process's start).
+calls them, does not import the mcp SDK (about 2 s of every API process's start).
 """
 
 from __future__ import annotations

@@ -12,11 +12,9 @@ from email.utils import parsedate_to_datetime
 import pytest
 import uvicorn
 from starlette.types import Receive, Scope, Send
-from support.servers import free_port
+from support.servers import START_TIMEOUT_S, free_port
 
 from oss_responses.api.server import ApiServer
-
-START_TIMEOUT_S = 60.0  # a hang, not a slow start (make test: three test processes on two cores)
 
 
 async def _ok(scope: Scope, receive: Receive, send: Send) -> None:

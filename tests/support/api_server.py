@@ -12,9 +12,7 @@ import uvicorn
 from oss_responses.api import create_app
 from oss_responses.config import Settings
 from oss_responses.storage import Database
-from support.servers import free_port
-
-START_TIMEOUT_S = 60.0  # a hang, not a slow start (make test: three test processes on two cores)
+from support.servers import START_TIMEOUT_S, free_port
 
 
 @dataclass

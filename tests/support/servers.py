@@ -24,7 +24,9 @@ import psycopg
 import redis
 
 PG_BIN = Path(os.environ.get("OSS_RESPONSES_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
-START_TIMEOUT_S = 60.0  # a hang, not a slow start (make test: three test processes on two cores)
+# Every test's bound on a process or server starting: a hang, not a slow start (make test runs three test
+# processes on two cores, where an API process took 14 s to start and a supervised pair over 20).
+START_TIMEOUT_S = 60.0
 _PR_SET_PDEATHSIG = 1
 
 

@@ -19,15 +19,13 @@ import httpx
 import pytest
 import redis as redis_lib
 from support import MODEL
-from support.servers import free_port
+from support.servers import START_TIMEOUT_S, free_port
 from support.streams import wait_for_end
 from support.workers import accept, worker_settings
 
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.storage import Database
 from oss_responses.workers.celery_app import enqueue, make_celery
-
-START_TIMEOUT_S = 60.0  # a hang, not a slow start (make test: three test processes on two cores)
 
 
 def wait_for(fetch: Callable[[], Any], accept_value: Callable[[Any], bool]) -> Any:
