@@ -24,7 +24,6 @@ from oss_responses.config import Settings
 from support import REPO, TIKTOKEN_DIR
 from support.servers import START_TIMEOUT_S, free_port
 
-WORKER_START_TIMEOUT_S = START_TIMEOUT_S
 STOP_TIMEOUT_S = 15.0
 _PREFIX = "OSS_RESPONSES_"
 
@@ -171,7 +170,7 @@ class WorkerProcess:
 
     def wait_ready(self, redis: redis_lib.Redis, known: set[bytes]) -> None:
         """Until a readiness key not in ``known`` appears (set once this worker's engine is up)."""
-        deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+        deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"worker exited {self.process.returncode}: {self.log.read_text()[-2000:]}")
