@@ -2,25 +2,31 @@
 
 The Alembic scripts (``env.py``, ``versions/``) live in this package, so an installed wheel carries
 them; ``alembic.ini`` at the repository root points ``alembic`` on the command line here too.
+
+Alembic is imported by the functions that run it, not with the package: the API and every worker import
+``oss_responses.storage`` and never migrate, and alembic (with mako and tomllib) cost each of their
+starts ~0.2 s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import URL
 
 from oss_responses.storage.db import Database, ensure_sqlite_directory
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 
 
 def alembic_config(url: str | URL) -> Config:
     """An Alembic config without alembic.ini: env.py reads the URL from ``attributes``."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.attributes["database_url"] = url
@@ -29,17 +35,23 @@ def alembic_config(url: str | URL) -> Config:
 
 def migrate(url: str | URL, revision: str = "head") -> None:
     """Upgrade the database at ``url`` to ``revision`` (creating a SQLite file's folder if needed)."""
+    from alembic import command
+
     ensure_sqlite_directory(url)
     command.upgrade(alembic_config(url), revision)
 
 
 def head_revision() -> str | None:
     """The newest revision the migrations of this build know."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
 
 
 def current_revision(url: str | URL) -> str | None:
     """The revision the database at ``url`` is at (None: never migrated). Connects; raises if it cannot."""
+    from alembic.runtime.migration import MigrationContext
+
     database = Database(url)
     try:
         with database.engine.connect() as connection:
