@@ -98,7 +98,8 @@ def test_openapi_describes_create_body(stack: FuzzStack) -> None:
     create = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
     assert {"model", "input", "tools", "text", "max_output_tokens"} <= set(create["properties"])
     assert create["required"] == ["model"] and create["additionalProperties"] is False
-    compact = document["paths"]["/v1/responses/compact"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    body = document["paths"]["/v1/responses/compact"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    compact = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
     assert set(compact["properties"]) == {"model", "input", "instructions", "previous_response_id", "prompt_cache_key"}
 
 
