@@ -21,7 +21,9 @@ from support.streams import read_archives_from
 
 
 def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Settings:
-    """Settings of a worker on these stores: short leases and a quick reaper, so takeovers happen soon."""
+    """Settings of a worker on these stores. The lease outlasts any stall two cores shared by three test
+    processes cause (at 3 s, a response of a test about something else ended as ``lease_lost`` in CI);
+    the tests of takeovers set their own short one, which the quick reaper then notices soon."""
     read_archives_from(database_url)
     fields: dict[str, Any] = {
         "database_url": database_url,
@@ -29,7 +31,7 @@ def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Sett
         "tiktoken_dir": TIKTOKEN_DIR,
         "models": [MODEL],
         "worker_model": MODEL,
-        "lease_seconds": 3.0,
+        "lease_seconds": 60.0,
         "reaper_interval_seconds": 0.5,
     }
     return Settings(**(fields | overrides))

@@ -89,10 +89,7 @@ def worker_for(settings: Settings, worker_heap: None) -> Iterator:  # type: igno
     contexts: list[WorkerContext] = []
 
     def start(process_above_chars: int) -> WorkerContext:
-        # A lease that outlasts the stall the thread case is about: at the tests' 3 s, a render held up by
-        # two other test processes on two cores let it expire (lease_lost instead of the response's end).
-        manager = local_worker(settings.model_copy(update={"render_process_above_chars": process_above_chars,
-                                                           "lease_seconds": 60.0}))
+        manager = local_worker(settings.model_copy(update={"render_process_above_chars": process_above_chars}))
         contexts.append(manager)  # type: ignore[arg-type]
         return manager.__enter__()
 
