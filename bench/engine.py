@@ -21,6 +21,8 @@ of ``--rounds`` rounds counts.
    vLLM handing over the output to the event's write to Redis returning (the latency the worker
    adds) and the worker's steps to the first token. Tracing costs CPU per event: its rounds' CPU is
    printed beside the production figure, not used.
+4. After the other phases, raw AsyncLLM again on a new in-process engine (``raw_asyncllm_after``):
+   the same path before and after, for the speed check below.
 HTTP clients (the raw asyncio client of bench/_service/client.py) POST ``stream: true`` and read the SSE
 stream, counting deltas; tokens are the completed responses' ``usage.output_tokens``. Warm-up: one
 short and one full round per path, not counted. Engines never run at once.
@@ -40,9 +42,14 @@ and worker with py-spy during its rounds and prints their top functions.
 ``stream_interval``: the engine argument of vLLM's server, the sampling parameter in-process, the
 service's ``OSS_RESPONSES_STREAM_INTERVAL``); inter-token latency is then between outputs.
 
-Before the ratios, a speed check compares the engine core's CPU seconds per round across phases (it
-does the same compute every round): past 1.2x apart, the machine's speed changed between phases and
-the ratios compare different machines. Then the machine's wake penalty (``bench/wake_penalty.py``: what
+Before the ratios, a speed check compares raw AsyncLLM's rounds before and after the other phases (the
+engine core's CPU seconds per round, the same compute each round): past 1.2x apart, the machine's speed changed
+meanwhile and the ratios compare different machines. Each phase's engine core CPU per round is
+printed too, but says nothing of the machine: on two cores, a path's own serving processes slow the
+engine's OpenMP compute and raise its CPU per round (measured on 2026-12-02: a process busy 4 ms of
+every 20, ~20% of a core as the service's are, took raw AsyncLLM from 590 and 624 tokens/s to 495 and
+437, and its engine core's CPU per round from 7.77 and 6.92 s to 8.57 and 9.34).
+Then the machine's wake penalty (``bench/wake_penalty.py``: what
 writing a page again costs after a sleep, against hot; large on the development machine, and varying
 from day to day) says how much a run's processes paid for waiting between engine steps: the service's
 tokens cross three processes, vLLM's server one. The last line is the headline:
@@ -248,17 +255,19 @@ def start_engine(model: Path, concurrency: int) -> tuple[VllmEngine, asyncio.Abs
     return engine, loop
 
 
-def run_in_process(model: Path, args: argparse.Namespace) -> dict[str, list[Run]]:
-    """Phase 1: raw AsyncLLM and VllmEngine on one in-process engine, shut down at the end."""
+def run_in_process(
+    model: Path, args: argparse.Namespace, scenarios: dict[str, Scenario] = SCENARIOS
+) -> dict[str, list[Run]]:
+    """Phase 1 (and 4, raw AsyncLLM alone): the scenarios on one in-process engine, shut down at the end."""
     engine, loop = start_engine(model, args.concurrency)
     prompts, samplings = forced_requests(user_texts(args.concurrency, args.tokens), args.stream_interval)
     warm_prompts, warm_samplings = forced_requests(user_texts(args.concurrency, 8), args.stream_interval)
     try:
-        for name, scenario in SCENARIOS.items():  # warm-up: fills the prefix cache for every scenario alike
+        for name, scenario in scenarios.items():  # warm-up: fills the prefix cache for every scenario alike
             timed(name, scenario, engine, loop, warm_prompts, warm_samplings)
-        runs: dict[str, list[Run]] = {name: [] for name in SCENARIOS}
+        runs: dict[str, list[Run]] = {name: [] for name in scenarios}
         for _ in range(args.rounds):
-            for name, scenario in SCENARIOS.items():
+            for name, scenario in scenarios.items():
                 runs[name].append(timed(name, scenario, engine, loop, prompts, samplings))
     finally:
         asyncio.run_coroutine_threadsafe(engine.shutdown(), loop).result()
@@ -536,21 +545,31 @@ def contention(raw: list[Run], service: list[Run]) -> str:
             f"{wall(raw):.2f} s); a GPU machine keeps the model's compute off these cores")
 
 
-# The engine core does the same compute every round, so its CPU seconds per round measure the
-# machine's speed in each phase. This machine's speed has been seen to halve for minutes at a time:
-# past this spread between phases, the ratios to raw compare different machines.
+# This machine's speed has been seen to halve for minutes at a time. The same path (raw AsyncLLM) run
+# before and after the other phases tells: past this spread, the ratios to raw compare different machines.
+# Phases are not compared with each other: a path's own processes slow the engine (the docstring).
 SPEED_SPREAD_LIMIT = 1.2
 
 
-def speed_check(paths: dict[str, list[Run]]) -> str:
-    """The engine core's CPU seconds per round in each phase, and whether the phases are comparable."""
-    per_round = {name: sum(run.cpu.get("engine_core", 0.0) for run in runs) / len(runs)
-                 for name, runs in paths.items()}
-    spread = max(per_round.values()) / min(per_round.values())
+def engine_cpu_per_round(runs: list[Run]) -> float:
+    return sum(run.cpu.get("engine_core", 0.0) for run in runs) / len(runs)
+
+
+def speed_check(paths: dict[str, list[Run]], raw_after: list[Run] | None) -> list[str]:
+    """Each phase's engine core CPU per round; whether raw AsyncLLM ran at one speed before and after."""
+    seconds = ", ".join(f"{name} {engine_cpu_per_round(runs):.2f} s" for name, runs in paths.items())
+    lines = [f"engine core CPU per round (a path's own serving load raises it): {seconds}"]
+    if raw_after is None:
+        return lines + ["machine speed check: one phase, its paths' rounds alternated: comparable"]
+    before, after = paths["raw_asyncllm"], raw_after
+    cpu = (engine_cpu_per_round(before), engine_cpu_per_round(after))
+    spread = max(cpu) / min(cpu)
     verdict = ("comparable" if spread <= SPEED_SPREAD_LIMIT else
-               f"NOT comparable (over {SPEED_SPREAD_LIMIT}x: the machine's speed changed between phases; run again)")
-    seconds = ", ".join(f"{name} {value:.2f} s" for name, value in per_round.items())
-    return f"machine speed check, engine core CPU per round: {seconds}; spread {spread:.2f}x: {verdict}"
+               f"NOT comparable (over {SPEED_SPREAD_LIMIT}x: the machine's speed changed meanwhile; run again)")
+    return lines + [f"machine speed check, raw AsyncLLM before and after the other phases: engine core CPU per "
+                    f"round {cpu[0]:.2f} -> {cpu[1]:.2f} s (tokens/s {median_run(before).tokens_per_second:.0f} -> "
+                    f"{median_run(after).tokens_per_second:.0f}); "
+                    f"spread {spread:.2f}x: {verdict}"]
 
 
 SERVING = {  # the processes that serve requests, the model's compute (engine core) excluded
@@ -592,7 +611,9 @@ def ttft_lines(paths: dict[str, list[Run]]) -> list[str]:
             for name, runs in paths.items() if name != "raw_asyncllm"]
 
 
-def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: ServiceResult | None) -> list[str]:
+def report(
+    args: argparse.Namespace, paths: dict[str, list[Run]], service: ServiceResult | None, raw_after: list[Run] | None
+) -> list[str]:
     described = {name: describe(runs) for name, runs in paths.items()}
     raw = described["raw_asyncllm"][0]
     lines = [
@@ -613,7 +634,7 @@ def report(args: argparse.Namespace, paths: dict[str, list[Run]], service: Servi
             traced_cost(service),
             *service.profile,
         ]
-    lines.append(speed_check(paths))
+    lines += speed_check(paths, raw_after)
     lines.append(penalty_line())  # the engine is shut down by now: the machine alone
     lines += ttft_lines(paths)
     lines += [f"{name}_ratio: {tps / raw:.3f} (tokens/s over raw AsyncLLM's)"
@@ -665,7 +686,10 @@ def main() -> None:
         service = run_service(model, root, args) if "service" in phases else None
         if service is not None:
             paths["service"] = service.runs
-        lines = report(args, paths, service)
+        raw_after = None
+        if phases - {"in_process"}:  # the same path again, for the speed check
+            raw_after = run_in_process(model, args, {"raw_asyncllm": raw_asyncllm})["raw_asyncllm"]
+        lines = report(args, paths, service, raw_after)
     print("\n".join(lines))
 
 
