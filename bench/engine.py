@@ -21,8 +21,8 @@ of ``--rounds`` rounds counts.
    vLLM handing over the output to the event's write to Redis returning (the latency the worker
    adds) and the worker's steps to the first token. Tracing costs CPU per event: its rounds' CPU is
    printed beside the production figure, not used.
-4. After the other phases, raw AsyncLLM again on a new in-process engine (``raw_asyncllm_after``):
-   the same path before and after, for the speed check below.
+4. After the other phases, raw AsyncLLM again on a new in-process engine (its rounds only): the
+   same path before and after, for the speed check below.
 HTTP clients (the raw asyncio client of bench/_service/client.py) POST ``stream: true`` and read the SSE
 stream, counting deltas; tokens are the completed responses' ``usage.output_tokens``. Warm-up: one
 short and one full round per path, not counted. Engines never run at once.
@@ -42,16 +42,16 @@ and worker with py-spy during its rounds and prints their top functions.
 ``stream_interval``: the engine argument of vLLM's server, the sampling parameter in-process, the
 service's ``OSS_RESPONSES_STREAM_INTERVAL``); inter-token latency is then between outputs.
 
-Before the ratios, a speed check compares raw AsyncLLM's rounds before and after the other phases (the
-engine core's CPU seconds per round, the same compute each round): past 1.2x apart, the machine's speed changed
-meanwhile and the ratios compare different machines. Each phase's engine core CPU per round is
-printed too, but says nothing of the machine: on two cores, a path's own serving processes slow the
-engine's OpenMP compute and raise its CPU per round (measured on 2026-12-02: a process busy 4 ms of
-every 20, ~20% of a core as the service's are, took raw AsyncLLM from 590 and 624 tokens/s to 495 and
-437, and its engine core's CPU per round from 7.77 and 6.92 s to 8.57 and 9.34).
-Then the machine's wake penalty (``bench/wake_penalty.py``: what
-writing a page again costs after a sleep, against hot; large on the development machine, and varying
-from day to day) says how much a run's processes paid for waiting between engine steps: the service's
+Before the ratios, a speed check compares raw AsyncLLM's rounds before and after the other phases
+(the engine core's CPU seconds per round, the same compute each round): past 1.2x apart, the
+machine's speed changed meanwhile and the ratios compare different machines. Each phase's engine
+core CPU per round is printed too, but says nothing of the machine: on two cores, a path's own
+serving processes slow the engine's OpenMP compute and raise its CPU per round (measured on
+2026-12-02 with ``bench/_busy_neighbour.py 4 20``, ~20% of a core as the service's processes take:
+raw AsyncLLM from 590 and 624 tokens/s to 495 and 437, its engine core's CPU per round from 7.77 and
+6.92 s to 8.57 and 9.34). Then the machine's wake penalty (``bench/wake_penalty.py``: what writing a
+page again costs after a sleep, against hot; large on the development machine, and varying from day
+to day) says how much a run's processes paid for waiting between engine steps: the service's
 tokens cross three processes, vLLM's server one. The last line is the headline:
 ``service_cpu_per_token_vs_raw: X x`` (the service's serving CPU per token over raw AsyncLLM's; target
 <= 3, and at most vLLM's own frontend's); the tokens/s ratios to raw AsyncLLM (target >= 0.95) come
