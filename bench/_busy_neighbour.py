@@ -5,8 +5,7 @@ files). Started beside ``bench/engine.py --phases in_process`` (raw AsyncLLM alo
 shows what the serving processes' CPU costs the engine's OpenMP compute on the same cores (README,
 "Running on GPUs": 4 of every 20 ms took raw AsyncLLM to 0.84 and 0.70 of its tokens/s without it):
 
-    PYTHONPATH=.:tests python bench/_busy_neighbour.py 4 20 & PYTHONPATH=.:tests python bench/engine.py \\
-        --phases in_process; kill %1
+    python bench/_busy_neighbour.py 4 20 & PYTHONPATH=.:tests python bench/engine.py --phases in_process; kill %1
 """
 
 from __future__ import annotations
