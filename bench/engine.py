@@ -397,7 +397,7 @@ def run_service(model: Path, scratch: Path, args: argparse.Namespace) -> Service
     env = vllm_worker_env(settings, model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true",
                           OSS_RESPONSES_WORKER_CONCURRENCY=str(args.concurrency),
                           OSS_RESPONSES_STREAM_INTERVAL=str(args.stream_interval))
-    api, base_url = start_api_process(settings, scratch / "api.log")
+    api, base_url = start_api_process(settings, scratch / "api.log", fork=False)  # its CPU is measured
     try:
         worker = _start_worker(settings, env | {"BENCH_THREADS_FILE": str(threads_file)}, scratch, "production")
         try:

@@ -39,7 +39,7 @@ TOKENS_PER_SECOND = 50.0
 
 def start_worker(settings: Settings, name: str, logs: Path, client: redis_lib.Redis) -> WorkerProcess:
     known = ready_workers(client)
-    worker = WorkerProcess(settings, name, logs)
+    worker = WorkerProcess(settings, name, logs, fork=False)  # a deploy starts a fresh process
     worker.wait_ready(client, known)
     return worker
 

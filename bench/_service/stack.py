@@ -76,7 +76,8 @@ class Stack:
     def restart_api(self) -> None:
         """A fresh API process (on a new port) in place of the running one, its settings unchanged."""
         stop_process(self.api)
-        self.api, base_url = start_api_process(self.settings, self.directory / "api-restarted.log", self.api_env)
+        self.api, base_url = start_api_process(self.settings, self.directory / "api-restarted.log", self.api_env,
+                                               fork=False)
         self.host, port = base_url.removeprefix("http://").split(":")
         self.port = int(port)
 
@@ -111,7 +112,8 @@ def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
         metrics = directory / "api-metrics"
         metrics.mkdir()
         env = service_env(settings, PROMETHEUS_MULTIPROC_DIR=str(metrics)) if api_processes > 1 else None
-        api, base_url = start_api_process(settings, directory / "api.log", env)
+        # executed, not forked: its CPU and memory are measured
+        api, base_url = start_api_process(settings, directory / "api.log", env, fork=False)
         if api_processes > 1:
             wait_until(lambda: len(list(metrics.glob("gauge_live*.db"))) == api_processes + 1, api,
                        "the API processes")

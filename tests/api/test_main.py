@@ -65,7 +65,7 @@ def serve(redis_url: str, tmp_path: Path) -> Iterator[Callable[[str], ApiProcess
         settings = Settings(database_url=database_url, redis_url=redis_url, models=[MODEL])
         env = service_env(settings, OSS_RESPONSES_API_PROCESSES=str(PROCESSES))
         env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-        supervisor, base_url = start_api_process(settings, tmp_path / "api.log", env)
+        supervisor, base_url = start_api_process(settings, tmp_path / "api.log", env, fork=False)
         started.append(supervisor)
         processes = ApiProcesses(supervisor, base_url)
         eventually(lambda: len(processes.children()) == PROCESSES, "the API processes did not start")
@@ -150,7 +150,7 @@ def test_serve_api_with_a_low_open_files_limit_relays_every_stream(
     """Started with a soft limit of 128 open files (as systemd's 1,024, smaller), the API raises it and
     follows 200 streams at once; it failed most of them, some with a 500, before it did."""
     settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
-    api, base_url = start_api_process(settings, tmp_path / "api.log", open_files=128)
+    api, base_url = start_api_process(settings, tmp_path / "api.log", open_files=128, fork=False)
     try:
         assert open_files_limit(api.pid) > 128
         ids = [_create(base_url) for _ in range(200)]
@@ -182,7 +182,7 @@ def test_serve_api_forgets_live_gauges_of_processes_gone_before_it(
     stale.write_bytes(b"")
     settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
     env = service_env(settings, PROMETHEUS_MULTIPROC_DIR=str(folder))
-    api, base_url = start_api_process(settings, tmp_path / "api.log", env)
+    api, base_url = start_api_process(settings, tmp_path / "api.log", env, fork=False)
     try:
         assert not stale.exists()
         assert list(folder.glob(f"gauge_livesum_{api.pid}.db"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support import MODEL
 from support.mcp import MISBEHAVING, mcp_server
 from support.processes import (
+    ServiceProcess,
     service_env,
     start_api_process,
     start_worker_process,
@@ -61,7 +61,7 @@ def observed(redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.Tem
     key = new_key()
     receiver = WebhookReceiver().start()
     metrics_port = free_port()
-    processes: list[subprocess.Popen[bytes]] = []
+    processes: list[ServiceProcess] = []
     with mcp_server(*MISBEHAVING) as bad_url:
         settings = Settings(database_url=f"sqlite:///{folder / 'db.sqlite'}", redis_url=redis_url, models=[MODEL],
                             scripted_tokens_per_second=2000.0)

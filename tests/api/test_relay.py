@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,7 @@ import pytest
 from openai import OpenAI
 from sqlalchemy import select
 from support import MODEL
-from support.processes import service_env, start_api_process, start_worker_process, stop_process
+from support.processes import ServiceProcess, service_env, start_api_process, start_worker_process, stop_process
 
 from oss_responses.api.relay import KEEP_ALIVE
 from oss_responses.config import Settings
@@ -85,8 +84,8 @@ def api_settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Setti
 
 
 @pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    processes: list[subprocess.Popen[bytes]] = []
+def started() -> Iterator[list[ServiceProcess]]:
+    processes: list[ServiceProcess] = []
     yield processes
     for process in processes:
         stop_process(process)
@@ -114,7 +113,7 @@ class Follower(threading.Thread):
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["one-process", "supervised"])
 def test_stop_api_cuts_open_streams_at_once(
-    api_settings: Settings, tmp_path: Path, started: list[subprocess.Popen[bytes]], processes: int
+    api_settings: Settings, tmp_path: Path, started: list[ServiceProcess], processes: int
 ) -> None:
     env = service_env(api_settings, OSS_RESPONSES_API_PROCESSES=str(processes))
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -135,7 +134,7 @@ def test_stop_api_cuts_open_streams_at_once(
 
 
 def test_stop_api_cancels_the_responses_its_streaming_clients_ran(
-    api_settings: Settings, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+    api_settings: Settings, tmp_path: Path, started: list[ServiceProcess]
 ) -> None:
     api, base_url = start_api_process(api_settings, tmp_path / "api.log")
     started.append(api)
@@ -150,7 +149,7 @@ def test_stop_api_cancels_the_responses_its_streaming_clients_ran(
 
 
 def test_stop_api_answers_a_plain_request_it_is_waiting_on(
-    api_settings: Settings, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+    api_settings: Settings, tmp_path: Path, started: list[ServiceProcess]
 ) -> None:
     """No stream to resume: the stopping process waits for the response's end and answers it."""
     settings = api_settings.model_copy(update={"scripted_tokens_per_second": 40.0})

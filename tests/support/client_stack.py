@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from oss_responses.sealing import new_key
 from support import MODEL
 from support.mcp import CALCULATOR, DOCUMENTS, mcp_server
 from support.processes import (
+    ServiceProcess,
     start_api_process,
     start_worker_process,
     stop_process,
@@ -56,7 +56,7 @@ def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iter
                                           "web_search": documents},
                             # Codex asks for reasoning.encrypted_content on every request (store=false).
                             encryption_keys=[new_key()])
-        processes: list[subprocess.Popen[bytes]] = []
+        processes: list[ServiceProcess] = []
         try:
             processes.append(start_worker_process(settings, folder / "worker.log"))
             api, base_url = start_api_process(settings, folder / "api.log")

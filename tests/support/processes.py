@@ -1,6 +1,10 @@
 """The service's own processes for tests and benches: API replicas (``python -m oss_responses.api``) and
 Celery workers (``python -m oss_responses.workers``), each configured through its environment from a
-test's ``Settings`` (:func:`service_env`), each on a free port."""
+test's ``Settings`` (:func:`service_env`), each on a free port.
+
+Forked from a server that imported the commands once (:mod:`support.forked`) unless ``fork=False``: the
+tests of the commands themselves and the benches, which measure a start or a process's own costs, pass it.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,10 @@ from pydantic import SecretStr
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from support import REPO, TIKTOKEN_DIR
+from support.forked import ForkedProcess, can_fork
 from support.servers import START_TIMEOUT_S, free_port
+
+ServiceProcess = subprocess.Popen[bytes] | ForkedProcess
 
 STOP_TIMEOUT_S = 15.0
 _PREFIX = "OSS_RESPONSES_"
@@ -59,7 +66,19 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} has no environment form")
 
 
-def stop_process(process: subprocess.Popen[bytes]) -> None:
+def launch(
+    module: str, argv: list[str], env: dict[str, str], log_path: Path, *, open_files: int | None = None,
+    fork: bool = True,
+) -> ServiceProcess:
+    """``python -m module *argv`` with ``env`` in the checkout, its output to ``log_path``; forked if it can be."""
+    if fork and can_fork(module, env):
+        return ForkedProcess(module, argv, env, log_path, open_files)
+    with log_path.open("wb") as log:
+        return subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, preexec_fn=soft_open_files(open_files))
+
+
+def stop_process(process: ServiceProcess) -> None:
     """SIGTERM (a graceful shutdown), SIGKILL if it is still there after ``STOP_TIMEOUT_S``."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
@@ -71,7 +90,7 @@ def stop_process(process: subprocess.Popen[bytes]) -> None:
 
 
 def wait_until(
-    check: Callable[[], bool], process: subprocess.Popen[bytes], what: str, timeout: float = START_TIMEOUT_S
+    check: Callable[[], bool], process: ServiceProcess, what: str, timeout: float = START_TIMEOUT_S
 ) -> None:
     """Until ``check()`` holds; raises if ``process`` exits first or ``timeout`` passes (then it is stopped:
     the test that started it never gets it to stop)."""
@@ -104,21 +123,22 @@ def open_files_limit(pid: int) -> int:
 
 
 def start_api_process(
-    settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None
-) -> tuple[subprocess.Popen[bytes], str]:
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None,
+    fork: bool = True,
+) -> tuple[ServiceProcess, str]:
     """``python -m oss_responses.api`` on a free port; returns once /healthz answers.
 
     ``env`` defaults to :func:`service_env` of ``settings``; the port and host are added to it.
-    ``open_files``: the soft open-files limit it starts with.
+    ``open_files``: the soft open-files limit it starts with. Several API processes
+    (``OSS_RESPONSES_API_PROCESSES``) are always executed: a forked, daemonic process starts no children.
     """
     port = free_port()
     env = (service_env(settings) if env is None else env) | {
         f"{_PREFIX}API_PORT": str(port),
         f"{_PREFIX}API_HOST": "127.0.0.1",
     }
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "oss_responses.api"], cwd=REPO, env=env,
-                                   stdout=log, stderr=subprocess.STDOUT, preexec_fn=soft_open_files(open_files))
+    one_process = env.get(f"{_PREFIX}API_PROCESSES", "1") == "1"
+    process = launch("oss_responses.api", [], env, log_path, open_files=open_files, fork=fork and one_process)
     base_url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
@@ -137,18 +157,17 @@ def ready_workers(redis: redis_lib.Redis) -> set[bytes]:
 
 
 def start_worker_process(
-    settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None
-) -> subprocess.Popen[bytes]:
+    settings: Settings, log_path: Path, env: dict[str, str] | None = None, *, open_files: int | None = None,
+    fork: bool = True,
+) -> ServiceProcess:
     """``python -m oss_responses.workers`` (scripted engine); returns once it reports ready in Redis.
 
     ``env`` defaults to :func:`service_env` of ``settings``; ``open_files`` as for :func:`start_api_process`.
     """
     client = redis_lib.Redis.from_url(settings.redis_url)
     before = ready_workers(client)
-    with log_path.open("wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "oss_responses.workers", "--loglevel=WARNING"], cwd=REPO,
-                                   env=service_env(settings) if env is None else env, stdout=log,
-                                   stderr=subprocess.STDOUT, preexec_fn=soft_open_files(open_files))
+    process = launch("oss_responses.workers", ["--loglevel=WARNING"], service_env(settings) if env is None else env,
+                     log_path, open_files=open_files, fork=fork)
     try:
         wait_until(lambda: bool(ready_workers(client) - before), process, "the worker")
     finally:
@@ -159,14 +178,11 @@ def start_worker_process(
 class WorkerProcess:
     """A named Celery worker process (scripted engine, 4 threads) logging to ``log_dir/<name>.log``."""
 
-    def __init__(self, settings: Settings, name: str, log_dir: Path) -> None:
+    def __init__(self, settings: Settings, name: str, log_dir: Path, *, fork: bool = True) -> None:
         self.log = log_dir / f"{name}.log"
         env = service_env(settings, OSS_RESPONSES_WORKER_CONCURRENCY="4")
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "oss_responses.workers", "-n", f"{name}@%h", "--loglevel", "INFO"],
-                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )
+        self.process = launch("oss_responses.workers", ["-n", f"{name}@%h", "--loglevel", "INFO"], env, self.log,
+                              fork=fork)
 
     def wait_ready(self, redis: redis_lib.Redis, known: set[bytes]) -> None:
         """Until a readiness key not in ``known`` appears (set once this worker's engine is up)."""

@@ -4,7 +4,6 @@ accumulator, the stored response)."""
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from pydantic import TypeAdapter
 
 from oss_responses.config import Settings
 from oss_responses.storage import Database
-from support.processes import start_worker_process, stop_process
+from support.processes import ServiceProcess, start_worker_process, stop_process
 from support.sdk import wait_ended, without_parsed
 
 CALL_TIMEOUT_S = 2.0  # the slow tool's timeout; cancel tests act well within it
@@ -29,8 +28,8 @@ class ToolStack:
     db: Database
     client: OpenAI
     logs: Path
-    worker: subprocess.Popen[bytes] | None = None
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    worker: ServiceProcess | None = None
+    processes: list[ServiceProcess] = field(default_factory=list)
 
     def start_worker(self) -> None:
         self.worker = start_worker_process(self.settings, self.logs / f"worker-{len(self.processes)}.log")

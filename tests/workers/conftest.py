@@ -63,12 +63,13 @@ def tools(
 
 @pytest.fixture
 def start_worker(tmp_path: Path, redis: redis_lib.Redis) -> Iterator:  # type: ignore[type-arg]
-    """Starts Celery worker processes (``python -m oss_responses.workers``), each ready when returned."""
+    """Starts Celery worker processes (``python -m oss_responses.workers``, forked unless ``fork=False``:
+    ``support.forked``), each ready when returned."""
     started: list[WorkerProcess] = []
 
-    def start(settings: Settings, name: str) -> WorkerProcess:
+    def start(settings: Settings, name: str, *, fork: bool = True) -> WorkerProcess:
         known = ready_workers(redis)
-        worker = WorkerProcess(settings, name, tmp_path)
+        worker = WorkerProcess(settings, name, tmp_path, fork=fork)
         started.append(worker)
         worker.wait_ready(redis, known)
         return worker

@@ -19,7 +19,7 @@ def test_celery_worker_runs_enqueued_response_end_to_end(
 ) -> None:  # type: ignore[no-untyped-def]
     settings = worker_settings(database_url, redis_url)
     db = Database(settings.database_url)
-    start_worker(settings, "e2e")
+    start_worker(settings, "e2e", fork=False)
     response_id = accept(db, redis, settings, input="hello celery", background=True)
     enqueue(make_celery(settings), settings, response_id, MODEL)
     events = wait_for_end(redis, response_id)
@@ -35,7 +35,7 @@ def test_celery_worker_raises_a_low_open_files_limit(redis_url: str, tmp_path: P
     limit of 128 open files raises it before its engine starts."""
     settings = worker_settings(f"sqlite:///{tmp_path / 'unused.db'}", redis_url)
     migrate(settings.database_url)
-    worker = start_worker_process(settings, tmp_path / "worker.log", open_files=128)
+    worker = start_worker_process(settings, tmp_path / "worker.log", open_files=128, fork=False)
     try:
         assert open_files_limit(worker.pid) > 128
     finally:
