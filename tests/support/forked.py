@@ -1,16 +1,18 @@
 """The service's commands forked from a process that has already imported them, for the tests.
 
-``python -m oss_responses.workers`` took 4.2-4.9 s of CPU to report ready and ``python -m
-oss_responses.api`` 3.1-3.4 s, most of it imports (the openai package's types, the MCP SDK, SQLAlchemy,
+``python -m oss_responses.workers`` took 3.1-3.3 s of CPU to report ready and ``python -m
+oss_responses.api`` 2.4-2.5 s, most of it imports (the openai package's types, the MCP SDK, SQLAlchemy,
 Celery); one run of the suite started 84 workers and 47 API processes, over a third of its CPU on two
 cores (process accounting, 2026-12-02). multiprocessing's forkserver imports the commands' modules once
-per test process and forks each command from it: 1.3-1.5 s (worker) and 0.8-0.9 s (API) to ready.
+per test process and forks each command from it: 1.1-1.2 s (worker) and 0.5-0.7 s (API) to ready (three
+alternated pairs on an idle machine, each process's CPU once it reported ready).
 
 From the fork on, the child runs what ``python -m MODULE`` runs, ``MODULE.__main__.main()``, with the
 test's environment, working folder, log file, arguments and open-files limit; only the interpreter and
 the imported modules are shared. That holds because the service reads its settings in ``main``, never at
 import; what else the environment might change at import is guarded: a command whose environment differs
-from the server's in anything but ``OSS_RESPONSES_*`` is executed afresh (:func:`can_fork`), as are the
+from the server's in anything but ``OSS_RESPONSES_*`` and ``_RUN_TIME``'s variables is executed afresh
+(:func:`can_fork`), as are the
 tests of the commands themselves (``fork=False`` in ``test_main.py`` and ``test_celery_worker.py``), the
 vLLM workers and the benches. In the test process that runs the vLLM tests, vLLM's engine sets variables of
 its own (``LD_PRELOAD``, ``VLLM_*``, ...), so the modules that process runs after them start their

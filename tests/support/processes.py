@@ -130,7 +130,8 @@ def start_api_process(
 
     ``env`` defaults to :func:`service_env` of ``settings``; the port and host are added to it.
     ``open_files``: the soft open-files limit it starts with. Several API processes
-    (``OSS_RESPONSES_API_PROCESSES``) are always executed: a forked, daemonic process starts no children.
+    (``OSS_RESPONSES_API_PROCESSES``) are always executed: uvicorn's supervisor spawns each of them afresh
+    anyway, and the tests that start them are about that supervision.
     """
     port = free_port()
     env = (service_env(settings) if env is None else env) | {
