@@ -2,7 +2,7 @@
 
 ``python -m oss_responses.workers`` took 3.1-3.3 s of CPU to report ready and ``python -m
 oss_responses.api`` 2.4-2.5 s, most of it imports (the openai package's types, the MCP SDK, SQLAlchemy,
-Celery); one run of the suite started 84 workers and 47 API processes, over a third of its CPU on two
+Celery); one run of the suite started 84 workers and 43 API processes, over a third of its CPU on two
 cores (process accounting, 2026-12-02). multiprocessing's forkserver imports the commands' modules once
 per test process and forks each command from it: 1.1-1.2 s (worker) and 0.5-0.7 s (API) to ready (three
 alternated pairs on an idle machine, each process's CPU once it reported ready).
