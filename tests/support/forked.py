@@ -37,16 +37,15 @@ import sys
 import threading
 from pathlib import Path
 
+from oss_responses.config import Settings
 from support import REPO
 
-_PREFIX = "OSS_RESPONSES_"
+_PREFIX = Settings.model_config["env_prefix"]
 # Variables that change while the tests run and that no import reads: pytest's name of the running test,
 # and the vocabulary's folder, which the service sets itself at start (``vocab.ensure_vocabulary``), as do
 # the tests that load the vocabulary in their own process.
 _RUN_TIME = frozenset({"PYTEST_CURRENT_TEST", "TIKTOKEN_ENCODINGS_BASE"})
 COMMANDS = ("oss_responses.workers", "oss_responses.api")  # what the server imports (their __main__ modules)
-
-STOP_TIMEOUT_S = 15.0
 
 _lock = threading.Lock()
 _context: multiprocessing.context.ForkServerContext | None = None
@@ -119,14 +118,10 @@ class ForkedProcess:
 
 
 def _stop_left_running() -> None:
+    from support.processes import stop_process  # here: support.processes imports this module
+
     for process in _started:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process)
 
 
 def _run(module: str, argv: list[str], env: dict[str, str], log_path: str, open_files: int | None) -> None:

@@ -32,7 +32,7 @@ from support.servers import START_TIMEOUT_S, free_port
 ServiceProcess = subprocess.Popen[bytes] | ForkedProcess
 
 STOP_TIMEOUT_S = 15.0
-_PREFIX = "OSS_RESPONSES_"
+_PREFIX = Settings.model_config["env_prefix"]
 
 
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
