@@ -11,10 +11,19 @@ from pathlib import Path
 import pytest
 from openai import AsyncOpenAI
 from support.client_stack import Service, running_service
+from support.environ import environment_restored
 
 # LiteLLM downloads its table of model prices when imported (three tries, seconds apart, offline);
 # its packaged copy serves the same.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def environment_kept() -> Iterator[None]:
+    """What a client library sets in this process's environment (LiteLLM's ``TIKTOKEN_CACHE_DIR``) goes
+    with its module: the service processes later modules start inherit this environment."""
+    with environment_restored():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from openai_harmony import HarmonyEncoding
 from support import TIKTOKEN_DIR
+from support.environ import environment_restored
 from support.tiny_engine import EngineLoop, build_tiny_gpt_oss, tiny_settings
 
 from oss_responses.engine.vllm import VllmEngine
@@ -61,6 +62,7 @@ def engine_loop() -> Iterator[EngineLoop]:
 @pytest.fixture(scope="session")
 def engine(vllm_dirs: Path, tiny_model: Path, engine_loop: EngineLoop) -> Iterator[VllmEngine]:
     engine = VllmEngine(tiny_settings(tiny_model))
-    engine_loop.run(engine.start(), timeout=180)
+    with environment_restored():  # vLLM's variables are for the processes the start spawned
+        engine_loop.run(engine.start(), timeout=180)
     yield engine
     engine_loop.run(engine.shutdown(), timeout=60)

@@ -13,9 +13,9 @@ the imported modules are shared. That holds because the service reads its settin
 import; what else the environment might change at import is guarded: a command whose environment differs
 from the server's in anything but ``OSS_RESPONSES_*`` and ``_RUN_TIME``'s variables is executed afresh
 (:func:`can_fork`), as are the tests of the commands themselves (``fork=False`` in ``test_main.py`` and
-``test_celery_worker.py``), the vLLM workers and the benches. In the test process that runs the vLLM
-tests, vLLM's engine sets variables of its own (``LD_PRELOAD``, ``VLLM_*``, ...), so the modules that
-process runs after them start their processes afresh (37 of 130 in one run).
+``test_celery_worker.py``), the vLLM workers and the benches. Libraries that set variables in a test
+process's environment (vLLM's engine start, LiteLLM) have them taken back (:mod:`support.environ`):
+left there, they made every later start in that process an executed one (39 of ~130 in one run).
 
 A forked process is not the test's child but the server's: :class:`ForkedProcess` gives it the part of
 ``subprocess.Popen``'s interface the tests use (the server reports its exit status). It is not a daemon
