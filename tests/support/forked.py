@@ -124,6 +124,11 @@ def _stop_left_running() -> None:
         stop_process(process)
 
 
+def lower_open_files(limit: int) -> None:
+    """This process's soft open-files limit set to ``limit`` (the hard one kept)."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
 def _run(module: str, argv: list[str], env: dict[str, str], log_path: str, open_files: int | None) -> None:
     """In the forked child: become ``python -m module *argv`` as ``subprocess.Popen`` would start it."""
     os.environ.clear()
@@ -134,7 +139,7 @@ def _run(module: str, argv: list[str], env: dict[str, str], log_path: str, open_
     os.dup2(log, 2)
     os.close(log)
     if open_files is not None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        lower_open_files(open_files)
     sys.argv = [module, *argv]
     try:
         importlib.import_module(f"{module}.__main__").main()

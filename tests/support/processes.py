@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from pydantic import SecretStr
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from support import REPO, TIKTOKEN_DIR
-from support.forked import ForkedProcess, can_fork
+from support.forked import ForkedProcess, can_fork, lower_open_files
 from support.servers import START_TIMEOUT_S, free_port
 
 ServiceProcess = subprocess.Popen[bytes] | ForkedProcess
@@ -106,13 +106,7 @@ def wait_until(
 
 def soft_open_files(limit: int | None) -> Callable[[], None] | None:
     """A ``preexec_fn`` starting a process with a soft open-files limit of ``limit`` (None: as ours)."""
-    if limit is None:
-        return None
-
-    def lower() -> None:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-
-    return lower
+    return None if limit is None else partial(lower_open_files, limit)
 
 
 def open_files_limit(pid: int) -> int:
