@@ -70,6 +70,22 @@ def test_codex_exec_resume_replays_earlier_turn(service: Service, home: Path, tm
     assert '"Remember the word marmalade"' in second.stdout, _explain(second, service)
 
 
+
+def test_codex_exec_resume_compacts_context_near_its_window_and_goes_on(
+    service: Service, home: Path, tmp_path: Path
+) -> None:
+    # Codex compacts when the usage the service reported nears its limit (here set below the ~7,700
+    # tokens of a first turn, where README's model_context_window would set it at 90% of 131,072): a
+    # summarising turn over the whole conversation, then the next turn on its summary alone.
+    compact_early = ["-c", "model_auto_compact_token_limit=5000"]
+    first = codex_exec(home, tmp_path, "Remember the word marmalade", options=compact_early)
+    _succeeded(first, service)
+    second = codex_exec(home, tmp_path, "Which word was it?", resume=True, options=compact_early)
+    _succeeded(second, service)
+    assert "context compacted" in second.stdout + second.stderr, _explain(second, service)
+    answer = second.stdout.rsplit('You said: "Which word was it?".', 1)
+    assert len(answer) == 2 and "CONTEXT CHECKPOINT COMPACTION" in answer[1], _explain(second, service)
+
 GREETING_SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["greeting", "count"],
     "properties": {"greeting": {"type": "string"}, "count": {"type": "integer"}},

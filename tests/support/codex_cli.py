@@ -23,6 +23,7 @@ model = "{model}"
 model_provider = "oss"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
+model_context_window = 131072
 
 [model_providers.oss]
 name = "oss-responses"
