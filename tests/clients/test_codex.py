@@ -74,9 +74,9 @@ def test_codex_exec_resume_replays_earlier_turn(service: Service, home: Path, tm
 def test_codex_exec_resume_compacts_context_near_its_window_and_goes_on(
     service: Service, home: Path, tmp_path: Path
 ) -> None:
-    # Codex compacts when the usage the service reported nears its limit (here set below the ~7,700
-    # tokens of a first turn, where README's model_context_window would set it at 90% of 131,072): a
-    # summarising turn over the whole conversation, then the next turn on its summary alone.
+    # Codex compacts when the usage the service reported passes its limit (derived from README's
+    # model_context_window; here set below the ~7,700 tokens of a first turn): a summarising turn over
+    # the whole conversation, then the next turn on its summary alone.
     compact_early = ["-c", "model_auto_compact_token_limit=5000"]
     first = codex_exec(home, tmp_path, "Remember the word marmalade", options=compact_early)
     _succeeded(first, service)
