@@ -70,7 +70,6 @@ def test_codex_exec_resume_replays_earlier_turn(service: Service, home: Path, tm
     assert '"Remember the word marmalade"' in second.stdout, _explain(second, service)
 
 
-
 def test_codex_exec_resume_compacts_context_near_its_window_and_goes_on(
     service: Service, home: Path, tmp_path: Path
 ) -> None:
@@ -85,6 +84,7 @@ def test_codex_exec_resume_compacts_context_near_its_window_and_goes_on(
     assert "context compacted" in second.stdout + second.stderr, _explain(second, service)
     answer = second.stdout.rsplit('You said: "Which word was it?".', 1)
     assert len(answer) == 2 and "CONTEXT CHECKPOINT COMPACTION" in answer[1], _explain(second, service)
+
 
 GREETING_SCHEMA = {
     "type": "object", "additionalProperties": False, "required": ["greeting", "count"],
