@@ -20,8 +20,9 @@ migrations, ONE uvicorn API process ``python -m oss_responses.api``, one Celery 
 Clients are raw asyncio sockets on uvloop (bench/_service/client.py). Everything shares this
 machine's cores; each phase prints the CPU seconds of every process.
   (e) concurrent accepts: 8 POST stream=true at once (issue 11's first-token case), 30 rounds:
-      ``response.created`` at the client after the round's start, for all and for the last of each;
-      and each process's CPU per request (a short scripted answer, start to end).
+      ``response.created`` at the client after the round's start, for all and for the last of each,
+      the first delta and the first output_text.delta; and each process's CPU per request (a short
+      scripted answer, start to end).
 Usage: PYTHONPATH=.:tests python bench/service.py [--phases a,e,c,b,r,d] [--database postgresql] [--api-processes N]
     [--b-streams N]
 (r = (c) replay; default: all, in that order; the database is SQLite unless told: PostgreSQL is a
@@ -183,6 +184,8 @@ async def bench_e(stack: Stack, meter: CpuMeter) -> float:
     """E_CONCURRENT POST stream=true at once, E_ROUNDS times: do the accepts overlap or queue?"""
     created: list[float] = []
     last_of_round: list[float] = []
+    first_delta: list[float] = []
+    first_text: list[float] = []
     for n in range(E_WARMUP + E_ROUNDS):
         if n == E_WARMUP:
             meter.begin()
@@ -195,6 +198,8 @@ async def bench_e(stack: Stack, meter: CpuMeter) -> float:
             assert len(times) == E_CONCURRENT, "a stream without response.created"
             created += times
             last_of_round.append(max(times))
+            first_delta += [(record.first_delta - started) * 1e3 for record, _ in round_ if record.first_delta]
+            first_text += [(record.first_text - started) * 1e3 for record, _ in round_ if record.first_text]
     used = meter.end()
     wall = meter.wall
     p50 = percentile(created, 0.5)
@@ -202,6 +207,10 @@ async def bench_e(stack: Stack, meter: CpuMeter) -> float:
           "response.created after the round's start")
     print(f"    all requests p50 {p50:6.1f} ms  p99 {percentile(created, 0.99):6.1f} ms; last of a round p50 "
           f"{percentile(last_of_round, 0.5):6.1f} ms")
+    print(f"    first delta (reasoning) p50 {percentile(first_delta, 0.5):6.1f} ms  p99 "
+          f"{percentile(first_delta, 0.99):6.1f} ms; first output_text.delta p50 "
+          f"{percentile(first_text, 0.5):6.1f} ms  p99 {percentile(first_text, 0.99):6.1f} ms "
+          "(the scripted engine at full speed: the start's own latency)")
     print(f"    {split(wall, used)}")
     # What one short request costs each process, start to end: the budget that 8 concurrent accepts and
     # starts spend on shared cores before their first tokens.
