@@ -10,6 +10,7 @@ from pathlib import Path
 
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
+from oss_responses.engine.vllm import local_model_problem, looks_local
 from oss_responses.errors import VocabularyError
 from oss_responses.sealing import check_key
 from oss_responses.vocab import VOCAB_FILE, VOCAB_SHA256, packed_vocabulary
@@ -63,8 +64,8 @@ def check_engine(settings: Settings) -> Iterator[CheckResult]:
         yield CheckResult("engine", "ok", "scripted (the stand-in engine: no model, no GPU)")
         return
     model = settings.vllm_model
-    if _looks_local(model) and not (Path(model).expanduser() / "config.json").is_file():
-        yield CheckResult("engine", "FAIL", f"vllm: {model} holds no config.json; fix OSS_RESPONSES_VLLM_MODEL")
+    if problem := local_model_problem(model):
+        yield CheckResult("engine", "FAIL", f"vllm: {problem}")
         return
     try:
         vllm = importlib.import_module("vllm")
@@ -72,12 +73,9 @@ def check_engine(settings: Settings) -> Iterator[CheckResult]:
         yield CheckResult("engine", "FAIL", f"vllm cannot be imported ({type(exc).__name__}: {exc}); "
                                             "README: Running on GPUs, Install")
         return
-    where = "a local folder" if _looks_local(model) else "a hub name (downloaded into HF_HOME unless cached)"
+    where = "a local folder" if looks_local(model) else "a hub name (downloaded into HF_HOME unless cached)"
     yield CheckResult("engine", "ok", f"vllm {getattr(vllm, '__version__', '?')}; model {model}: {where}")
 
-
-def _looks_local(model: str) -> bool:
-    return model.startswith(("/", ".", "~")) or Path(model).exists()
 
 
 def check_encryption_keys(settings: Settings) -> Iterator[CheckResult]:

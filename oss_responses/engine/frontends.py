@@ -89,14 +89,15 @@ def serve_frontends(settings: Settings, child: Callable[[Frontend], None]) -> in
 
     Returns the exit status: 0 when told to stop and every child stopped cleanly, else 1.
     """
-    from vllm.usage.usage_lib import UsageContext
-    from vllm.v1.engine.utils import bind_engine_zmq_listeners
-
     from oss_responses.engine.vllm import engine_args
     from oss_responses.vocab import ensure_vocabulary
 
     ensure_vocabulary(settings.tiktoken_dir)  # the engine core's structured-output processor reads it
-    args = engine_args(settings)
+    args = engine_args(settings)  # a model folder that is not one fails here, before vLLM is imported
+
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.engine.utils import bind_engine_zmq_listeners
+
     args._api_process_count = settings.vllm_frontends
     args._api_process_rank = -1  # the supervisor: it starts the core, it is no client of it
     config = args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)

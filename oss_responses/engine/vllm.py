@@ -23,6 +23,7 @@ import dataclasses
 import logging
 import re
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from oss_responses.config import Settings
@@ -60,10 +61,24 @@ class EngineRequestError(RuntimeError):
     """vLLM finished a request with an internal error."""
 
 
-def engine_args(settings: Settings) -> AsyncEngineArgs:
-    """The ``AsyncEngineArgs`` for ``settings``; ``vllm_engine_args`` overrides the named fields."""
-    from vllm.engine.arg_utils import AsyncEngineArgs
+def looks_local(model: str) -> bool:
+    """``model`` names a folder on this machine (by its form, or because it exists), not a hub model."""
+    return model.startswith(("/", ".", "~")) or Path(model).exists()
 
+
+def local_model_problem(model: str) -> str | None:
+    """Why vLLM cannot load ``model``, a local folder, or None (a hub name is vLLM's to resolve)."""
+    if looks_local(model) and not (Path(model).expanduser() / "config.json").is_file():
+        return f"{model} holds no config.json; fix OSS_RESPONSES_VLLM_MODEL"
+    return None
+
+
+def engine_args(settings: Settings) -> AsyncEngineArgs:
+    """The ``AsyncEngineArgs`` for ``settings``; ``vllm_engine_args`` overrides the named fields.
+
+    Raises ``ValueError`` for a local model folder that is not one, before vLLM is imported: vLLM
+    would say so only after its import (15-30 s of a worker's start) and in a traceback.
+    """
     fields: dict[str, Any] = {
         "model": settings.vllm_model,
         "dtype": settings.vllm_dtype,
@@ -78,6 +93,8 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
         "disable_log_stats": True,
     }
     fields.update(settings.vllm_engine_args)
+    if problem := local_model_problem(str(fields["model"])):
+        raise ValueError(f"vllm model: {problem}")
     if fields["max_num_seqs"] != settings.worker_concurrency * settings.vllm_frontends:
         raise ValueError(
             f"vllm_engine_args max_num_seqs={fields['max_num_seqs']} disagrees with worker_concurrency="
@@ -93,6 +110,8 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
         wanted.insert(0, FORCED_LOGITS_PROCESSOR)
     processors = list(fields.get("logits_processors") or [])
     fields["logits_processors"] = processors + [p for p in wanted if p not in processors]
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
     return AsyncEngineArgs(**fields)
 
 
@@ -216,8 +235,6 @@ class VllmEngine:
 
     async def start(self) -> None:
         """Build the AsyncLLM (about 25 s for a tiny model on CPU); raises if vLLM cannot start."""
-        from vllm.v1.engine.async_llm import AsyncLLM
-
         if self._llm is not None:
             return
         if self._frontend is None and self._settings.vllm_frontends > 1:
@@ -228,6 +245,8 @@ class VllmEngine:
                 "front ends"
             )
         args = engine_args(self._settings)
+        from vllm.v1.engine.async_llm import AsyncLLM
+
         # The structured-output processor reads the vocabulary in vLLM's engine process through
         # TIKTOKEN_ENCODINGS_BASE, which this sets before vLLM spawns it.
         ensure_vocabulary(self._settings.tiktoken_dir)

@@ -21,7 +21,11 @@ def main(argv: list[str] | None = None) -> None:
     extra = sys.argv[1:] if argv is None else argv
     if settings.engine == "vllm" and settings.vllm_frontends > 1:
         configure_logging(settings)  # the supervisor's own lines; each worker configures its own
-        sys.exit(serve_frontends(settings, partial(run_frontend, extra)))
+        try:
+            status = serve_frontends(settings, partial(run_frontend, extra))
+        except ValueError as exc:  # settings vLLM cannot start from (a model folder that is not one)
+            sys.exit(f"oss-responses worker not started: the vllm engine failed to start: {exc}")
+        sys.exit(status)
     run_worker(settings, extra)
 
 

@@ -23,7 +23,7 @@ import redis as redis_lib
 from openai import OpenAI
 from support import MODEL
 from support.processes import start_api_process, stop_process
-from support.vllm_stack import CONCURRENCY, start_vllm_worker, vllm_worker_env
+from support.vllm_stack import CONCURRENCY, launch_worker, start_vllm_worker, vllm_worker_env
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -148,6 +148,25 @@ def test_create_responses_with_frontends_completes_them_on_every_front_end(group
     served = completed_by(group.log, [response_id for response_id, _, _ in results])
     assert sorted(served) == sorted(response_id for response_id, _, _ in results)
     assert set(served.values()) == set(group.workers)
+
+
+def test_start_worker_with_frontends_and_missing_model_exits_with_reason(
+    redis_url: str, sqlite_template: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "no-such-model"
+    settings = Settings(database_url=f"sqlite:///{sqlite_template}", redis_url=redis_url, models=[MODEL])
+    env = vllm_worker_env(settings, missing, OSS_RESPONSES_VLLM_FRONTENDS=str(FRONTENDS))
+    before = set(ready(redis_url))
+    process = launch_worker(env, tmp_path / "worker.log")
+    try:
+        returncode = process.wait(timeout=60)
+    finally:
+        stop_process(process)
+
+    output = (tmp_path / "worker.log").read_text(errors="replace")
+    assert returncode == 1
+    assert f"worker not started: the vllm engine failed to start: vllm model: {missing} holds no config.json" in output
+    assert "EngineCore" not in output and set(ready(redis_url)) == before
 
 
 def test_stop_worker_with_frontends_stops_every_process(group: Group) -> None:

@@ -9,12 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 import jsonschema
 import pytest
 from openai_harmony import HarmonyEncoding
+from support import REPO
 from support.engines import streamed
 from support.forced_harmony import (
     ASSISTANT_HEADER_LEN,
@@ -62,41 +66,64 @@ def tokens_of(outputs: Sequence[EngineOutput]) -> list[int]:
     return [token for output in outputs for token in output.token_ids]
 
 
-def test_engine_args_maps_settings_and_lets_passthrough_override(tmp_path) -> None:
-    settings = tiny_settings(tmp_path).model_copy(
+def test_engine_args_maps_settings_and_lets_passthrough_override(tiny_model: Path) -> None:
+    settings = tiny_settings(tiny_model).model_copy(
         update={"worker_concurrency": 5, "vllm_engine_args": {"enforce_eager": True, "dtype": "float32"}}
     )
 
     args = engine_args(settings)
 
-    assert (args.model, args.max_num_seqs, args.max_model_len) == (str(tmp_path), 5, 2048)
+    assert (args.model, args.max_num_seqs, args.max_model_len) == (str(tiny_model), 5, 2048)
     assert (args.skip_tokenizer_init, args.enable_prefix_caching, args.enforce_eager) == (True, True, True)
     assert args.dtype == "float32"
 
 
-def test_engine_args_registers_forcing_then_structured_processor_once(tmp_path) -> None:
-    settings = tiny_settings(tmp_path).model_copy(update={"vllm_force_scripted": True})
-    plain = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"enforce_eager": True}})
+def test_engine_args_registers_forcing_then_structured_processor_once(tiny_model: Path) -> None:
+    settings = tiny_settings(tiny_model).model_copy(update={"vllm_force_scripted": True})
+    plain = tiny_settings(tiny_model).model_copy(update={"vllm_engine_args": {"enforce_eager": True}})
 
     assert engine_args(settings).logits_processors == [FORCED_LOGITS_PROCESSOR, STRUCTURED_LOGITS_PROCESSOR]
     assert engine_args(plain).logits_processors == [STRUCTURED_LOGITS_PROCESSOR]
 
 
-def test_engine_args_with_frontends_gives_every_front_ends_threads_a_sequence_slot(tmp_path) -> None:
-    settings = tiny_settings(tmp_path).model_copy(update={"worker_concurrency": 5, "vllm_frontends": 3})
+def test_engine_args_with_frontends_gives_every_front_ends_threads_a_sequence_slot(tiny_model: Path) -> None:
+    settings = tiny_settings(tiny_model).model_copy(update={"worker_concurrency": 5, "vllm_frontends": 3})
 
     assert engine_args(settings).max_num_seqs == 15
 
 
-def test_start_with_frontends_but_no_supervisor_refuses(tmp_path) -> None:
-    engine = VllmEngine(tiny_settings(tmp_path).model_copy(update={"vllm_frontends": 2}))
+def test_engine_args_with_missing_model_folder_refuses_before_importing_vllm(tmp_path: Path) -> None:
+    # In a fresh interpreter: this one imported vLLM long ago. A worker so configured exits in seconds,
+    # saying what to fix, where vLLM's import and its hub lookup took 20 s to fail less plainly.
+    missing = tmp_path / "no-such-model"
+    script = (
+        "import sys\n"
+        "from oss_responses.config import Settings\n"
+        "from oss_responses.engine.vllm import engine_args\n"
+        f"settings = Settings(engine='vllm', vllm_model={str(missing)!r})\n"
+        "try:\n"
+        "    engine_args(settings)\n"
+        "except ValueError as exc:\n"
+        "    print(exc)\n"
+        "print('vllm' in sys.modules)\n"
+    )
+
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+
+    assert result.stdout.splitlines() == [
+        f"vllm model: {missing} holds no config.json; fix OSS_RESPONSES_VLLM_MODEL", "False"
+    ], result.stderr
+
+
+def test_start_with_frontends_but_no_supervisor_refuses(tiny_model: Path) -> None:
+    engine = VllmEngine(tiny_settings(tiny_model).model_copy(update={"vllm_frontends": 2}))
 
     with pytest.raises(RuntimeError, match="needs the worker command"):
         asyncio.run(engine.start())
 
 
-def test_engine_args_rejects_max_num_seqs_other_than_worker_concurrency(tmp_path) -> None:
-    settings = tiny_settings(tmp_path).model_copy(update={"vllm_engine_args": {"max_num_seqs": 3}})
+def test_engine_args_rejects_max_num_seqs_other_than_worker_concurrency(tiny_model: Path) -> None:
+    settings = tiny_settings(tiny_model).model_copy(update={"vllm_engine_args": {"max_num_seqs": 3}})
 
     with pytest.raises(ValueError, match="worker_concurrency=8"):
         engine_args(settings)
