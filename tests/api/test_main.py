@@ -94,6 +94,12 @@ def _create(base_url: str) -> str:
     return str(created.json()["id"])
 
 
+async def _create_async(http: httpx2.AsyncClient) -> str:
+    created = await http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
+    assert created.status_code == 200, created.text
+    return str(created.json()["id"])
+
+
 def _accepted(base_url: str) -> float:
     text = httpx2.get(f"{base_url}/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
@@ -153,18 +159,20 @@ def test_serve_api_with_a_low_open_files_limit_relays_every_stream(
     api, base_url = start_api_process(settings, tmp_path / "api.log", open_files=128, fork=False)
     try:
         assert open_files_limit(api.pid) > 128
-        ids = [_create(base_url) for _ in range(200)]
 
-        async def first_events() -> list[str]:
-            limits = httpx2.Limits(max_connections=len(ids))
+        async def first_events(count: int) -> list[str]:
+            # Created and opened concurrently, as many clients would: 200 sockets at a time, twice.
+            limits = httpx2.Limits(max_connections=count)
             async with httpx2.AsyncClient(base_url=base_url, timeout=30, limits=limits) as http:
+                ids = await asyncio.gather(*(_create_async(http) for _ in range(count)))
                 async with contextlib.AsyncExitStack() as streams:
-                    opened = [await streams.enter_async_context(http.stream("GET", f"/v1/responses/{rid}?stream=true"))
-                              for rid in ids]  # all open at once: one socket each, held
+                    opened = await asyncio.gather(*(
+                        streams.enter_async_context(http.stream("GET", f"/v1/responses/{rid}?stream=true"))
+                        for rid in ids))  # all open at once: one socket each, held
                     return [(await anext(stream.aiter_lines())) if stream.status_code == 200 else ""
                             for stream in opened]
 
-        assert asyncio.run(first_events()) == ["event: response.created"] * len(ids)
+        assert asyncio.run(first_events(200)) == ["event: response.created"] * 200
     finally:
         stop_process(api)
 
