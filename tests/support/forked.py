@@ -1,4 +1,5 @@
-"""The service's commands forked from a process that has already imported them, for the tests.
+"""The service's commands (and the tests' MCP servers) forked from a process that has already imported
+them, for the tests.
 
 ``python -m oss_responses.workers`` took 3.1-3.3 s of CPU to report ready and ``python -m
 oss_responses.api`` 2.4-2.5 s, most of it imports (the openai package's types, the MCP SDK, SQLAlchemy,
@@ -17,6 +18,10 @@ from the server's in anything but ``OSS_RESPONSES_*`` and ``_RUN_TIME``'s variab
 process's environment (vLLM's engine start, LiteLLM) have them taken back (:mod:`support.environ`):
 left there, they made every later start in that process an executed one (39 of ~130 in one run).
 
+The MCP servers the tests start (:mod:`support.mcp`) are forked the same way: the demo servers' modules
+are imported with the commands', and a script of the tests' own (``tests/tools/misbehaving_server.py``)
+runs from its path on the same imports; executed, one took 1.4-1.5 s of CPU to listen, forked 0.23-0.28 s.
+
 A forked process is not the test's child but the server's: :class:`ForkedProcess` gives it the part of
 ``subprocess.Popen``'s interface the tests use (the server reports its exit status). It is not a daemon
 (a worker starts a child process to tokenise a large prompt, which a daemon may not), so multiprocessing
@@ -31,10 +36,12 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import resource
+import runpy
 import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from oss_responses.config import Settings
@@ -46,6 +53,9 @@ _PREFIX = Settings.model_config["env_prefix"]
 # the tests that load the vocabulary in their own process.
 _RUN_TIME = frozenset({"PYTEST_CURRENT_TEST", "TIKTOKEN_ENCODINGS_BASE"})
 COMMANDS = ("oss_responses.workers", "oss_responses.api")  # what the server imports (their __main__ modules)
+# The demo MCP servers' modules, imported by the server too: ``python -m`` one of them, or a script of
+# the tests' own built on the same SDK (tests/tools/misbehaving_server.py), is forked as well.
+MCP_SERVERS = ("oss_responses.tools.servers.calculator", "oss_responses.tools.servers.documents")
 
 _lock = threading.Lock()
 _context: multiprocessing.context.ForkServerContext | None = None
@@ -58,7 +68,7 @@ def _server() -> multiprocessing.context.ForkServerContext:
     with _lock:
         if _context is None:
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([f"{module}.__main__" for module in COMMANDS])
+            context.set_forkserver_preload([f"{module}.__main__" for module in COMMANDS] + list(MCP_SERVERS))
             multiprocessing.forkserver.ensure_running()  # now, with the environment it is compared with
             _server_environ.update(os.environ)
             # registered after multiprocessing's handler, which waits for its children, so it runs first
@@ -75,19 +85,30 @@ def can_fork(module: str, env: dict[str, str]) -> bool:
     return _outside_settings(env) == _outside_settings(_server_environ)
 
 
-def _outside_settings(env: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in env.items() if not name.startswith(_PREFIX) and name not in _RUN_TIME}
+def can_fork_program(env: dict[str, str]) -> bool:
+    """Whether ``python *program`` (any module or script) may be forked with ``env``: the same test, the
+    same environment as the server's outside the service's settings, ``PYTHONPATH`` aside (the server
+    already has the checkout on its path)."""
+    _server()
+    return _outside_settings(env, "PYTHONPATH") == _outside_settings(_server_environ, "PYTHONPATH")
+
+
+def _outside_settings(env: dict[str, str], *ignored: str) -> dict[str, str]:
+    return {name: value for name, value in env.items()
+            if not name.startswith(_PREFIX) and name not in _RUN_TIME and name not in ignored}
 
 
 class ForkedProcess:
-    """A forked command, with ``subprocess.Popen``'s ``pid``, ``returncode``, ``poll``, ``wait``,
-    ``send_signal``, ``terminate`` and ``kill``."""
+    """A forked ``python *program *argv`` (``program``: ``("-m", module)`` or ``(script,)``), with
+    ``subprocess.Popen``'s ``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``terminate``
+    and ``kill``."""
 
-    def __init__(self, module: str, argv: list[str], env: dict[str, str], log_path: Path,
+    def __init__(self, program: Sequence[str], argv: list[str], env: dict[str, str], log_path: Path | str,
                  open_files: int | None = None) -> None:
-        self.args = [sys.executable, "-m", module, *argv]
-        self._process = _server().Process(target=_run, args=(module, argv, env, str(log_path), open_files),
-                                          name=module)
+        self.args = [sys.executable, *program, *argv]
+        self._process = _server().Process(
+            target=_run, args=(tuple(program), argv, env, str(log_path), open_files), name=program[-1]
+        )
         self._process.start()
         assert self._process.pid is not None
         self.pid: int = self._process.pid
@@ -129,8 +150,10 @@ def lower_open_files(limit: int) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
-def _run(module: str, argv: list[str], env: dict[str, str], log_path: str, open_files: int | None) -> None:
-    """In the forked child: become ``python -m module *argv`` as ``subprocess.Popen`` would start it."""
+def _run(
+    program: tuple[str, ...], argv: list[str], env: dict[str, str], log_path: str, open_files: int | None
+) -> None:
+    """In the forked child: become ``python *program *argv`` as ``subprocess.Popen`` would start it."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(REPO)
@@ -140,9 +163,20 @@ def _run(module: str, argv: list[str], env: dict[str, str], log_path: str, open_
     os.close(log)
     if open_files is not None:
         lower_open_files(open_files)
-    sys.argv = [module, *argv]
     try:
-        importlib.import_module(f"{module}.__main__").main()
+        _main(program, argv)
     finally:
         # multiprocessing ends its children with os._exit, past the atexit handlers an interpreter runs
         atexit._run_exitfuncs()
+
+
+def _main(program: tuple[str, ...], argv: list[str]) -> None:
+    if program[0] != "-m":  # a script
+        sys.argv = [program[0], *argv]
+        runpy.run_path(program[0], run_name="__main__")
+    elif (module := program[1]) in COMMANDS:
+        sys.argv = [module, *argv]
+        importlib.import_module(f"{module}.__main__").main()
+    else:
+        sys.argv = [module, *argv]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -72,7 +72,7 @@ def launch(
 ) -> ServiceProcess:
     """``python -m module *argv`` with ``env`` in the checkout, its output to ``log_path``; forked if it can be."""
     if fork and can_fork(module, env):
-        return ForkedProcess(module, argv, env, log_path, open_files)
+        return ForkedProcess(("-m", module), argv, env, log_path, open_files)
     with log_path.open("wb") as log:
         return subprocess.Popen([sys.executable, "-m", module, *argv], cwd=REPO, env=env, stdout=log,
                                 stderr=subprocess.STDOUT, preexec_fn=soft_open_files(open_files))

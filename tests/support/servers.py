@@ -19,9 +19,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import redis
+
+if TYPE_CHECKING:
+    from support.forked import ForkedProcess
 
 PG_BIN = Path(os.environ.get("OSS_RESPONSES_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
 # Every test's bound on a process or server starting: a hang, not a slow start (make test runs three test
@@ -62,7 +66,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes] | ForkedProcess, what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
