@@ -23,7 +23,7 @@ import redis as redis_lib
 from openai import OpenAI
 from support import MODEL
 from support.processes import start_api_process, stop_process
-from support.vllm_stack import CONCURRENCY, launch_worker, start_vllm_worker, vllm_worker_env
+from support.vllm_stack import CONCURRENCY, run_worker_to_exit, start_vllm_worker, vllm_worker_env
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -157,13 +157,9 @@ def test_start_worker_with_frontends_and_missing_model_exits_with_reason(
     settings = Settings(database_url=f"sqlite:///{sqlite_template}", redis_url=redis_url, models=[MODEL])
     env = vllm_worker_env(settings, missing, OSS_RESPONSES_VLLM_FRONTENDS=str(FRONTENDS))
     before = set(ready(redis_url))
-    process = launch_worker(env, tmp_path / "worker.log")
-    try:
-        returncode = process.wait(timeout=60)
-    finally:
-        stop_process(process)
 
-    output = (tmp_path / "worker.log").read_text(errors="replace")
+    returncode, output = run_worker_to_exit(env, tmp_path / "worker.log")
+
     assert returncode == 1
     assert f"worker not started: the vllm engine failed to start: vllm model: {missing} holds no config.json" in output
     assert "EngineCore" not in output and set(ready(redis_url)) == before

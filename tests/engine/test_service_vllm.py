@@ -24,8 +24,8 @@ from support.processes import start_api_process, stop_process
 from support.sdk import wait_ended
 from support.vllm_stack import (
     calculator_server,
-    launch_worker,
     ready_workers,
+    run_worker_to_exit,
     start_vllm_worker,
     vllm_worker_env,
 )
@@ -199,15 +199,12 @@ def test_worker_with_missing_model_exits_with_reason(stack: Stack, tmp_path: Pat
     missing = tmp_path / "no-such-model"
     before = ready_workers(stack.settings.redis_url)
     env = vllm_worker_env(stack.settings, missing)
-    process = launch_worker(env, tmp_path / "bad-worker.log")
-    try:
-        returncode = process.wait(timeout=90)
-    finally:
-        stop_process(process)
 
-    output = (tmp_path / "bad-worker.log").read_text(errors="replace")
+    returncode, output = run_worker_to_exit(env, tmp_path / "bad-worker.log")
+
     assert returncode != 0
-    assert "worker not started: the vllm engine failed to start" in output and str(missing) in output
+    reason = f"ValueError('vllm model: {missing} holds no config.json; fix OSS_RESPONSES_VLLM_MODEL')"
+    assert f"worker not started: the vllm engine failed to start: {reason}" in output
     assert ready_workers(stack.settings.redis_url) == before
 
 

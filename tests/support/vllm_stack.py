@@ -20,7 +20,9 @@ from support.processes import ready_workers as ready_worker_keys
 from support.processes import service_env, stop_process
 from support.tiny_engine import MAX_MODEL_LEN
 
-WORKER_START_TIMEOUT_S = 150.0  # importing vLLM and starting the engine: 25-35 s, more on a busy machine
+# A hang, not a slow start: importing vLLM and starting the engine took 25-35 s alone; the group of
+# test_frontends (five processes importing vLLM) took 163 s on 2026-12-03, at the suite's busy start.
+WORKER_START_TIMEOUT_S = 300.0
 CONCURRENCY = 8
 
 
@@ -52,6 +54,16 @@ def launch_worker(
     with log_path.open("wb") as log:
         return subprocess.Popen([sys.executable, "-m", module, "--loglevel=WARNING"], cwd=REPO,
                                 env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_worker_to_exit(env: dict[str, str], log_path: Path, timeout: float = 60.0) -> tuple[int, str]:
+    """A worker command that should not start: its exit status and its output."""
+    process = launch_worker(env, log_path)
+    try:
+        returncode = process.wait(timeout=timeout)
+    finally:
+        stop_process(process)
+    return returncode, log_path.read_text(errors="replace")
 
 
 def start_vllm_worker(
