@@ -77,7 +77,6 @@ def check_engine(settings: Settings) -> Iterator[CheckResult]:
     yield CheckResult("engine", "ok", f"vllm {getattr(vllm, '__version__', '?')}; model {model}: {where}")
 
 
-
 def check_encryption_keys(settings: Settings) -> Iterator[CheckResult]:
     keys = settings.encryption_key_values
     if not keys:

@@ -174,9 +174,10 @@ def _main(program: tuple[str, ...], argv: list[str]) -> None:
     if program[0] != "-m":  # a script
         sys.argv = [program[0], *argv]
         runpy.run_path(program[0], run_name="__main__")
-    elif (module := program[1]) in COMMANDS:
-        sys.argv = [module, *argv]
+        return
+    module = program[1]
+    sys.argv = [module, *argv]
+    if module in COMMANDS:  # its __main__ module is the server's, imported: only its main() runs here
         importlib.import_module(f"{module}.__main__").main()
     else:
-        sys.argv = [module, *argv]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
