@@ -81,8 +81,7 @@ from _engine.profile import Profiler
 from wake_penalty import penalty_line
 
 from oss_responses.engine.base import SamplingSettings
-from oss_responses.engine.forced import FORCED_TOKENS_KEY
-from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine, sampling_params
+from oss_responses.engine.vllm import FORCED_TOKENS_KEY, ScriptedAnswers, VllmEngine, sampling_params
 
 
 @dataclass

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR
+from oss_responses.engine.vllm import FORCED_LOGITS_PROCESSOR
 
 START_TIMEOUT_S = 300
 # Harmony's named special tokens; every other id from 199998 to 201087 is <|reserved_N|>.

@@ -7,7 +7,8 @@ script are untouched.
 
 Random-weight test models emit random tokens, which are not valid harmony; this is how the tests
 drive valid harmony through the real engine. Register it only where wanted, through the engine
-arguments: ``{"logits_processors": [FORCED_LOGITS_PROCESSOR]}``. This module imports vLLM; the
+arguments: ``{"logits_processors": [FORCED_LOGITS_PROCESSOR]}`` (named, with the script's key, in
+:mod:`oss_responses.engine.vllm`, which does not import vLLM). This module imports vLLM; the
 engine core process loads it by name.
 """
 
@@ -21,11 +22,11 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
+from oss_responses.engine.vllm import FORCED_TOKENS_KEY
+
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
-FORCED_TOKENS_KEY = "forced_token_ids"
-FORCED_LOGITS_PROCESSOR = f"{__name__}:ForcedTokensLogitsProcessor"
 
 # (script, the request's live list of generated token ids)
 _Forcing = tuple[Sequence[int], list[int]]

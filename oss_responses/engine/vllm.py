@@ -31,7 +31,11 @@ from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings
 from oss_responses.statuses import FinishReason
 from oss_responses.vocab import ensure_vocabulary
 
-STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"  # loaded by name in vLLM
+# The logits processors are loaded by name in vLLM's engine core; their modules import vLLM, this one
+# does not (what names them here is imported without it: the API, doctor, the tests' collection).
+STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"
+FORCED_LOGITS_PROCESSOR = "oss_responses.engine.forced:ForcedTokensLogitsProcessor"
+FORCED_TOKENS_KEY = "forced_token_ids"  # SamplingParams.extra_args' key of a forced script
 
 if TYPE_CHECKING:
     from openai_harmony import HarmonyEncoding
@@ -104,8 +108,6 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
     # Structured outputs are ours: vLLM's need a tokenizer (see engine/structured.py).
     wanted = [STRUCTURED_LOGITS_PROCESSOR]
     if settings.vllm_force_scripted:
-        from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR
-
         # Forcing first: the grammar then checks (and masks nothing but) the forced token.
         wanted.insert(0, FORCED_LOGITS_PROCESSOR)
     processors = list(fields.get("logits_processors") or [])
@@ -338,8 +340,6 @@ class VllmEngine:
         return self.llm.model_config.max_model_len if self._llm is not None else None
 
     def _forced(self, prompt_token_ids: Sequence[int], sampling: SamplingSettings) -> SamplingSettings:
-        from oss_responses.engine.forced import FORCED_TOKENS_KEY
-
         assert self._scripts is not None
         script = self._scripts.script_for(prompt_token_ids)
         if script is None:

@@ -6,6 +6,9 @@ a LiteLLM gateway in front of the service calls it.
 The scripted engine calls the tool named in ``call RECIPIENT {json}``, answers a tool result by
 quoting it, and otherwise quotes the user's messages of the conversation (so a continued chain shows
 its earlier turns).
+
+LiteLLM is imported by a fixture: every test process collects this module, and importing LiteLLM takes
+~4 s of CPU that only the process running these tests needs.
 """
 
 from __future__ import annotations
@@ -13,11 +16,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
-import litellm
 import pytest
-from litellm.responses.utils import ResponsesAPIRequestUtils
 from openai import NotFoundError, OpenAI
 from support import MODEL
 from support.client_stack import Service, call_directive
@@ -30,6 +32,13 @@ RESPONSES_TOOLS = [{"type": "function", "name": "reverse", "description": "Rever
 CHAT_TOOLS = [{"type": "function", "function": {"name": "reverse", "description": "Reverse a text.",
                                                 "parameters": REVERSE_PARAMETERS}}]
 CALL_REVERSE = call_directive("functions.reverse", text="harmony")
+
+
+@pytest.fixture(scope="module")
+def litellm() -> ModuleType:
+    import litellm
+
+    return litellm
 
 
 @pytest.fixture
@@ -55,10 +64,12 @@ def client(service: Service) -> Iterator[OpenAI]:
 def _service_id(litellm_id: str) -> str:
     """The service's own id of a response LiteLLM returned: LiteLLM hands out ids of its own (the
     service's id with its provider, base64-encoded) and turns them back when they are sent through it."""
+    from litellm.responses.utils import ResponsesAPIRequestUtils
+
     return ResponsesAPIRequestUtils.decode_previous_response_id_to_original_previous_response_id(litellm_id)
 
 
-def _completion_text(messages: list[Any], stream: bool, **arguments: Any) -> str:
+def _completion_text(litellm: ModuleType, messages: list[Any], stream: bool, **arguments: Any) -> str:
     """The answer's text of a Chat Completions call through LiteLLM, streamed (its chunks joined) or not."""
     if not stream:
         return litellm.completion(messages=messages, **arguments).choices[0].message.content
@@ -66,7 +77,7 @@ def _completion_text(messages: list[Any], stream: bool, **arguments: Any) -> str
                    for chunk in litellm.completion(messages=messages, stream=True, **arguments))
 
 
-def test_responses_answers_with_text(routed: dict[str, Any]) -> None:
+def test_responses_answers_with_text(litellm: ModuleType, routed: dict[str, Any]) -> None:
     response = litellm.responses(input="Hello there", **routed)
     assert response.id.startswith("resp_")
     assert response.status == "completed"
@@ -74,7 +85,7 @@ def test_responses_answers_with_text(routed: dict[str, Any]) -> None:
     assert response.usage.output_tokens > 0
 
 
-def test_responses_stream_deltas_add_up_to_the_completed_text(routed: dict[str, Any]) -> None:
+def test_responses_stream_deltas_add_up_to_the_completed_text(litellm: ModuleType, routed: dict[str, Any]) -> None:
     events = list(litellm.responses(input="Hello there", stream=True, **routed))
     assert events[0].type == "response.created"
     assert events[-1].type == "response.completed"
@@ -82,12 +93,12 @@ def test_responses_stream_deltas_add_up_to_the_completed_text(routed: dict[str, 
     assert deltas == events[-1].response.output_text == 'You said: "Hello there".'
 
 
-def test_aresponses_answers_with_text(routed: dict[str, Any]) -> None:
+def test_aresponses_answers_with_text(litellm: ModuleType, routed: dict[str, Any]) -> None:
     response = asyncio.run(litellm.aresponses(input="Hello there", **routed))
     assert response.output_text == 'You said: "Hello there".'
 
 
-def test_responses_tool_loop_continues_by_previous_response_id(routed: dict[str, Any]) -> None:
+def test_responses_tool_loop_continues_by_previous_response_id(litellm: ModuleType, routed: dict[str, Any]) -> None:
     called = litellm.responses(input=CALL_REVERSE, tools=RESPONSES_TOOLS, **routed)
     [call] = [item for item in called.output if item.type == "function_call"]
     assert (call.name, json.loads(call.arguments)) == ("reverse", {"text": "harmony"})
@@ -96,14 +107,16 @@ def test_responses_tool_loop_continues_by_previous_response_id(routed: dict[str,
     assert answer.output_text == "The tool functions.reverse returned: ynomrah"
 
 
-def test_responses_previous_response_id_continues_the_chain(routed: dict[str, Any], client: OpenAI) -> None:
+def test_responses_previous_response_id_continues_the_chain(
+    litellm: ModuleType, routed: dict[str, Any], client: OpenAI
+) -> None:
     first = litellm.responses(input="My name is Ada.", **routed)
     answer = litellm.responses(input="What is my name?", previous_response_id=first.id, **routed)
     assert answer.output_text == 'You said: "What is my name?". Earlier you said: 1. "My name is Ada."'
     assert client.responses.retrieve(_service_id(answer.id)).previous_response_id == _service_id(first.id)
 
 
-def test_get_responses_then_delete_responses(routed: dict[str, Any], client: OpenAI) -> None:
+def test_get_responses_then_delete_responses(litellm: ModuleType, routed: dict[str, Any], client: OpenAI) -> None:
     created = litellm.responses(input="Hello there", **routed)
     stored = litellm.get_responses(response_id=created.id, **routed)
     assert (stored.id, stored.status, stored.output_text) == (created.id, "completed", created.output_text)
@@ -114,18 +127,20 @@ def test_get_responses_then_delete_responses(routed: dict[str, Any], client: Ope
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
-def test_completion_bridge_answers_with_text(bridged: dict[str, Any], stream: bool) -> None:
-    text = _completion_text([{"role": "user", "content": "Hello there"}], stream, **bridged)
+def test_completion_bridge_answers_with_text(litellm: ModuleType, bridged: dict[str, Any], stream: bool) -> None:
+    text = _completion_text(litellm, [{"role": "user", "content": "Hello there"}], stream, **bridged)
     assert text == 'You said: "Hello there".'
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
-def test_completion_bridge_tool_loop_calls_tool_then_answers_with_result(bridged: dict[str, Any], stream: bool) -> None:
+def test_completion_bridge_tool_loop_calls_tool_then_answers_with_result(
+    litellm: ModuleType, bridged: dict[str, Any], stream: bool
+) -> None:
     # The bridge sends the whole chat each turn: the assistant's call (and its reasoning item) by value.
     messages: list[Any] = [{"role": "user", "content": CALL_REVERSE}]
     called = litellm.completion(messages=messages, tools=CHAT_TOOLS, **bridged).choices[0].message
     [call] = called.tool_calls
     assert (call.function.name, json.loads(call.function.arguments)) == ("reverse", {"text": "harmony"})
     messages += [called.model_dump(), {"role": "tool", "tool_call_id": call.id, "content": "ynomrah"}]
-    text = _completion_text(messages, stream, tools=CHAT_TOOLS, **bridged)
+    text = _completion_text(litellm, messages, stream, tools=CHAT_TOOLS, **bridged)
     assert text == "The tool functions.reverse returned: ynomrah"

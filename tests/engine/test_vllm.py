@@ -2,6 +2,10 @@
 
 Random weights emit random tokens; valid harmony comes from the forcing logits processor, which
 makes vLLM sample a scripted token sequence (see oss_responses/engine/forced.py).
+
+vLLM's own names are imported in the tests that use them: every test process collects this module,
+and importing vLLM costs one ~10 s of CPU and ~370 MB (only the process that runs the engine tests
+needs it).
 """
 
 from __future__ import annotations
@@ -33,14 +37,13 @@ from support.forced_harmony import (
     tool_result,
 )
 from support.tiny_engine import EngineLoop, tiny_settings
-from vllm.exceptions import VLLMValidationError
-from vllm.sampling_params import RequestOutputKind
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
-from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR, FORCED_TOKENS_KEY
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import ScriptWriter, parse_prompt
 from oss_responses.engine.vllm import (
+    FORCED_LOGITS_PROCESSOR,
+    FORCED_TOKENS_KEY,
     STRUCTURED_LOGITS_PROCESSOR,
     ScriptedAnswers,
     VllmEngine,
@@ -138,6 +141,8 @@ def test_scripted_answers_are_the_scripted_engines_unless_unscripted(encoding: H
 
 
 def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:
+    from vllm.sampling_params import RequestOutputKind
+
     params = sampling_params(
         SamplingSettings(
             max_tokens=7, stop_token_ids=[CALL], temperature=0.5, top_p=0.9, seed=3, extra={FORCED_TOKENS_KEY: [1]}
@@ -426,6 +431,7 @@ def test_generate_refuses_schema_the_grammar_cannot_express(
 ) -> None:
     spec = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {"type": "tuple"}}}
     sampling = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=spec)
+    from vllm.exceptions import VLLMValidationError
 
     with pytest.raises(VLLMValidationError, match="cannot be used for constrained decoding"):
         engine_loop.run(collect(engine, "bad-schema", prompt_for(encoding, "hi"), sampling))

@@ -18,8 +18,7 @@ from support.replay import CALC, Run, cuts, wire
 from support.tiny_engine import EngineLoop
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
-from oss_responses.engine.forced import FORCED_TOKENS_KEY
-from oss_responses.engine.vllm import ScriptedAnswers, VllmEngine
+from oss_responses.engine.vllm import FORCED_TOKENS_KEY, ScriptedAnswers, VllmEngine
 
 
 @dataclasses.dataclass

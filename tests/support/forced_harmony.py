@@ -14,7 +14,7 @@ from openai_harmony import (
 )
 
 from oss_responses.engine.base import SamplingSettings
-from oss_responses.engine.forced import FORCED_TOKENS_KEY
+from oss_responses.engine.vllm import FORCED_TOKENS_KEY
 
 END, RETURN = 200007, 200002
 # What the prompt ends with and every rendered assistant message starts with: <|start|>assistant

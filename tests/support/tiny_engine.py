@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from oss_responses.config import Settings
+from oss_responses.engine.vllm import FORCED_LOGITS_PROCESSOR
 
 T = TypeVar("T")
 
@@ -66,8 +67,6 @@ def build_tiny_gpt_oss(directory: Path) -> Path:
 
 
 def tiny_settings(model: Path) -> Settings:
-    from oss_responses.engine.forced import FORCED_LOGITS_PROCESSOR
-
     return Settings(
         vllm_model=str(model),
         vllm_dtype="bfloat16",
