@@ -15,6 +15,12 @@ from oss_responses.engine.vllm import FORCED_LOGITS_PROCESSOR
 T = TypeVar("T")
 
 MAX_MODEL_LEN = 2048
+# vLLM's engine arguments for every test engine. On the CPU, vLLM otherwise sizes its KV cache from
+# gpu_memory_utilization x the machine's memory and touches all of it: 7 GiB resident per engine on a
+# 24 GiB machine (CI's), where a test process may hold two engines and another process a third. The
+# tiny model's KV is ~1 KB per token: 128 MiB holds ~125k tokens, 60 of MAX_MODEL_LEN. An explicit size
+# with eager mode also skips the start's warm-up pass, which only served the automatic sizing.
+TEST_ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 128 * 2**20}
 
 
 class EngineLoop:
@@ -71,7 +77,6 @@ def tiny_settings(model: Path) -> Settings:
         vllm_model=str(model),
         vllm_dtype="bfloat16",
         vllm_max_model_len=MAX_MODEL_LEN,
-        vllm_gpu_memory_utilization=0.3,  # of the CPU KV-cache budget vLLM sees (about 8.5 GiB)
         worker_concurrency=8,
-        vllm_engine_args={"enforce_eager": True, "logits_processors": [FORCED_LOGITS_PROCESSOR]},
+        vllm_engine_args={**TEST_ENGINE_ARGS, "logits_processors": [FORCED_LOGITS_PROCESSOR]},
     )

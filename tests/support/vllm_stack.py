@@ -18,7 +18,7 @@ from support import REPO
 from support.mcp import CALCULATOR, mcp_server
 from support.processes import ready_workers as ready_worker_keys
 from support.processes import service_env, stop_process
-from support.tiny_engine import MAX_MODEL_LEN
+from support.tiny_engine import MAX_MODEL_LEN, TEST_ENGINE_ARGS
 
 # A hang, not a slow start: importing vLLM and starting the engine took 25-35 s alone; the group of
 # test_frontends (five processes importing vLLM) took 163 s on 2026-12-03, at the suite's busy start.
@@ -33,8 +33,7 @@ def vllm_worker_env(settings: Settings, model: Path, **extra: str) -> dict[str, 
         "OSS_RESPONSES_VLLM_MODEL": str(model),
         "OSS_RESPONSES_VLLM_DTYPE": "bfloat16",
         "OSS_RESPONSES_VLLM_MAX_MODEL_LEN": str(MAX_MODEL_LEN),
-        "OSS_RESPONSES_VLLM_GPU_MEMORY_UTILIZATION": "0.3",
-        "OSS_RESPONSES_VLLM_ENGINE_ARGS": json.dumps({"enforce_eager": True}),
+        "OSS_RESPONSES_VLLM_ENGINE_ARGS": json.dumps(TEST_ENGINE_ARGS),
         "OSS_RESPONSES_WORKER_CONCURRENCY": str(CONCURRENCY),
     }
     return service_env(settings, **(env | extra))
