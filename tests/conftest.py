@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import shutil
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,23 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 # The engine tests share a session's tiny model and vLLM engine: under pytest-xdist they run in one
 # process, first, since together they are the suite's longest stretch (see pytest_xdist_make_scheduler).
 ENGINE_TESTS = "tests/engine/"
+
+
+# Libraries that only some test modules use and that cost seconds of CPU to import (vLLM ~10 s and
+# ~370 MB, LiteLLM ~4 s): every test process collects every module, so those modules import them in
+# their tests or fixtures. What collection left imported is checked by tests/test_collection.py.
+HEAVY_LIBRARIES = ("vllm", "torch", "transformers", "litellm")
+IMPORTED_AT_COLLECTION = pytest.StashKey[frozenset[str]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[IMPORTED_AT_COLLECTION] = frozenset(name for name in HEAVY_LIBRARIES if name in sys.modules)
+
+
+@pytest.fixture
+def imported_at_collection(pytestconfig: pytest.Config) -> frozenset[str]:
+    """Which of ``HEAVY_LIBRARIES`` this test process had imported once it collected the tests."""
+    return pytestconfig.stash[IMPORTED_AT_COLLECTION]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
