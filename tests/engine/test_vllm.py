@@ -4,7 +4,7 @@ Random weights emit random tokens; valid harmony comes from the forcing logits p
 makes vLLM sample a scripted token sequence (see oss_responses/engine/forced.py).
 
 vLLM's own names are imported in the tests that use them: every test process collects this module,
-and importing vLLM costs one ~10 s of CPU and ~370 MB (only the process that runs the engine tests
+and importing vLLM costs ~10 s of CPU and ~370 MB (only the process that runs the engine tests
 needs it).
 """
 
@@ -429,9 +429,10 @@ def test_generate_with_json_schema_samples_freely_before_final_header(
 def test_generate_refuses_schema_the_grammar_cannot_express(
     engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
 ) -> None:
+    from vllm.exceptions import VLLMValidationError
+
     spec = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {"type": "tuple"}}}
     sampling = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=spec)
-    from vllm.exceptions import VLLMValidationError
 
     with pytest.raises(VLLMValidationError, match="cannot be used for constrained decoding"):
         engine_loop.run(collect(engine, "bad-schema", prompt_for(encoding, "hi"), sampling))

@@ -17,9 +17,10 @@ T = TypeVar("T")
 MAX_MODEL_LEN = 2048
 # vLLM's engine arguments for every test engine. On the CPU, vLLM otherwise sizes its KV cache from
 # gpu_memory_utilization x the machine's memory and touches all of it: 7 GiB resident per engine on a
-# 24 GiB machine (CI's), where a test process may hold two engines and another process a third. The
-# tiny model's KV is ~1 KB per token: 128 MiB holds ~125k tokens, 60 of MAX_MODEL_LEN. An explicit size
-# with eager mode also skips the start's warm-up pass, which only served the automatic sizing.
+# 24 GiB machine (CI's), where the process running the engine tests holds two at once (test_frontends'
+# groups) and keeps the session's engine until the run ends. The tiny model's KV is ~1 KB per token:
+# 128 MiB holds ~125k tokens, 60 of MAX_MODEL_LEN. An explicit size with eager mode also skips the
+# start's warm-up pass, which only served the automatic sizing.
 TEST_ENGINE_ARGS = {"enforce_eager": True, "kv_cache_memory_bytes": 128 * 2**20}
 
 
