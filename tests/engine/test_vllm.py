@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 import jsonschema
+import psutil
 import pytest
 from openai_harmony import HarmonyEncoding
 from support import REPO
@@ -158,6 +159,14 @@ def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:
 def test_sampling_params_passes_stream_interval() -> None:
     assert sampling_params(SamplingSettings(max_tokens=7)).stream_interval == 1
     assert sampling_params(SamplingSettings(max_tokens=7, stream_interval=4)).stream_interval == 4
+
+
+def test_start_runs_the_model_in_the_engine_core_process(engine: VllmEngine) -> None:
+    """The tests' engines keep one GPU's layout (no vLLM worker process beside the core): see vllm_dirs."""
+    cores = [p for p in psutil.Process().children(recursive=True) if p.name() == "VLLM::EngineCore"]
+
+    assert cores
+    assert [child.name() for core in cores for child in core.children(recursive=True)] == []
 
 
 def test_generate_random_output_ends_with_length_or_stop(
