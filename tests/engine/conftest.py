@@ -32,17 +32,14 @@ if importlib.util.find_spec("vllm") is None:
 
 
 @pytest.fixture(scope="session")
-def vllm_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """Point vLLM's sockets, cache and temp files into one session temp dir; run each engine's model in
-    its engine core process.
+def vllm_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The environment of every test engine: vLLM's sockets, cache and temp files in one session temp
+    dir, and the model run in the engine core's process.
 
-    On the CPU, vLLM moves the model out of the engine core into a worker process of its own (its mp
-    executor, for OpenMP's thread binding on a many-core host) unless multiprocessing is off, which
-    keeps one GPU's default: the model in the core (the uni executor). The engine's client stays in a
-    process of its own either way (AsyncLLM always spawns its core). Measured with the tiny model, four
-    alternated starts and 3 rounds of 8 forced requests of 512 tokens: start 34.5/38.2 s -> 23.0/19.4 s,
-    a round 7.8-10.9 s -> 6.3-7.4 s, CPU 93.6/106.2 s -> 69.2/66.5 s (one vLLM import fewer per engine,
-    and no queue between core and worker for both to poll).
+    On the CPU, vLLM moves the model out of the engine core into a worker process of its own (for
+    OpenMP's thread binding on a many-core host) unless multiprocessing is off, which keeps one GPU's
+    layout; AsyncLLM still spawns its core. That saves a vLLM import per engine and the queue both
+    processes poll (README, "The two commands", has the figures).
     """
     root = tmp_path_factory.mktemp("vllm")
     with pytest.MonkeyPatch.context() as patch:
@@ -71,7 +68,7 @@ def engine_loop() -> Iterator[EngineLoop]:
 
 
 @pytest.fixture(scope="session")
-def engine(vllm_dirs: Path, tiny_model: Path, engine_loop: EngineLoop) -> Iterator[VllmEngine]:
+def engine(vllm_environment: Path, tiny_model: Path, engine_loop: EngineLoop) -> Iterator[VllmEngine]:
     engine = VllmEngine(tiny_settings(tiny_model))
     with environment_restored():  # vLLM's variables are for the processes the start spawned
         engine_loop.run(engine.start(), timeout=180)

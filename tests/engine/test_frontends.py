@@ -95,7 +95,7 @@ def running_group(redis_url: str, sqlite_template: Path, model: Path, logs: Path
 
 
 @pytest.fixture(scope="module")
-def group(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_dirs: Path,
+def group(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_environment: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Group]:
     with running_group(redis_url, sqlite_template, tiny_model, tmp_path_factory.mktemp("frontends")) as started:
         yield started
@@ -196,7 +196,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_kill_frontend_stops_the_group_with_failure(
-    redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_dirs: Path, tmp_path: Path
+    redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_environment: Path, tmp_path: Path
 ) -> None:
     with running_group(redis_url, sqlite_template, tiny_model, tmp_path) as started:
         tree = descendants(started.supervisor.pid)

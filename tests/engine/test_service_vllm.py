@@ -47,7 +47,7 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_dirs: Path,
+def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_environment: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logs = tmp_path_factory.mktemp("vllm-service-logs")
     database = logs / "oss-responses.db"

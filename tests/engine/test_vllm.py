@@ -162,7 +162,7 @@ def test_sampling_params_passes_stream_interval() -> None:
 
 
 def test_start_runs_the_model_in_the_engine_core_process(engine: VllmEngine) -> None:
-    """The tests' engines keep one GPU's layout (no vLLM worker process beside the core): see vllm_dirs."""
+    """The tests' engines keep one GPU's layout (no vLLM worker process beside the core): see vllm_environment."""
     cores = [p for p in psutil.Process().children(recursive=True) if p.name() == "VLLM::EngineCore"]
 
     assert cores

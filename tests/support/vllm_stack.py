@@ -21,8 +21,8 @@ from support.processes import service_env, stop_process
 from support.tiny_engine import MAX_MODEL_LEN, TEST_ENGINE_ARGS
 
 # A hang, not a slow start: importing vLLM and starting the engine took 25-35 s alone; the group of
-# test_frontends (five processes importing vLLM, four since the model runs in the engine core) took
-# 163 s on 2026-12-03, at the suite's busy start.
+# test_frontends (then five processes importing vLLM; four since the model runs in the engine core)
+# took 163 s on 2026-12-03, at the suite's busy start.
 WORKER_START_TIMEOUT_S = 300.0
 CONCURRENCY = 8
 
