@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -118,3 +119,45 @@ class CpuMeter:
         now = self.now()
         self.wall = time.monotonic() - self.started_at
         return {name: value - self.start.get(name, 0.0) for name, value in now.items()}
+
+
+class CpuTimeline:
+    """CPU seconds of named processes, read every ``interval`` seconds by a thread of its own, for
+    windows known only afterwards (a run's steady part): ``between(start, end)`` interpolates each
+    process's count at two ``time.monotonic()`` moments. Readings have the kernel's 10 ms tick: use
+    windows of seconds."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 0.02) -> None:
+        self.pids = dict(pids)
+        self._interval = interval
+        self._readings: list[tuple[float, dict[str, float]]] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._read_forever, name="cpu-timeline", daemon=True)
+
+    def __enter__(self) -> CpuTimeline:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._thread.join()
+
+    def add(self, name: str, pid: int) -> None:
+        self.pids = self.pids | {name: pid}  # replaced, not mutated: the reading thread iterates it
+
+    def _read_forever(self) -> None:
+        while not self._stopping.wait(self._interval):
+            self._readings.append((time.monotonic(), {name: cpu_seconds(pid) for name, pid in self.pids.items()}))
+
+    def between(self, start: float, end: float) -> dict[str, float]:
+        """Each process's CPU seconds from ``start`` to ``end`` (those read at both ends)."""
+        first, last = self._at(start), self._at(end)
+        return {name: last[name] - first[name] for name in last if name in first}
+
+    def _at(self, moment: float) -> dict[str, float]:
+        after = next((i for i, (at, _) in enumerate(self._readings) if at >= moment), None)
+        if after is None or after == 0:
+            raise ValueError("no readings around that moment")
+        (t0, c0), (t1, c1) = self._readings[after - 1], self._readings[after]
+        share = (moment - t0) / (t1 - t0)
+        return {name: c0[name] + share * (c1[name] - c0[name]) for name in c1 if name in c0}

@@ -17,12 +17,17 @@ The worker's garbage collection is tuned as a worker process's start-up tunes it
 ``--default-gc`` keeps CPython's defaults, for comparison.
 
     PYTHONPATH=.:tests python bench/worker_ceiling.py [--streams 128] [--tokens 1500] [--step-ms 6.7]
-        [--stream-interval 1] [--processes 1] [--profile] [--default-gc]
+        [--stream-interval 1] [--processes 1] [--reader] [--profile] [--default-gc]
 
 ``--processes N`` runs N such worker processes at once over one redis-server, the streams shared among
 them, as ``OSS_RESPONSES_VLLM_FRONTENDS=N`` runs N workers over one engine core (each here with its own
 synthetic engine: the core's work is the GPU's, not counted). They start their streams together; the
 headline is the tokens/s of all of them over the time when every stream ran.
+
+The redis-server's CPU over the same window is printed per token: the share of one Redis core a GPU's
+tokens take. ``--reader`` adds what an API process does with them: a process whose ``EventHub`` follows
+every stream (``bench/_ceiling/reader.py``; the frames read, not written to sockets), its CPU per token
+printed too, and Redis's then counts the reads as well as the writes.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from pathlib import Path
 
 import redis as redis_lib
 from _ceiling.synthetic_llm import StepSample, SyntheticLLM
+from _common import CpuTimeline
 from support.servers import start_redis
 from support.workers import accept, worker_settings
 
@@ -83,27 +89,41 @@ def main() -> None:
                         help="tokens per output after a request's first (OSS_RESPONSES_STREAM_INTERVAL)")
     parser.add_argument("--processes", type=int, default=1,
                         help="worker processes sharing the streams (OSS_RESPONSES_VLLM_FRONTENDS), one Redis")
+    parser.add_argument("--reader", action="store_true",
+                        help="an API-like process follows every stream through its EventHub (one process only)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--default-gc", action="store_true", help="keep CPython's own garbage collection settings")
     # A child of --processes: the shared Redis, and the file whose existence starts every child at once.
     parser.add_argument("--redis-url", help=argparse.SUPPRESS)
     parser.add_argument("--go", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.reader and args.processes > 1:
+        parser.error("--reader follows the streams of one worker process: leave --processes at 1")
     if args.processes > 1:
         run_processes(args)
         return
-    server = None if args.redis_url else start_redis()
-    try:
-        window = run_worker(args, args.redis_url or server.url)  # type: ignore[union-attr]
-    finally:
-        if server is not None:
-            server.stop()
-    if args.go:  # the parent sums the children's windows
-        print(json.dumps(dataclasses.asdict(window)))
+    if args.go:  # a child of --processes: the parent starts Redis, reads its CPU and sums the windows
+        print(json.dumps(dataclasses.asdict(run_worker(args, args.redis_url, None))))
         return
+    server = start_redis()
+    try:
+        with CpuTimeline({"redis": server.process.pid}) as timeline:
+            window = run_worker(args, server.url, timeline)
+        commands = redis_command_times(server.url)
+    finally:
+        server.stop()
     print(window.summary())
+    print(shares_line(timeline.between(window.start, window.end), window.tokens))
+    print(commands)
     print(f"worker_ceiling: {window.rate:,.0f} tokens/s (target {TARGET_TOKENS_PER_SECOND:,}), "
           f"{window.cpu / window.tokens * 1e6:.1f} µs loop-thread CPU per token")
+
+
+def shares_line(cpu: dict[str, float], tokens: int) -> str:
+    """Redis's (and the reader's) CPU per token over the window, and the tokens/s one core of each takes."""
+    parts = [f"{name} {seconds / tokens * 1e6:.1f} µs CPU per token (one core: {tokens / seconds:,.0f} tokens/s)"
+             for name, seconds in cpu.items() if seconds > 0]
+    return "over the window: " + "; ".join(parts)
 
 
 @dataclass
@@ -133,8 +153,23 @@ class Window:
         return int(self.samples[max(0, bisect.bisect_right(self.samples, moment, key=lambda s: s[0]) - 1)][1])
 
 
-def run_worker(args: argparse.Namespace, redis_url: str) -> Window:
-    """One worker process's run; its figures over the steps when all its streams ran."""
+def redis_command_times(redis_url: str, top: int = 4) -> str:
+    """Where Redis's command time went over the whole run (``INFO commandstats``; a script's own commands
+    are counted both in it and on their own)."""
+    client = redis_lib.Redis.from_url(redis_url)
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    ranked = sorted(stats.items(), key=lambda item: -item[1]["usec"])[:top]
+    return "redis's command time over the run: " + ", ".join(
+        f"{name.removeprefix('cmdstat_')} {stat['usec'] / 1e6:.2f} s ({stat['calls']:,} calls, "
+        f"{stat['usec_per_call']:.0f} µs each)" for name, stat in ranked)
+
+
+def run_worker(args: argparse.Namespace, redis_url: str, timeline: CpuTimeline | None) -> Window:
+    """One worker process's run; its figures over the steps when all its streams ran. With
+    ``--reader``, the reader process's CPU joins ``timeline``."""
     encoding = load_encoding()
     redis = redis_lib.Redis.from_url(redis_url)
     try:
@@ -156,6 +191,7 @@ def run_worker(args: argparse.Namespace, redis_url: str) -> Window:
                     tune_garbage_collection("worker")
                 ids = [accept(db, redis, settings, input=f"tokens {args.tokens}", background=True)
                        for _ in range(args.streams)]
+                reader = start_reader(redis_url, ids, Path(folder), timeline) if args.reader else None
                 if args.go:
                     _wait_for_go(Path(args.go))
                 if profiler:
@@ -164,6 +200,8 @@ def run_worker(args: argparse.Namespace, redis_url: str) -> Window:
                     outcomes = list(pool.map(lambda rid: run_response_now(rid, worker=worker), ids))
                 if profiler:
                     worker.loop.run(_disable(profiler))
+                if reader is not None:
+                    print(f"the reader followed {reader.communicate(timeout=60)[0].split()[0]} events")
             db.dispose()
     finally:
         redis.close()
@@ -175,6 +213,21 @@ def run_worker(args: argparse.Namespace, redis_url: str) -> Window:
     return Window(streams=args.streams, total_tokens=llm.tokens, start=first.at, end=last.at,
                   tokens=last.tokens - first.tokens, cpu=last.cpu - first.cpu,
                   samples=[(s.at, s.tokens) for s in inside])
+
+
+def start_reader(redis_url: str, ids: list[str], folder: Path, timeline: CpuTimeline | None) -> subprocess.Popen[str]:
+    """The API-like reader process, following every stream from its start; returns once it follows them."""
+    (folder / "ids").write_text("\n".join(ids))
+    ready = folder / "reader.ready"
+    reader = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_ceiling" / "reader.py"), redis_url,
+                               str(folder / "ids"), str(ready)], stdout=subprocess.PIPE, text=True)
+    while not ready.exists():
+        if reader.poll() is not None:
+            raise RuntimeError("the reader exited before it followed the streams")
+        time.sleep(0.02)
+    if timeline is not None:
+        timeline.add("reader", reader.pid)
+    return reader
 
 
 def _wait_for_go(go: Path) -> None:
@@ -189,7 +242,7 @@ def run_processes(args: argparse.Namespace) -> None:
     count = args.processes
     server = start_redis()
     try:
-        with tempfile.TemporaryDirectory() as folder:
+        with tempfile.TemporaryDirectory() as folder, CpuTimeline({"redis": server.process.pid}) as timeline:
             go = Path(folder) / "go"
             command = [sys.executable, __file__, "--streams", str(args.streams // count), "--tokens", str(args.tokens),
                        "--step-ms", str(args.step_ms), "--stream-interval", str(args.stream_interval),
@@ -213,6 +266,7 @@ def run_processes(args: argparse.Namespace) -> None:
         print(f"process {index}: {window.summary()}, {window.cpu / window.tokens * 1e6:.1f} µs per token")
     print(f"{count} processes, {args.streams} streams in all: {end - start:.2f} s with every stream running, "
           f"{tokens:,} tokens")
+    print(shares_line(timeline.between(start, end), tokens))
     print(f"worker_ceiling: {tokens / (end - start):,.0f} tokens/s over {count} processes "
           f"(target {TARGET_TOKENS_PER_SECOND:,}), {cpu_per_token * 1e6:.1f} µs loop-thread CPU per token")
 
