@@ -43,7 +43,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,17 +193,17 @@ def run_worker(args: argparse.Namespace, redis_url: str, timeline: CpuTimeline |
                     tune_garbage_collection("worker")
                 ids = [accept(db, redis, settings, input=f"tokens {args.tokens}", background=True)
                        for _ in range(args.streams)]
-                reader = start_reader(redis_url, ids, Path(folder), timeline) if args.reader else None
-                if args.go:
-                    _wait_for_go(Path(args.go))
-                if profiler:
-                    worker.loop.run(_enable(profiler))
-                with ThreadPoolExecutor(args.streams) as pool:
-                    outcomes = list(pool.map(lambda rid: run_response_now(rid, worker=worker), ids))
-                if profiler:
-                    worker.loop.run(_disable(profiler))
-                if reader is not None:
-                    print(f"the reader followed {reader.communicate(timeout=60)[0].split()[0]} events")
+                with reading(redis_url, ids, Path(folder), timeline) if args.reader else nullcontext() as reader:
+                    if args.go:
+                        _wait_for_go(Path(args.go))
+                    if profiler:
+                        worker.loop.run(_enable(profiler))
+                    with ThreadPoolExecutor(args.streams) as pool:
+                        outcomes = list(pool.map(lambda rid: run_response_now(rid, worker=worker), ids))
+                    if profiler:
+                        worker.loop.run(_disable(profiler))
+                    if reader is not None:
+                        print(f"the reader followed {reader.communicate(timeout=60)[0].split()[0]} events")
             db.dispose()
     finally:
         redis.close()
@@ -215,19 +217,28 @@ def run_worker(args: argparse.Namespace, redis_url: str, timeline: CpuTimeline |
                   samples=[(s.at, s.tokens) for s in inside])
 
 
-def start_reader(redis_url: str, ids: list[str], folder: Path, timeline: CpuTimeline | None) -> subprocess.Popen[str]:
-    """The API-like reader process, following every stream from its start; returns once it follows them."""
+@contextmanager
+def reading(
+    redis_url: str, ids: list[str], folder: Path, timeline: CpuTimeline | None
+) -> Iterator[subprocess.Popen[str]]:
+    """The API-like reader process, following every stream from its start (entered once it follows
+    them all); killed on the way out if it still runs."""
     (folder / "ids").write_text("\n".join(ids))
     ready = folder / "reader.ready"
     reader = subprocess.Popen([sys.executable, str(Path(__file__).parent / "_ceiling" / "reader.py"), redis_url,
                                str(folder / "ids"), str(ready)], stdout=subprocess.PIPE, text=True)
-    while not ready.exists():
-        if reader.poll() is not None:
-            raise RuntimeError("the reader exited before it followed the streams")
-        time.sleep(0.02)
-    if timeline is not None:
-        timeline.add("reader", reader.pid)
-    return reader
+    try:
+        while not ready.exists():
+            if reader.poll() is not None:
+                raise RuntimeError("the reader exited before it followed the streams")
+            time.sleep(0.02)
+        if timeline is not None:
+            timeline.add("reader", reader.pid)
+        yield reader
+    finally:
+        if reader.poll() is None:
+            reader.kill()
+            reader.wait()
 
 
 def _wait_for_go(go: Path) -> None:
