@@ -6,7 +6,10 @@ production; the hub and its subscribers run here. Figures:
       (stepped: one engine step writes every stream's event at once; unstepped: each stream on its
       own timer, random phase);
   (c) events/s the hub relays at saturation (producer as fast as it can, consumers count bytes);
-  (d) memory per idle subscribed stream (tracemalloc and RSS over 1,000 idle subscriptions).
+  (d) memory per idle subscribed stream (tracemalloc and RSS over 1,000 idle subscriptions);
+  (e) Redis's and the hub's CPU per relayed event, 16 streams x 50 events/s (unstepped), alone and
+      with 1,000 quiet streams followed beside them (responses waiting in the queue or on a tool):
+      the quiet ones leave the busy read after ``quiet_after_seconds`` (the hub's two lanes).
 Usage: PYTHONPATH=.:tests python bench/relay.py [--seconds 5]
 """
 
@@ -231,6 +234,42 @@ async def bench_backlog(url: str, streams: int, per_stream: int) -> tuple[float,
     return received / (t1 - t0), (c1 - c0) / received * 1e6
 
 
+async def bench_quiet_streams(url: str, redis_pid: int, quiet: int, busy: int, rate: float,
+                              seconds: float) -> tuple[float, float, int]:
+    """Redis's and the hub's CPU per event relayed on ``busy`` streams while ``quiet`` more are
+    followed and get nothing, measured once the quiet ones had time to leave the busy read."""
+    hub = EventHub(url)
+    busy_ids = [f"busy_{quiet}_{n}" for n in range(busy)]
+    quiet_ids = [f"quiet_{quiet}_{n}" for n in range(quiet)]
+    await open_streams(url, busy_ids + quiet_ids)
+    await hub.start()
+    relayed = [0]
+
+    async def follow(rid: str) -> None:
+        async for _ in hub.subscribe(rid, after=0):
+            relayed[0] += 1
+
+    busy_tasks = [asyncio.create_task(follow(rid)) for rid in busy_ids]
+    quiet_tasks = [asyncio.create_task(follow(rid)) for rid in quiet_ids]
+    await wait_attached(hub, busy + quiet)
+    settle = 3.0  # the hub's quiet_after_seconds (2 s) and a busy read after it
+    proc, go = start_producer(url, busy_ids, "unstepped", rate, seconds + settle + 1.0)
+    go.set()
+    await asyncio.sleep(settle)
+    n0, r0, h0 = relayed[0], cpu_seconds(redis_pid), cpu_seconds(os.getpid())
+    await asyncio.sleep(seconds)
+    n1, r1, h1 = relayed[0], cpu_seconds(redis_pid), cpu_seconds(os.getpid())
+    in_quiet_read = hub.quiet_count
+    await gather_while_producing(busy_tasks, proc)
+    proc.join()
+    for task in quiet_tasks:
+        task.cancel()
+    await asyncio.gather(*quiet_tasks, return_exceptions=True)
+    await hub.stop()
+    events = max(1, n1 - n0)
+    return (r1 - r0) / events * 1e6, (h1 - h0) / events * 1e6, in_quiet_read
+
+
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -281,6 +320,12 @@ def main() -> None:
         per_traced, per_rss = asyncio.run(bench_memory(server.url, args.idle_streams))
         print(f"(d) memory per idle subscribed stream ({args.idle_streams} streams): tracemalloc {per_traced:.1f} KB, "
               f"RSS {per_rss:.1f} KB (target <=50 KB)")
+        for quiet in (0, args.idle_streams):
+            redis_us, hub_us, in_quiet_read = asyncio.run(
+                bench_quiet_streams(server.url, server.process.pid, quiet, 16, args.rate, args.seconds))
+            print(f"(e) 16 streams x {args.rate:g} ev/s with {quiet} quiet streams followed beside them "
+                  f"({in_quiet_read} in the quiet read): Redis {redis_us:.1f} us, hub {hub_us:.1f} us of CPU "
+                  f"per relayed event")
         flood, flood_cpu = asyncio.run(bench_throughput(server.url, args.throughput_streams, args.seconds))
         print(f"(c) relay while a producer process floods {args.throughput_streams} streams (same 2 cores): "
               f"{flood:,.0f} events/s, {flood_cpu:.1f} us hub-process CPU per event")

@@ -23,8 +23,9 @@
 - ``WEBHOOK_SWEEP_LOCK`` STRING  held by the worker sending stale webhook deliveries again.
 - ``broker_queue(queue)`` LIST  Celery's Redis transport: a queue's waiting tasks (the key is the queue's
                            name, outside ``oss:``); the API's /metrics reads its length.
-- ``hub_wake(hub_id)`` STREAM  one entry (MAXLEN 1, TTL) per API process's EventHub; XADD to it wakes
-                           the hub's blocking multiplexed XREAD when a new stream is subscribed.
+- ``hub_wake(hub_id)`` STREAM  one entry (MAXLEN 1, TTL) per read lane of an API process's EventHub (two:
+                           busy and quiet streams); XADD to it wakes that lane's blocking multiplexed XREAD
+                           when the streams it must name changed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""API side of the event log: one multiplexed blocking read per process, relayed to many clients.
+"""API side of the event log: multiplexed blocking reads per process, relayed to many clients.
 
-An :class:`EventHub` owns ONE reader task and ONE dedicated Redis connection doing
-``XREAD COUNT n BLOCK ms STREAMS k1 k2 ... id1 id2 ...`` over every stream that has subscribers, and
-puts each read's entries (one shared list per stream) on the subscribers' queues.
+An :class:`EventHub` reads every stream that has subscribers with ``XREAD COUNT n BLOCK ms STREAMS
+k1 k2 ... id1 id2 ...``: two reader tasks, each with a dedicated Redis connection (a lane: the busy
+streams', the quiet ones'), and puts each read's entries (one shared list per stream) on the
+subscribers' queues.
 
 A subscription:
 1. catches up from history with XRANGE pages (the first page also tells a missing stream: 404);
@@ -25,10 +26,14 @@ failed read the reader checks that the streams it follows still exist: one that 
 with Redis's data (a restart without persistence), and its subscribers get :class:`StreamLost`
 instead of waiting for events that will never come.
 
-Waking the blocked read: every XREAD also reads the hub's own wake stream
-(``redis_keys.hub_wake``); subscribing to a new stream XADDs to it from a side connection. Unlike
-CLIENT UNBLOCK, this has no race: a wake sent before the XREAD reaches Redis still ends it at once.
-Races with the reader are settled by object identity: a read's entries are dispatched only to the
+Two reads, two lanes (``lane.py``): a stream starts in the busy lane, read again after each read that
+found entries; once it has had no entry for ``quiet_after_seconds`` it moves to the quiet lane, whose
+read stays blocked until one of its streams gets an entry, and that stream moves back. A read names
+every stream of its lane and Redis pays for each name, so streams that wait (queued responses, long
+tool calls) no longer weigh on every read of the busy ones. A stream is in at most one read on its
+way: it moves to the quiet lane only between two busy reads, and back only once the quiet read that
+found it returned. Subscribing to a new stream wakes the busy read through its wake stream.
+Races with the readers are settled by object identity: a read's entries are dispatched only to the
 very stream record the read was issued for.
 """
 
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
@@ -48,7 +54,7 @@ from redis.typing import StreamRangeResponse
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import bulk_string
 from oss_responses.eventlog.frames import frame_type
-from oss_responses.eventlog.pipe import RedisPipe
+from oss_responses.eventlog.lane import ReadLane
 from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
 
@@ -62,7 +68,6 @@ ARCHIVED = b"archived"  # the tombstone's field: the last sequence number, its e
 
 # (response id, after sequence number: -1 for all) -> the archived frames after it; None if none.
 ArchiveReader = Callable[[str, int], Awaitable[list[bytes] | None]]
-WAKE_TTL_SECONDS = 86_400
 
 
 class StreamNotFound(LookupError):
@@ -165,14 +170,15 @@ class _Subscriber:
 
 
 class _Stream:
-    __slots__ = ("packed_name", "cursor", "packed_cursor", "subscribers")
+    __slots__ = ("packed_name", "cursor", "packed_cursor", "subscribers", "last_entry_at")
 
     def __init__(self, key: str, cursor: EntryId) -> None:
-        # The read names every followed stream: its two arguments are kept packed (RESP), so that a
+        # A read names every stream of its lane: its two arguments are kept packed (RESP), so that a
         # read joins bytes instead of packing them (56.6 against 7.0 us per read at 100 streams).
         self.packed_name = bulk_string(key.encode())
         self.move_to(b"%d-%d" % cursor)
         self.subscribers: set[_Subscriber] = set()
+        self.last_entry_at = time.monotonic()  # followed since, or last read an entry at
 
     def move_to(self, entry_id: bytes) -> None:
         """The reader dispatched up to ``entry_id``: the next read asks for what follows it."""
@@ -194,6 +200,7 @@ class EventHub:
         outage_seconds: float = 30.0,
         archive: ArchiveReader | None = None,
         heartbeat_seconds: float = 15.0,
+        quiet_after_seconds: float = 2.0,
     ) -> None:
         self._archive = archive
         self._heartbeat_seconds = heartbeat_seconds
@@ -206,22 +213,18 @@ class EventHub:
         self._side_connections = side_connections
         self._outage_seconds = outage_seconds
         self._recheck = False  # a read failed: check that the followed streams survived it
-        self._wake_key = redis_keys.hub_wake(uuid.uuid4().hex)
-        self._wake_name = self._wake_key.encode()
-        self._wake_cursor = b"0-0"
-        # XREAD COUNT n BLOCK ms STREAMS and the wake stream's name: packed once (see _xread).
-        options = [b"XREAD", b"COUNT", b"%d" % count, b"BLOCK", b"%d" % block_ms, b"STREAMS"]
-        self._read_arity = len(options)
-        self._packed_options = b"".join(bulk_string(arg) for arg in options)
-        self._packed_wake_name = bulk_string(self._wake_name)
-        self._streams: dict[str, _Stream] = {}
-        self._reading = False  # an XREAD is on its way: waking it takes a wake-stream XADD
-        self._wake_sent = False
-        self._idle = asyncio.Event()  # set to start a read when there was nothing to read
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._reader_task: asyncio.Task[None] | None = None
+        self._quiet_after = quiet_after_seconds
+        self._next_quiet_check = 0.0
+        hub_id = uuid.uuid4().hex
+        self._busy_lane = ReadLane(redis_keys.hub_wake(hub_id), lambda: self._side_client,
+                                   count=count, block_ms=block_ms)
+        self._quiet_lane = ReadLane(redis_keys.hub_wake(f"{hub_id}-quiet"), lambda: self._side_client,
+                                    count=count, block_ms=block_ms)
+        self._streams: dict[str, _Stream] = {}  # every followed stream, each in one of the two below
+        self._busy: dict[str, _Stream] = {}
+        self._quiet: dict[str, _Stream] = {}
+        self._reader_tasks: list[asyncio.Task[None]] = []
         self._heartbeat_task: asyncio.Task[None] | None = None
-        self._reader: RedisPipe | None = None
         self._side: Redis | None = None
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -229,27 +232,26 @@ class EventHub:
         # Bounded and blocking: a burst of new subscribers queues for a connection, never fails.
         pool = PatientPool.from_url(self._redis_url, max_connections=self._side_connections, timeout=30)
         self._side = Redis(connection_pool=pool)
-        await self._connected_reader()  # Redis answers, or the API does not start
-        self._reader_task = asyncio.create_task(self._read_forever(), name="event-hub-reader")
+        await self._busy_lane.connected()  # Redis answers, or the API does not start
+        self._reader_tasks = [
+            asyncio.create_task(self._read_forever(self._busy_lane, self._busy), name="event-hub-reader"),
+            asyncio.create_task(self._read_forever(self._quiet_lane, self._quiet), name="event-hub-quiet-reader"),
+        ]
         self._heartbeat_task = asyncio.create_task(self._beat_forever(), name="event-hub-heartbeat")
 
     async def stop(self) -> None:
-        if self._reader_task is not None:
-            await cancel_and_wait(self._reader_task)
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            self._reader_task = None
+        for task in self._reader_tasks:
+            await cancel_and_wait(task)
+        self._reader_tasks = []
         if self._heartbeat_task is not None:
             await cancel_and_wait(self._heartbeat_task)
             self._heartbeat_task = None
         self._stopped = True
         self._end_subscriptions(lambda sub: True)
         if self._side is not None:
-            try:
-                await self._side.delete(self._wake_key)  # it expires anyway
-            except Exception:
-                log.warning("event hub: could not delete its wake stream at stop", exc_info=True)
+            for lane in (self._busy_lane, self._quiet_lane):
+                await lane.stop()
             await self._side.aclose()
-        self._close_reader()
 
     def end_client_streams(self) -> None:
         """Every client's stream, live or still reading history, ends with :class:`EventHubStopped`."""
@@ -264,7 +266,7 @@ class EventHub:
                 sub.wake()
             stream.subscribers -= ending
             if not stream.subscribers:
-                del self._streams[key]
+                self._forget(key)
 
     # --- public interface ----------------------------------------------------------------------
     def subscribe(self, response_id: str, *, after: int | None = None, history: bool = True) -> AsyncIterator[bytes]:
@@ -322,6 +324,11 @@ class EventHub:
     def stream_count(self) -> int:
         """Streams the reader follows now (for tests and metrics)."""
         return len(self._streams)
+
+    @property
+    def quiet_count(self) -> int:
+        """Followed streams in the quiet lane: no entry for ``quiet_after_seconds`` (for tests and metrics)."""
+        return len(self._quiet)
 
     def subscriber_count(self, response_id: str) -> int:
         """Live subscribers of this response's stream in this process (for tests and metrics)."""
@@ -454,8 +461,8 @@ class EventHub:
         """Register ``sub`` as having seen ``cursor``; False if the reader already went past it."""
         stream = self._streams.get(key)
         if stream is None:
-            stream = self._streams[key] = _Stream(key, cursor)
-            self._wake_reader()
+            stream = self._streams[key] = self._busy[key] = _Stream(key, cursor)
+            self._busy_lane.wake()
         sub.attached = True
         stream.subscribers.add(sub)
         return stream.cursor <= cursor
@@ -465,28 +472,20 @@ class EventHub:
         if stream is not None:
             stream.subscribers.discard(sub)
             if not stream.subscribers:
-                del self._streams[key]
+                self._forget(key)
 
-    def _wake_reader(self) -> None:
-        if not self._reading:
-            self._idle.set()
-        elif not self._wake_sent:
-            self._wake_sent = True
-            task = asyncio.create_task(self._send_wake())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _forget(self, key: str) -> None:
+        """No longer followed. A quiet read on its way may still name it: what it brings is dropped."""
+        del self._streams[key]
+        self._busy.pop(key, None)
+        self._quiet.pop(key, None)
 
-    async def _send_wake(self) -> None:
-        async with self._side_client.pipeline(transaction=False) as pipe:
-            pipe.xadd(self._wake_key, {"w": "1"}, maxlen=1, approximate=False)
-            pipe.expire(self._wake_key, WAKE_TTL_SECONDS)
-            await pipe.execute()
-
-    async def _read_forever(self) -> None:
+    async def _read_forever(self, lane: ReadLane, streams: dict[str, _Stream]) -> None:
+        """One lane's reads, for as long as the hub runs: ``streams`` is the lane's own dict."""
         while True:
-            if not self._streams:
-                self._idle.clear()
-                await self._idle.wait()
+            if not streams:
+                lane.work.clear()
+                await lane.work.wait()
                 continue
             if self._recheck:
                 try:
@@ -495,10 +494,9 @@ class EventHub:
                     log.warning("event hub: Redis still unreachable; retrying", exc_info=True)
                     await asyncio.sleep(0.5)
                     continue
-            reading = dict(self._streams)
-            self._reading, self._wake_sent = True, False
+            reading = dict(streams)
             try:
-                reply = await self._xread(reading)
+                reply = await lane.read(reading.values())
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -506,50 +504,21 @@ class EventHub:
                 self._recheck = True
                 await asyncio.sleep(0.5)
                 continue
-            finally:
-                self._reading = False
+            now = time.monotonic()
             for raw_key, entries in reply:
-                self._dispatch(raw_key.decode(), [_entry(entry) for entry in entries], reading)
+                self._dispatch(raw_key.decode(), [_entry(entry) for entry in entries], reading, now)
+            if lane is self._busy_lane and now >= self._next_quiet_check:
+                self._move_quiet_streams(now)
 
-    async def _xread(self, reading: dict[str, _Stream]) -> list[Any]:
-        """XREAD COUNT n BLOCK ms STREAMS over ``reading`` and the wake stream: ``[[key, entries], ...]``.
-
-        Joined from bytes packed beforehand (each stream's name and cursor, ``_Stream``) and written on
-        the reader's own connection (``RedisPipe``): a read names every followed stream, and the
-        worker's flushes wake it once or twice per engine step (five or six times with 100 streams).
-        redis-py's per-argument encoding cost ~2 us per stream per read (205 vs 94 us for 100
-        streams), its reply path ~10 us more per read than the pipe's.
-        """
-        streams = reading.values()
-        command = b"".join([
-            b"*%d\r\n" % (self._read_arity + 2 * (len(streams) + 1)),
-            self._packed_options,
-            *[stream.packed_name for stream in streams], self._packed_wake_name,
-            *[stream.packed_cursor for stream in streams], bulk_string(self._wake_cursor),
-        ])
-        reader = await self._connected_reader()
-        try:
-            # A silent network outlives BLOCK: past it by 10 s, the connection is given up.
-            reply = await asyncio.wait_for(reader.send(command, 1)[0], self._block_ms / 1000 + 10)
-        except BaseException:
-            # A read cut short leaves its reply (or a broken socket) behind: the next read reconnects.
-            self._close_reader()
-            raise
-        if isinstance(reply, Exception):
-            raise reply
-        # RESP2: a list of [key, entries]; nil when the block timed out.
-        return cast(list[Any], reply or [])
-
-    async def _connected_reader(self) -> RedisPipe:
-        if self._reader is None or not self._reader.usable:
-            self._close_reader()
-            self._reader = await RedisPipe.open(self._side_client, [[b"PING"]])
-        return self._reader
-
-    def _close_reader(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+    def _move_quiet_streams(self, now: float) -> None:
+        """Between two busy reads (none on its way names them): the streams without an entry for
+        ``quiet_after_seconds`` go to the quiet lane, whose read is woken to name them."""
+        self._next_quiet_check = now + self._quiet_after / 2
+        quiet = [key for key, stream in self._busy.items() if now - stream.last_entry_at >= self._quiet_after]
+        for key in quiet:
+            self._quiet[key] = self._busy.pop(key)
+        if quiet:
+            self._quiet_lane.wake()
 
     async def _drop_lost_streams(self) -> None:
         """After a failed read: the followed streams that no longer exist lose their subscribers."""
@@ -565,21 +534,22 @@ class EventHub:
                 continue
             log.warning("event hub: %s vanished (Redis lost its data); ending its %d followers",
                         key, len(stream.subscribers))
-            del self._streams[key]
+            self._forget(key)
             for sub in stream.subscribers:
                 sub.lost = True
                 sub.wake()
 
-    def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, _Stream]) -> None:
-        if key == self._wake_key:
-            self._wake_cursor = entries[-1][0]
-            return
+    def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, _Stream], now: float) -> None:
         stream = reading[key]
         if self._streams.get(key) is not stream:
             return  # unsubscribed (or replaced) while the read was on its way
         stream.move_to(entries[-1][0])
+        stream.last_entry_at = now
         if b"end" in entries[-1][1]:
-            del self._streams[key]  # ended: every subscriber stops at the end marker
+            self._forget(key)  # ended: every subscriber stops at the end marker
+        elif key in self._quiet:  # busy again: its next entries come with the busy lane's
+            self._busy[key] = self._quiet.pop(key)
+            self._busy_lane.wake()
         overflowed = []
         for sub in stream.subscribers:
             sub.quiet = False

@@ -6,6 +6,7 @@ import time
 import pytest
 import redis as redis_lib
 from redis.asyncio import Redis
+from support.hub_frames import collect, until
 from support.servers import start_redis
 
 from oss_responses.eventlog import (
@@ -19,24 +20,6 @@ from oss_responses.eventlog import (
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
 pytestmark = pytest.mark.anyio
-
-
-async def collect(frames, limit: int | None = None) -> list[int]:
-    """Sequence numbers of the frames (until the iterator ends, or ``limit`` of them)."""
-    numbers = []
-    async for data in frames:
-        numbers.append(parse_frame(data)["sequence_number"])
-        if len(numbers) == limit:
-            break
-    return numbers
-
-
-async def until(predicate, timeout: float = 5.0) -> None:
-    """Let other tasks run until ``predicate()`` holds (hub state that has no event to await)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0)
 
 
 async def test_subscribe_from_start_yields_every_frame_until_end(hub, aredis, make_events) -> None:
