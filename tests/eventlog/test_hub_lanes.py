@@ -70,40 +70,46 @@ async def busy_stream_beside(hub: EventHub, aredis, make_events) -> AsyncIterato
         task.cancel()
 
 
-async def test_stream_without_entries_moves_to_the_quiet_read(lanes_hub, aredis, make_events) -> None:
+@asynccontextmanager
+async def quiet_stream(hub: EventHub, aredis, make_events) -> AsyncIterator[tuple[asyncio.Task[None], list[int]]]:
+    """``resp_quiet`` (its event 0 written) followed until it went to the quiet read, with
+    ``resp_busy`` beside it: its follower task and the sequence numbers it got so far."""
     await write_events(aredis, "resp_quiet", make_events(range(1)), ttl_seconds=60)
-    task, _ = follow(lanes_hub, "resp_quiet")
-    async with busy_stream_beside(lanes_hub, aredis, make_events):
-        await until(lambda: lanes_hub.stream_count == 2 and lanes_hub.quiet_count == 1, timeout=5)
-    task.cancel()
+    task, seen = follow(hub, "resp_quiet")
+    try:
+        async with busy_stream_beside(hub, aredis, make_events):
+            await until(lambda: hub.stream_count == 2 and hub.quiet_count == 1)
+            yield task, seen
+    finally:
+        task.cancel()
+
+
+async def test_stream_without_entries_moves_to_the_quiet_read(lanes_hub, aredis, make_events) -> None:
+    async with quiet_stream(lanes_hub, aredis, make_events) as (_, seen):
+        await asyncio.sleep(QUIET_AFTER * 2)  # the busy stream's entries keep it where it is
+
+        assert lanes_hub.stream_count == 2 and lanes_hub.quiet_count == 1
+        assert seen == [0]
 
 
 async def test_quiet_stream_gets_its_next_event_at_once(lanes_hub, aredis, make_events) -> None:
-    await write_events(aredis, "resp_q", make_events(range(1)), ttl_seconds=60)
-    task, seen = follow(lanes_hub, "resp_q")
-    async with busy_stream_beside(lanes_hub, aredis, make_events):
-        await until(lambda: lanes_hub.quiet_count == 1)
+    async with quiet_stream(lanes_hub, aredis, make_events) as (_, seen):
         started = time.monotonic()
 
-        await write_events(aredis, "resp_q", make_events(range(1, 2)), ttl_seconds=60)
+        await write_events(aredis, "resp_quiet", make_events(range(1, 2)), ttl_seconds=60)
 
         await until(lambda: seen == [0, 1])
         assert time.monotonic() - started < 1.0  # the quiet read was woken; its block is 10 s
         await until(lambda: lanes_hub.quiet_count == 0)  # busy again
-    task.cancel()
 
 
 async def test_quiet_stream_ends_its_subscribers_with_its_end_marker(lanes_hub, aredis, make_events) -> None:
-    await write_events(aredis, "resp_q", make_events(range(1)), ttl_seconds=60)
-    task, seen = follow(lanes_hub, "resp_q")
-    async with busy_stream_beside(lanes_hub, aredis, make_events):
-        await until(lambda: lanes_hub.quiet_count == 1)
-
-        await write_events(aredis, "resp_q", make_events(range(1, 3)), close="completed", ttl_seconds=60)
+    async with quiet_stream(lanes_hub, aredis, make_events) as (task, seen):
+        await write_events(aredis, "resp_quiet", make_events(range(1, 3)), close="completed", ttl_seconds=60)
 
         await asyncio.wait_for(task, timeout=5)
         assert seen == [0, 1, 2]
-        assert lanes_hub.subscriber_count("resp_q") == 0 and lanes_hub.quiet_count == 0
+        assert lanes_hub.subscriber_count("resp_quiet") == 0 and lanes_hub.quiet_count == 0
 
 
 def monitor_xreads(redis_url: str, stop: threading.Event, seen: list[str]) -> None:
@@ -119,18 +125,14 @@ def monitor_xreads(redis_url: str, stop: threading.Event, seen: list[str]) -> No
 
 
 async def test_busy_reads_no_longer_name_a_quiet_stream(lanes_hub, aredis, redis_url, make_events) -> None:
-    await write_events(aredis, "resp_quiet", make_events(range(1)), ttl_seconds=60)
-    task, _ = follow(lanes_hub, "resp_quiet")
     stop_monitor, seen = threading.Event(), []
     watcher = threading.Thread(target=monitor_xreads, args=(redis_url, stop_monitor, seen))
-    async with busy_stream_beside(lanes_hub, aredis, make_events):
-        await until(lambda: lanes_hub.stream_count == 2 and lanes_hub.quiet_count == 1)
+    async with quiet_stream(lanes_hub, aredis, make_events):
         watcher.start()
         await asyncio.sleep(0.5)  # some 25 busy reads
         stop_monitor.set()
-    await write_events(aredis, "resp_busy", make_events(range(10_000, 10_001)), ttl_seconds=60)  # the monitor's last
-    await asyncio.to_thread(watcher.join, 10)
-    task.cancel()
+        await aredis.ping()  # a command for the monitor to see after the stop
+        await asyncio.to_thread(watcher.join, 10)
 
     busy_key, quiet_key = redis_keys.events("resp_busy"), redis_keys.events("resp_quiet")
     busy_reads = [command for command in seen if busy_key in command]
