@@ -12,6 +12,10 @@
 - ``journal(id)``  LIST    a running response's journal: one JSON list of steps per flush (the
                            translator calls and engine calls so far, ``workers/journal.py``);
                            deleted when the stream closes.
+- ``OPEN_STREAMS``   SET     the ids of the responses whose stream a worker claimed (or the API cancelled)
+                           and nobody has closed yet: added by the claim, removed with the end marker.
+                           A member whose response ended in SQL lost its end on the way (Redis was
+                           down when it was written): the reaper ends that stream (``workers/unclosed.py``).
 - ``takeovers(id)`` STRING how many times the response was taken over from a lost worker.
 - ``resume(id)``   STRING  set while a takeover task (or a stale queued response's task sent again,
                            or a handoff) waits: the reaper dispatches one at a time.
@@ -33,6 +37,9 @@ from __future__ import annotations
 PREFIX = "oss:"
 
 CANCEL_CHANNEL = PREFIX + "cancel"
+
+# The responses whose stream is open past its opening events (see the module's docstring).
+OPEN_STREAMS = PREFIX + "streams:open"
 
 # Held (SET NX PX) by the one worker reaping lost responses at a time.
 REAPER_LOCK = PREFIX + "reaper:lock"

@@ -238,10 +238,14 @@ async def _undo_accept(services: Services, response_id: str, cause: Exception) -
 
 
 async def request_cancel(services: Services, record: ResponseRecord) -> bool:
-    """Ask every worker to stop the response; cancel it here if still queued (True if this did)."""
+    """Ask every worker to stop the response; cancel it here if still queued (True if this did).
+
+    Listed among the open streams first: should the end marker not reach Redis after the cancel is
+    saved, the reaper ends the stream (``workers/unclosed.py``)."""
     ttl = services.settings.event_ttl_seconds
     async with services.redis.pipeline(transaction=False) as pipe:
         pipe.set(redis_keys.cancel(record.id), "1", ex=ttl)
+        pipe.sadd(redis_keys.OPEN_STREAMS, record.id)
         pipe.publish(redis_keys.CANCEL_CHANNEL, record.id)
         await pipe.execute()
     won = await services.db.run(cancel_queued, record.id, record.response)

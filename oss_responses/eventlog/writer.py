@@ -130,12 +130,14 @@ def packed_events(response_id: str, events: Iterable[StreamEvent]) -> list[Packe
 
 def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Command]:
     # ``*`` puts the end marker after every 0-N event id; a late event XADD then fails instead of
-    # landing after the end. The journal is of no use once the response ended (and saved).
+    # landing after the end. The journal is of no use once the response ended (and saved), and the
+    # stream leaves the open streams with its end marker (a lost end keeps it there: workers/unclosed.py).
     key = redis_keys.events(response_id)
     return [
         ("XADD", key, "*", "end", status),
         ("EXPIRE", key, ttl_seconds),
         ("DEL", redis_keys.journal(response_id)),
+        ("SREM", redis_keys.OPEN_STREAMS, response_id),
     ]
 
 

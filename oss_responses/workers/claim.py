@@ -23,10 +23,12 @@ from oss_responses import redis_keys
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import next_from_tail
 
-# KEYS: lease, resume, cancel, events. ARGV: owner, TTL in ms.
+# KEYS: lease, resume, cancel, events, open streams. ARGV: owner, TTL in ms, response id.
 # Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}.
+# The response joins the open streams: from now on, whoever ends it in SQL must also close its stream.
 _CLAIM = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
+redis.call('SADD', KEYS[5], ARGV[3])
 local mark = redis.call('GETDEL', KEYS[2]) or ''
 return {mark, redis.call('EXISTS', KEYS[3]), redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)}
 """
@@ -41,8 +43,9 @@ class Claim:
 
 def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
     """Take ``lease``; None if another worker holds it (then nothing else was read or changed)."""
-    keys = (lease.key, redis_keys.resume(response_id), redis_keys.cancel(response_id), redis_keys.events(response_id))
-    reply = redis.eval(_CLAIM, len(keys), *keys, lease.owner, lease.ttl_ms)
+    keys = (lease.key, redis_keys.resume(response_id), redis_keys.cancel(response_id), redis_keys.events(response_id),
+            redis_keys.OPEN_STREAMS)
+    reply = redis.eval(_CLAIM, len(keys), *keys, lease.owner, lease.ttl_ms, response_id)
     if reply is None:
         return None
     mark, cancel, tail = reply

@@ -159,7 +159,10 @@ class WorkerContext:
 
     async def _stop_on_loop(self) -> None:
         await cancel_and_wait(self._ready_task)  # its last SET lands before the DEL
-        await self.redis.delete(redis_keys.worker_ready(self.worker_id))
+        try:
+            await self.redis.delete(redis_keys.worker_ready(self.worker_id))
+        except redis.RedisError:  # a stop while Redis is down still shuts the engine down
+            log.warning("Redis is unreachable: the worker's readiness lapses with its TTL", exc_info=True)
         await self.cancels.stop()
         if self.mcp_pool is not None:
             await self.mcp_pool.close()

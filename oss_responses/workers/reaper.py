@@ -13,6 +13,11 @@ still reading). So a dispatch waits at most ``resume_seconds`` for a worker: the
 again. A handoff's mark (``HANDOFF``, set for ``event_ttl_seconds`` so that the takeover is not
 counted as a loss) is kept as it is, and only its age (read from its TTL) decides.
 
+A response can end in SQL while its stream's end marker never reaches Redis (Redis down at that
+moment, the worker killed between the two). Every stream a worker claimed is listed as open until its
+end marker; a pass also ends the open streams of responses no longer running whose lease is free
+(``workers/unclosed.py``), so no client follows such a stream until its TTL.
+
 It also sweeps: a response still ``queued`` after ``stale_queued_seconds`` may have lost its task (a
 Redis that kept no AOF, a flushed queue); its task is sent again, once per that period. A duplicate of
 a task that was only waiting is harmless: the second run finds the response leased or ended. The sweep
@@ -20,9 +25,9 @@ and the purge of expired event logs run every tenth of ``stale_queued_seconds`` 
 not every pass.
 
 A pass is cheap because it runs every second in every worker, busy or idle: one SQL query and one
-Redis round trip for the leases of all running responses. Measured on an idle stack (bench/idle.py),
-the reaper had been most of an idle worker's CPU: three SQL statements a second, and a Redis call per
-running response.
+Redis round trip for the leases of all running responses and the open streams. Measured on an idle
+stack (bench/idle.py), the reaper had been most of an idle worker's CPU: three SQL statements a
+second, and a Redis call per running response.
 
 Without a dispatcher (in-process tests) the reaper fails such responses instead: SQL status ``failed``
 (or the row deleted when ``store`` is false), a ``response.failed`` event continuing the stream's
@@ -38,6 +43,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from openai.types.responses import Response, ResponseError, ResponseFailedEvent
@@ -62,6 +68,7 @@ from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.ended import response_ended
 from oss_responses.workers.job import stored_response
 from oss_responses.workers.stream_tail import next_from_tail
+from oss_responses.workers.unclosed import end_unclosed_stream
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +160,11 @@ class Reaper:
         if not self.redis.set(REAPER_LOCK, self.owner, nx=True, px=lock_ms):
             return []
         try:
-            handled = [rid for rid in self.unleased(self.db.run(list_in_progress_ids)) if self.reap(rid)]
+            running = self.db.run(list_in_progress_ids)
+            lost, open_streams = self._survey(running)
+            handled = [rid for rid in lost if self.reap(rid)]
+            unclosed = self.unleased(sorted(open_streams.difference(running)))
+            handled += [rid for rid in unclosed if self.end_stream(rid)]
             if self._housekeeping_due():
                 if self.dispatch is not None:
                     handled += self.sweep_queued()
@@ -161,6 +172,17 @@ class Reaper:
             return handled
         finally:
             self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
+
+    def _survey(self, running: list[str]) -> tuple[list[str], set[str]]:
+        """The running responses whose lease is gone, and the open streams, in one round trip."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            if running:
+                pipe.mget([redis_keys.lease(rid) for rid in running])
+            pipe.smembers(redis_keys.OPEN_STREAMS)
+            *leases, members = pipe.execute()
+        holders = leases[0] if leases else []
+        lost = [rid for rid, holder in zip(running, holders, strict=True) if holder is None]
+        return lost, {member.decode() for member in members}
 
     def unleased(self, response_ids: list[str]) -> list[str]:
         """Those of ``response_ids`` whose lease is gone, in one round trip (``reap`` checks again)."""
@@ -180,11 +202,24 @@ class Reaper:
         """Take over (or fail) one response if nobody holds its lease; True if it did."""
         if self.dispatch is not None:
             return self._dispatch_takeover(response_id)
+        return self._leased(response_id, self._fail)
+
+    def end_stream(self, response_id: str) -> bool:
+        """End the open stream of a response that ended (``workers/unclosed.py``); True if it did."""
+        end = partial(end_unclosed_stream, self.db, self.redis, ttl_seconds=self.ttl_seconds)
+        ended = self._leased(response_id, end)
+        if ended:
+            REAPER_ACTIONS.labels("stream_ended").inc()
+        return ended
+
+    def _leased(self, response_id: str, act: Callable[[str], bool]) -> bool:
+        """``act(response_id)`` while holding its lease (so that no worker runs it meanwhile); False if
+        another holds it."""
         lease_key = redis_keys.lease(response_id)
         if not self.redis.set(lease_key, self.owner, nx=True, px=self.lease_ms):
             return False
         try:
-            return self._fail(response_id)
+            return act(response_id)
         finally:
             self.redis.eval(_RELEASE, 1, lease_key, self.owner)
 

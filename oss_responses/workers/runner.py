@@ -9,7 +9,8 @@
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
     or declined, generation (engine loop) ─ any exception fails the response
-    drain the events (the terminal one included) → save the turn (SQL) → close the stream
+    drain the events (the terminal one included; one missing: left to a takeover) → save the turn (SQL)
+    → close the stream (failed: the reaper ends it, workers/unclosed.py)
     release the lease
 
 Every translator call and engine call is journaled (``workers/journal.py``). A response found
@@ -386,7 +387,7 @@ def _reasoning_seal(run: _Run) -> Callable[[list[dict[str, Any]]], str] | None:
 def _fail(run: _Run, message: str, code: str = "server_error") -> None:
     try:
         run.ctx.loop.run(_fail_on_loop(run, message, code))
-    except EventWriteError:  # the stream is already broken: the turn is still saved and the stream closed
+    except EventWriteError:  # the stream is already broken: _finish leaves the response to a takeover
         log.exception("the failure of %s could not be written to its stream", run.job.response_id)
 
 
@@ -586,13 +587,18 @@ def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
 
 
 def _finish(run: _Run) -> Outcome:
-    """Drain the events, store the turn, close the stream, move its events to SQL."""
+    """Drain the events, store the turn, close the stream, move its events to SQL.
+
+    Events that did not all reach Redis leave the response to a takeover, unsaved: saved, it would end
+    in SQL while its stream lacks its last events and its end, and nothing would write them."""
     ctx, job, translator = run.ctx, run.job, run.translator
     assert translator is not None
     try:
         ctx.loop.run(ctx.writer.drain(job.response_id))
     except EventWriteError:
-        log.exception("events of %s did not all reach Redis; storing its end anyway", job.response_id)
+        log.warning("the last events of %s did not all reach Redis: leaving it to a takeover", job.response_id,
+                    exc_info=True)
+        return _leave_for_takeover(run)
     status = translator.response.status
     if status not in TERMINAL_STATUSES:  # a translator ends its response; a status-less one counts as failed
         status = "failed"
@@ -656,5 +662,6 @@ async def _close_stream(ctx: WorkerContext, response_id: str, status: str) -> No
     ctx.writer.close(response_id, status)
     try:
         await ctx.writer.drain(response_id)
-    except EventWriteError:
-        log.exception("closing the event stream of %s failed", response_id)
+    except EventWriteError:  # the stream stays among the open ones: the reaper ends it (workers/unclosed.py)
+        log.warning("closing the event stream of %s failed: the reaper closes it once Redis answers", response_id,
+                    exc_info=True)

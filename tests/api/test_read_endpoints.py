@@ -100,6 +100,7 @@ def test_cancel_response_queued_is_cancelled_at_once(client: OpenAI, api: ApiSer
     entries = redis.xrange(redis_keys.events(created.id))
     assert entries[-1][1] == {b"end": b"cancelled"}
     assert [parse_frame(f[b"f"])["type"] for _, f in entries[:-1]] == ["response.created", "response.queued"]
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, created.id)  # listed while its end was on its way
 
 
 def test_cancel_response_twice_is_idempotent(client: OpenAI, redis: redis_lib.Redis) -> None:

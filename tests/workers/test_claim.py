@@ -29,6 +29,12 @@ def test_claim_response_reads_its_flags_and_the_next_sequence_number(redis_url: 
     assert redis.exists(redis_keys.resume("r1")) == 0  # a handoff is counted once
 
 
+def test_claim_response_lists_its_stream_as_open(redis_url: str, redis: redis_lib.Redis) -> None:
+    claim_as(redis_url, "w1")
+
+    assert redis.smembers(redis_keys.OPEN_STREAMS) == {b"r1"}
+
+
 def test_claim_response_without_stream_or_flags_starts_at_zero(redis_url: str, redis: redis_lib.Redis) -> None:
     assert claim_as(redis_url, "w1") == Claim(resume_mark=b"", cancel_requested=False, next_sequence_number=0)
 
@@ -49,3 +55,4 @@ def test_claim_response_leased_elsewhere_changes_nothing(redis_url: str, redis: 
     assert claim_as(redis_url, "w2") is None
     assert redis.get(redis_keys.lease("r1")) == b"w1"
     assert redis.get(redis_keys.resume("r1")) == b"handoff"  # left for the worker that holds the lease
+    assert not redis.exists(redis_keys.OPEN_STREAMS)

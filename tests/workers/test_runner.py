@@ -47,6 +47,14 @@ def test_run_response_deletes_journal_when_stream_closes(
     assert is_closed(redis, response_id) and not redis.exists(redis_keys.journal(response_id))
 
 
+def test_run_response_leaves_its_stream_no_longer_open(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = accept(db, redis, settings, input="tokens 7")
+    run_response_now(response_id, worker=worker)
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, response_id)
+
+
 def test_run_response_shows_earlier_turns_of_the_chain(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:

@@ -1,0 +1,113 @@
+"""Streams that lost their end: responses ended in SQL whose stream was never closed.
+
+A response ends in two stores: its turn saved in SQL, then its stream's end marker in Redis. When
+Redis goes down between the two (or the worker dies between them, or a Redis that lost its last
+writes comes back), SQL says the response ended and its stream never does: every client following it
+waits for the stream's TTL. Each stream a worker claims is a member of ``redis_keys.OPEN_STREAMS``
+until its end marker removes it (``eventlog.writer.close_commands``), so the reaper's pass finds
+these: a member that SQL no longer has running, whose lease nobody holds. It ends the stream with
+what SQL holds, under the response's lease:
+
+- the stream's last event is a terminal one (only the end marker was lost): the end marker;
+- else (Redis lost the last events too) the terminal event of the stored response, numbered after the
+  stream's last event, then the end marker: the stream's final object is SQL's, though the events in
+  between are gone; a cancelled response gets the end marker alone, as a cancel gives it;
+- the row is gone (``store: false``, or deleted): the end marker after its terminal event, or after
+  a ``response.failed`` made from the stream's opening response when it has none.
+
+A stored response's log is then archived, as its worker would have done.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+from openai.types.responses import (
+    Response,
+    ResponseCompletedEvent,
+    ResponseError,
+    ResponseFailedEvent,
+    ResponseIncompleteEvent,
+    ResponseStreamEvent,
+)
+from redis import Redis
+from redis.typing import StreamRangeResponse
+
+from oss_responses import redis_keys
+from oss_responses.eventlog.frames import parse_frame
+from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
+from oss_responses.storage import Database, ResponseRecord, get_response
+from oss_responses.workers.archive import archive_event_log
+from oss_responses.workers.job import stored_response
+
+log = logging.getLogger(__name__)
+
+END_LOST_MESSAGE = "stream_end_lost: the response ended while its event log was unreachable, and its row is gone"
+
+_TERMINAL_EVENTS: dict[str, type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent]] = {
+    "completed": ResponseCompletedEvent,
+    "incomplete": ResponseIncompleteEvent,
+    "failed": ResponseFailedEvent,
+}
+
+
+def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_seconds: int) -> bool:
+    """End the stream of a response that ended in SQL (or whose row is gone); True if this wrote its end.
+    The caller holds the response's lease, so no worker writes the stream meanwhile."""
+    record = db.run(get_response, response_id)
+    if record is not None and record.status in ACTIVE_STATUSES:
+        return False  # still running or waiting: its worker (or its takeover) ends the stream
+    tail = _entry(redis.xrevrange(redis_keys.events(response_id), count=1))
+    if tail is None or b"end" in tail:  # closed after all, or gone with a Redis that kept nothing
+        redis.srem(redis_keys.OPEN_STREAMS, response_id)
+        return False
+    last = parse_frame(tail[b"f"])
+    status, events = _ending(redis, response_id, record, last)
+    commands = event_commands(response_id, events) + close_commands(response_id, status, ttl_seconds)
+    with redis.pipeline(transaction=True) as pipe:
+        for command in commands:
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        pipe.execute()
+    log.warning("the stream of %s (%s in SQL) had lost its end: ended after event %d with %s",
+                response_id, record.status if record else "gone", last["sequence_number"],
+                events[0].type if events else "its end marker alone")
+    if record is not None and record.store:
+        archive_event_log(db, redis, response_id, ttl_seconds=ttl_seconds)
+    return True
+
+
+def _ending(
+    redis: Redis, response_id: str, record: ResponseRecord | None, last: dict[str, Any]
+) -> tuple[str, list[ResponseStreamEvent]]:
+    """The end marker's status and the events to write before it."""
+    if last["type"] in TERMINAL_EVENT_TYPES:
+        return str(last["response"]["status"]), []
+    emitter = EventEmitter(last["sequence_number"] + 1)
+    if record is None:
+        response = _opening_response(redis, response_id).model_copy(
+            update={"status": "failed", "error": ResponseError(code="server_error", message=END_LOST_MESSAGE)}
+        )
+        return "failed", [emitter.emit(ResponseFailedEvent, response=response)]
+    if record.status == "cancelled":
+        return "cancelled", []
+    event_class = _TERMINAL_EVENTS[record.status]
+    return record.status, [emitter.emit(event_class, response=stored_response(record))]
+
+
+def _opening_response(redis: Redis, response_id: str) -> Response:
+    """The Response of the stream's first event (``response.created``, written when it was accepted)."""
+    first = _entry(redis.xrange(redis_keys.events(response_id), count=1))
+    assert first is not None  # the stream has a last entry, so it has a first
+    return Response.model_validate(parse_frame(first[b"f"])["response"])
+
+
+def _entry(entries: StreamRangeResponse | None) -> dict[bytes, bytes] | None:
+    """The fields of the one entry an XRANGE or XREVRANGE of COUNT 1 returned (None: the stream is gone)."""
+    if not entries:
+        return None
+    fields = entries[0][1]
+    assert fields is not None  # only XCLAIM/XAUTOCLAIM replies hold deleted entries
+    return cast(dict[bytes, bytes], fields)  # the client does not decode responses

@@ -1,0 +1,121 @@
+"""Redis lost while a response ends: every stream still ends, and says what SQL says.
+
+An in-process worker on a redis-server of its own (AOF, fsync always: a restart keeps every write
+Redis acknowledged), killed at the exact moment under test by a hook on the worker's event writer:
+as the terminal event is buffered (the turn's last flush never reaches Redis), or as the stream's end
+marker is (the turn is saved, its stream not closed). Redis is then started again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis as redis_lib
+from support.servers import RedisServer, start_redis
+from support.streams import assert_one_story, events_of, is_closed, story_text, wait_for_end
+from support.workers import accept, worker_settings
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.storage import Database, get_event_log, get_response
+from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.reaper import Reaper
+from oss_responses.workers.testing import local_worker, run_response_now
+
+LEASE_SECONDS = 1.0
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    started = start_redis(appendonly=True)
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def settings(database_url: str, server: RedisServer) -> Settings:
+    return worker_settings(database_url, server.url, lease_seconds=LEASE_SECONDS)
+
+
+@pytest.fixture
+def client(server: RedisServer) -> Iterator[redis_lib.Redis]:
+    connection = redis_lib.Redis.from_url(server.url)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Database]:
+    database = Database(settings.database_url)
+    yield database
+    database.dispose()
+
+
+def kill_redis_when(worker: WorkerContext, server: RedisServer, method: str, happens: Callable[..., bool]) -> None:
+    """SIGKILL redis-server (on the engine loop, before the writer buffers it) the first time the
+    writer's ``method`` is called with arguments for which ``happens`` is true."""
+    original = getattr(worker.writer, method)
+    killed = False
+
+    def hooked(*args: Any) -> Any:
+        nonlocal killed
+        if not killed and happens(*args):
+            killed = True
+            server.kill()
+        return original(*args)
+
+    setattr(worker.writer, method, hooked)
+
+
+def has_terminal_event(_: str, events: Any) -> bool:
+    return any(event.type == "response.completed" for event in events)
+
+
+def wait_until_gone(client: redis_lib.Redis, key: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while client.exists(key):
+        assert time.monotonic() < deadline, f"{key} still exists after {timeout}s"
+        time.sleep(0.05)
+
+
+def reaper(db: Database, client: redis_lib.Redis) -> Reaper:
+    return Reaper(db, client, worker_id="test", interval_seconds=0.5, lease_seconds=LEASE_SECONDS,
+                  event_ttl_seconds=600)
+
+
+def test_response_whose_last_events_missed_redis_is_left_to_a_takeover(
+    settings: Settings, server: RedisServer, client: redis_lib.Redis, db: Database
+) -> None:
+    response_id = accept(db, client, settings, input="tokens 30", background=True)
+    with local_worker(settings) as worker:
+        kill_redis_when(worker, server, "append", has_terminal_event)
+        assert run_response_now(response_id, worker=worker) == "lease_lost"
+        record = db.run(get_response, response_id)
+        assert record is not None and record.status == "in_progress", "saved though its stream lacks its end"
+        server.restart()
+        wait_until_gone(client, redis_keys.lease(response_id))
+        assert run_response_now(response_id, worker=worker) == "completed"
+    events = wait_for_end(client, response_id, timeout=10)
+    assert_one_story(events, db, response_id)
+    assert len(story_text(events).split()) == 30
+
+
+def test_stream_of_response_saved_while_redis_was_down_is_closed_by_reaper(
+    settings: Settings, server: RedisServer, client: redis_lib.Redis, db: Database
+) -> None:
+    response_id = accept(db, client, settings, input="tokens 30", background=True)
+    with local_worker(settings) as worker:
+        kill_redis_when(worker, server, "close", lambda *_: True)
+        assert run_response_now(response_id, worker=worker) == "completed"
+    server.restart()
+    assert not is_closed(client, response_id)
+    wait_until_gone(client, redis_keys.lease(response_id))
+    reaper(db, client).reap_once()
+    events = wait_for_end(client, response_id, timeout=5)
+    assert_one_story(events, db, response_id)
+    assert len(story_text(events).split()) == 30
+    assert db.run(get_event_log, response_id) is not None, "the closed stream was not archived"
+    assert events_of(client, response_id) == events
