@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
@@ -139,6 +140,18 @@ def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Comm
         ("DEL", redis_keys.journal(response_id)),
         ("SREM", redis_keys.OPEN_STREAMS, response_id),
     ]
+
+
+def close_after(
+    redis: SyncRedis, response_id: str, events: Iterable[StreamEvent], status: str, ttl_seconds: int
+) -> None:
+    """Append ``events``, then the end marker and TTL, in one round trip, from a thread (the reaper's, or a
+    worker's task thread ending a response it cannot run). An XADD refused (the stream ended meanwhile)
+    is fine."""
+    with redis.pipeline(transaction=False) as pipe:
+        for command in event_commands(response_id, events) + close_commands(response_id, status, ttl_seconds):
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        pipe.execute(raise_on_error=False)
 
 
 async def write_events(

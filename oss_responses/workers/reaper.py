@@ -50,7 +50,7 @@ from openai.types.responses import Response, ResponseError, ResponseFailedEvent
 from redis import Redis
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.metrics import REAPER_ACTIONS
 from oss_responses.storage import (
@@ -113,11 +113,7 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     if sequence_number is None:
         return
     event = EventEmitter(sequence_number).emit(ResponseFailedEvent, response=response)
-    commands = event_commands(response_id, [event]) + close_commands(response_id, "failed", ttl_seconds)
-    with redis.pipeline(transaction=False) as pipe:
-        for command in commands:
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        pipe.execute(raise_on_error=False)  # an XADD refused (the stream ended meanwhile) is fine
+    close_after(redis, response_id, [event], "failed", ttl_seconds)
 
 
 def store_failure(db: Database, response_id: str, store: bool, response: Response) -> bool:

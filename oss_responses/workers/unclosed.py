@@ -23,21 +23,15 @@ from __future__ import annotations
 import logging
 from typing import Any, cast
 
-from openai.types.responses import (
-    Response,
-    ResponseCompletedEvent,
-    ResponseError,
-    ResponseFailedEvent,
-    ResponseIncompleteEvent,
-    ResponseStreamEvent,
-)
+from openai.types.responses import Response, ResponseError, ResponseStreamEvent
 from redis import Redis
 from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.frames import parse_frame
-from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.lifecycle import emit_terminal
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
 from oss_responses.storage import Database, ResponseRecord, get_response
 from oss_responses.workers.archive import archive_event_log
@@ -46,13 +40,6 @@ from oss_responses.workers.job import stored_response
 log = logging.getLogger(__name__)
 
 END_LOST_MESSAGE = "stream_end_lost: the response ended while its event log was unreachable, and its row is gone"
-
-_TERMINAL_EVENTS: dict[str, type[ResponseCompletedEvent | ResponseIncompleteEvent | ResponseFailedEvent]] = {
-    "completed": ResponseCompletedEvent,
-    "incomplete": ResponseIncompleteEvent,
-    "failed": ResponseFailedEvent,
-}
-
 
 def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_seconds: int) -> bool:
     """End the stream of a response that ended in SQL (or whose row is gone); True if this wrote its end.
@@ -66,11 +53,7 @@ def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_sec
         return False
     last = parse_frame(tail[b"f"])
     status, events = _ending(redis, response_id, record, last)
-    commands = event_commands(response_id, events) + close_commands(response_id, status, ttl_seconds)
-    with redis.pipeline(transaction=True) as pipe:
-        for command in commands:
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        pipe.execute()
+    close_after(redis, response_id, events, status, ttl_seconds)
     log.warning("the stream of %s (%s in SQL) had lost its end: ended after event %d with %s",
                 response_id, record.status if record else "gone", last["sequence_number"],
                 events[0].type if events else "its end marker alone")
@@ -85,16 +68,15 @@ def _ending(
     """The end marker's status and the events to write before it."""
     if last["type"] in TERMINAL_EVENT_TYPES:
         return str(last["response"]["status"]), []
-    emitter = EventEmitter(last["sequence_number"] + 1)
     if record is None:
         response = _opening_response(redis, response_id).model_copy(
             update={"status": "failed", "error": ResponseError(code="server_error", message=END_LOST_MESSAGE)}
         )
-        return "failed", [emitter.emit(ResponseFailedEvent, response=response)]
-    if record.status == "cancelled":
-        return "cancelled", []
-    event_class = _TERMINAL_EVENTS[record.status]
-    return record.status, [emitter.emit(event_class, response=stored_response(record))]
+    else:  # SQL's status even where the stored JSON did not validate (a placeholder); cancelled: no event
+        response = stored_response(record).model_copy(update={"status": record.status})
+    emitter = EventEmitter(last["sequence_number"] + 1)
+    emit_terminal(emitter, response)
+    return str(response.status), emitter.drain()
 
 
 def _opening_response(redis: Redis, response_id: str) -> Response:
