@@ -61,7 +61,9 @@ class Settings(BaseSettings):
         1.0, description="How often a worker looks for responses whose lease expired (and dispatches their takeover)"
     )
     save_retry_seconds: float = Field(
-        120.0, description="How long a worker retries saving a finished response while the database is unreachable"
+        120.0,
+        description="How long a worker retries saving a finished response, or starting one, while the database or "
+        "Redis is unreachable",
     )
     stale_queued_seconds: int = Field(
         600, description="A response queued longer than this has its task sent again (once per such period)"

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
 from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings
@@ -81,6 +80,7 @@ from oss_responses.workers.journal import (
     unfinished_listings,
 )
 from oss_responses.workers.lease import Lease
+from oss_responses.workers.outage import Backoff, unreachable
 from oss_responses.workers.reaper import (
     HANDOFF,
     close_with_failure,
@@ -617,21 +617,16 @@ def _finish(run: _Run) -> Outcome:
 def _save_retrying(run: _Run) -> bool:
     """Save the turn, retrying while the database is unreachable (a restart, a failover), for up to
     ``save_retry_seconds``: the stream already holds the terminal event, so SQL must follow it."""
-    delay = 0.25
-    deadline = time.monotonic() + run.ctx.settings.save_retry_seconds
+    backoff = Backoff(run.ctx.settings.save_retry_seconds)
     while True:
         try:
             return _save(run)
         except DBAPIError as exc:
-            if not _is_connection_error(exc) or time.monotonic() + delay > deadline or run.lease.lost:
+            if not unreachable(exc) or backoff.exhausted() or run.lease.lost:
                 raise
-            log.warning("saving %s failed (%s): retrying in %.2fs", run.job.response_id, type(exc.orig).__name__, delay)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
-
-
-def _is_connection_error(exc: DBAPIError) -> bool:
-    return exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
+            log.warning("saving %s failed (%s): retrying in %.2fs", run.job.response_id, type(exc.orig).__name__,
+                        backoff.delay)
+            backoff.wait()
 
 
 def _save(run: _Run) -> bool:

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from celery import Celery, bootsteps, signals
+from celery.exceptions import Reject
 
 from oss_responses.broker import send_run_response
 from oss_responses.config import Settings
@@ -34,6 +35,7 @@ from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import runner
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
+from oss_responses.workers.outage import Backoff, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -63,12 +65,35 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
         if ctx.shutting_down and ctx.dispatch is not None:
             outcome = runner.send_back(ctx, response_id, secrets)
         else:
-            outcome = runner.run_response(ctx, response_id, secrets)
+            outcome = _run_while_stores_answer(ctx, response_id, secrets)
         log.info("response %s: %s", response_id, outcome)
     TASK_OUTCOMES.labels(model, outcome).inc()
     if outcome == "lease_lost":
         LEASE_LOSSES.inc()
     return outcome
+
+
+def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict[str, Any] | None) -> runner.Outcome:
+    """The runner, run again while the database or Redis does not answer, for up to
+    ``save_retry_seconds``; past that (or once the worker is stopping) the task goes back to its queue.
+
+    Running the response again is what a redelivered task does: one that ended meanwhile is skipped, one
+    leased elsewhere is left to its worker, one in progress is taken over from its journal.
+    """
+    backoff = Backoff(ctx.settings.save_retry_seconds)
+    while True:
+        try:
+            return runner.run_response(ctx, response_id, secrets)
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            if backoff.exhausted() or ctx.shutting_down:
+                log.warning("response %s: its stores still do not answer (%s): its task goes back to the queue",
+                            response_id, exc)
+                raise Reject(exc, requeue=True) from exc
+            log.warning("response %s: a store did not answer (%s): trying again in %.2fs", response_id, exc,
+                        backoff.delay)
+            backoff.wait()
 
 
 def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> type[bootsteps.StartStopStep]:

@@ -169,9 +169,17 @@ class PostgresCluster:
 
     def restart(self, down_seconds: float) -> None:
         """Shut down ("fast": clients disconnected), stay down ``down_seconds``, start on the same data."""
+        self.shut_down()
+        time.sleep(down_seconds)
+        self.start_again()
+
+    def shut_down(self) -> None:
+        """A "fast" shutdown (clients disconnected), the data kept for :meth:`start_again`."""
         self.process.send_signal(signal.SIGINT)
         self.process.wait(timeout=20)
-        time.sleep(down_seconds)
+
+    def start_again(self) -> None:
+        """From the thread that started the cluster: the server dies with the thread that spawned it."""
         self.process = _spawn_postgres(self.args, self.directory)
         _wait_until_accepting(self)
 

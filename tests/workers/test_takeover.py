@@ -1,6 +1,6 @@
 """A response outlives the worker running it: SIGKILL (takeover from the journal), SIGTERM (handoff),
 a Redis crash and restart (with AOF: the worker leaves the response, and takes it over again), and a
-PostgreSQL restart (the worker retries its save).
+PostgreSQL restart (the worker retries its save, or the start of a task that met the database down).
 
 Real Celery worker processes on a real redis-server, the scripted engine at a fixed speed. For every
 response: one contiguous stream with a single terminal event, the same item ids throughout, the final
@@ -144,6 +144,33 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         events = wait_for_end(redis, response_id, timeout=60)
         assert_one_story(events, db, response_id)
         assert "retrying" in worker.log.read_text()
+        db.dispose()
+    finally:
+        if worker is not None:
+            worker.stop()
+        cluster.stop()
+
+
+def test_response_whose_task_starts_while_postgresql_is_down_runs_once_it_is_back(
+    redis_url: str, redis: redis_lib.Redis, tmp_path: Path
+) -> None:
+    cluster = start_postgres()
+    worker = None
+    try:
+        database_url = cluster.create_database("oss_down_at_start")
+        migrate(database_url)
+        settings = _unpaced(_takeover_settings(database_url, redis_url))
+        db = Database(settings.database_url)
+        worker = WorkerProcess(settings, "down-at-start", tmp_path)
+        worker.wait_ready(redis, ready_workers(redis))
+        response_id = accept(db, redis, settings, input="tokens 30", background=True)
+        cluster.shut_down()
+        enqueue(make_celery(settings), settings, response_id, MODEL)  # its task starts with the database down
+        time.sleep(2.0)
+        cluster.start_again()
+        events = wait_for_end(redis, response_id, timeout=30)
+        assert_one_story(events, db, response_id)
+        assert "a store did not answer" in worker.log.read_text()
         db.dispose()
     finally:
         if worker is not None:

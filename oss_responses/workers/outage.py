@@ -1,0 +1,39 @@
+"""A store that does not answer: the database restarting or failing over, Redis restarting.
+
+Which errors say so (:func:`unreachable`), and the pause between two tries (:class:`Backoff`). A task
+that meets one is run again here rather than failed: Celery acknowledges a task that raised
+(``acks_late`` redelivers only a task whose worker died), so a response whose task failed that way
+would stay ``queued`` until the reaper's stale sweep sends its task again (``stale_queued_seconds``:
+ten minutes by default), its clients waiting all along.
+"""
+
+from __future__ import annotations
+
+import time
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+
+def unreachable(exc: BaseException) -> bool:
+    """``exc`` says a store did not answer (worth trying again), not that the request was refused."""
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
+
+
+class Backoff:
+    """Pauses doubling from 0.25 s to 5 s, for up to ``seconds`` in all."""
+
+    def __init__(self, seconds: float) -> None:
+        self.delay = 0.25
+        self._deadline = time.monotonic() + seconds
+
+    def exhausted(self) -> bool:
+        """The next try would start past the deadline."""
+        return time.monotonic() + self.delay > self._deadline
+
+    def wait(self) -> None:
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, 5.0)
