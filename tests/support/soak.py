@@ -3,8 +3,9 @@
 Real processes on loopback: a redis-server with AOF, a migrated SQLite file (or a PostgreSQL cluster
 with ``--postgres``), the calculator and the misbehaving MCP servers, and two Celery workers
 (``python -m oss_responses.workers``, scripted engine at a fixed speed). Each round starts one
-response of each kind (text, an MCP calculator turn, a slow idempotent MCP call), waits a random
-while, then injects one fault drawn at random:
+response of each kind (text, an MCP calculator turn, a slow idempotent MCP call) and one more that is
+cancelled at a random moment around the fault (as a client would, asking again while the API
+answers 503), waits a random while, then injects one fault drawn at random:
 
 - ``sigkill``: a random worker is SIGKILLed (its responses are taken over from their journals);
 - ``sigterm``: a random worker gets SIGTERM (it hands its responses off and exits);
@@ -13,7 +14,8 @@ while, then injects one fault drawn at random:
 
 A lost worker is replaced. Then every response must end ``completed`` with one contiguous stream,
 one terminal event, the stream's final object equal to SQL's, and the same text as an uninterrupted
-run of the same request. Nothing may be left ``in_progress``.
+run of the same request; the cancelled one must end ``cancelled`` (its stream contiguous, with no
+terminal event), or ``completed`` as the others if it ended first. Nothing may be left ``in_progress``.
 
 ``make soak`` runs 30 rounds (``tests/workers/soak.py``, which runs :func:`main`; by hand:
 ``PYTHONPATH=.:tests python tests/workers/soak.py --rounds N --seed S [--postgres]``).
@@ -27,6 +29,7 @@ import os
 import random
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -34,16 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis as redis_lib
+from sqlalchemy.exc import DBAPIError
 
 from oss_responses.config import Settings
-from oss_responses.storage import Database, migrate
+from oss_responses.storage import Database, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 from support import MODEL
 from support.mcp import CALCULATOR, MISBEHAVING, mcp_server
 from support.processes import WorkerProcess, ready_workers
 from support.servers import PostgresCluster, RedisServer, start_postgres, start_redis
-from support.streams import assert_one_story, story_text, wait_for_end
-from support.workers import accept, worker_settings
+from support.streams import assert_cancelled_story, assert_one_story, story_text, wait_for_end
+from support.workers import accept, cancel, worker_settings
 
 KINDS: dict[str, dict[str, object]] = {
     "text": {"input": "tokens 120"},
@@ -52,6 +56,7 @@ KINDS: dict[str, dict[str, object]] = {
     "slow tool": {"input": 'call slow.sleep {"seconds": 1}',
                   "tools": [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]},
 }
+CANCELLED = {"input": "tokens 200"}  # ~3.3 s at the soak's pace: the cancel usually comes first
 FAULTS = ("sigkill", "sigterm", "redis")
 END_TIMEOUT_S = 90.0
 
@@ -116,9 +121,40 @@ def soak_stack(logs: Path, *, postgres: bool) -> Iterator[Soak]:
 
 
 def start_response(soak: Soak, db: Database, client: redis_lib.Redis, kind: str) -> str:
-    response_id = accept(db, client, soak.settings, background=True, **KINDS[kind])  # type: ignore[arg-type]
+    body = CANCELLED if kind == "cancelled" else KINDS[kind]
+    response_id = accept(db, client, soak.settings, background=True, **body)  # type: ignore[arg-type]
     enqueue(make_celery(soak.settings), soak.settings, response_id, MODEL)
     return response_id
+
+
+def cancel_later(soak: Soak, db: Database, client: redis_lib.Redis, response_id: str, delay: float) -> threading.Thread:
+    """Cancel after ``delay``, asking again while Redis or the database does not answer (the API's 503)."""
+
+    def run() -> None:
+        time.sleep(delay)
+        deadline = time.monotonic() + 30.0
+        while True:
+            try:
+                cancel(db, client, soak.settings, response_id)
+                return
+            except (redis_lib.RedisError, DBAPIError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.25)
+
+    thread = threading.Thread(target=run, name=f"cancel {response_id}")
+    thread.start()
+    return thread
+
+
+def check_cancelled(db: Database, client: redis_lib.Redis, response_id: str) -> str:
+    events = wait_for_end(client, response_id, timeout=END_TIMEOUT_S)
+    record = db.run(get_response, response_id)
+    if record is not None and record.status == "completed":  # it ended before the cancel came
+        assert_one_story(events, db, response_id)
+        return "completed"
+    assert_cancelled_story(events, db, response_id)
+    return "cancelled"
 
 
 def inject(soak: Soak, fault: str, rng: random.Random) -> None:
@@ -157,6 +193,7 @@ def run_soak(  # type: ignore[no-untyped-def]
     """Runs the rounds (faults drawn at random, or ``schedule``'s in order); raises AssertionError on the
     first broken response. The faults injected, counted."""
     rng = random.Random(seed)
+    cancel_rng = random.Random(seed + 1)  # drawn apart: a seed's faults stay those it drew before cancels were added
     faults = FAULTS + (("postgres",) if postgres else ())
     plan = schedule or [rng.choice(faults) for _ in range(rounds)]
     counts = dict.fromkeys(faults, 0)
@@ -168,15 +205,19 @@ def run_soak(  # type: ignore[no-untyped-def]
             delay = rng.uniform(0.2, 2.0)
             started = time.monotonic()
             ids = {kind: start_response(soak, db, client, kind) for kind in KINDS}
+            cancelled = start_response(soak, db, client, "cancelled")
+            canceller = cancel_later(soak, db, client, cancelled, cancel_rng.uniform(0.0, delay + 2.0))
             time.sleep(delay)
             inject(soak, fault, rng)
             counts[fault] += 1
+            canceller.join()
             for kind, response_id in ids.items():
                 events = wait_for_end(client, response_id, timeout=END_TIMEOUT_S)
                 assert_one_story(events, db, response_id)
                 assert story_text(events) == expected[kind], (kind, response_id, fault)
-            report(f"round {number}: {fault} after {delay:.2f}s; {len(ids)} responses completed intact "
-                   f"in {time.monotonic() - started:.1f}s")
+            ended = check_cancelled(db, client, cancelled)
+            report(f"round {number}: {fault} after {delay:.2f}s; {len(ids)} responses completed intact, "
+                   f"the one cancelled ended {ended}, in {time.monotonic() - started:.1f}s")
         client.close()
         db.dispose()
     return counts
@@ -192,7 +233,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="oss-soak-") as logs:
         counts = run_soak(args.rounds, args.seed, Path(logs), postgres=args.postgres)
     print("faults injected:", ", ".join(f"{k} {v}" for k, v in counts.items()))
-    print(f"soak_responses_intact: {args.rounds * len(KINDS)} responses")
+    print(f"soak_responses_intact: {args.rounds * (len(KINDS) + 1)} responses")
 
 
 if __name__ == "__main__":

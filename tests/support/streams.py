@@ -105,6 +105,15 @@ def assert_one_story(events: list[dict[str, Any]], db: Database, response_id: st
     assert record.response["output"] == events[-1]["response"]["output"]
 
 
+def assert_cancelled_story(events: list[dict[str, Any]], db: Database, response_id: str) -> None:
+    """Contiguous, no terminal event (a cancel ends the stream with its end marker alone), cancelled in SQL."""
+    assert_contiguous(events)
+    assert [e["type"] for e in events if e["type"] in TERMINAL_EVENT_TYPES] == []
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "cancelled"
+    assert record.response["status"] == "cancelled"
+
+
 def check_stream(events: list[dict[str, Any]], response: dict[str, Any]) -> None:
     """Every event is one of openai's; numbering and indices hold; the SDK rebuilds the stored output."""
     assert [e["sequence_number"] for e in events] == list(range(len(events)))

@@ -1,5 +1,6 @@
 """The worker tests' world: settings on the test stores, a request accepted as the API accepts it (row
-and opening events, without sending the task), and a stored row overwritten by hand."""
+and opening events, without sending the task), cancelled as the API cancels it, and a stored row
+overwritten by hand."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from typing import Any
 import redis as redis_lib
 from sqlalchemy import update
 
+from oss_responses import redis_keys
 from oss_responses.api.queued import build_queued
 from oss_responses.config import Settings
-from oss_responses.eventlog.writer import event_commands
+from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets
-from oss_responses.storage import Database, ResponseRecord, ResponseRow, insert_response
+from oss_responses.storage import Database, ResponseRecord, ResponseRow, cancel_queued, get_response, insert_response
 from oss_responses.wire import wire_json
 from support import MODEL, TIKTOKEN_DIR
 from support.streams import read_archives_from
@@ -62,6 +64,23 @@ def accept_with_secrets(
             pipe.execute_command(*command)
         pipe.execute()
     return response.id, {} if sealed else queued.secrets
+
+
+def cancel(db: Database, redis: redis_lib.Redis, settings: Settings, response_id: str) -> None:
+    """What the API does to cancel (``api/jobs.request_cancel``): the flag, the open-streams entry and the
+    announcement, then the queued -> cancelled compare-and-set, whose winner ends the stream. A store that
+    does not answer raises, where the API would answer 503."""
+    with redis.pipeline(transaction=False) as pipe:
+        pipe.set(redis_keys.cancel(response_id), "1", ex=settings.event_ttl_seconds)
+        pipe.sadd(redis_keys.OPEN_STREAMS, response_id)
+        pipe.publish(redis_keys.CANCEL_CHANNEL, response_id)
+        pipe.execute()
+    record = db.run(get_response, response_id)
+    if record is not None and db.run(cancel_queued, response_id, record.response):
+        with redis.pipeline(transaction=False) as pipe:
+            for command in close_commands(response_id, "cancelled", settings.event_ttl_seconds):
+                pipe.execute_command(*command)
+            pipe.execute()
 
 
 def overwrite_row(db: Database, response_id: str, **columns: Any) -> None:
