@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import redis as redis_lib
 from support import MODEL
 from support.mcp import MISBEHAVING, mcp_server
 from support.processes import WorkerProcess, ready_workers
-from support.servers import start_postgres, start_redis
+from support.servers import PostgresCluster, start_postgres, start_redis
 from support.streams import (
     assert_one_story,
     events_of,
@@ -128,22 +130,22 @@ def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str,
         server.stop()
 
 
-def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: redis_lib.Redis, tmp_path: Path) -> None:
+@contextmanager
+def _worker_on_own_postgres(
+    redis_url: str, redis: redis_lib.Redis, tmp_path: Path, name: str, *, paced: bool = True
+) -> Iterator[tuple[PostgresCluster, Settings, Database, WorkerProcess]]:
+    """A ready worker on a PostgreSQL cluster of the test's own, which the test restarts."""
     cluster = start_postgres()
     worker = None
     try:
-        database_url = cluster.create_database("oss_restart")
+        database_url = cluster.create_database(f"oss_{name.replace('-', '_')}")
         migrate(database_url)
         settings = _takeover_settings(database_url, redis_url)
+        settings = settings if paced else _unpaced(settings)
         db = Database(settings.database_url)
-        worker = WorkerProcess(settings, "through-pg-restart", tmp_path)
+        worker = WorkerProcess(settings, name, tmp_path)
         worker.wait_ready(redis, ready_workers(redis))
-        response_id = _start_response(db, redis, settings, "tokens 120")
-        _wait_for_deltas(redis, response_id, 10)
-        cluster.restart(down_seconds=4.0)  # the response ends, and is saved, while the database is down
-        events = wait_for_end(redis, response_id, timeout=60)
-        assert_one_story(events, db, response_id)
-        assert "retrying" in worker.log.read_text()
+        yield cluster, settings, db, worker
         db.dispose()
     finally:
         if worker is not None:
@@ -151,18 +153,22 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         cluster.stop()
 
 
+def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: redis_lib.Redis, tmp_path: Path) -> None:
+    with _worker_on_own_postgres(redis_url, redis, tmp_path, "through-pg-restart") as (cluster, settings, db, worker):
+        response_id = _start_response(db, redis, settings, "tokens 120")
+        _wait_for_deltas(redis, response_id, 10)
+        cluster.restart(down_seconds=4.0)  # the response ends, and is saved, while the database is down
+        events = wait_for_end(redis, response_id, timeout=60)
+        assert_one_story(events, db, response_id)
+        assert "retrying" in worker.log.read_text()
+
+
 def test_response_whose_task_starts_while_postgresql_is_down_runs_once_it_is_back(
     redis_url: str, redis: redis_lib.Redis, tmp_path: Path
 ) -> None:
-    cluster = start_postgres()
-    worker = None
-    try:
-        database_url = cluster.create_database("oss_down_at_start")
-        migrate(database_url)
-        settings = _unpaced(_takeover_settings(database_url, redis_url))
-        db = Database(settings.database_url)
-        worker = WorkerProcess(settings, "down-at-start", tmp_path)
-        worker.wait_ready(redis, ready_workers(redis))
+    with _worker_on_own_postgres(redis_url, redis, tmp_path, "down-at-start", paced=False) as (
+        cluster, settings, db, worker
+    ):
         response_id = accept(db, redis, settings, input="tokens 30", background=True)
         cluster.shut_down()
         enqueue(make_celery(settings), settings, response_id, MODEL)  # its task starts with the database down
@@ -171,11 +177,6 @@ def test_response_whose_task_starts_while_postgresql_is_down_runs_once_it_is_bac
         events = wait_for_end(redis, response_id, timeout=30)
         assert_one_story(events, db, response_id)
         assert "a store did not answer" in worker.log.read_text()
-        db.dispose()
-    finally:
-        if worker is not None:
-            worker.stop()
-        cluster.stop()
 
 
 def _tool_call_killed_at(
