@@ -62,10 +62,7 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
     ctx = current_context()
     model = ctx.settings.worker_model  # the queue's model: every response it brings is of that model
     with ctx.task(), log_context(response_id=response_id, model=model, worker_id=ctx.worker_id):
-        if ctx.shutting_down and ctx.dispatch is not None:
-            outcome = runner.send_back(ctx, response_id, secrets)
-        else:
-            outcome = _run_while_stores_answer(ctx, response_id, secrets)
+        outcome = _run_while_stores_answer(ctx, response_id, secrets)
         log.info("response %s: %s", response_id, outcome)
     TASK_OUTCOMES.labels(model, outcome).inc()
     if outcome == "lease_lost":
@@ -74,8 +71,9 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
 
 
 def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict[str, Any] | None) -> runner.Outcome:
-    """The runner, run again while the database or Redis does not answer, for up to
-    ``save_retry_seconds``; past that (or once the worker is stopping) the task goes back to its queue.
+    """The runner (or, once the worker is stopping, the send-back), run again while the database or
+    Redis does not answer, for up to ``save_retry_seconds``; past that (or stopping) the task goes back to
+    its queue.
 
     Running the response again is what a redelivered task does: one that ended meanwhile is skipped, one
     leased elsewhere is left to its worker, one in progress is taken over from its journal.
@@ -83,6 +81,8 @@ def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict
     backoff = Backoff(ctx.settings.save_retry_seconds)
     while True:
         try:
+            if ctx.shutting_down and ctx.dispatch is not None:
+                return runner.send_back(ctx, response_id, secrets)
             return runner.run_response(ctx, response_id, secrets)
         except Exception as exc:
             if not unreachable(exc):

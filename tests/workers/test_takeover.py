@@ -179,6 +179,36 @@ def test_response_whose_task_starts_while_postgresql_is_down_runs_once_it_is_bac
         assert "a store did not answer" in worker.log.read_text()
 
 
+def test_task_waiting_for_postgresql_goes_back_to_the_queue_when_its_worker_stops(
+    redis_url: str, redis: redis_lib.Redis, tmp_path: Path
+) -> None:
+    with _worker_on_own_postgres(redis_url, redis, tmp_path, "stopped-waiting", paced=False) as (
+        cluster, settings, db, worker
+    ):
+        response_id = accept(db, redis, settings, input="tokens 30", background=True)
+        cluster.shut_down()
+        enqueue(make_celery(settings), settings, response_id, MODEL)
+        _wait_for_log(worker, "a store did not answer")
+        worker.stop()  # SIGTERM while its task waits for the database
+        assert "its task goes back to the queue" in worker.log.read_text()
+        cluster.start_again()
+        successor = WorkerProcess(settings, "successor", tmp_path)
+        try:
+            successor.wait_ready(redis, ready_workers(redis))
+            events = wait_for_end(redis, response_id, timeout=30)
+            assert_one_story(events, db, response_id)
+        finally:
+            successor.stop()
+
+
+def _wait_for_log(worker: WorkerProcess, text: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in worker.log.read_text():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{text!r} not in {worker.log}")
+        time.sleep(0.05)
+
+
 def _tool_call_killed_at(
     settings: Settings, redis: redis_lib.Redis, start_worker, label: str, call: str, killed_after: str  # type: ignore[no-untyped-def]
 ) -> list[dict[str, Any]]:
