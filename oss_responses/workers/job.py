@@ -28,6 +28,7 @@ from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.sealing import Sealer, open_secrets
 from oss_responses.storage import Database, ResponseRecord, get_chain
 from oss_responses.storage.conversations import items_through
+from oss_responses.workers.outage import unreachable
 
 
 class JobLoadError(RuntimeError):
@@ -76,7 +77,8 @@ def load_job(
 
     Its MCP credentials are the sealed ones of its row (``secrets``: those a task of an older version
     carried). A row that cannot be loaded, a chain broken by a deleted earlier turn (BrokenChain)
-    included, or credentials that do not open, is a Job with ``load_error`` set: the runner fails it.
+    included, or credentials that do not open, is a Job with ``load_error`` set: the runner fails it. A
+    database that does not answer is not such a row: its error is raised (the task tries again).
     """
     chain = db.run(get_chain, response_id)
     if not chain or chain[-1].id != response_id:
@@ -90,6 +92,8 @@ def load_job(
         history = _with_conversation(db, chain, [turn_of(earlier) for earlier in chain[:-1]], settings, sealer)
         response = Response.model_validate(record.response)
     except Exception as exc:
+        if unreachable(exc):  # the database did not answer (its conversation's items): the task tries again
+            raise
         error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
         return Job(record, [], placeholder_of(record), dict(secrets or {}), load_error=error)
     return Job(record, history, response, dict(secrets or {}))
