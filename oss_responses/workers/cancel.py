@@ -25,14 +25,6 @@ async def is_cancel_requested(redis: Redis, response_id: str) -> bool:
     return bool(await redis.exists(redis_keys.cancel(response_id)))
 
 
-async def request_cancel(redis: Redis, response_id: str, ttl_seconds: int = 86_400) -> None:
-    """What the API does to cancel (also used by tests)."""
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.set(redis_keys.cancel(response_id), "1", ex=ttl_seconds)
-        pipe.publish(redis_keys.CANCEL_CHANNEL, response_id)
-        await pipe.execute()
-
-
 class CancelListener:
     """Running responses by id, and the pub/sub task that triggers their cancel callbacks."""
 

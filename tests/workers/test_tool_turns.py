@@ -21,11 +21,11 @@ from support.tool_turns import (
     item,
     types_of,
 )
+from support.workers import cancel
 
 from oss_responses.engine.scripted import ScriptedEngine
 from oss_responses.storage import get_response
 from oss_responses.vocab import load_encoding
-from oss_responses.workers.cancel import request_cancel
 from oss_responses.workers.testing import local_worker, run_response_now
 
 CODE_INTERPRETER_LABEL = {"type": "mcp", "server_label": "code_interpreter"}  # the operator's label for python
@@ -164,7 +164,7 @@ def test_cancel_during_tool_call_does_not_wait_for_the_tool(tools: ToolEnv) -> N
     with local_worker(tools.settings) as worker, ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_response_now, response_id, worker=worker, secrets=secrets)
         wait_for_event(tools.redis, response_id, "response.mcp_call_arguments.done")
-        worker.loop.run(request_cancel(worker.redis, response_id))
+        cancel(tools.db, tools.redis, tools.settings, response_id)
         # The tool sleeps 30 s: ending within 10 leaves a stalled machine its margin and still tells
         # a cut call from one waited out.
         assert running.result(timeout=10) == "cancelled"
