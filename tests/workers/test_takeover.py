@@ -169,9 +169,7 @@ def test_response_whose_task_starts_while_postgresql_is_down_runs_once_it_is_bac
     with _worker_on_own_postgres(redis_url, redis, tmp_path, "down-at-start", paced=False) as (
         cluster, settings, db, worker
     ):
-        response_id = accept(db, redis, settings, input="tokens 30", background=True)
-        cluster.shut_down()
-        enqueue(make_celery(settings), settings, response_id, MODEL)  # its task starts with the database down
+        response_id = _sent_with_database_down(cluster, db, redis, settings)
         time.sleep(2.0)
         cluster.start_again()
         events = wait_for_end(redis, response_id, timeout=30)
@@ -185,9 +183,7 @@ def test_task_waiting_for_postgresql_goes_back_to_the_queue_when_its_worker_stop
     with _worker_on_own_postgres(redis_url, redis, tmp_path, "stopped-waiting", paced=False) as (
         cluster, settings, db, worker
     ):
-        response_id = accept(db, redis, settings, input="tokens 30", background=True)
-        cluster.shut_down()
-        enqueue(make_celery(settings), settings, response_id, MODEL)
+        response_id = _sent_with_database_down(cluster, db, redis, settings)
         _wait_for_log(worker, "a store did not answer")
         worker.stop()  # SIGTERM while its task waits for the database
         assert "its task goes back to the queue" in worker.log.read_text()
@@ -199,6 +195,14 @@ def test_task_waiting_for_postgresql_goes_back_to_the_queue_when_its_worker_stop
             assert_one_story(events, db, response_id)
         finally:
             successor.stop()
+
+
+def _sent_with_database_down(cluster: PostgresCluster, db: Database, redis: redis_lib.Redis, settings: Settings) -> str:
+    """A response accepted, then its task sent once the database is down: the task starts without it."""
+    response_id = accept(db, redis, settings, input="tokens 30", background=True)
+    cluster.shut_down()
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    return response_id
 
 
 def _wait_for_log(worker: WorkerProcess, text: str, timeout: float = 20.0) -> None:
