@@ -12,7 +12,7 @@ from sqlalchemy import update
 from oss_responses import redis_keys
 from oss_responses.api.queued import build_queued
 from oss_responses.config import Settings
-from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.eventlog.writer import close_after, event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets
@@ -77,10 +77,7 @@ def cancel(db: Database, redis: redis_lib.Redis, settings: Settings, response_id
         pipe.execute()
     record = db.run(get_response, response_id)
     if record is not None and db.run(cancel_queued, response_id, record.response):
-        with redis.pipeline(transaction=False) as pipe:
-            for command in close_commands(response_id, "cancelled", settings.event_ttl_seconds):
-                pipe.execute_command(*command)
-            pipe.execute()
+        close_after(redis, response_id, [], "cancelled", settings.event_ttl_seconds)
 
 
 def overwrite_row(db: Database, response_id: str, **columns: Any) -> None:
