@@ -7,7 +7,10 @@ gpt-oss must think freely on the analysis channel first. So this processor, buil
 vLLM itself uses), leaves a request alone until its output contains a header with
 ``<|channel|>final`` ending in ``<|message|>``; from there the final message's tokens are fed to a
 grammar matcher and every next token is masked to what the grammar allows. Once the grammar is
-complete only ``<|return|>`` remains allowed, so the response ends right after the JSON.
+complete only ``<|return|>`` remains allowed, so the response ends right after the JSON. A request
+that continues a message (a takeover or a handoff: prompt + the tokens the lost worker generated)
+has that message's start in its prompt: the prompt's open last message is read as the start of the
+output, so the header and the JSON begun there count.
 
 A request opts in with ``SamplingParams.extra_args = {"structured_output": SPEC}``, SPEC being
 ``{"type": "json_schema", "schema": {...}}`` or ``{"type": "json_object"}`` (see
@@ -20,11 +23,11 @@ module imports vLLM; the engine core process loads it by name.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +37,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
 from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY
-from oss_responses.engine.scripted import CHANNEL, MESSAGE, RETURN, START
+from oss_responses.engine.scripted import CALL, CHANNEL, END, MESSAGE, RETURN, START
 
 if TYPE_CHECKING:
     import xgrammar
@@ -104,13 +107,34 @@ def _vocab_folder() -> Path:
     return get_settings().tiktoken_dir
 
 
+def open_message(prompt: Sequence[int] | None) -> list[int]:
+    """The prompt's last message if it is still open (from its ``<|start|>``): the start of the output.
+
+    A prompt for completion ends with ``<|start|>assistant``; a continued one with a header, or a
+    message's content, that the lost worker generated."""
+    if not prompt:
+        return []
+    for index in range(len(prompt) - 1, -1, -1):
+        if prompt[index] in _MESSAGE_ENDS:
+            return []
+        if prompt[index] == START:
+            return list(prompt[index:])
+    return []
+
+
+_MESSAGE_ENDS = frozenset((END, RETURN, CALL))
+
+
 @dataclass
 class _Constrained:
-    """One request: where its final message's content starts, and the matcher fed up to there."""
+    """One request: where its final message's content starts, and the matcher fed up to there.
+
+    Positions count over the prompt's open message (``opened``), then the generated tokens."""
 
     matcher: xgrammar.GrammarMatcher
     generated: list[int]  # vLLM's live list of the request's output tokens
     final_token: int
+    opened: list[int] = field(default_factory=list)
     scanned: int = 0
     header_start: int = 0
     content_start: int | None = None
@@ -124,8 +148,8 @@ class _Constrained:
         if self.content_start is None and not self._find_final_content():
             return False
         assert self.content_start is not None
-        while self.content_start + self.fed < len(self.generated):
-            if not self.matcher.accept_token(self.generated[self.content_start + self.fed]):
+        while self.content_start + self.fed < self._length():
+            if not self.matcher.accept_token(self._at(self.content_start + self.fed)):
                 # Only a token from elsewhere (another processor's forcing) gets here: stop masking.
                 log.warning("structured output: a final-channel token outside the grammar; unconstrained from here")
                 self.broken = True
@@ -133,19 +157,26 @@ class _Constrained:
             self.fed += 1
         return not self.matcher.is_terminated()
 
+    def _length(self) -> int:
+        return len(self.opened) + len(self.generated)
+
+    def _at(self, index: int) -> int:
+        opened = len(self.opened)
+        return self.opened[index] if index < opened else self.generated[index - opened]
+
     def _find_final_content(self) -> bool:
-        while self.scanned < len(self.generated):
-            token, index = self.generated[self.scanned], self.scanned
+        while self.scanned < self._length():
+            token, index = self._at(self.scanned), self.scanned
             self.scanned += 1
             if token == START:
                 self.header_start = self.scanned
-            elif token == MESSAGE and self._is_final_header(self.generated[self.header_start:index]):
+            elif token == MESSAGE and self._is_final_header(range(self.header_start, index)):
                 self.content_start = self.scanned
                 return True
         return False
 
-    def _is_final_header(self, header: list[int]) -> bool:
-        return any(a == CHANNEL and b == self.final_token for a, b in itertools.pairwise(header))
+    def _is_final_header(self, header: range) -> bool:
+        return any(self._at(a) == CHANNEL and self._at(a + 1) == self.final_token for a in header[:-1])
 
 
 # vLLM is optional (OSS_RESPONSES_SKIP_ENGINE=1): without it this base is Any; with it the ignore is unused.
@@ -170,7 +201,7 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
         process_dict_updates(self._by_row, batch_update, self._new_request)
 
     def _new_request(
-        self, params: SamplingParams, _prompt: list[int] | None, generated: list[int]
+        self, params: SamplingParams, prompt: list[int] | None, generated: list[int]
     ) -> _Constrained | None:
         spec = _spec_of(params)
         if spec is None:
@@ -186,7 +217,7 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
             # validate_params refuses such schemas first; never let one take the engine core down.
             log.exception("structured output: the schema did not compile; the request runs unconstrained")
             return None
-        return _Constrained(matcher, generated, self._grammars.final_token)
+        return _Constrained(matcher, generated, self._grammars.final_token, open_message(prompt))
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         rows = [row for row, request in self._by_row.items() if request.advance()]

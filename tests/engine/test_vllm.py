@@ -422,6 +422,28 @@ def test_generate_constrains_only_final_message_to_json_schema(
     jsonschema.validate(json.loads(answer.content[0].text), CHOICE_SCHEMA)  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("cut", ["in_the_json", "in_the_header"])
+def test_generate_continuing_a_message_keeps_its_final_json_to_the_schema(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding, cut: str
+) -> None:
+    """A takeover or a handoff goes on from prompt + the tokens its lost worker generated: the final
+    header, or part of it, and the JSON begun are then in the prompt; the grammar takes up from them."""
+    header = up_to_final_content(encoding, "Pick a color.")  # ... <|channel|> final <|message|>
+    begun = encoding.encode('{"color":"', allowed_special=set())
+    written = header + begun
+    split = len(written) if cut == "in_the_json" else len(header) - 2
+    rest = {FORCED_TOKENS_KEY: written[split:]} if split < len(written) else {}
+    sampling = SamplingSettings(max_tokens=40, stop_token_ids=encoding.stop_tokens_for_assistant_actions(),
+                                temperature=1.0, seed=11, extra=rest | STRUCTURED)
+
+    outputs = engine_loop.run(collect(engine, f"continued-{cut}", prompt_for(encoding, "A color?") + written[:split],
+                                      sampling))
+
+    tokens = written[:split] + tokens_of(outputs)
+    assert outputs[-1].finish_reason == "stop" and tokens[-1] == 200002
+    jsonschema.validate(json.loads(encoding.decode(tokens[len(header):-1])), CHOICE_SCHEMA)
+
+
 def test_generate_with_json_schema_samples_freely_before_final_header(
     engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
 ) -> None:
