@@ -52,7 +52,7 @@ def _start_redis(url: str, folder: Path) -> subprocess.Popen[bytes]:
         # AOF (in var/redis), as in docker-compose.yml: queued tasks and running responses' journals
         # survive a restart of the stack.
         [binary, "--port", port, "--bind", "127.0.0.1", "--dir", str(folder), "--save", "",
-         "--appendonly", "yes", "--appendfsync", "everysec"],
+         "--appendonly", "yes", "--appendfsync", "everysec", "--maxmemory-policy", "noeviction"],
         stdout=subprocess.DEVNULL, process_group=0,
     )
     deadline = time.monotonic() + 10

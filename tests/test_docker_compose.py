@@ -65,6 +65,12 @@ def test_compose_redis_keeps_an_append_only_file() -> None:
     assert any(volume.endswith(":/data") for volume in SERVICES["redis"]["volumes"])
 
 
+def test_compose_redis_never_evicts_keys() -> None:
+    command = SERVICES["redis"]["command"]
+
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+
+
 @pytest.mark.parametrize(("service", "probe"), [("redis", "redis-cli"), ("postgres", "pg_isready"), ("api", "/readyz")])
 def test_compose_service_has_health_check(service: str, probe: str) -> None:
     test = SERVICES[service]["healthcheck"]["test"]

@@ -38,15 +38,23 @@ def _redis_result(name: str, url: str) -> CheckResult:
     try:
         client.ping()
         aof = client.info("persistence").get("aof_enabled")
+        policy = str(client.info("memory").get("maxmemory_policy", "noeviction"))
     except redis_lib.RedisError as exc:
         return CheckResult(name, "FAIL", f"{safe_url(url)} does not answer ({type(exc).__name__}): start Redis "
                                          f"or fix OSS_RESPONSES_{name.upper()}_URL")
     finally:
         client.close()
+    problems = []
     if not aof:
-        return CheckResult(name, "warn", f"{safe_url(url)} answers, but AOF is off: a Redis restart loses queued "
-                                         "tasks, event streams and leases; run redis-server --appendonly yes")
-    return CheckResult(name, "ok", f"{safe_url(url)} answers; AOF on")
+        problems.append("AOF is off: a Redis restart loses queued tasks, event streams and leases; run "
+                        "redis-server --appendonly yes")
+    if policy != "noeviction":
+        # Read from INFO, not CONFIG GET: managed Redis services often refuse CONFIG.
+        problems.append(f"maxmemory-policy is {policy}: once Redis is full it deletes keys (leases, then a "
+                        "response runs twice; queued tasks; event streams); set maxmemory-policy noeviction")
+    if problems:
+        return CheckResult(name, "warn", f"{safe_url(url)} answers, but " + "; and ".join(problems))
+    return CheckResult(name, "ok", f"{safe_url(url)} answers; AOF on; maxmemory-policy noeviction")
 
 
 def check_database(settings: Settings) -> Iterator[CheckResult]:

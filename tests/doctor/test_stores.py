@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis as redis_lib
 from alembic import command
 from support.servers import free_port, start_redis
 
@@ -34,7 +35,20 @@ def test_check_redis_passes_with_aof() -> None:
     finally:
         server.stop()
 
-    assert (result.status, result.detail) == ("ok", f"{server.url} answers; AOF on")
+    assert (result.status, result.detail) == ("ok", f"{server.url} answers; AOF on; maxmemory-policy noeviction")
+
+
+@pytest.mark.parametrize("policy", ["allkeys-lru", "volatile-lru"])
+def test_check_redis_warns_when_redis_may_evict_keys(policy: str) -> None:
+    server = start_redis(appendonly=True)
+    try:
+        redis_lib.Redis.from_url(server.url).config_set("maxmemory-policy", policy)
+        result = only(check_redis(Settings(redis_url=server.url)))
+    finally:
+        server.stop()
+
+    assert result.status == "warn"
+    assert f"maxmemory-policy is {policy}" in result.detail and "set maxmemory-policy noeviction" in result.detail
 
 
 def test_check_redis_fails_when_nothing_listens() -> None:
