@@ -21,6 +21,8 @@ from openai_harmony import Message, Role
 from oss_responses.harmony.render import JSON_OBJECT_FORMAT, RESPONSE_FORMATS_HEADING
 
 STRUCTURED_OUTPUT_KEY = "structured_output"
+# The strict functions' parameters by recipient (``harmony.render.strict_functions``), for the same processor.
+STRICT_CALLS_KEY = "strict_calls"
 
 
 def structured_output_spec(text_format: Any) -> dict[str, Any] | None:

@@ -1,24 +1,31 @@
-"""Structured outputs on vLLM: a v1 logits processor that constrains only the ``final`` message.
+"""Structured outputs on vLLM: a v1 logits processor that constrains a ``final`` message to the
+response's JSON schema, and a strict function's call to its parameters' schema.
 
 vLLM's own structured outputs need a tokenizer (``skip_tokenizer_init`` refuses them: "Structured
 outputs requires a tokenizer so it can't be used with 'skip_tokenizer_init'"), and here prompts and
 outputs are harmony token ids with no tokenizer. They would also constrain the whole output, while
 gpt-oss must think freely on the analysis channel first. So this processor, built on xgrammar (which
-vLLM itself uses), leaves a request alone until its output contains a header with
-``<|channel|>final`` ending in ``<|message|>``; from there the final message's tokens are fed to a
-grammar matcher and every next token is masked to what the grammar allows. Once the grammar is
-complete only ``<|return|>`` remains allowed, so the response ends right after the JSON. A request
-that continues a message (a takeover or a handoff: prompt + the tokens the lost worker generated)
-has that message's start in its prompt: the prompt's open last message is read as the start of the
-output, so the header and the JSON begun there count.
+vLLM itself uses), leaves a request alone until its output holds a header ending in ``<|message|>``
+whose message is constrained: ``<|channel|>final`` when the request has a response format, or a
+recipient (``to=functions.NAME``) that is one of its strict functions. From there the message's
+tokens are fed to a grammar matcher and every next token is masked to what the grammar allows. Once
+the grammar is complete only the message's end remains allowed (``<|return|>`` after the answer,
+``<|call|>`` after the arguments), so the engine call ends right after the JSON. A request that
+continues a message (a takeover or a handoff: prompt + the tokens the lost worker generated, or a
+call whose header the worker wrote for ``tool_choice``) has that message's start in its prompt: the
+prompt's open last message is read as the start of the output, so the header and the JSON begun
+there count. Tokens a forced script (``engine/forced.py``) dictates are fed, never masked.
 
-A request opts in with ``SamplingParams.extra_args = {"structured_output": SPEC}``, SPEC being
+A request opts in with ``SamplingParams.extra_args``: ``{"structured_output": SPEC}``, SPEC being
 ``{"type": "json_schema", "schema": {...}}`` or ``{"type": "json_object"}`` (see
-:func:`oss_responses.engine.response_format.structured_output_spec`). The vocabulary (o200k bytes,
-special tokens empty) is read once per engine process from ``TIKTOKEN_ENCODINGS_BASE`` (set by the
-worker before vLLM starts); grammars are compiled once per schema. JSON is constrained to compact
-separators, as the scripted engine writes it, so a forced scripted answer passes the grammar too. This
-module imports vLLM; the engine core process loads it by name.
+:func:`oss_responses.engine.response_format.structured_output_spec`), and ``{"strict_calls":
+{recipient: parameters schema}}`` (:func:`oss_responses.harmony.render.strict_functions`). The
+vocabulary (o200k bytes, special tokens empty) is read once per engine process from
+``TIKTOKEN_ENCODINGS_BASE`` (set by the worker before vLLM starts); grammars are compiled once per
+schema (a call's when the model first calls it), the most recent 256 kept. An answer is constrained
+to compact separators, as the scripted engine writes it, so a forced scripted answer passes the
+grammar too; arguments allow one whitespace character wherever JSON allows some, as models write
+them. This module imports vLLM; the engine core process loads it by name.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +45,9 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY
+from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import CALL, CHANNEL, END, MESSAGE, RETURN, START
+from oss_responses.engine.vllm import FORCED_TOKENS_KEY
 
 if TYPE_CHECKING:
     import xgrammar
@@ -59,6 +69,18 @@ def _spec_of(params: SamplingParams) -> dict[str, Any] | None:
     return spec
 
 
+def _calls_of(params: SamplingParams) -> dict[str, dict[str, Any]]:
+    calls = (params.extra_args or {}).get(STRICT_CALLS_KEY) or {}
+    if not isinstance(calls, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in calls.items()):
+        raise ValueError(f"extra_args[{STRICT_CALLS_KEY!r}] must map recipients to schema objects")
+    return calls
+
+
+def _forced_length(params: SamplingParams) -> int:
+    script = (params.extra_args or {}).get(FORCED_TOKENS_KEY)
+    return len(script) if isinstance(script, list) else 0
+
+
 def _check_schema(schema: dict[str, Any]) -> None:
     """Refuse (before the request reaches the engine core) a schema xgrammar cannot turn into a grammar."""
     import xgrammar
@@ -71,31 +93,56 @@ def _check_schema(schema: dict[str, Any]) -> None:
 
 
 class Grammars:
-    """The vocabulary as xgrammar sees it, and compiled grammars by spec."""
+    """The vocabulary as xgrammar sees it, and compiled grammars by schema (the most recent kept)."""
+
+    KEPT = 256
 
     def __init__(self, vocab_size: int) -> None:
         import xgrammar
 
         from oss_responses.vocab import token_bytes
 
-        vocabulary = token_bytes(_vocab_folder(), vocab_size)
-        self.final_token = vocabulary.index(b"final")
-        self.info = xgrammar.TokenizerInfo(vocabulary, xgrammar.VocabType.RAW, vocab_size=vocab_size,
+        self.vocabulary = token_bytes(_vocab_folder(), vocab_size)
+        self.final_token = self.vocabulary.index(b"final")
+        self.info = xgrammar.TokenizerInfo(self.vocabulary, xgrammar.VocabType.RAW, vocab_size=vocab_size,
                                            stop_token_ids=[RETURN])
         self.compiler = xgrammar.GrammarCompiler(self.info, max_threads=1)
-        self._compiled: dict[str, xgrammar.CompiledGrammar] = {}
+        self._compiled: OrderedDict[str, xgrammar.CompiledGrammar] = OrderedDict()
 
-    def matcher(self, spec: dict[str, Any]) -> xgrammar.GrammarMatcher:
+    def answer_matcher(self, spec: dict[str, Any]) -> xgrammar.GrammarMatcher:
+        """A final answer's: compact JSON, then ``<|return|>``."""
         import xgrammar
 
-        key = json.dumps(spec, sort_keys=True)
-        if key not in self._compiled:
-            self._compiled[key] = self._compile(spec)
-        return xgrammar.GrammarMatcher(self._compiled[key])
-
-    def _compile(self, spec: dict[str, Any]) -> xgrammar.CompiledGrammar:
         schema = spec["schema"] if spec["type"] == "json_schema" else {"type": "object"}
-        return self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=_SEPARATORS)
+        return xgrammar.GrammarMatcher(self._compile(schema, compact=True))
+
+    def call_matcher(self, schema: dict[str, Any]) -> xgrammar.GrammarMatcher:
+        """A strict function call's arguments: JSON, a whitespace character allowed between its tokens
+        (as ``json.dumps`` and models write it), then ``<|call|>``."""
+        import xgrammar
+
+        return xgrammar.GrammarMatcher(self._compile(schema, compact=False), override_stop_tokens=[CALL])
+
+    def text(self, tokens: Sequence[int]) -> str:
+        """A header's text, each special token a space (``<|channel|>commentary to=functions.f <|constrain|>json``
+        reads ``" commentary to=functions.f  json"``)."""
+        return b"".join(self.vocabulary[token] or b" " for token in tokens).decode("utf-8", "replace")
+
+    def _compile(self, schema: dict[str, Any], *, compact: bool) -> xgrammar.CompiledGrammar:
+        key = json.dumps([schema, compact], sort_keys=True)
+        if key in self._compiled:
+            self._compiled.move_to_end(key)
+            return self._compiled[key]
+        if compact:
+            compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
+                                                         separators=_SEPARATORS)
+        else:  # one whitespace character where JSON allows some: more would let a model pad forever
+            compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=True,
+                                                         max_whitespace_cnt=1)
+        self._compiled[key] = compiled
+        if len(self._compiled) > self.KEPT:
+            self._compiled.popitem(last=False)
+        return compiled
 
 
 def _vocab_folder() -> Path:
@@ -111,7 +158,7 @@ def open_message(prompt: Sequence[int] | None) -> list[int]:
     """The prompt's last message if it is still open (from its ``<|start|>``): the start of the output.
 
     A prompt for completion ends with ``<|start|>assistant``; a continued one with a header, or a
-    message's content, that the lost worker generated."""
+    message's content, that the lost worker (or the worker, forcing a call) wrote."""
     if not prompt:
         return []
     for index in range(len(prompt) - 1, -1, -1):
@@ -123,35 +170,47 @@ def open_message(prompt: Sequence[int] | None) -> list[int]:
 
 
 _MESSAGE_ENDS = frozenset((END, RETURN, CALL))
+_RECIPIENT = re.compile(r"\bto=([^\s]+)")
 
 
 @dataclass
 class _Constrained:
-    """One request: where its final message's content starts, and the matcher fed up to there.
+    """One request: where its constrained message's content starts, and the matcher fed up to there.
 
     Positions count over the prompt's open message (``opened``), then the generated tokens."""
 
-    matcher: xgrammar.GrammarMatcher
+    grammars: Grammars
+    answer: xgrammar.GrammarMatcher | None  # the response format's, for a final message
+    calls: dict[str, dict[str, Any]]  # strict functions' parameters by recipient
     generated: list[int]  # vLLM's live list of the request's output tokens
-    final_token: int
     opened: list[int] = field(default_factory=list)
+    forced: int = 0  # the first tokens a forced script dictates: fed, not masked
+    matcher: xgrammar.GrammarMatcher | None = None
     scanned: int = 0
     header_start: int = 0
     content_start: int | None = None
     fed: int = 0
     broken: bool = False
 
-    def advance(self) -> bool:
+    def masks_next(self) -> bool:
+        """Feed the new tokens; True when the next token is to be masked to the grammar."""
+        return self._advance() and len(self.generated) >= self.forced
+
+    def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
+        assert self.matcher is not None
+        self.matcher.fill_next_token_bitmask(bitmask, row)
+
+    def _advance(self) -> bool:
         """Feed the new tokens; True while the grammar constrains the next token."""
         if self.broken:
             return False
-        if self.content_start is None and not self._find_final_content():
+        if self.content_start is None and not self._find_constrained_content():
             return False
-        assert self.content_start is not None
+        assert self.content_start is not None and self.matcher is not None
         while self.content_start + self.fed < self._length():
             if not self.matcher.accept_token(self._at(self.content_start + self.fed)):
-                # Only a token from elsewhere (another processor's forcing) gets here: stop masking.
-                log.warning("structured output: a final-channel token outside the grammar; unconstrained from here")
+                # Only a token from elsewhere (a forced script) gets here: stop masking.
+                log.warning("structured output: a constrained token outside the grammar; unconstrained from here")
                 self.broken = True
                 return False
             self.fed += 1
@@ -164,19 +223,38 @@ class _Constrained:
         opened = len(self.opened)
         return self.opened[index] if index < opened else self.generated[index - opened]
 
-    def _find_final_content(self) -> bool:
+    def _find_constrained_content(self) -> bool:
         while self.scanned < self._length():
             token, index = self._at(self.scanned), self.scanned
             self.scanned += 1
             if token == START:
                 self.header_start = self.scanned
-            elif token == MESSAGE and self._is_final_header(range(self.header_start, index)):
-                self.content_start = self.scanned
-                return True
+            elif token == MESSAGE:
+                self.matcher = self._matcher_for(range(self.header_start, index))
+                if self.matcher is not None:
+                    self.content_start = self.scanned
+                    return True
         return False
 
-    def _is_final_header(self, header: range) -> bool:
-        return any(self._at(a) == CHANNEL and self._at(a + 1) == self.final_token for a in header[:-1])
+    def _matcher_for(self, header: range) -> xgrammar.GrammarMatcher | None:
+        if self.answer is not None and self._is_final(header):
+            return self.answer
+        if not self.calls:
+            return None
+        found = _RECIPIENT.search(self.grammars.text([self._at(index) for index in header]))
+        schema = self.calls.get(found.group(1)) if found else None
+        if schema is None:
+            return None
+        try:
+            return self.grammars.call_matcher(schema)
+        except RuntimeError:
+            log.warning("structured output: the parameters of %s do not compile; its call is unconstrained",
+                        found.group(1) if found else None, exc_info=True)
+            return None
+
+    def _is_final(self, header: range) -> bool:
+        final = self.grammars.final_token
+        return any(self._at(a) == CHANNEL and self._at(a + 1) == final for a in header[:-1])
 
 
 # vLLM is optional (OSS_RESPONSES_SKIP_ENGINE=1): without it this base is Any; with it the ignore is unused.
@@ -191,6 +269,7 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         spec = _spec_of(sampling_params)
+        _calls_of(sampling_params)
         if spec is not None and spec["type"] == "json_schema":
             _check_schema(spec["schema"])
 
@@ -203,31 +282,34 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
     def _new_request(
         self, params: SamplingParams, prompt: list[int] | None, generated: list[int]
     ) -> _Constrained | None:
-        spec = _spec_of(params)
-        if spec is None:
+        spec, calls = _spec_of(params), _calls_of(params)
+        if spec is None and not calls:
             return None
         if self._grammars is None:
             import xgrammar
 
             self._grammars = Grammars(self._vocab_size)
             self._bitmask = xgrammar.allocate_token_bitmask(self._max_rows, self._vocab_size)
-        try:
-            matcher = self._grammars.matcher(spec)
-        except RuntimeError:
-            # validate_params refuses such schemas first; never let one take the engine core down.
-            log.exception("structured output: the schema did not compile; the request runs unconstrained")
+        answer = None
+        if spec is not None:
+            try:
+                answer = self._grammars.answer_matcher(spec)
+            except RuntimeError:
+                # validate_params refuses such schemas first; never let one take the engine core down.
+                log.exception("structured output: the schema did not compile; the answer runs unconstrained")
+        if answer is None and not calls:
             return None
-        return _Constrained(matcher, generated, self._grammars.final_token, open_message(prompt))
+        return _Constrained(self._grammars, answer, calls, generated, open_message(prompt), _forced_length(params))
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
-        rows = [row for row, request in self._by_row.items() if request.advance()]
+        rows = [row for row, request in self._by_row.items() if request.masks_next()]
         if not rows:
             return logits
         import xgrammar
 
         assert self._bitmask is not None
         for row in rows:
-            self._by_row[row].matcher.fill_next_token_bitmask(self._bitmask, row)
+            self._by_row[row].fill_mask(self._bitmask, row)
         xgrammar.apply_token_bitmask_inplace(logits, self._bitmask.to(logits.device), indices=rows,
                                              vocab_size=min(self._vocab_size, logits.shape[-1]))
         return logits

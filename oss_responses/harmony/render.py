@@ -279,6 +279,24 @@ def offered_functions(request: Any) -> frozenset[str]:
     return frozenset(addresses)
 
 
+def strict_functions(request: Any) -> dict[str, dict[str, Any]]:
+    """The parameters' schema of each function ``offered_functions`` shows whose arguments are to be
+    constrained, by address: ``strict: true``, or unset (OpenAI's default: strict where the schema
+    allows; the engine leaves a schema it cannot compile unconstrained). ``strict: false`` is free."""
+    schemas: dict[str, dict[str, Any]] = {}
+    for _, tool in usable_tools(request):
+        if isinstance(tool, FunctionTool):
+            functions: list[Any] = [(FUNCTIONS_NAMESPACE, tool)]
+        elif isinstance(tool, NamespaceTool):
+            functions = [(tool.name, function) for function in tool.tools if function.type == "function"]
+        else:
+            continue
+        for namespace, function in functions:
+            if function.strict is not False and isinstance(function.parameters, dict):
+                schemas[Recipient.address(namespace, function.name)] = function.parameters
+    return schemas
+
+
 def hosted_builtins(request: Any, builtin_labels: Mapping[str, str]) -> frozenset[str]:
     """The built-in namespaces (``browser``, ``python``) the model is shown for a hosted tool type
     (``web_search``, ``code_interpreter``) rather than for an MCP server label

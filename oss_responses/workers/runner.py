@@ -38,7 +38,7 @@ from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings
-from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY, structured_output_spec
+from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY, structured_output_spec
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
@@ -53,6 +53,7 @@ from oss_responses.harmony.render import (
     offered_functions,
     plan_conversation,
     rendered_prompt,
+    strict_functions,
 )
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.harmony.truncation import WHOLE, Cut, context_budget, truncation_cut
@@ -582,8 +583,14 @@ def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSet
 
 
 def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
+    """What the engine constrains: the answer to ``text.format``, strict functions' arguments to their schemas."""
+    extra: dict[str, Any] = {}
     spec = structured_output_spec(request.text.format if request.text else None)
-    return {} if spec is None else {STRUCTURED_OUTPUT_KEY: spec}
+    if spec is not None:
+        extra[STRUCTURED_OUTPUT_KEY] = spec
+    if calls := strict_functions(request):
+        extra[STRICT_CALLS_KEY] = calls
+    return extra
 
 
 def _finish(run: _Run) -> Outcome:

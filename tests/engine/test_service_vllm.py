@@ -8,6 +8,7 @@ prompts saying ``unscripted``, which get the random model's own tokens.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import pytest
 from openai import OpenAI
 from openai.types.responses import ResponseStreamEvent
@@ -232,6 +234,24 @@ def test_tool_choice_naming_function_forces_call_through_vllm(stack: Stack) -> N
                                              tool_choice={"type": "function", "name": "spell"})
     assert response.status == "completed"
     assert [(item.type, getattr(item, "name", None)) for item in response.output] == [("function_call", "spell")]
+
+
+PICK_SCHEMA = {
+    "type": "object", "additionalProperties": False, "required": ["color", "sure"],
+    "properties": {"color": {"type": "string", "enum": ["red", "green", "blue"]}, "sure": {"type": "boolean"}},
+}
+
+
+@pytest.mark.parametrize("strict", [True, None])
+def test_strict_function_call_arguments_follow_its_schema_through_vllm(stack: Stack, strict: bool | None) -> None:
+    # The random model writes the arguments itself (unscripted) after the call's start the worker wrote.
+    pick = {"type": "function", "name": "pick", "parameters": PICK_SCHEMA, "strict": strict}
+    response = stack.client.responses.create(model=MODEL, input="unscripted: pick a color", tools=[pick],
+                                             tool_choice={"type": "function", "name": "pick"}, max_output_tokens=80)
+
+    assert response.status == "completed"
+    [call] = [item for item in response.output if item.type == "function_call"]
+    jsonschema.validate(json.loads(call.arguments), PICK_SCHEMA)
 
 
 def test_tool_choice_code_interpreter_forces_code_call_through_vllm(stack: Stack) -> None:

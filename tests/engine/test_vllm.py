@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -40,7 +41,7 @@ from support.forced_harmony import (
 from support.tiny_engine import EngineLoop, tiny_settings
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
-from oss_responses.engine.response_format import STRUCTURED_OUTPUT_KEY
+from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import ScriptWriter, parse_prompt
 from oss_responses.engine.vllm import (
     FORCED_LOGITS_PROCESSOR,
@@ -455,6 +456,47 @@ def test_generate_with_json_schema_samples_freely_before_final_header(
     constrained = engine_loop.run(collect(engine, "free-structured", prompt, structured))
 
     assert tokens_of(constrained) == tokens_of(unconstrained)
+
+
+STRICT = {STRICT_CALLS_KEY: {"functions.pick": CHOICE_SCHEMA}}
+
+
+def call_header(encoding: HarmonyEncoding, function: str) -> list[int]:
+    """The output tokens of a function call's header, up to its <|message|>."""
+    return script_for(encoding, [tool_call(function, "")])[:-1]  # drop <|call|>
+
+
+@pytest.mark.parametrize("header_in", ["output", "prompt"])
+def test_generate_constrains_a_strict_functions_arguments_to_its_schema(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding, header_in: str
+) -> None:
+    """The header is the model's, or in the prompt: where the worker writes the call ``tool_choice`` forces."""
+    header = call_header(encoding, "pick")
+    in_prompt = header if header_in == "prompt" else []
+    forcing = {FORCED_TOKENS_KEY: header} if header_in == "output" else {}
+    sampling = SamplingSettings(max_tokens=len(header) + 60, temperature=1.0, seed=11, extra=forcing | STRICT,
+                                stop_token_ids=encoding.stop_tokens_for_assistant_actions())
+    prompt = prompt_for(encoding, "Pick.") + in_prompt
+
+    outputs = engine_loop.run(collect(engine, f"strict-{header_in}", prompt, sampling))
+
+    tokens = in_prompt + tokens_of(outputs)
+    assert outputs[-1].finish_reason == "stop" and tokens[-1] == CALL
+    jsonschema.validate(json.loads(encoding.decode(tokens[len(header):-1])), CHOICE_SCHEMA)
+
+
+def test_generate_leaves_the_arguments_of_a_function_that_is_not_strict_free(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    header = call_header(encoding, "pick")
+    free = SamplingSettings(max_tokens=len(header) + 12, stop_token_ids=encoding.stop_tokens_for_assistant_actions(),
+                            temperature=1.0, seed=5, extra={FORCED_TOKENS_KEY: header})
+    other_strict = replace(free, extra=free.extra | {STRICT_CALLS_KEY: {"functions.other": CHOICE_SCHEMA}})
+
+    unconstrained = engine_loop.run(collect(engine, "not-strict-free", prompt_for(encoding, "Pick."), free))
+    left_alone = engine_loop.run(collect(engine, "not-strict-other", prompt_for(encoding, "Pick."), other_strict))
+
+    assert tokens_of(left_alone) == tokens_of(unconstrained)
 
 
 def test_generate_refuses_schema_the_grammar_cannot_express(

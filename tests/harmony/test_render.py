@@ -15,6 +15,7 @@ from oss_responses.harmony.render import (
     hosted_calls,
     offered_functions,
     render_prompt,
+    strict_functions,
 )
 from oss_responses.requests import parse_create_request
 
@@ -193,6 +194,24 @@ NAMESPACE_TOOL = {
     "tools": [{"type": "function", "name": "spawn_agent", "description": "Spawn one",
                "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}],
 }
+
+
+def test_strict_functions_are_the_shown_functions_not_marked_strict_false() -> None:
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    tools = [{"type": "function", "name": "strict", "parameters": schema, "strict": True},
+             {"type": "function", "name": "unset", "parameters": schema},
+             {"type": "function", "name": "free", "parameters": schema, "strict": False},
+             {"type": "function", "name": "no_parameters"}, NAMESPACE_TOOL]
+
+    assert strict_functions(_request(input="hi", tools=tools)) == {
+        "functions.strict": schema, "functions.unset": schema,
+        "multi_agent_v1.spawn_agent": NAMESPACE_TOOL["tools"][0]["parameters"],  # type: ignore[index]
+    }
+
+
+def test_strict_functions_are_only_those_tool_choice_shows() -> None:
+    assert strict_functions(_request(input="hi", tool_choice=ALLOW_G, tools=F_G_CALC)) == {"functions.g": {}}
+    assert strict_functions(_request(input="hi", tool_choice="none", tools=F_G_CALC)) == {}
 
 
 def test_render_namespace_tool_as_its_own_namespace(encoding) -> None:
