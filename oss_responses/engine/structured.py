@@ -247,7 +247,7 @@ class _Constrained:
             return None
         try:
             return self.grammars.call_matcher(schema)
-        except RuntimeError:
+        except Exception:  # whatever xgrammar raises: an error here would take the engine core down
             log.warning("structured output: the parameters of %s do not compile; its call is unconstrained",
                         found.group(1) if found else None, exc_info=True)
             return None
@@ -294,7 +294,7 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
         if spec is not None:
             try:
                 answer = self._grammars.answer_matcher(spec)
-            except RuntimeError:
+            except Exception:
                 # validate_params refuses such schemas first; never let one take the engine core down.
                 log.exception("structured output: the schema did not compile; the answer runs unconstrained")
         if answer is None and not calls:

@@ -485,16 +485,18 @@ def test_generate_constrains_a_strict_functions_arguments_to_its_schema(
     jsonschema.validate(json.loads(encoding.decode(tokens[len(header):-1])), CHOICE_SCHEMA)
 
 
-def test_generate_leaves_the_arguments_of_a_function_that_is_not_strict_free(
-    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+@pytest.mark.parametrize("calls", [{"functions.other": CHOICE_SCHEMA}, {"functions.pick": {"type": "tuple"}}],
+                         ids=["another_function_strict", "schema_the_grammar_cannot_express"])
+def test_generate_leaves_the_arguments_of_a_call_it_cannot_constrain_free(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding, calls: dict[str, object]
 ) -> None:
     header = call_header(encoding, "pick")
     free = SamplingSettings(max_tokens=len(header) + 12, stop_token_ids=encoding.stop_tokens_for_assistant_actions(),
                             temperature=1.0, seed=5, extra={FORCED_TOKENS_KEY: header})
-    other_strict = replace(free, extra=free.extra | {STRICT_CALLS_KEY: {"functions.other": CHOICE_SCHEMA}})
+    strict_elsewhere = replace(free, extra=free.extra | {STRICT_CALLS_KEY: calls})
 
-    unconstrained = engine_loop.run(collect(engine, "not-strict-free", prompt_for(encoding, "Pick."), free))
-    left_alone = engine_loop.run(collect(engine, "not-strict-other", prompt_for(encoding, "Pick."), other_strict))
+    unconstrained = engine_loop.run(collect(engine, "call-free", prompt_for(encoding, "Pick."), free))
+    left_alone = engine_loop.run(collect(engine, "call-left-alone", prompt_for(encoding, "Pick."), strict_elsewhere))
 
     assert tokens_of(left_alone) == tokens_of(unconstrained)
 
