@@ -8,6 +8,7 @@ prompts saying ``unscripted``, which get the random model's own tokens.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import threading
@@ -15,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import jsonschema
 import pytest
@@ -262,3 +264,32 @@ def test_tool_choice_code_interpreter_forces_code_call_through_vllm(stack: Stack
     call = next(item for item in response.output if item.type == "code_interpreter_call")
     assert (call.code, call.status) == ("1+1", "completed")
     assert "2" in response.output_text
+
+
+def test_agents_sdk_function_tool_gets_arguments_it_can_parse_from_the_model_through_vllm(stack: Stack) -> None:
+    # The SDK's @function_tool is strict; the random model (unscripted) writes the arguments of the call
+    # tool_choice asks for, and the SDK parses them into its function's parameters before running it.
+    # (A closed set of values: a free string would let the random model write on to max_tokens.)
+    from agents import Agent, ModelSettings, RunConfig, Runner, function_tool
+    from agents.models.openai_responses import OpenAIResponsesModel
+    from openai import AsyncOpenAI
+
+    picked: list[tuple[str, bool]] = []
+
+    @function_tool
+    def pick(color: Literal["red", "green", "blue"], sure: bool) -> str:
+        """Pick a color."""
+        picked.append((color, sure))
+        return f"picked {color}"
+
+    async def run() -> object:
+        async with AsyncOpenAI(base_url=str(stack.client.base_url), api_key="test", max_retries=0) as client:
+            agent = Agent(name="picker", tools=[pick], tool_use_behavior="stop_on_first_tool",
+                          model=OpenAIResponsesModel(model=MODEL, openai_client=client),
+                          model_settings=ModelSettings(tool_choice="pick", max_tokens=80))
+            result = await Runner.run(agent, "unscripted: pick a color", run_config=RunConfig(tracing_disabled=True))
+            return result.final_output
+
+    final_output = asyncio.run(run())
+
+    assert len(picked) == 1 and final_output == f"picked {picked[0][0]}"
