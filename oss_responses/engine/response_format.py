@@ -23,6 +23,9 @@ from oss_responses.harmony.render import JSON_OBJECT_FORMAT, RESPONSE_FORMATS_HE
 STRUCTURED_OUTPUT_KEY = "structured_output"
 # The strict functions' parameters by recipient (``harmony.render.strict_functions``), for the same processor.
 STRICT_CALLS_KEY = "strict_calls"
+# A call tool_choice requires whose header the worker began (``to=functions.``): its tokens ("after") and
+# the rest of each header the model may finish it with ("rests"), for the same processor.
+REQUIRED_CALL_KEY = "required_call"
 
 
 def structured_output_spec(text_format: Any) -> dict[str, Any] | None:

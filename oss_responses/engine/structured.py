@@ -14,7 +14,10 @@ the grammar is complete only the message's end remains allowed (``<|return|>`` a
 continues a message (a takeover or a handoff: prompt + the tokens the lost worker generated, or a
 call whose header the worker wrote for ``tool_choice``) has that message's start in its prompt: the
 prompt's open last message is read as the start of the output, so the header and the JSON begun
-there count. Tokens a forced script (``engine/forced.py``) dictates are fed, never masked.
+there count. Under ``tool_choice: "required"`` the worker writes a call's header up to its namespace
+(``to=functions.``) and the model names the function: the name is masked, token by token, to finish
+the header as one of the functions shown does (``{"required_call": {"after": [...], "rests": [...]}}``).
+Tokens a forced script (``engine/forced.py``) dictates are fed, never masked.
 
 A request opts in with ``SamplingParams.extra_args``: ``{"structured_output": SPEC}``, SPEC being
 ``{"type": "json_schema", "schema": {...}}`` or ``{"type": "json_object"}`` (see
@@ -38,14 +41,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
+from oss_responses.engine.response_format import REQUIRED_CALL_KEY, STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import CALL, CHANNEL, END, MESSAGE, RETURN, START
 from oss_responses.engine.vllm import FORCED_TOKENS_KEY
 
@@ -74,6 +77,26 @@ def _calls_of(params: SamplingParams) -> dict[str, dict[str, Any]]:
     if not isinstance(calls, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in calls.items()):
         raise ValueError(f"extra_args[{STRICT_CALLS_KEY!r}] must map recipients to schema objects")
     return calls
+
+
+@dataclass(frozen=True)
+class _RequiredCall:
+    after: list[int]  # the header's start the worker wrote
+    rests: list[list[int]]  # each way the model may finish it: a function's name, then up to <|message|>
+
+
+def _required_of(params: SamplingParams) -> _RequiredCall | None:
+    spec = (params.extra_args or {}).get(REQUIRED_CALL_KEY)
+    if spec is None:
+        return None
+    after, rests = (spec.get("after"), spec.get("rests")) if isinstance(spec, dict) else (None, None)
+    if not _tokens(after) or not isinstance(rests, list) or not rests or not all(_tokens(rest) for rest in rests):
+        raise ValueError(f"extra_args[{REQUIRED_CALL_KEY!r}] must give 'after' and 'rests' as token ids")
+    return _RequiredCall(after, rests)
+
+
+def _tokens(value: object) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and bool(value) and all(isinstance(token, int) and token >= 0 for token in value)
 
 
 def _forced_length(params: SamplingParams) -> int:
@@ -169,6 +192,14 @@ def open_message(prompt: Sequence[int] | None) -> list[int]:
     return []
 
 
+def _end_of(part: list[int], tokens: list[int]) -> int | None:
+    """Where ``part`` ends in ``tokens`` (its first occurrence; None: not in them)."""
+    for index in range(len(tokens) - len(part) + 1):
+        if tokens[index:index + len(part)] == part:
+            return index + len(part)
+    return None
+
+
 _MESSAGE_ENDS = frozenset((END, RETURN, CALL))
 _RECIPIENT = re.compile(r"\bto=([^\s]+)")
 
@@ -185,6 +216,8 @@ class _Constrained:
     generated: list[int]  # vLLM's live list of the request's output tokens
     opened: list[int] = field(default_factory=list)
     forced: int = 0  # the first tokens a forced script dictates: fed, not masked
+    required: _RequiredCall | None = None
+    header_at: int | None = None  # where the model's part of that header starts
     matcher: xgrammar.GrammarMatcher | None = None
     scanned: int = 0
     header_start: int = 0
@@ -195,6 +228,24 @@ class _Constrained:
     def masks_next(self) -> bool:
         """Feed the new tokens; True when the next token is to be masked to the grammar."""
         return self._advance() and len(self.generated) >= self.forced
+
+    def header_choices(self) -> list[int] | None:
+        """The tokens that may come next in the header of a call ``tool_choice`` requires (None: no such
+        header is being written): the next token of each way to finish it that the header still follows."""
+        if self.required is None or len(self.generated) < self.forced:
+            return None
+        if self.header_at is None:
+            self.header_at = _end_of(self.required.after, self.opened)
+            if self.header_at is None:  # not this engine call's header (a later turn's prompt)
+                self.required = None
+                return None
+        written = [self._at(index) for index in range(self.header_at, self._length())]
+        choices = {rest[len(written)] for rest in self.required.rests
+                   if len(rest) > len(written) and rest[:len(written)] == written}
+        if not choices:  # the header is finished (or left the ways to finish it): nothing more to mask
+            self.required = None
+            return None
+        return sorted(choices)
 
     def fill_mask(self, bitmask: torch.Tensor, row: int) -> None:
         assert self.matcher is not None
@@ -270,6 +321,7 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         spec = _spec_of(sampling_params)
         _calls_of(sampling_params)
+        _required_of(sampling_params)
         if spec is not None and spec["type"] == "json_schema":
             _check_schema(spec["schema"])
 
@@ -282,8 +334,8 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
     def _new_request(
         self, params: SamplingParams, prompt: list[int] | None, generated: list[int]
     ) -> _Constrained | None:
-        spec, calls = _spec_of(params), _calls_of(params)
-        if spec is None and not calls:
+        spec, calls, required = _spec_of(params), _calls_of(params), _required_of(params)
+        if spec is None and not calls and required is None:
             return None
         if self._grammars is None:
             import xgrammar
@@ -297,11 +349,15 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
             except Exception:
                 # validate_params refuses such schemas first; never let one take the engine core down.
                 log.exception("structured output: the schema did not compile; the answer runs unconstrained")
-        if answer is None and not calls:
+        if answer is None and not calls and required is None:
             return None
-        return _Constrained(self._grammars, answer, calls, generated, open_message(prompt), _forced_length(params))
+        return _Constrained(self._grammars, answer, calls, generated, open_message(prompt), _forced_length(params),
+                            required)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        for row, request in self._by_row.items():
+            if (choices := request.header_choices()) is not None:
+                _keep_only(logits, row, choices)
         rows = [row for row, request in self._by_row.items() if request.masks_next()]
         if not rows:
             return logits
@@ -313,3 +369,10 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
         xgrammar.apply_token_bitmask_inplace(logits, self._bitmask.to(logits.device), indices=rows,
                                              vocab_size=min(self._vocab_size, logits.shape[-1]))
         return logits
+
+
+def _keep_only(logits: torch.Tensor, row: int, tokens: list[int]) -> None:
+    index = torch.tensor(tokens, device=logits.device)
+    kept = logits[row].index_select(0, index)
+    logits[row] = float("-inf")
+    logits[row].index_copy_(0, index, kept)

@@ -341,6 +341,17 @@ def forced_call_header(request: Any, builtin_labels: Mapping[str, str]) -> str |
     return start + (call.name if call.namespace == BROWSER else function_call_header_rest(call.name))
 
 
+def forced_call_names(request: Any, builtin_labels: Mapping[str, str]) -> list[str]:
+    """The names the model may finish the header ``forced_call_header`` began with (``to=functions.``
+    under ``required``): the functions shown in its namespace. Empty when the header names its tool,
+    or when the namespace's tools are not functions (an MCP server's, a built-in's)."""
+    call = forced_call(request, builtin_labels)
+    if call is None or call.name is not None:
+        return []
+    prefix = call.namespace + "."
+    return sorted(address[len(prefix):] for address in offered_functions(request) if address.startswith(prefix))
+
+
 def function_call_header_rest(name: str) -> str:
     """A function or MCP tool call's header after ``to=NAMESPACE.``: its name, then the arguments' type."""
     return f"{name} {FUNCTION_ARGUMENTS_TYPE}<|message|>"

@@ -38,7 +38,12 @@ from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings
-from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY, structured_output_spec
+from oss_responses.engine.response_format import (
+    REQUIRED_CALL_KEY,
+    STRICT_CALLS_KEY,
+    STRUCTURED_OUTPUT_KEY,
+    structured_output_spec,
+)
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
@@ -48,6 +53,8 @@ from oss_responses.harmony.render import (
     RenderedPrompt,
     RenderOptions,
     forced_call_header,
+    forced_call_names,
+    function_call_header_rest,
     hosted_builtins,
     hosted_calls,
     offered_functions,
@@ -577,19 +584,24 @@ def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSet
         temperature=request.temperature,
         top_p=request.top_p,
         seed=request.seed,
-        extra=_structured_output(request),
+        extra=_constraints(ctx, request),
         stream_interval=ctx.settings.stream_interval,
     )
 
 
-def _structured_output(request: CreateResponseRequest) -> dict[str, Any]:
-    """What the engine constrains: the answer to ``text.format``, strict functions' arguments to their schemas."""
+def _constraints(ctx: WorkerContext, request: CreateResponseRequest) -> dict[str, Any]:
+    """What the engine constrains: the answer to ``text.format``, strict functions' arguments to their
+    schemas, and the name of a function ``tool_choice`` requires to one of those shown."""
     extra: dict[str, Any] = {}
     spec = structured_output_spec(request.text.format if request.text else None)
     if spec is not None:
         extra[STRUCTURED_OUTPUT_KEY] = spec
     if calls := strict_functions(request):
         extra[STRICT_CALLS_KEY] = calls
+    forced = _forced(ctx, request)
+    if forced and (names := forced_call_names(request, ctx.settings.builtin_tool_labels)):
+        rests = [list(ctx.encoding.encode(function_call_header_rest(name), allowed_special="all")) for name in names]
+        extra[REQUIRED_CALL_KEY] = {"after": forced, "rests": rests}
     return extra
 
 

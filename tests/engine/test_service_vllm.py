@@ -266,6 +266,24 @@ def test_tool_choice_code_interpreter_forces_code_call_through_vllm(stack: Stack
     assert "2" in response.output_text
 
 
+SIZE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["size"],
+               "properties": {"size": {"type": "string", "enum": ["S", "M", "L"]}}}
+
+
+def test_required_tool_choice_calls_a_function_shown_with_arguments_that_follow_its_schema_through_vllm(
+    stack: Stack,
+) -> None:
+    # The worker writes "to=functions."; the random model (unscripted) names one of the two and writes its arguments.
+    tools = [{"type": "function", "name": "pick", "parameters": PICK_SCHEMA, "strict": True},
+             {"type": "function", "name": "size", "parameters": SIZE_SCHEMA, "strict": True}]
+    response = stack.client.responses.create(model=MODEL, input="unscripted: pick something", tools=tools,
+                                             tool_choice="required", max_output_tokens=80)
+
+    assert response.status == "completed"
+    [call] = [item for item in response.output if item.type == "function_call"]
+    jsonschema.validate(json.loads(call.arguments), {"pick": PICK_SCHEMA, "size": SIZE_SCHEMA}[call.name])
+
+
 def test_agents_sdk_function_tool_gets_arguments_it_can_parse_from_the_model_through_vllm(stack: Stack) -> None:
     # The SDK's @function_tool is strict; the random model (unscripted) writes the arguments of the call
     # tool_choice asks for, and the SDK parses them into its function's parameters before running it.

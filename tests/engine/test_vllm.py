@@ -41,7 +41,7 @@ from support.forced_harmony import (
 from support.tiny_engine import EngineLoop, tiny_settings
 
 from oss_responses.engine.base import EngineOutput, SamplingSettings
-from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
+from oss_responses.engine.response_format import REQUIRED_CALL_KEY, STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import ScriptWriter, parse_prompt
 from oss_responses.engine.vllm import (
     FORCED_LOGITS_PROCESSOR,
@@ -499,6 +499,30 @@ def test_generate_leaves_the_arguments_of_a_call_it_cannot_constrain_free(
     left_alone = engine_loop.run(collect(engine, "call-left-alone", prompt_for(encoding, "Pick."), strict_elsewhere))
 
     assert tokens_of(left_alone) == tokens_of(unconstrained)
+
+
+SIZE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["size"],
+               "properties": {"size": {"type": "string", "enum": ["S", "M", "L"]}}}
+
+
+def test_generate_finishes_the_header_of_a_required_call_with_a_function_shown(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    """Under ``tool_choice: "required"`` the worker writes ``to=functions.`` and the model names the function."""
+    after = encoding.encode("<|channel|>commentary to=functions.", allowed_special="all")
+    rests = [encoding.encode(f"{name} <|constrain|>json<|message|>", allowed_special="all")
+             for name in ("pick", "size")]
+    extra = {REQUIRED_CALL_KEY: {"after": after, "rests": rests},
+             STRICT_CALLS_KEY: {"functions.pick": CHOICE_SCHEMA, "functions.size": SIZE_SCHEMA}}
+    sampling = SamplingSettings(max_tokens=60, temperature=1.0, seed=3, extra=extra,
+                                stop_token_ids=encoding.stop_tokens_for_assistant_actions())
+    prompt = prompt_for(encoding, "Pick.") + after
+
+    outputs = engine_loop.run(collect(engine, "required-call", prompt, sampling))
+
+    [call] = parse(encoding, after + tokens_of(outputs))
+    schema = {"functions.pick": CHOICE_SCHEMA, "functions.size": SIZE_SCHEMA}[call.recipient]  # type: ignore[index]
+    jsonschema.validate(json.loads(call.content[0].text), schema)  # type: ignore[union-attr]
 
 
 def test_generate_refuses_schema_the_grammar_cannot_express(

@@ -11,6 +11,7 @@ from oss_responses.harmony.render import (
     McpToolSpec,
     RenderOptions,
     forced_call_header,
+    forced_call_names,
     hosted_builtins,
     hosted_calls,
     offered_functions,
@@ -212,6 +213,21 @@ def test_strict_functions_are_the_shown_functions_not_marked_strict_false() -> N
 def test_strict_functions_are_only_those_tool_choice_shows() -> None:
     assert strict_functions(_request(input="hi", tool_choice=ALLOW_G, tools=F_G_CALC)) == {"functions.g": {}}
     assert strict_functions(_request(input="hi", tool_choice="none", tools=F_G_CALC)) == {}
+
+
+@pytest.mark.parametrize(("choice", "tools", "names"), [
+    ("required", F_G_CALC, ["f", "g"]),
+    ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "g"}]}, F_G_CALC, ["g"]),
+    ({"type": "function", "name": "f"}, F_G_CALC, []),  # the worker writes the whole header
+    ("required", [NAMESPACE_TOOL], ["spawn_agent"]),
+    ("required", [{"type": "mcp", "server_label": "calc", "server_url": "http://y"}], []),  # listed later
+    ("auto", F_G_CALC, []),
+])
+def test_forced_call_names_are_the_functions_the_model_may_finish_the_forced_header_with(
+    choice: object, tools: list, names: list
+) -> None:
+    request = _request(input="hi", tool_choice=choice, tools=tools)
+    assert forced_call_names(request, OPTIONS.builtin_tool_labels) == names
 
 
 def test_render_namespace_tool_as_its_own_namespace(encoding) -> None:
