@@ -505,10 +505,12 @@ SIZE_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["si
                "properties": {"size": {"type": "string", "enum": ["S", "M", "L"]}}}
 
 
+@pytest.mark.parametrize("written", [0, 2], ids=["from_its_start", "taken_over_in_the_header"])
 def test_generate_finishes_the_header_of_a_required_call_with_a_function_shown(
-    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding, written: int
 ) -> None:
-    """Under ``tool_choice: "required"`` the worker writes ``to=functions.`` and the model names the function."""
+    """Under ``tool_choice: "required"`` the worker writes ``to=functions.`` and the model names the function
+    (``written``: how much of the header a lost worker had generated, in the prompt of its successor)."""
     after = encoding.encode("<|channel|>commentary to=functions.", allowed_special="all")
     rests = [encoding.encode(f"{name} <|constrain|>json<|message|>", allowed_special="all")
              for name in ("pick", "size")]
@@ -516,13 +518,15 @@ def test_generate_finishes_the_header_of_a_required_call_with_a_function_shown(
              STRICT_CALLS_KEY: {"functions.pick": CHOICE_SCHEMA, "functions.size": SIZE_SCHEMA}}
     sampling = SamplingSettings(max_tokens=60, temperature=1.0, seed=3, extra=extra,
                                 stop_token_ids=encoding.stop_tokens_for_assistant_actions())
-    prompt = prompt_for(encoding, "Pick.") + after
+    begun = after + rests[1][:written]
 
-    outputs = engine_loop.run(collect(engine, "required-call", prompt, sampling))
+    outputs = engine_loop.run(collect(engine, f"required-call-{written}", prompt_for(encoding, "Pick.") + begun,
+                                      sampling))
 
-    [call] = parse(encoding, after + tokens_of(outputs))
+    [call] = parse(encoding, begun + tokens_of(outputs))
     schema = {"functions.pick": CHOICE_SCHEMA, "functions.size": SIZE_SCHEMA}[call.recipient]  # type: ignore[index]
     jsonschema.validate(json.loads(call.content[0].text), schema)  # type: ignore[union-attr]
+    assert written == 0 or call.recipient == "functions.size"
 
 
 def test_generate_refuses_schema_the_grammar_cannot_express(
