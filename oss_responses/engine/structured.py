@@ -290,18 +290,19 @@ class _Constrained:
     def _matcher_for(self, header: range) -> xgrammar.GrammarMatcher | None:
         if self.answer is not None and self._is_final(header):
             return self.answer
-        if not self.calls:
-            return None
-        found = _RECIPIENT.search(self.grammars.text([self._at(index) for index in header]))
-        schema = self.calls.get(found.group(1)) if found else None
-        if schema is None:
+        recipient = self._recipient(header) if self.calls else None
+        if recipient is None or recipient not in self.calls:
             return None
         try:
-            return self.grammars.call_matcher(schema)
+            return self.grammars.call_matcher(self.calls[recipient])
         except Exception:  # whatever xgrammar raises: an error here would take the engine core down
             log.warning("structured output: the parameters of %s do not compile; its call is unconstrained",
-                        found.group(1) if found else None, exc_info=True)
+                        recipient, exc_info=True)
             return None
+
+    def _recipient(self, header: range) -> str | None:
+        found = _RECIPIENT.search(self.grammars.text([self._at(index) for index in header]))
+        return found.group(1) if found else None
 
     def _is_final(self, header: range) -> bool:
         final = self.grammars.final_token
