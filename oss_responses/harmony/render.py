@@ -341,13 +341,22 @@ def forced_call_header(request: Any, builtin_labels: Mapping[str, str]) -> str |
     return start + (call.name if call.namespace == BROWSER else function_call_header_rest(call.name))
 
 
-def forced_call_names(request: Any, builtin_labels: Mapping[str, str]) -> list[str]:
+def forced_call_names(
+    request: Any, builtin_labels: Mapping[str, str], mcp_tools: Mapping[str, list[McpToolSpec]] | None = None
+) -> list[str]:
     """The names the model may finish the header ``forced_call_header`` began with (``to=functions.``
-    under ``required``): the functions shown in its namespace. Empty when the header names its tool,
-    or when the namespace's tools are not functions (an MCP server's, a built-in's)."""
+    under ``required``, ``to=calc.`` for an MCP server): the functions shown in its namespace, or the
+    server's tools shown (``mcp_tools``: as listed for this response). Empty when the header names its
+    tool, when the server has no list, or for a built-in's (``python``'s header is whole, the browser's
+    actions are left to the model)."""
     call = forced_call(request, builtin_labels)
     if call is None or call.name is not None:
         return []
+    server = next((tool for _, tool in usable_tools(request)
+                   if isinstance(tool, Mcp) and tool.server_label == call.namespace), None)
+    if server is not None:
+        listed = (mcp_tools or {}).get(server.server_label, [])
+        return sorted(tool.name for tool in _server_namespace(server, listed).tools)
     prefix = call.namespace + "."
     return sorted(address[len(prefix):] for address in offered_functions(request) if address.startswith(prefix))
 

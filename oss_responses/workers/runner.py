@@ -47,6 +47,7 @@ from oss_responses.engine.response_format import (
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
+from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.render import (
     ConversationPlan,
     ConversationTurn,
@@ -562,7 +563,7 @@ def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTo
     ctx, job = run.ctx, run.job
     assert run.translator is not None
     run.generation = Generation(
-        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request),
+        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request, known),
         journal=run.translator.record,
         is_idempotent=idempotent_calls(ctx.settings, known),
         context_budget=_context_budget(ctx, request),
@@ -577,21 +578,25 @@ def _forced(ctx: WorkerContext, request: CreateResponseRequest) -> list[int] | N
     return list(ctx.encoding.encode(header, allowed_special="all")) if header else None
 
 
-def _sampling(ctx: WorkerContext, request: CreateResponseRequest) -> SamplingSettings:
+def _sampling(
+    ctx: WorkerContext, request: CreateResponseRequest, mcp_tools: dict[str, list[McpToolSpec]]
+) -> SamplingSettings:
     return SamplingSettings(
         max_tokens=request.max_output_tokens or ctx.settings.default_max_output_tokens,
         stop_token_ids=ctx.stop_token_ids,
         temperature=request.temperature,
         top_p=request.top_p,
         seed=request.seed,
-        extra=_constraints(ctx, request),
+        extra=_constraints(ctx, request, mcp_tools),
         stream_interval=ctx.settings.stream_interval,
     )
 
 
-def _constraints(ctx: WorkerContext, request: CreateResponseRequest) -> dict[str, Any]:
+def _constraints(
+    ctx: WorkerContext, request: CreateResponseRequest, mcp_tools: dict[str, list[McpToolSpec]]
+) -> dict[str, Any]:
     """What the engine constrains: the answer to ``text.format``, strict functions' arguments to their
-    schemas, and the name of a function ``tool_choice`` requires to one of those shown."""
+    schemas, and the name of a function or MCP tool ``tool_choice`` requires to one of those shown."""
     extra: dict[str, Any] = {}
     spec = structured_output_spec(request.text.format if request.text else None)
     if spec is not None:
@@ -599,7 +604,7 @@ def _constraints(ctx: WorkerContext, request: CreateResponseRequest) -> dict[str
     if calls := strict_functions(request):
         extra[STRICT_CALLS_KEY] = calls
     forced = _forced(ctx, request)
-    if forced and (names := forced_call_names(request, ctx.settings.builtin_tool_labels)):
+    if forced and (names := forced_call_names(request, ctx.settings.builtin_tool_labels, mcp_tools)):
         rests = [list(ctx.encoding.encode(function_call_header_rest(name), allowed_special="all")) for name in names]
         extra[REQUIRED_CALL_KEY] = {"after": forced, "rests": rests}
     return extra

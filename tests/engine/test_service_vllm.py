@@ -59,7 +59,7 @@ def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_environm
     processes = []
     with calculator_server() as calculator:
         settings = Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
-                            tool_servers={"code_interpreter": calculator})
+                            tool_servers={"code_interpreter": calculator, "calc": calculator})
         try:
             env = vllm_worker_env(settings, tiny_model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true")
             processes.append(start_vllm_worker(settings, env, logs / "worker.log"))
@@ -282,6 +282,20 @@ def test_required_tool_choice_calls_a_function_shown_with_arguments_that_follow_
     assert response.status == "completed"
     [call] = [item for item in response.output if item.type == "function_call"]
     jsonschema.validate(json.loads(call.arguments), {"pick": PICK_SCHEMA, "size": SIZE_SCHEMA}[call.name])
+
+
+def test_tool_choice_naming_mcp_server_calls_one_of_its_tools_through_vllm(stack: Stack) -> None:
+    # The worker writes "to=calc."; the random model (unscripted) names one of the tools the server
+    # listed, then writes arguments of its own to max_output_tokens (MCP arguments are not constrained).
+    calc = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
+    response = stack.client.responses.create(model=MODEL, input="unscripted: calculate", tools=[calc],
+                                             tool_choice={"type": "mcp", "server_label": "calc"},
+                                             max_output_tokens=64)
+
+    listed = next(item for item in response.output if item.type == "mcp_list_tools")
+    calls = [item for item in response.output if item.type == "mcp_call"]
+    assert calls, response.model_dump_json(indent=1)
+    assert calls[0].name in {tool.name for tool in listed.tools}
 
 
 def test_agents_sdk_function_tool_gets_arguments_it_can_parse_from_the_model_through_vllm(stack: Stack) -> None:

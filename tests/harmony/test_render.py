@@ -94,8 +94,9 @@ def test_offered_functions_are_none_under_tool_choice_none() -> None:
 
 ALLOW_G = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "g"},
                                                                {"type": "mcp", "server_label": "calc"}]}
+CALC = {"type": "mcp", "server_label": "calc", "server_url": "http://y"}
 F_G_CALC = [{"type": "function", "name": "f", "parameters": {}}, {"type": "function", "name": "g", "parameters": {}},
-            {"type": "mcp", "server_label": "calc", "server_url": "http://y"},
+            CALC,
             {"type": "mcp", "server_label": "code_interpreter", "server_url": "http://x"}]
 
 
@@ -220,14 +221,20 @@ def test_strict_functions_are_only_those_tool_choice_shows() -> None:
     ({"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "g"}]}, F_G_CALC, ["g"]),
     ({"type": "function", "name": "f"}, F_G_CALC, []),  # the worker writes the whole header
     ("required", [NAMESPACE_TOOL], ["spawn_agent"]),
-    ("required", [{"type": "mcp", "server_label": "calc", "server_url": "http://y"}], []),  # listed later
+    ("required", [CALC], ["add", "mul"]),  # the server's tools as listed for this response
+    ({"type": "mcp", "server_label": "calc"}, F_G_CALC, ["add", "mul"]),
+    ({"type": "mcp", "server_label": "calc"}, [CALC | {"allowed_tools": ["mul"]}], ["mul"]),  # those shown
+    ({"type": "mcp", "server_label": "calc", "name": "add"}, F_G_CALC, []),
+    ({"type": "mcp", "server_label": "docs"}, [{"type": "mcp", "server_label": "docs", "server_url": "http://d"}],
+     []),  # no list (its server did not answer): the model names the tool unconstrained
+    ({"type": "code_interpreter"}, [{"type": "code_interpreter", "container": "c"}], []),  # to=python: no name
     ("auto", F_G_CALC, []),
 ])
-def test_forced_call_names_are_the_functions_the_model_may_finish_the_forced_header_with(
+def test_forced_call_names_are_the_tools_the_model_may_finish_the_forced_header_with(
     choice: object, tools: list, names: list
 ) -> None:
     request = _request(input="hi", tool_choice=choice, tools=tools)
-    assert forced_call_names(request, OPTIONS.builtin_tool_labels) == names
+    assert forced_call_names(request, OPTIONS.builtin_tool_labels, OPTIONS.mcp_tools) == names
 
 
 def test_render_namespace_tool_as_its_own_namespace(encoding) -> None:
