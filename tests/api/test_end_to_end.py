@@ -224,6 +224,16 @@ def test_cancel_response_mid_generation_stops_it(stack: Stack) -> None:
     assert stack.db.run(get_response, response_id).status == "cancelled"
 
 
+def test_cancel_response_completed_is_400(stack: Stack) -> None:
+    created = stack.client.responses.create(model=MODEL, input="hi", background=True)
+    assert wait_ended(stack.other, created.id).status == "completed"
+    with pytest.raises(openai.BadRequestError) as error:
+        stack.other.responses.cancel(created.id)
+    assert error.value.body == {"message": "Cannot cancel a completed response.", "type": "invalid_request_error",
+                                "param": None, "code": None}
+    assert stack.client.responses.retrieve(created.id).status == "completed"
+
+
 def test_three_turns_chained_by_previous_response_id(stack: Stack) -> None:
     one = stack.client.responses.create(model=MODEL, input="first apple")
     two = stack.other.responses.create(model=MODEL, input="second banana", previous_response_id=one.id)

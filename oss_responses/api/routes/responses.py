@@ -137,8 +137,10 @@ async def cancel_response(response_id: str, services: ServicesDep, owner: OwnerD
     record = await jobs.load_visible(services, response_id, owner)
     if not record.background:
         raise BadRequest("Only responses created with background=true can be cancelled.", param="response_id")
-    if record.is_terminal:
+    if record.status == "cancelled":  # cancelling twice answers as the first time did
         return JSONResponse(jobs.public_json(record))
+    if record.is_terminal:  # OpenAI's answer, e.g. "Cannot cancel a completed response."
+        raise BadRequest(f"Cannot cancel a {record.status} response.")
     if await jobs.request_cancel(services, record):
         return JSONResponse(jobs.public_json(await jobs.load_visible(services, response_id, owner)))
     # A worker holds it: the response is cancelled once the worker confirms by ending the stream.
