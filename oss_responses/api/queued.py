@@ -57,6 +57,7 @@ def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings:
     reasoning.setdefault("effort", settings.default_reasoning_effort)
     text = wire_json(request.text, exclude_none=True) if request.text else {}
     text.setdefault("format", {"type": "text"})
+    text.setdefault("verbosity", "medium")  # OpenAI echoes its default
     return {
         "object": "response",
         "model": request.model,
@@ -79,9 +80,9 @@ def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings:
         "safety_identifier": request.safety_identifier,
         "prompt_cache_key": request.prompt_cache_key,
         "prompt_cache_retention": request.prompt_cache_retention,
-        # One tier is served; OpenAI echoes the tier that served the request, not the one asked for.
-        "service_tier": "default" if request.service_tier else None,
-        "top_logprobs": request.top_logprobs,
+        # One tier is served; OpenAI echoes the tier that served the request (asked for or not).
+        "service_tier": "default",
+        "top_logprobs": request.top_logprobs or 0,
         "store": request.store,
     }
 

@@ -132,6 +132,12 @@ def test_create_response_echoes_effort_as_requested_and_hides_client_metadata(cl
     assert "client_metadata" not in response.model_dump()
 
 
+def test_create_response_echoes_openai_defaults_of_fields_left_out(client: OpenAI) -> None:
+    response = client.responses.create(model=MODEL, input="hi", background=True)
+    assert (response.service_tier, response.top_logprobs) == ("default", 0)
+    assert response.text is not None and response.text.verbosity == "medium"
+
+
 def test_create_response_timestamps_are_integers(http: httpx2.Client) -> None:
     body = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()
     assert isinstance(body["created_at"], int)
