@@ -8,7 +8,8 @@ checked lazily), so the body is validated here: top-level fields strictly (an un
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+import re
+from typing import Annotated, Any, Literal, TypeVar
 
 from openai.types.responses import (
     EasyInputMessage,
@@ -16,6 +17,7 @@ from openai.types.responses import (
     NamespaceTool,
     ResponseCodeInterpreterToolCall,
     ResponseCompactionItemParam,
+    ResponseFormatTextJSONSchemaConfig,
     ResponseFunctionToolCall,
     ResponseFunctionWebSearch,
     ResponseIncludable,
@@ -34,7 +36,16 @@ from openai.types.responses.response_input_item import (
     Message,
 )
 from openai.types.responses.tool import CodeInterpreter, Mcp
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from oss_responses.errors import BadRequest
@@ -64,6 +75,19 @@ InputItem = (
 )
 RequestTool = FunctionTool | NamespaceTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
 M = TypeVar("M", bound=BaseModel)
+
+# OpenAI's metadata: at most 16 pairs, keys up to 64 characters, values up to 512.
+Metadata = Annotated[
+    dict[Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]],
+    Field(max_length=16),
+]
+
+# OpenAI's rule for the names of functions and response formats. Here it also keeps harmony's headers
+# whole: a function's name, a namespace's or an MCP server's label is the recipient ``to=NAMESPACE.NAME``,
+# and a space or a dot in it would end or split that recipient.
+NAME_PATTERN = "^[a-zA-Z0-9_-]+$"
+NAME_MAX_LENGTH = 64
+_NAME = re.compile(NAME_PATTERN)
 
 # The ``include`` value asking for reasoning items' sealed harmony messages (stateless multi-turn).
 REASONING_ENCRYPTED_CONTENT = "reasoning.encrypted_content"
@@ -119,6 +143,7 @@ def _output_part(part: dict[str, Any]) -> dict[str, Any]:
 
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
+MAX_INPUT_TEXT = 10_485_760  # OpenAI's longest `input` string or text part, in characters
 
 
 def _check_text_parts(content: Any, param: str) -> None:
@@ -134,6 +159,8 @@ def _check_text_parts(content: Any, param: str) -> None:
                 param=f"{param}.content[{index}]",
                 code="unsupported_value",
             )
+        if isinstance(text := part.get("text"), str) and len(text) > MAX_INPUT_TEXT:
+            raise _too_long(f"{param}.content[{index}].text", MAX_INPUT_TEXT, len(text))
 
 
 def _type_of(value: dict[str, Any], default: str | None = None) -> str | None:
@@ -158,17 +185,104 @@ def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def _loc(prefix: str, error: ErrorDetails) -> str:
-    parts = [prefix] + [f"[{p}]" if isinstance(p, int) else f".{p}" for p in error["loc"]]
-    return "".join(parts)
+def _path(value: Any, error: ErrorDetails) -> list[str | int]:
+    """Where in the sent ``value`` an error lies: pydantic's location without the names it gives the
+    branches of a union (``str``, ``list[...]``, a tag), which are not in the body; a dict key's error
+    lies at the dict."""
+    path: list[str | int] = []
+    node, loc = value, error["loc"]
+    for index, part in enumerate(loc):
+        if part == "[key]":
+            return path[:-1]
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not (index == len(loc) - 1 and error["type"] == "missing"):
+            continue
+        path.append(part)
+    return path
+
+
+def _param(prefix: str, path: list[str | int]) -> str:
+    return prefix + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def _closest_error(value: Any, exc: ValidationError) -> tuple[list[str | int], ErrorDetails]:
+    """The error that reached deepest into the body: of a union, the branch the body was meant for
+    (a list of parts rather than the string it is not). Branches whose ``type`` is not the body's are
+    left out; when none is, the error is the ``type`` itself, with every value the branches allow."""
+    errors = exc.errors()
+    mismatched = [error for error in errors if error["type"] == "literal_error" and error["loc"][-1:] == ("type",)]
+    branches = [error["loc"][:-1] for error in mismatched]
+    others = [error for error in errors if not any(error["loc"][:len(b)] == b for b in branches)]
+    # At one depth: a branch whose type matched, then a wrong value over a wrong type (that branch is
+    # of the body's kind).
+    located = [(_path(value, error), 1, error) for error in others]
+    if mismatched:
+        expected = ", ".join(str(error.get("ctx", {}).get("expected")) for error in mismatched)
+        located.append((_path(value, mismatched[0]), 0, {**mismatched[0], "ctx": {"expected": expected}}))
+    path, _, error = max(located, key=lambda found: (len(found[0]), found[1], not found[2]["type"].endswith("_type")))
+    return path, error
+
+
+# pydantic's bound errors, as OpenAI names them.
+_BOUND_CODES = {("greater_than_equal", True): ("integer_below_min_value", "integer below minimum value", ">="),
+                ("greater_than_equal", False): ("decimal_below_min_value", "decimal below minimum value", ">="),
+                ("less_than_equal", True): ("integer_above_max_value", "integer above maximum value", "<="),
+                ("less_than_equal", False): ("decimal_above_max_value", "decimal above maximum value", "<=")}
+
+
+def _bad_request(param: str | None, error: ErrorDetails) -> BadRequest:
+    """OpenAI's wording of one validation error at ``param``."""
+    kind, bound = error["type"], error.get("ctx", {})
+    if kind == "missing":
+        return BadRequest(f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter")
+    if kind == "extra_forbidden":
+        return BadRequest(f"Unknown parameter: '{param}'.", param=param, code="unknown_parameter")
+    if kind in ("greater_than_equal", "less_than_equal"):
+        limit = bound["ge" if kind == "greater_than_equal" else "le"]
+        code, what, sign = _BOUND_CODES[(kind, isinstance(limit, int))]
+        return BadRequest(f"Invalid '{param}': {what}. Expected a value {sign} {limit:g}, but got {error['input']} "
+                          "instead.", param=param, code=code)
+    if kind == "too_long" and isinstance(error["input"], dict):
+        return BadRequest(f"Invalid '{param}': too many properties. Expected an object with at most "
+                          f"{bound['max_length']} properties, but got an object with {len(error['input'])} properties "
+                          "instead.", param=param, code="object_above_max_properties")
+    if kind == "too_long" and isinstance(error["input"], list):
+        return BadRequest(f"Invalid '{param}': array too long. Expected an array with maximum length "
+                          f"{bound['max_length']}, but got an array with length {len(error['input'])} instead.",
+                          param=param, code="array_above_max_length")
+    if kind == "string_too_long":
+        return _too_long(param, bound["max_length"], len(error["input"]))
+    if kind == "literal_error":
+        return BadRequest(f"Invalid value: {error['input']!r}. Supported values are: {bound['expected']}.",
+                          param=param, code="invalid_value")
+    if kind.endswith("_type"):
+        return BadRequest(f"Invalid type for '{param}': {error['msg']}", param=param, code="invalid_type")
+    return BadRequest(f"Invalid value for '{param}': {error['msg']}", param=param, code="invalid_value")
+
+
+def _too_long(param: str | None, limit: int, length: int) -> BadRequest:
+    return BadRequest(f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, but got "
+                      f"a string with length {length} instead.", param=param, code="string_above_max_length")
+
+
+def check_name(name: str, param: str) -> None:
+    """A function's, namespace's, MCP server's or response format's name, as OpenAI checks it."""
+    if len(name) > NAME_MAX_LENGTH:
+        raise _too_long(param, NAME_MAX_LENGTH, len(name))
+    if not _NAME.match(name):
+        raise BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                         f"pattern '{NAME_PATTERN}'.", param=param, code="invalid_value")
 
 
 def _validate_one(model: type[M], value: Any, param: str) -> M:
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise BadRequest(f"Invalid value for '{_loc(param, first)}': {first['msg']}", param=_loc(param, first)) from exc
+        path, error = _closest_error(value, exc)
+        raise _bad_request(_param(param, path), error) from exc
 
 
 def parse_input_item(value: Any, param: str) -> InputItem:
@@ -202,7 +316,19 @@ def parse_tool(value: Any, param: str) -> RequestTool:
             param=f"{param}.type",
             code="unsupported_value",
         )
-    return _validate_one(model, value, param)
+    tool = _validate_one(model, value, param)
+    _check_tool_names(tool, param)
+    return tool
+
+
+def _check_tool_names(tool: RequestTool, param: str) -> None:
+    if isinstance(tool, FunctionTool | NamespaceTool):
+        check_name(tool.name, f"{param}.name")
+    if isinstance(tool, NamespaceTool):
+        for index, function in enumerate(tool.tools):
+            check_name(function.name, f"{param}.tools[{index}].name")
+    if isinstance(tool, Mcp):
+        check_name(tool.server_label, f"{param}.server_label")
 
 
 # OpenAI's efforts; gpt-oss has low, medium and high, and render maps the others to the nearest.
@@ -219,6 +345,15 @@ class Reasoning(BaseModel):
 class TextFormat(BaseModel):
     model_config = ConfigDict(extra="allow")
     type: Literal["text", "json_schema", "json_object"] = "text"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_schema(cls, value: Any) -> Any:
+        """A ``json_schema`` format has its name and schema (openai's type says which fields it has)."""
+        if isinstance(value, dict) and value.get("type") == "json_schema":
+            config = _validate_one(ResponseFormatTextJSONSchemaConfig, value, "text.format")
+            check_name(config.name, "text.format.name")
+        return value
 
 
 class TextConfig(BaseModel):
@@ -244,11 +379,11 @@ class CreateResponseRequest(BaseModel):
     max_tool_calls: int | None = Field(None, ge=1)
     reasoning: Reasoning | None = None
     text: TextConfig | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: int | None = Field(None, ge=16)  # OpenAI's minimum
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     seed: int | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     previous_response_id: str | None = None
     # A conversation (``/v1/conversations``) whose items come before the input: its id, sent as a string or
     # as ``{"id": ...}``, kept as the id.
@@ -274,6 +409,8 @@ class CreateResponseRequest(BaseModel):
     @field_validator("input", mode="before")
     @classmethod
     def _input(cls, value: Any) -> Any:
+        if isinstance(value, str) and len(value) > MAX_INPUT_TEXT:
+            raise _too_long("input", MAX_INPUT_TEXT, len(value))
         if isinstance(value, str):
             return value
         if not isinstance(value, list):
@@ -333,13 +470,6 @@ class CreateResponseRequest(BaseModel):
         if (missing := forced_tool_missing(self)) is not None:
             raise BadRequest(f"Invalid value for 'tool_choice': {missing}", param="tool_choice")
         return self
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is not None and len(value) > 16:
-            raise ValueError("metadata can hold at most 16 keys")
-        return value
 
     def input_items(self) -> list[InputItem]:
         """``input`` as a list of items (a string is one user message)."""
@@ -420,12 +550,5 @@ def parse_body(adapter: TypeAdapter[M], body: Any) -> M:
     try:
         return adapter.validate_python(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        param = _loc("", first).lstrip(".") or None
-        if first["type"] == "extra_forbidden":
-            raise BadRequest(f"Unrecognized request argument supplied: {param}", param=param) from exc
-        if first["type"] == "missing":
-            raise BadRequest(
-                f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
-            ) from exc
-        raise BadRequest(f"Invalid value for '{param}': {first['msg']}", param=param, code="invalid_value") from exc
+        path, error = _closest_error(body, exc)
+        raise _bad_request(_param("", path).lstrip(".") or None, error) from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from oss_responses.errors import BadRequest
-from oss_responses.requests import parse_create_request
+from oss_responses.requests import MAX_INPUT_TEXT, parse_create_request
 
 
 def _refusal(body: dict) -> BadRequest:
@@ -123,7 +123,90 @@ def test_parse_request_tool_choice_forcing_tool_kind_not_served_refused(kind: st
 
 def test_parse_request_unknown_field_refused() -> None:
     error = _refusal({"bogus": 1})
-    assert error.param == "bogus" and "Unrecognized request argument" in error.message
+    assert (error.message, error.param, error.code) == ("Unknown parameter: 'bogus'.", "bogus", "unknown_parameter")
+
+
+@pytest.mark.parametrize("name", ["get weather", "a/b", "a.b", "f" * 65, ""])
+def test_parse_request_function_name_outside_openai_pattern_refused(name: str) -> None:
+    error = _refusal({"tools": [FUNCTION | {"name": name}]})
+    assert error.param == "tools[0].name"
+    assert error.code == ("string_above_max_length" if len(name) > 64 else "invalid_value")
+
+
+@pytest.mark.parametrize("name", ["get-weather", "get_weather_2", "F" * 64])
+def test_parse_request_function_name_in_openai_pattern_accepted(name: str) -> None:
+    assert parse_create_request({"model": "m", "tools": [FUNCTION | {"name": name}]}).tools[0].name == name
+
+
+def test_parse_request_json_schema_format_name_outside_pattern_refused() -> None:
+    error = _refusal({"text": {"format": {"type": "json_schema", "name": "bad name!", "schema": {}}}})
+    assert (error.param, error.code) == ("text.format.name", "invalid_value")
+
+
+def test_parse_request_json_schema_format_without_name_is_missing_parameter() -> None:
+    error = _refusal({"text": {"format": {"type": "json_schema", "schema": {}}}})
+    assert (error.message, error.code) == ("Missing required parameter: 'text.format.name'.",
+                                           "missing_required_parameter")
+
+
+@pytest.mark.parametrize(("metadata", "param", "code"), [
+    ({"k" * 65: "v"}, "metadata", "string_above_max_length"),
+    ({"k": "v" * 513}, "metadata.k", "string_above_max_length"),
+    ({f"k{i}": "v" for i in range(17)}, "metadata", "object_above_max_properties"),
+])
+def test_parse_request_metadata_past_openai_limits_refused(metadata: dict, param: str, code: str) -> None:
+    error = _refusal({"metadata": metadata})
+    assert (error.param, error.code) == (param, code)
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"input": "x" * (MAX_INPUT_TEXT + 1)}, "input"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text", "text": "x" * (MAX_INPUT_TEXT + 1)}]}]},
+     "input[0].content[0].text"),
+])
+def test_parse_request_input_text_past_openai_length_refused(body: dict, param: str) -> None:
+    error = _refusal(body)
+    assert (error.param, error.code) == (param, "string_above_max_length")
+
+
+def test_parse_request_input_text_at_openai_length_accepted() -> None:
+    assert len(parse_create_request({"model": "m", "input": "x" * MAX_INPUT_TEXT}).input) == MAX_INPUT_TEXT
+
+
+def test_parse_request_max_output_tokens_below_16_refused_as_openai_words_it() -> None:
+    error = _refusal({"max_output_tokens": 15})
+    assert (error.message, error.code) == (
+        "Invalid 'max_output_tokens': integer below minimum value. Expected a value >= 16, but got 15 instead.",
+        "integer_below_min_value")
+
+
+def test_parse_request_temperature_above_2_refused_as_openai_words_it() -> None:
+    error = _refusal({"temperature": 3})
+    assert (error.param, error.code) == ("temperature", "decimal_above_max_value")
+
+
+def test_parse_request_input_part_of_wrong_type_names_the_part_and_the_allowed_types() -> None:
+    # Not the string branch of content's union ("input[0].content.str: Input should be a valid string").
+    error = _refusal({"input": [{"role": "user", "content": [{"type": "output_text", "text": "x"}]}]})
+    assert (error.param, error.code) == ("input[0].content[0].type", "invalid_value")
+    assert error.message == ("Invalid value: 'output_text'. Supported values are: 'input_text', 'input_image', "
+                             "'input_file'.")
+
+
+def test_parse_request_input_part_field_of_wrong_type_names_the_field() -> None:
+    error = _refusal({"input": [{"role": "user", "content": [{"type": "input_text", "text": 5}]}]})
+    assert (error.param, error.code) == ("input[0].content[0].text", "invalid_type")
+
+
+def test_parse_request_input_part_without_field_is_missing_parameter() -> None:
+    error = _refusal({"input": [{"role": "user", "content": [{"type": "input_text"}]}]})
+    assert (error.param, error.code) == ("input[0].content[0].text", "missing_required_parameter")
+
+
+def test_parse_request_value_of_union_names_the_value_not_the_branch() -> None:
+    error = _refusal({"tools": [CALC | {"require_approval": "sometimes"}]})
+    assert (error.param, error.message) == ("tools[0].require_approval",
+                                            "Invalid value: 'sometimes'. Supported values are: 'always' or 'never'.")
 
 
 def test_parse_request_string_for_boolean_refused() -> None:

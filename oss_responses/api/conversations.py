@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 from openai.types.conversations import Conversation, ConversationDeletedResource
 from openai.types.responses.response_input_item import ItemReference
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, TypeAdapter
+from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter
 
 from oss_responses.api.auth import Owner
 from oss_responses.api.items import stored_item
@@ -23,18 +23,11 @@ from oss_responses.api.services import Services
 from oss_responses.conversation import ConversationPrefix, prefix_position
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.harmony.ids import new_id
-from oss_responses.requests import CreateResponseRequest, parse_body, parse_input_item
+from oss_responses.requests import CreateResponseRequest, Metadata, parse_body, parse_input_item
 from oss_responses.storage import ResponseRecord, find_stored_items
 from oss_responses.storage.conversations import ConversationRecord, get_conversation, items_through
 
 MAX_ITEMS_PER_REQUEST = 20  # OpenAI's limit on items added by one request
-
-# OpenAI's metadata: at most 16 pairs, keys up to 64 characters, values up to 512.
-Metadata = Annotated[
-    dict[Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]],
-    Field(max_length=16),
-]
-
 
 def _items(value: Any) -> list[Any]:
     if not isinstance(value, list):

@@ -68,7 +68,7 @@ from oss_responses.statuses import FinishReason
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
 _CALL = re.compile(r"\bcall\s+([A-Za-z_][\w.\-]*)\s*(.*?)\s*(?=\bcall\s+[A-Za-z_]|\Z)", re.DOTALL)
 _TOKENS = re.compile(r"\btokens\s+(\d+)\b")
-_FUNCTION_TYPE = re.compile(r"^type (\w+) =", re.MULTILINE)
+_FUNCTION_TYPE = re.compile(r"^type ([\w-]+) =", re.MULTILINE)
 _RECIPIENT = re.compile(r"[\w.\-]+")
 # A forced start (harmony/render.py: forced_call_header): its namespace, and a tool's name when a
 # space or token follows it (the whole header was written, or the model went on).

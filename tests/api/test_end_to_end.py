@@ -145,7 +145,7 @@ def test_item_references_name_earlier_output_without_previous_response_id(stack:
 def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
     # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
     text = "lorem ipsum dolor sit amet " * 20_000
-    response = stack.client.responses.create(model=MODEL, input=text, max_output_tokens=8)
+    response = stack.client.responses.create(model=MODEL, input=text, max_output_tokens=16)
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"  # type: ignore[union-attr]
     assert response.usage is not None and response.usage.input_tokens > 100_000
 

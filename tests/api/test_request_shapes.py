@@ -125,6 +125,21 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "tool_choice forcing an MCP server not in tools": ({"tool_choice": {"type": "mcp", "server_label": "calc"}},
                                                        "tool_choice"),
     "tool_choice forcing file search": ({"tool_choice": {"type": "file_search"}}, "tool_choice.type"),
+    # Names as OpenAI checks them; a space or a dot would also end or split harmony's recipient.
+    "function named with a space": ({"tools": [WEATHER | {"name": "get weather"}]}, "tools[0].name"),
+    "function named past 64 characters": ({"tools": [WEATHER | {"name": "f" * 65}]}, "tools[0].name"),
+    "namespace function named with a dot": (
+        {"tools": [NAMESPACE | {"tools": [{"type": "function", "name": "spawn.agent"}]}]}, "tools[0].tools[0].name"),
+    "MCP server labelled with a space": ({"tools": [{"type": "mcp", "server_label": "my calc",
+                                                     "server_url": "https://calc.example/mcp"}]},
+                                         "tools[0].server_label"),
+    "json_schema format without a name": ({"text": {"format": {"type": "json_schema", "schema": {}}}},
+                                          "text.format.name"),
+    "json_schema format without a schema": ({"text": {"format": {"type": "json_schema", "name": "x"}}},
+                                            "text.format.schema"),
+    "metadata key past 64 characters": ({"metadata": {"k" * 65: "v"}}, "metadata"),
+    "metadata value past 512 characters": ({"metadata": {"k": "v" * 513}}, "metadata.k"),
+    "max_output_tokens below 16": ({"max_output_tokens": 15}, "max_output_tokens"),
 }
 
 

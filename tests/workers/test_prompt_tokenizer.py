@@ -67,7 +67,7 @@ def _answer_without_parsing(ctx: WorkerContext, db: Database, redis: redis_lib.R
         return answers[0]
 
     writer.script_for = script_for
-    run_response_now(accept(db, redis, settings, input="x " * 200_000, max_output_tokens=8), worker=ctx)
+    run_response_now(accept(db, redis, settings, input="x " * 200_000, max_output_tokens=16), worker=ctx)
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_render_large_input_does_not_stall_engine_loop(
 ) -> None:
     ctx = worker_for(262_144)
     _answer_without_parsing(ctx, db, redis, settings)  # its 400 kB prompt also starts the child process
-    stall = _stall_while_running(ctx, accept(db, redis, settings, input=BIG_INPUT, max_output_tokens=8))
+    stall = _stall_while_running(ctx, accept(db, redis, settings, input=BIG_INPUT, max_output_tokens=16))
     print(f"\nengine loop's worst stall, 6 MB input tokenised in the child process: {stall * 1000:.0f} ms")
     assert stall < STALL_BOUND_S
 
@@ -138,7 +138,7 @@ def test_render_large_input_in_a_thread_stalls_engine_loop(
     """Why the child process: the same input tokenised in a thread holds the loop up for the whole render."""
     ctx = worker_for(10**12)
     _answer_without_parsing(ctx, db, redis, settings)
-    stall = _stall_while_running(ctx, accept(db, redis, settings, input=BIG_INPUT, max_output_tokens=8))
+    stall = _stall_while_running(ctx, accept(db, redis, settings, input=BIG_INPUT, max_output_tokens=16))
     print(f"\nengine loop's worst stall, 6 MB input tokenised in a thread: {stall * 1000:.0f} ms")
     # Measured 0.4-1.3 s on 2 shared cores; 1.1M tokens take over 0.1 s on any CPU (Rust BPE, ~10M tokens/s at best).
     assert stall > THREAD_STALL_AT_LEAST_S
