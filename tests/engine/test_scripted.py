@@ -296,6 +296,16 @@ def test_generate_completes_forced_call(enc: HarmonyEncoding, user: str, choice:
     assert (message.recipient, text(message)) == (f"functions.{call[0]}", call[1]) and rest[-1] == CALL
 
 
+def test_generate_required_call_names_function_with_hyphen(enc: HarmonyEncoding) -> None:
+    tools = [{"type": "function", "name": "get-weather", "parameters": {"type": "object"}}]
+    request = parse_create_request({"model": "m", "input": "hello", "tools": tools, "tool_choice": "required"})
+    header = enc.encode(forced_call_header(request, {}), allowed_special="all")
+    tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids + header
+    rest = [t for output in generate(enc, tokens) for t in output.token_ids]
+    [message] = enc.parse_messages_from_completion_tokens(header + rest, Role.ASSISTANT)
+    assert (message.recipient, text(message)) == ("functions.get-weather", "{}")
+
+
 MCP_TOOLS = [{"type": "mcp", "server_label": "calc"}, {"type": "code_interpreter", "container": {"type": "auto"}},
              {"type": "web_search_preview"}]
 CALC_TOOLS = {"calc": [McpToolSpec("add", "Add", {"type": "object"}),
