@@ -40,6 +40,8 @@ COUNT_FIELDS = (
 def parse_count_request(body: Any, default_model: str) -> CreateResponseRequest:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
+    if unknown := sorted(set(body) - set(COUNT_FIELDS)):  # a create's own fields too (stream, store...)
+        raise BadRequest(f"Unknown parameter: '{unknown[0]}'.", param=unknown[0], code="unknown_parameter")
     fields = {key: body[key] for key in COUNT_FIELDS if body.get(key) is not None}
     return parse_create_request({"model": default_model} | fields)
 

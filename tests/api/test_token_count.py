@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import openai
 import pytest
 import redis as redis_lib
 from openai import OpenAI
@@ -73,3 +74,10 @@ def test_count_input_tokens_with_truncation_auto_counts_whole_when_no_worker_ann
 
     whole = client.responses.input_tokens.count(**turn).input_tokens  # type: ignore[arg-type]
     assert client.responses.input_tokens.count(**turn, truncation="auto").input_tokens == whole  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["bogus", "stream", "max_output_tokens"])
+def test_count_input_tokens_with_field_it_does_not_take_is_400(client: OpenAI, field: str) -> None:
+    with pytest.raises(openai.BadRequestError) as error:
+        client.responses.input_tokens.count(model=MODEL, input="hi", extra_body={field: 1})
+    assert (error.value.param, error.value.code) == (field, "unknown_parameter")
