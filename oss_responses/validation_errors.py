@@ -92,8 +92,25 @@ def _bad_request(param: str | None, error: ErrorDetails) -> BadRequest:
         return BadRequest(f"Invalid value: {error['input']!r}. Supported values are: {bound['expected']}.",
                           param=param, code="invalid_value")
     if kind.endswith("_type"):
-        return BadRequest(f"Invalid type for '{param}': {error['msg']}", param=param, code="invalid_type")
+        expected = _EXPECTED.get(kind)
+        message = (f"expected {expected}, but got {_kind_of(error['input'])} instead." if expected else error["msg"])
+        return BadRequest(f"Invalid type for '{param}': {message}", param=param, code="invalid_type")
     return BadRequest(f"Invalid value for '{param}': {error['msg']}", param=param, code="invalid_value")
+
+
+# What a pydantic type error expected, and what a JSON value is, in OpenAI's words.
+_EXPECTED = {"string_type": "a string", "int_type": "an integer", "float_type": "a decimal", "bool_type": "a boolean",
+             "list_type": "an array", "dict_type": "an object", "model_type": "an object"}
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "a boolean"), (int, "an integer"), (float, "a decimal"), (str, "a string"),
+                       (list, "an array"), (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return "another type"
 
 
 def too_long(param: str | None, limit: int, length: int) -> BadRequest:

@@ -207,7 +207,7 @@ def test_failed_continuation_forgets_its_unstored_parent(stack: Stack) -> None:
         (json.dumps({"type": "response.create", "model": MODEL, "stream_id": "no spaces"}), "stream_id",
          "invalid_stream_id"),
         (json.dumps({"type": "response.create", "model": MODEL, "temperature": "hot"}), "temperature",
-         "invalid_value"),
+         "invalid_type"),
     ],
 )
 def test_bad_command_gets_error_event_and_connection_stays_open(
