@@ -165,7 +165,9 @@ def _check_text_parts(content: Any, param: str) -> None:
 
 def _type_of(value: dict[str, Any], default: str | None = None) -> str | None:
     """The ``type`` of an item, part or tool; anything but a string is no type (and cannot be a dict key)."""
-    kind = value.get("type", default)
+    kind = value.get("type")
+    if kind is None:  # left out, or null: the SDK's TypedDicts mark several types Optional
+        kind = default
     return kind if isinstance(kind, str) else None
 
 
@@ -173,8 +175,11 @@ def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
     """Fill what OpenAI lets a client leave out of replayed history, so one model describes each item.
 
     Clients replay assistant messages as ``output_text`` parts without ``id``/``status``/``annotations``
-    and reasoning items without ``id``/``summary``; the filled form is what is stored.
+    and reasoning items without ``id``/``summary``, and an item reference may be its ``id`` alone (openai's
+    ``ItemReference`` type: ``type`` optional); the filled form is what is stored.
     """
+    if item.get("type") is None and set(item) <= {"id", "type"} and isinstance(item.get("id"), str):
+        return {"type": "item_reference", "id": item["id"]}
     kind = _type_of(item, "message")
     if kind == "message" and item.get("role") == "assistant" and _is_output_content(item.get("content")):
         content = [_output_part(part) for part in item["content"]]

@@ -225,3 +225,15 @@ def test_parse_request_unsupported_item_type_names_the_item() -> None:
 def test_parse_request_string_input_is_one_user_message() -> None:
     (item,) = parse_create_request({"model": "m", "input": "hello"}).input_items()
     assert (item.role, item.content) == ("user", "hello")
+
+
+@pytest.mark.parametrize("item", [{"id": "msg_1"}, {"type": None, "id": "msg_1"}])
+def test_parse_request_item_reference_without_type_is_a_reference(item: dict) -> None:
+    [parsed] = parse_create_request({"model": "m", "input": [item]}).input
+    assert (parsed.type, parsed.id) == ("item_reference", "msg_1")  # type: ignore[union-attr]
+
+
+def test_parse_request_message_with_null_type_is_a_message() -> None:
+    [parsed] = parse_create_request({"model": "m", "input": [{"type": None, "role": "user", "content": "hi"}]}).input
+    assert (parsed.role, parsed.content) == ("user", "hi")  # type: ignore[union-attr]
+

@@ -142,6 +142,17 @@ def test_item_references_name_earlier_output_without_previous_response_id(stack:
     assert [item.id for item in stored[1:3]] == [reasoning.id, call.id]
 
 
+def test_item_reference_without_type_names_earlier_output(stack: Stack) -> None:
+    # openai's ItemReference has an optional type: {"id": ...} alone (or "type": null) is a reference.
+    first = stack.client.responses.create(model=MODEL, input=[ASK_WEATHER], tools=[WEATHER])
+    reasoning, call = first.output
+    second = stack.other.responses.create(model=MODEL, tools=[WEATHER], input=[
+        ASK_WEATHER, {"id": reasoning.id}, {"type": None, "id": call.id},  # type: ignore[list-item]
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},  # type: ignore[union-attr]
+    ])
+    assert second.output_text == "The tool functions.get_weather returned: sunny"
+
+
 def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
     # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
     text = "lorem ipsum dolor sit amet " * 20_000
