@@ -9,6 +9,7 @@ checked lazily), so the body is validated here: top-level fields strictly (an un
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Annotated, Any, Literal, TypeVar
 
 from openai.types.responses import (
@@ -26,6 +27,7 @@ from openai.types.responses import (
     WebSearchPreviewTool,
     WebSearchTool,
 )
+from openai.types.responses.response_create_params import ResponseCreateParamsBase
 from openai.types.responses.response_input_item import (
     FunctionCallOutput,
     ItemReference,
@@ -233,7 +235,7 @@ def parse_tool(value: Any, param: str) -> RequestTool:
     if model is None:
         raise BadRequest(
             f"Invalid value for '{param}.type': tools of type '{value.get('type')}' are not supported "
-            "(supported: function, mcp, code_interpreter, web_search_preview).",
+            f"(supported: {', '.join(_TOOL_MODELS)}).",
             param=f"{param}.type",
             code="unsupported_value",
         )
@@ -461,7 +463,20 @@ def _check_allowed_tools(entries: list[dict[str, Any]], tools: list[Any]) -> Non
 
 def parse_create_request(body: Any) -> CreateResponseRequest:
     """Validate a JSON body; every failure is a :class:`BadRequest` naming the parameter."""
+    if isinstance(body, dict) and (unserved := [key for key in _unserved_parameters() if body.get(key) is not None]):
+        # OpenAI's parameters this server has nothing behind (server-side compaction, stored prompts...):
+        # "unknown" would tell the client it misspelled one.
+        raise BadRequest(f"Unsupported parameter: '{unserved[0]}' is not supported by this server.",
+                         param=unserved[0], code="unsupported_parameter")
+    if isinstance(body, dict):
+        body = {key: value for key, value in body.items() if key not in _unserved_parameters()}
     return parse_body(_adapter, body)
+
+
+@cache
+def _unserved_parameters() -> frozenset[str]:
+    """The create parameters of openai's own type that the request model does not take."""
+    return frozenset(ResponseCreateParamsBase.__annotations__) - set(CreateResponseRequest.model_fields)
 
 
 def parse_body(adapter: TypeAdapter[M], body: Any) -> M:

@@ -237,3 +237,13 @@ def test_parse_request_message_with_null_type_is_a_message() -> None:
     [parsed] = parse_create_request({"model": "m", "input": [{"type": None, "role": "user", "content": "hi"}]}).input
     assert (parsed.role, parsed.content) == ("user", "hi")  # type: ignore[union-attr]
 
+
+@pytest.mark.parametrize("field", ["context_management", "prompt"])
+def test_parse_request_openai_parameter_not_served_is_unsupported_not_unknown(field: str) -> None:
+    error = _refusal({field: {"id": "x"}})
+    assert (error.param, error.code) == (field, "unsupported_parameter")
+
+
+def test_parse_request_openai_parameter_not_served_sent_as_null_is_left_out() -> None:
+    assert parse_create_request({"model": "m", "prompt": None}).model == "m"
+

@@ -140,7 +140,8 @@ async def cancel_response(response_id: str, services: ServicesDep, owner: OwnerD
     if record.status == "cancelled":  # cancelling twice answers as the first time did
         return JSONResponse(jobs.public_json(record))
     if record.is_terminal:  # OpenAI's answer, e.g. "Cannot cancel a completed response."
-        raise BadRequest(f"Cannot cancel a {record.status} response.")
+        article = "an" if record.status[0] in "aeiou" else "a"
+        raise BadRequest(f"Cannot cancel {article} {record.status} response.")
     if await jobs.request_cancel(services, record):
         return JSONResponse(jobs.public_json(await jobs.load_visible(services, response_id, owner)))
     # A worker holds it: the response is cancelled once the worker confirms by ending the stream.
