@@ -11,6 +11,7 @@ back as the next run's input.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Annotated, Any
 
 from openai.types.conversations import Conversation, ConversationDeletedResource
@@ -20,11 +21,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter
 from oss_responses.api.auth import Owner
 from oss_responses.api.items import stored_item
 from oss_responses.api.services import Services
-from oss_responses.conversation import ConversationPrefix, prefix_position
+from oss_responses.conversation import ConversationPrefix, prefix_position, render_options
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.harmony.ids import new_id
 from oss_responses.requests import CreateResponseRequest, Metadata, parse_body, parse_input_item
-from oss_responses.storage import ResponseRecord, find_stored_items
+from oss_responses.storage import ResponseRecord, find_stored_items, utcnow
 from oss_responses.storage.conversations import ConversationRecord, get_conversation, items_through
 
 MAX_ITEMS_PER_REQUEST = 20  # OpenAI's limit on items added by one request
@@ -99,6 +100,33 @@ async def conversation_items(services: Services, raw: list[Any], owner: Owner) -
             kept["id"] = given["id"]
         items.append(kept)
     return items
+
+
+async def check_items_usable(
+    services: Services, existing: list[dict[str, Any]], added: list[dict[str, Any]]
+) -> None:
+    """Refuse items that would make every later response of the conversation a 400: each is given to the
+    model after those before it, as a response's worker would (an output for a call the conversation
+    does not hold, sealed content this server cannot open). A problem already in ``existing`` (an item
+    deleted since) is not the new items' and does not refuse them."""
+    options = render_options(services.settings, utcnow(), sealer=services.sealer)
+    try:
+        ConversationPrefix("", -1, existing + added).turn(options)
+    except BadRequest as exc:
+        try:
+            ConversationPrefix("", -1, existing).turn(options)
+        except BadRequest:
+            return
+        raise _added_item_error(exc, len(existing)) from exc
+
+
+def _added_item_error(exc: BadRequest, existing: int) -> BadRequest:
+    """The error of ``ConversationPrefix.turn``, its item counted among the added ones."""
+    cause = exc.__cause__ if isinstance(exc.__cause__, BadRequest) else exc
+    found = re.match(r"(?:conversation\.items|input)\[(\d+)\](\S*)", cause.param or "")
+    where = f"items[{int(found[1]) - existing}]{found[2]}" if found and int(found[1]) >= existing else "items"
+    return BadRequest(f"Invalid value for '{where}': the model could not be given this item: {cause.message}",
+                      param=where, code=cause.code)
 
 
 async def load_conversation(

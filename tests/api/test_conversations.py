@@ -101,6 +101,31 @@ def test_create_items_with_bad_item_names_it(client: OpenAI) -> None:
     assert caught.value.body["param"] == "items[1].type"  # type: ignore[index]
 
 
+ORPHAN_OUTPUT = {"type": "function_call_output", "call_id": "call_nope", "output": "x"}
+CALL = {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+
+
+def test_create_items_with_output_for_call_conversation_lacks_is_400_and_adds_nothing(client: OpenAI) -> None:
+    # Added, it would make every later response of the conversation a 400 until the client deleted it.
+    conversation = client.conversations.create(items=[USER])
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.conversations.items.create(conversation.id, items=[USER, ORPHAN_OUTPUT])
+    assert caught.value.body["param"] == "items[1].call_id"  # type: ignore[index]
+    assert len(client.conversations.items.list(conversation.id).data) == 1
+
+
+def test_create_conversation_with_output_for_call_it_lacks_is_400(client: OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.conversations.create(items=[USER, ORPHAN_OUTPUT])
+    assert caught.value.body["param"] == "items[1].call_id"  # type: ignore[index]
+
+
+def test_create_items_with_output_for_call_already_in_conversation_is_added(client: OpenAI) -> None:
+    conversation = client.conversations.create(items=[USER, CALL])
+    added = client.conversations.items.create(conversation.id, items=[ORPHAN_OUTPUT | {"call_id": "call_1"}])
+    assert [item.type for item in added.data] == ["function_call_output"]
+
+
 def test_create_conversation_with_long_metadata_value_is_400(http: httpx2.Client) -> None:
     reply = http.post("/v1/conversations", json={"metadata": {"k": "v" * 513}})
     assert reply.status_code == 400 and reply.json()["error"]["param"].startswith("metadata")
