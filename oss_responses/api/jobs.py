@@ -43,6 +43,7 @@ from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
 from oss_responses.storage import (
+    ConversationLocked,
     InFlightLimitReached,
     ResponseRecord,
     cancel_queued,
@@ -50,8 +51,7 @@ from oss_responses.storage import (
     find_referenced_items,
     get_chain,
     get_response,
-    insert_background_within_limit,
-    insert_response,
+    insert_accepted,
     utcnow,
 )
 from oss_responses.storage.webhook_deliveries import add_pending
@@ -191,6 +191,7 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
         input_messages=queued.input_messages,
         function_calls=queued.function_calls,
         conversation_through=queued.conversation_through,
+        conversation_id=response.conversation.id if response.conversation is not None else None,
         # Checked before: credentials come only with a sealer (api/sealed.py).
         sealed_secrets=seal_secrets(services.sealer, queued.secrets) if queued.secrets and services.sealer else None,
         owner=owner.name,
@@ -213,11 +214,14 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
 
 async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:
     limit = owner.background_limit
-    if limit is None or not record.background:
-        await services.db.run(insert_response, record, items)
-        return
     try:
-        await services.db.run(insert_background_within_limit, record, items, limit=limit)
+        await services.db.run(insert_accepted, record, items, background_limit=limit)
+    except ConversationLocked as exc:
+        # OpenAI's words and code for it.
+        raise BadRequest(
+            "Another process is currently operating on this conversation. Please retry in a few seconds.",
+            param="conversation", code="conversation_locked",
+        ) from exc
     except InFlightLimitReached as exc:
         retry_after = services.settings.background_limit_retry_after_seconds
         raise TooManyRequests(

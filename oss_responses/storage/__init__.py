@@ -18,13 +18,14 @@ from oss_responses.storage.migrations import migrate
 from oss_responses.storage.models import ApiKeyRow, Base, EventLogRow, InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import ApiKeyRecord, Order, ResponseRecord, utcnow
 from oss_responses.storage.responses import (
+    ConversationLocked,
     InFlightLimitReached,
     cancel_queued,
     count_background_in_flight,
     delete_response,
     get_chain,
     get_response,
-    insert_background_within_limit,
+    insert_accepted,
     insert_response,
     list_in_progress_ids,
     list_stale_queued,
@@ -61,7 +62,8 @@ __all__ = [
     "get_chain",
     "get_event_log",
     "get_response",
-    "insert_background_within_limit",
+    "ConversationLocked",
+    "insert_accepted",
     "insert_response",
     "list_api_keys",
     "list_in_progress_ids",

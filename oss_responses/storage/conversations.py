@@ -67,7 +67,7 @@ def add_items(session: Session, conversation_id: str, items: Sequence[dict[str, 
 
     Raises :class:`DuplicateItem` (nothing added) if an id is already there or repeated in ``items``.
     """
-    if not items or not _take_turns(session, conversation_id):
+    if not items or not take_turns(session, conversation_id):
         return
     ids = [item["id"] for item in items]
     taken = _taken(session, conversation_id, ids)
@@ -83,7 +83,7 @@ def append_turn(session: Session, conversation_id: str, response_id: str, output
     ``item_reference`` as the item it names, which the API let its owner name), then its output items. A
     conversation deleted meanwhile gets nothing; an item already there (a client may send an item the
     conversation holds) is not added again."""
-    if not _take_turns(session, conversation_id):
+    if not take_turns(session, conversation_id):
         return
     inputs = list(session.execute(
         select(_input_items.c.item).where(_input_items.c.response_id == response_id).order_by(_input_items.c.position)
@@ -118,7 +118,7 @@ def items_through(
     return [row.item for row in rows], end
 
 
-def _take_turns(session: Session, conversation_id: str) -> bool:
+def take_turns(session: Session, conversation_id: str) -> bool:
     """Whether the conversation is there; if so, it is this transaction's until the commit.
 
     A write first: it takes SQLite's writer lock or PostgreSQL's row lock, so two appends to one
@@ -126,6 +126,14 @@ def _take_turns(session: Session, conversation_id: str) -> bool:
     statement = (update(_conversations).where(_conversations.c.id == conversation_id)
                  .values(metadata=_conversations.c.metadata))
     return cast(CursorResult[Any], session.execute(statement)).rowcount == 1
+
+
+def last_position(session: Session, conversation_id: str) -> int:
+    """The position of the conversation's last item (-1: it holds none)."""
+    last = session.execute(
+        select(func.max(_items.c.position)).where(_items.c.conversation_id == conversation_id)
+    ).scalar_one_or_none()
+    return -1 if last is None else int(last)
 
 
 def _taken(session: Session, conversation_id: str, ids: Sequence[str]) -> set[str]:
@@ -137,10 +145,7 @@ def _taken(session: Session, conversation_id: str, ids: Sequence[str]) -> set[st
 def _append(session: Session, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
     if not items:
         return
-    last = session.execute(
-        select(func.max(_items.c.position)).where(_items.c.conversation_id == conversation_id)
-    ).scalar_one_or_none()
-    start = -1 if last is None else last
+    start = last_position(session, conversation_id)
     session.execute(insert(_items), [
         {"conversation_id": conversation_id, "position": start + 1 + n, "item_id": item["id"], "item": item}
         for n, item in enumerate(items)

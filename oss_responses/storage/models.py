@@ -99,6 +99,9 @@ class ResponseRow(Base):
     # In a conversation (the request's ``conversation``): its items up to this position come before the
     # input. NULL otherwise, and for rows older than migration 0009, whose request holds those items.
     conversation_through: Mapped[int | None] = mapped_column(Integer)
+    # The conversation it runs in: while it is queued or in progress, no other response may start there.
+    # NULL for rows that ended before migration 0010 (only running ones were filled in).
+    conversation_id: Mapped[str | None] = mapped_column(String, index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

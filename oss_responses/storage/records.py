@@ -37,6 +37,7 @@ class ResponseRecord:
     owner: str | None = None  # the API key's owner (keys mode); None in open mode
     # In a conversation: the position of its last item when this response was accepted (-1: empty)
     conversation_through: int | None = None
+    conversation_id: str | None = None  # the conversation it runs in (locked while it runs)
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime | None = None  # set to created_at on insert
     completed_at: datetime | None = None

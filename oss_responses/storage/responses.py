@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import lock_owner_keys
-from oss_responses.storage.conversations import append_turn
+from oss_responses.storage.conversations import append_turn, last_position, take_turns
 from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRow
 from oss_responses.storage.records import ResponseRecord, utcnow
 
@@ -75,21 +75,58 @@ class InFlightLimitReached(Exception):
         self.limit = limit
 
 
-def insert_background_within_limit(
-    session: Session, record: ResponseRecord, input_items: Sequence[Mapping[str, Any]], *, limit: int
-) -> None:
-    """Insert an owned background response unless its owner would then have more than ``limit`` in flight
-    (raises :class:`InFlightLimitReached`, and the caller's transaction rolls the insert back).
+class ConversationLocked(Exception):
+    """Another response of the conversation is queued or in progress, or the conversation changed since
+    the response was planned on it; nothing was inserted."""
 
-    Inserted first, then counted: the insert holds SQLite's one write lock (and the owner's key rows
-    are locked on PostgreSQL), so two concurrent accepts cannot both count the other one out.
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"conversation {conversation_id} is busy")
+        self.conversation_id = conversation_id
+
+
+def insert_accepted(
+    session: Session,
+    record: ResponseRecord,
+    input_items: Sequence[Mapping[str, Any]],
+    *,
+    background_limit: int | None = None,
+) -> None:
+    """Insert a response the API accepted, unless its conversation is taken (:class:`ConversationLocked`)
+    or, a background one under ``background_limit``, its owner has too many in flight
+    (:class:`InFlightLimitReached`); the caller's transaction then rolls the insert back.
+
+    A conversation runs one response at a time, as OpenAI's does: a second one would be planned without
+    the first one's output, and their turns would join the conversation in whichever order they end.
+    The response was planned on the conversation's items through ``conversation_through``; an item added
+    since (a turn that just ended, an item added by hand) means it must be planned again.
+
+    Inserted first, then counted: the conversation's row is written first (SQLite's one write lock, a row
+    lock on PostgreSQL), and the owner's key rows are locked on PostgreSQL, so two concurrent accepts
+    cannot both count the other one out.
     """
-    if record.owner is None:
-        raise ValueError("only an owned response has a background limit")
-    lock_owner_keys(session, record.owner)
+    conversation = record.conversation_id
+    if conversation is not None and take_turns(session, conversation):  # a deleted one: the worker fails it
+        through = record.conversation_through
+        if through is not None and last_position(session, conversation) != through:
+            raise ConversationLocked(conversation)
+    limit, owner = (background_limit, record.owner) if record.background else (None, None)
+    if limit is not None:
+        if owner is None:
+            raise ValueError("only an owned response has a background limit")
+        lock_owner_keys(session, owner)
     insert_response(session, record, input_items)
-    if count_background_in_flight(session, record.owner) > limit:
-        raise InFlightLimitReached(record.owner, limit)
+    if conversation is not None and count_running_in_conversation(session, conversation) > 1:
+        raise ConversationLocked(conversation)
+    if limit is not None and owner is not None and count_background_in_flight(session, owner) > limit:
+        raise InFlightLimitReached(owner, limit)
+
+
+def count_running_in_conversation(session: Session, conversation_id: str) -> int:
+    """The conversation's responses that are queued or in progress."""
+    query = select(func.count()).select_from(_responses).where(
+        _responses.c.conversation_id == conversation_id, _responses.c.status.in_(ACTIVE_STATUSES)
+    )
+    return int(session.execute(query).scalar_one())
 
 
 def count_background_in_flight(session: Session, owner: str) -> int:

@@ -6,7 +6,12 @@ import httpx2
 import openai
 import pytest
 from openai import OpenAI
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 from support import MODEL
+from support.api_server import ApiServer
+
+from oss_responses.storage import ResponseRow
 
 USER = {"type": "message", "role": "user", "content": "Hello"}
 
@@ -201,6 +206,44 @@ def test_create_response_with_conversation_and_previous_response_id_is_400(clien
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=MODEL, input="hi", conversation=conversation.id, previous_response_id="resp_1")
     assert caught.value.body["param"] == "conversation"  # type: ignore[index]
+
+
+def test_create_response_in_conversation_with_one_queued_is_400_conversation_locked(client: OpenAI) -> None:
+    # No worker runs here: the first response stays queued, holding its conversation.
+    conversation = client.conversations.create()
+    client.responses.create(model=MODEL, input="first", background=True, conversation=conversation.id)
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model=MODEL, input="second", background=True, conversation=conversation.id)
+    assert caught.value.body == {  # OpenAI's error, word for word
+        "message": "Another process is currently operating on this conversation. Please retry in a few seconds.",
+        "type": "invalid_request_error", "param": "conversation", "code": "conversation_locked",
+    }
+
+
+def test_create_response_in_conversation_locked_stores_nothing(client: OpenAI, api: ApiServer) -> None:
+    conversation = client.conversations.create()
+    first = client.responses.create(model=MODEL, input="first", background=True, conversation=conversation.id)
+    with pytest.raises(openai.BadRequestError):
+        client.responses.create(model=MODEL, input="second", conversation=conversation.id)
+    assert api.db.run(_response_ids_in, conversation.id) == [first.id]
+
+
+def _response_ids_in(session: Session, conversation_id: str) -> list[str]:
+    return list(session.execute(select(ResponseRow.id).where(ResponseRow.conversation_id == conversation_id)).scalars())
+
+
+def test_create_response_in_conversation_after_queued_one_cancelled_is_accepted(client: OpenAI) -> None:
+    conversation = client.conversations.create()
+    first = client.responses.create(model=MODEL, input="first", background=True, conversation=conversation.id)
+    client.responses.cancel(first.id)
+    second = client.responses.create(model=MODEL, input="second", background=True, conversation=conversation.id)
+    assert second.status == "queued"
+
+
+def test_create_response_in_other_conversation_while_one_is_queued_is_accepted(client: OpenAI) -> None:
+    busy, other = client.conversations.create(), client.conversations.create()
+    client.responses.create(model=MODEL, input="first", background=True, conversation=busy.id)
+    assert client.responses.create(model=MODEL, input="x", background=True, conversation=other.id).status == "queued"
 
 
 def test_create_response_in_conversation_stores_only_new_input_items(client: OpenAI) -> None:

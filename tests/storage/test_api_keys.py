@@ -17,7 +17,7 @@ from oss_responses.storage import (
     create_api_key,
     find_active_key,
     get_response,
-    insert_background_within_limit,
+    insert_accepted,
     insert_response,
     list_api_keys,
     revoke_api_key,
@@ -80,22 +80,22 @@ def test_count_background_in_flight_counts_owner_active_background_only(db: Data
     assert db.run(count_background_in_flight, "acme") == 2
 
 
-def test_insert_background_within_limit_refuses_over_limit_and_inserts_nothing(db: Database) -> None:
+def test_insert_accepted_background_refuses_over_limit_and_inserts_nothing(db: Database) -> None:
     db.run(create_api_key, "acme")
-    db.run(insert_background_within_limit, new_response(owner="acme"), [], limit=1)
+    db.run(insert_accepted, new_response(owner="acme"), [], background_limit=1)
     refused = new_response(owner="acme")
     with pytest.raises(InFlightLimitReached):
-        db.run(insert_background_within_limit, refused, [{"id": "msg_1", "type": "message"}], limit=1)
+        db.run(insert_accepted, refused, [{"id": "msg_1", "type": "message"}], background_limit=1)
     assert db.run(get_response, refused.id) is None
     assert db.run(count_background_in_flight, "acme") == 1
 
 
-def test_insert_background_within_limit_holds_under_concurrency(db: Database) -> None:
+def test_insert_accepted_background_holds_under_concurrency(db: Database) -> None:
     db.run(create_api_key, "acme")
 
     def insert(_: int) -> bool:
         try:
-            db.run(insert_background_within_limit, new_response(owner="acme"), [], limit=3)
+            db.run(insert_accepted, new_response(owner="acme"), [], background_limit=3)
         except InFlightLimitReached:
             return False
         return True

@@ -5,9 +5,17 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support.rows import new_response
 
 from oss_responses.errors import BadRequest
-from oss_responses.storage import Database, ResponseRecord, insert_response
+from oss_responses.storage import (
+    ConversationLocked,
+    Database,
+    ResponseRecord,
+    get_response,
+    insert_accepted,
+    insert_response,
+)
 from oss_responses.storage.conversations import (
     ConversationRecord,
     DuplicateItem,
@@ -21,6 +29,7 @@ from oss_responses.storage.conversations import (
     items_through,
     list_items,
 )
+from oss_responses.storage.responses import count_running_in_conversation
 
 
 def _item(item_id: str) -> dict[str, str]:
@@ -152,3 +161,56 @@ def test_append_turn_adds_the_item_a_reference_names(db: Database) -> None:
     _response_with_input(db, "resp_1", [{"id": "x", "type": "item_reference"}])
     db.run(append_turn, conversation_id, "resp_1", [])
     assert db.run(get_item, conversation_id, "x") == {"id": "x", "type": "message", "role": "user"}
+
+
+def _in_conversation(conversation_id: str, through: int, **overrides: object) -> ResponseRecord:
+    return new_response(conversation_id=conversation_id, conversation_through=through, **overrides)
+
+
+def test_insert_accepted_in_conversation_with_one_running_refuses_and_inserts_nothing(db: Database) -> None:
+    conversation = _conversation(db, items=("a",))
+    db.run(insert_accepted, _in_conversation(conversation, 0), [])
+    refused = _in_conversation(conversation, 0)
+    with pytest.raises(ConversationLocked):
+        db.run(insert_accepted, refused, [{"id": "msg_1", "type": "message"}])
+    assert db.run(get_response, refused.id) is None
+
+
+@pytest.mark.parametrize("status", ["completed", "failed", "cancelled", "incomplete"])
+def test_insert_accepted_in_conversation_after_one_ended_accepts(db: Database, status: str) -> None:
+    conversation = _conversation(db, items=("a",))
+    db.run(insert_response, _in_conversation(conversation, 0, status=status))
+    accepted = _in_conversation(conversation, 0)
+    db.run(insert_accepted, accepted, [])
+    assert db.run(get_response, accepted.id) is not None
+
+
+def test_insert_accepted_in_conversation_grown_since_it_was_planned_refuses(db: Database) -> None:
+    conversation = _conversation(db, items=("a",))
+    db.run(add_items, conversation, [_item("b")])  # a turn that ended meanwhile, or an item added by hand
+    with pytest.raises(ConversationLocked):
+        db.run(insert_accepted, _in_conversation(conversation, 0), [])
+    db.run(insert_accepted, _in_conversation(conversation, 1), [])
+
+
+def test_insert_accepted_in_other_conversation_accepts(db: Database) -> None:
+    first, second = _conversation(db, items=("a",)), _conversation(db, owner="other", items=("a",))
+    db.run(insert_accepted, _in_conversation(first, 0), [])
+    db.run(insert_accepted, _in_conversation(second, 0), [])
+    assert db.run(count_running_in_conversation, second) == 1
+
+
+def test_insert_accepted_in_one_conversation_accepts_one_under_concurrency(db: Database) -> None:
+    conversation = _conversation(db, items=("a",))
+
+    def insert(_: int) -> bool:
+        try:
+            db.run(insert_accepted, _in_conversation(conversation, 0), [])
+        except ConversationLocked:
+            return False
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        accepted = sum(pool.map(insert, range(16)))
+    assert accepted == 1
+    assert db.run(count_running_in_conversation, conversation) == 1

@@ -13,7 +13,7 @@ from sqlalchemy import MetaData, Table, insert, inspect
 from sqlalchemy.orm import Session
 from support.rows import new_response
 
-from oss_responses.storage import Base, Database, ResponseRecord, find_stored_items, migrate
+from oss_responses.storage import Base, Database, ResponseRecord, find_stored_items, get_response, migrate
 from oss_responses.storage.migrations import alembic_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,6 +93,24 @@ def test_upgrade_indexes_output_items_of_responses_that_ended_before(empty_datab
         migrate(empty_database_url)
         found = database.run(find_stored_items, [f"msg_{record.id}" for record in ended] + ["msg_running"], None)
         assert sorted(found) == sorted(f"msg_{record.id}" for record in ended)
+    finally:
+        database.dispose()
+
+
+def test_upgrade_records_conversation_of_responses_still_running(empty_database_url: str) -> None:
+    command.upgrade(alembic_config(empty_database_url), "0009")
+    database = Database(empty_database_url)
+    try:
+        in_conversation = {"model": "gpt-oss-20b", "input": "hi", "conversation": "conv_a"}
+        running = new_response(status="in_progress", request=in_conversation)
+        queued = new_response(request=in_conversation | {"conversation": {"id": "conv_b"}})
+        ended = new_response(status="completed", request=in_conversation)
+        alone = new_response()
+        database.run(_insert_all, [running, queued, ended, alone])
+        migrate(empty_database_url)
+        found = {record.id: database.run(get_response, record.id).conversation_id  # type: ignore[union-attr]
+                 for record in (running, queued, ended, alone)}
+        assert found == {running.id: "conv_a", queued.id: "conv_b", ended.id: None, alone.id: None}
     finally:
         database.dispose()
 
