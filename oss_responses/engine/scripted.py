@@ -25,8 +25,10 @@ What it answers (always an ``analysis`` message first, then one of):
 
 A prompt that ends with the start of a call the worker wrote for the model (a forcing ``tool_choice``)
 gets the rest of that call: the last user message's first ``call RECIPIENT ARGS`` that fits the start,
-else the tool the start names or the first tool of its namespace, with ``{}`` (``python``: ``1+1``;
-``browser``: a search for the user's words).
+else the tool the start names or the first tool of its namespace, with the simplest arguments its
+signature in the developer message allows (:mod:`oss_responses.engine.signature_instance`: every
+required field; ``{}`` for a tool the prompt does not declare; ``python``: ``1+1``; ``browser``: a
+search for the user's words).
 
 A prompt that already ends with the start of the answer (a worker taking a response over continues
 from prompt + generated tokens) gets the rest of that same answer, so a taken-over response ends
@@ -61,6 +63,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings, check_prompt_length
 from oss_responses.engine.json_instance import instance_of
 from oss_responses.engine.response_format import ResponseFormat, requested_format
+from oss_responses.engine.signature_instance import arguments_of
 from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
 from oss_responses.harmony.render import function_call_header_rest
 from oss_responses.statuses import FinishReason
@@ -157,8 +160,8 @@ class ScriptWriter:
         ``harmony/render.py`` forced_call_header), or None if ``tail`` is not one (``tail`` may go on
         into the call, as when a worker takes the response over). The call is the last user message's
         first ``call RECIPIENT ARGS`` that fits the start, else a call the start allows: the tool it
-        names or the first tool of its namespace, with ``{}`` (``python``: ``1+1``; ``browser``: a
-        search for the user's words)."""
+        names or the first tool of its namespace, with the simplest arguments its signature allows
+        (``python``: ``1+1``; ``browser``: a search for the user's words)."""
         text = self.encoding.decode(tail)
         start = _FORCED.match(text)
         if start is None:
@@ -256,7 +259,15 @@ def _default_calls(start: re.Match[str], messages: list[Message], last_user: str
         return [(f"{BROWSER}.{named or 'search'}", json.dumps({"query": last_user[:100]}))]
     names = [named] if named else []
     first = _first_tool(messages, namespace)
-    return [(f"{namespace}.{name}", "{}") for name in names + ([first] if first else [])]
+    tools = text_of(messages[1]) if len(messages) > 1 and messages[1].author.role == Role.DEVELOPER else ""
+    return [(f"{namespace}.{name}", _arguments(tools, namespace, name, last_user))
+            for name in names + ([first] if first else [])]
+
+
+def _arguments(tools: str, namespace: str, name: str, last_user: str) -> str:
+    """The arguments the tool's signature asks for (``{}`` when the prompt does not declare it)."""
+    arguments = arguments_of(tools, namespace, name, text=last_user[:100] or "text")
+    return json.dumps(arguments if arguments is not None else {}, separators=(",", ":"), ensure_ascii=False)
 
 
 def _formatted(response_format: ResponseFormat, last_user: str) -> str:

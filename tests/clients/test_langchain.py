@@ -97,6 +97,12 @@ def test_with_structured_output_function_calling_returns_forced_call_arguments(c
     assert city == City(name="Paris", population=2_100_000)
 
 
+def test_with_structured_output_function_calling_without_arguments_in_prompt_returns_instance(chat: ChatOpenAI) -> None:
+    # The scripted model fills a forced call the prompt gives no arguments for from its signature.
+    city = chat.with_structured_output(City, method="function_calling").invoke("Paris")
+    assert city == City(name="Paris", population=0)
+
+
 def test_use_previous_response_id_continues_the_chain(chat: ChatOpenAI, client: OpenAI) -> None:
     # LangChain sends only the messages after the last AI message, and that message's response id.
     chat = chat.model_copy(update={"use_previous_response_id": True})

@@ -92,6 +92,12 @@ async def test_tool_output_returns_the_forced_calls_arguments(model: OpenAIRespo
     assert result.output == City(name="Paris", population=2_100_000)
 
 
+async def test_tool_output_without_arguments_in_prompt_is_instance_of_it(model: OpenAIResponsesModel) -> None:
+    # The scripted model fills a forced call the prompt gives no arguments for from its signature.
+    result = await Agent(model, output_type=City).run("Paris")
+    assert result.output == City(name="Paris", population=0)
+
+
 async def test_native_output_returns_model_instance(model: OpenAIResponsesModel) -> None:
     # The scripted engine writes a deterministic instance of the schema (its free strings quote the user).
     result = await Agent(model, output_type=NativeOutput(City)).run("Paris")

@@ -306,6 +306,18 @@ def test_generate_required_call_names_function_with_hyphen(enc: HarmonyEncoding)
     assert (message.recipient, text(message)) == ("functions.get-weather", "{}")
 
 
+def test_generate_fills_forced_call_from_its_signature(enc: HarmonyEncoding) -> None:
+    parameters = {"type": "object", "required": ["city", "days"],
+                  "properties": {"city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"type": "string"}}}
+    tools = [{"type": "function", "name": "forecast", "parameters": parameters}]
+    request = parse_create_request({"model": "m", "input": "Paris", "tools": tools, "tool_choice": "required"})
+    header = enc.encode(forced_call_header(request, {}), allowed_special="all")
+    tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids + header
+    rest = [t for output in generate(enc, tokens) for t in output.token_ids]
+    [message] = enc.parse_messages_from_completion_tokens(header + rest, Role.ASSISTANT)
+    assert (message.recipient, json.loads(text(message))) == ("functions.forecast", {"city": "Paris", "days": 0})
+
+
 MCP_TOOLS = [{"type": "mcp", "server_label": "calc"}, {"type": "code_interpreter", "container": {"type": "auto"}},
              {"type": "web_search_preview"}]
 CALC_TOOLS = {"calc": [McpToolSpec("add", "Add", {"type": "object"}),
