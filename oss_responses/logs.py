@@ -68,6 +68,20 @@ class ContextFilter(logging.Filter):
         return True
 
 
+class WebSocketTrafficFilter(logging.Filter):
+    """Drops the websockets library's DEBUG lines of traffic: the handshake's headers (``< authorization:
+    Bearer ...``) and each frame's start and end (a ``response.create`` with its tools' credentials).
+    uvicorn hands the library its ``uvicorn.error`` logger; the library marks traffic in with ``<`` and out
+    with ``>``. Its other DEBUG lines (the connection's state) stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.DEBUG or not isinstance(record.msg, str):
+            return True
+        if record.name != "uvicorn.error" and not record.name.startswith("websockets"):
+            return True
+        return not record.msg.startswith(("<", ">"))
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -87,6 +101,7 @@ class JsonFormatter(logging.Formatter):
 
 def make_handler(log_format: str, stream: Any = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
+    handler.addFilter(WebSocketTrafficFilter())
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     return handler

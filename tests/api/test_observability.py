@@ -15,6 +15,7 @@ from typing import Any
 import httpx2
 import openai
 import pytest
+import websockets.sync.client as ws_client
 from openai.types.responses import Response
 from prometheus_client.parser import text_string_to_metric_families
 from support import MODEL
@@ -32,6 +33,7 @@ from support.webhook_receiver import WebhookReceiver
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 AUTHORIZATION = "tok-obs-authorization-3f9a"
 HEADER_SECRET = "hdr-obs-header-77c1"
@@ -121,6 +123,21 @@ def test_logs_never_show_secrets(observed: Observed, tool_response: Response) ->
         assert len(text.splitlines()) > 20  # DEBUG: plenty was logged
         leaked = [secret for secret in observed.secrets if secret in text]
         assert leaked == [], f"{name}.log shows {leaked}"
+
+
+def test_logs_never_show_secrets_sent_over_websocket(observed: Observed) -> None:
+    # At DEBUG the websockets library logs a handshake's headers and each frame's first and last bytes.
+    key, authorization = "sk-obs-socket-key-9d2e", "tok-obs-socket-5b8c"
+    url = observed.base_url.replace("http://", "ws://") + "/v1/responses"
+    tool = BAD | {"authorization": authorization, "headers": {}}
+    with ws_client.connect(url, additional_headers={"Authorization": f"Bearer {key}"}, max_queue=None) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": MODEL, "input": "call bad.authorization {}",
+                                "tools": [tool]}))
+        while json.loads(socket.recv(timeout=30))["type"] not in TERMINAL_EVENT_TYPES:
+            pass
+    text = (observed.logs / "api.log").read_text(errors="replace")
+    assert "uvicorn.error" in text  # the socket's DEBUG lines that carry no traffic are still there
+    assert [secret for secret in (key, authorization) if secret in text] == []
 
 
 def test_worker_metrics_count_response(observed: Observed, tool_response: Response) -> None:
