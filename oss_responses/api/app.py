@@ -59,7 +59,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             with on_stop_signals(services.hub.end_client_streams):
                 yield
 
-    app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan)
+    # No redirect to the path without its trailing slash: Starlette builds the Location from the request's
+    # Host header, and would answer it before any API key is checked.
+    app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
     install_error_handlers(app)
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(RefuseNulInUrl)

@@ -8,7 +8,10 @@ the URL's host: the ``Host`` header, TLS's SNI and certificate verification (htt
 ``server_hostname`` from the request's origin, not from the socket), so https works unchanged
 (``tests/tools/test_pinned_http.py`` checks SNI and a wrong-name certificate over TLS). A
 connection to any other host (a redirect off the origin) is refused, and proxies from the
-environment are not used (a proxy would resolve the name itself).
+environment are not used (a proxy would resolve the name itself). The mcp SDK follows a redirect
+that stays on the origin whatever the client says; a request is sent only to the checked URL or below
+it (``/mcp`` to ``/mcp/`` is followed), so a redirect cannot carry the request's credentials to
+another path of an allow-listed origin (``/admin``), which the allow-list's path prefix refused.
 
 It relies on one private attribute, ``AsyncHTTPTransport._pool`` (httpx2 has no public way to pass
 a network backend); ``tests/tools/test_mcp_client.py`` fails if that changes.
@@ -25,7 +28,7 @@ from httpcore2._backends.auto import AutoBackend
 from httpcore2._backends.base import AsyncNetworkStream
 from mcp.shared._httpx_utils import McpHttpClientFactory
 
-from oss_responses.tools.urls import normalise_url
+from oss_responses.tools.urls import UnsafeUrl, normalise_url
 
 
 class PinnedBackend(AutoBackend):
@@ -61,7 +64,17 @@ def pinned_client_factory(
 
     ``ssl_context``: the system's trust store unless given (tests give one trusting their own CA).
     """
-    host = normalise_url(url).host
+    checked = normalise_url(url)
+    host = checked.host
+
+    async def stay_under_url(request: httpx2.Request) -> None:
+        try:
+            sent = normalise_url(str(request.url))
+        except UnsafeUrl:
+            sent = None
+        if sent is None or not sent.under(checked):
+            raise httpx2.ConnectError("this client sends requests to its MCP server's URL (or below it) only",
+                                      request=request)
 
     def create(
         headers: dict[str, str] | None = None, timeout: httpx2.Timeout | None = None, auth: httpx2.Auth | None = None
@@ -73,7 +86,7 @@ def pinned_client_factory(
         )
         return httpx2.AsyncClient(
             headers=headers, timeout=timeout or httpx2.Timeout(30.0, read=300.0), auth=auth,
-            transport=transport, trust_env=False,
+            transport=transport, trust_env=False, event_hooks={"request": [stay_under_url]},
         )
 
     return create

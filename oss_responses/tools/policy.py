@@ -207,11 +207,30 @@ def _allowlist(settings: Settings) -> list[NormalUrl]:
     return prefixes
 
 
+# IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits: NAT64's well-known and
+# local-use prefixes (RFC 6052, RFC 8215). Through a translator they reach that IPv4 address.
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+
+
 def _is_public(address: str) -> bool:
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local:  # deprecated (RFC 3879), not in is_global's list before Python 3.13
+            return False
+        if (embedded := _embedded_ipv4(ip)) is not None:
+            return _is_public(str(embedded)) and not any(ip in prefix for prefix in _NAT64[1:])
     return ip.is_global and not ip.is_multicast
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for: mapped, 6to4, NAT64, or IPv4-compatible (``::a.b.c.d``)."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in prefix for prefix in _NAT64) or (int(ip) >> 32 == 0 and int(ip) > 1):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 async def system_resolver(host: str) -> list[str]:

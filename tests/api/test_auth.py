@@ -70,6 +70,13 @@ def test_request_with_malformed_authorization_is_401(http: httpx2.Client) -> Non
     _invalid_key(http.get("/v1/models", headers={"Authorization": "Basic dXNlcjpwYXNz"}))
 
 
+@pytest.mark.parametrize(("method", "path"), [("POST", "/v1/responses/"), ("GET", "/v1/conversations/")])
+def test_path_with_trailing_slash_is_404_without_redirect(http: httpx2.Client, method: str, path: str) -> None:
+    answer = http.request(method, path, headers={"Host": "evil.example"})
+    assert (answer.status_code, answer.headers.get("location")) == (404, None)
+    assert answer.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_healthz_needs_no_key(http: httpx2.Client) -> None:
     assert http.get("/healthz").status_code == 200
 

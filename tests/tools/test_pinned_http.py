@@ -52,6 +52,47 @@ async def test_pinned_client_refuses_other_hosts(echo_port: int) -> None:
             await client.get(f"http://127.0.0.1:{echo_port}/")
 
 
+async def _redirect_to_admin(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """``/mcp`` redirects to ``/mcp/``, ``/mcp/`` to ``/admin``; every request is answered with its path."""
+    head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+    path = head.split(" ", 2)[1]
+    redirects = {"/mcp": "/mcp/", "/mcp/": "/admin"}
+    if path in redirects:
+        writer.write(b"HTTP/1.1 307 Temporary Redirect\r\nlocation: %s\r\ncontent-length: 0\r\n\r\n"
+                     % redirects[path].encode())
+    else:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                     % (len(path), path.encode()))
+    await writer.drain()
+    writer.close()
+
+
+@pytest.fixture
+async def redirecting_port() -> AsyncIterator[int]:
+    server = await asyncio.start_server(_redirect_to_admin, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+
+
+async def test_pinned_client_follows_redirect_below_its_url(redirecting_port: int) -> None:
+    url = f"http://pinned.invalid:{redirecting_port}/mcp"
+    async with pinned_client_factory(url, ["127.0.0.1"])() as client:
+        response = await client.get(url, follow_redirects=False)
+        assert response.next_request is not None
+        # The mcp SDK follows a redirect on the origin itself, through the client's send.
+        assert (await client.send(response.next_request, follow_redirects=False)).status_code == 307
+
+
+async def test_pinned_client_refuses_redirect_outside_its_url(redirecting_port: int) -> None:
+    url = f"http://pinned.invalid:{redirecting_port}/mcp/"
+    async with pinned_client_factory(url, ["127.0.0.1"])() as client:
+        response = await client.get(url, follow_redirects=False)
+        assert response.next_request is not None
+        with pytest.raises(httpx2.ConnectError, match="URL"):
+            await client.send(response.next_request)
+
+
 def _self_signed(name: str) -> tuple[bytes, bytes]:
     """A certificate for ``name`` (and its key), as PEM: the test's own CA of one."""
     from cryptography import x509

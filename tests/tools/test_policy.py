@@ -293,6 +293,27 @@ async def test_resolve_legacy_loopback_forms_are_refused(url: str) -> None:
         await resolve_servers([_mcp(server_url=url)], settings, resolve_host=_public_anywhere)
 
 
+@pytest.mark.parametrize("address", [
+    "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b:1::a00:1",  # NAT64: loopback, metadata, local-use prefix
+    "2002:7f00:1::", "2002:a9fe:a9fe::",  # 6to4 of loopback and link-local
+    "::127.0.0.1", "::a00:1",  # IPv4-compatible
+    "fec0::1",  # site-local
+])
+async def test_resolve_ipv6_standing_for_private_address_is_refused(address: str) -> None:
+    url = f"http://[{address}]:9000/mcp"
+    settings = _settings(mcp_url_allowlist=[url])
+    with pytest.raises(BadRequest, match="loopback or private address"):
+        await resolve_servers([_mcp(server_url=url)], settings, resolve_host=_public_anywhere)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::5db8:d70e", "2002:5db8:d70e::", "2606:4700::1111"])
+async def test_resolve_ipv6_standing_for_public_address_is_accepted(address: str) -> None:
+    url = f"http://[{address}]:9000/mcp"
+    [server] = await resolve_servers([_mcp(server_url=url)], _settings(mcp_url_allowlist=[url]),
+                                     resolve_host=_public_anywhere)
+    assert server.endpoint.addresses == (address,)
+
+
 async def test_resolve_request_url_pins_resolved_addresses() -> None:
     server = await _resolve_allowed("https://allowed.example/mcp/")
     assert server.endpoint.addresses == ("93.184.215.14",)
