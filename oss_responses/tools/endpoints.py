@@ -20,6 +20,8 @@ class McpEndpoint:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Non-empty: connect to these addresses only, whatever the URL's host resolves to now (pinned_http.py).
     addresses: tuple[str, ...] = ()
+    # Non-empty: the URL prefixes (the allow-list's) its requests must stay under, redirects included.
+    within: tuple[str, ...] = ()
 
     @property
     def transport(self) -> str:

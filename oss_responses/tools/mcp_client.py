@@ -101,7 +101,8 @@ class _Session:
         headers = dict(self.endpoint.headers)
         endpoint = self.endpoint
         factory = (
-            pinned_client_factory(endpoint.url, endpoint.addresses) if endpoint.addresses else create_mcp_http_client
+            pinned_client_factory(endpoint.url, endpoint.addresses, within=endpoint.within)
+            if endpoint.addresses else create_mcp_http_client
         )
         if endpoint.transport == "sse":
             return sse_client(endpoint.url, headers=headers, httpx_client_factory=factory)

@@ -9,9 +9,10 @@ the URL's host: the ``Host`` header, TLS's SNI and certificate verification (htt
 (``tests/tools/test_pinned_http.py`` checks SNI and a wrong-name certificate over TLS). A
 connection to any other host (a redirect off the origin) is refused, and proxies from the
 environment are not used (a proxy would resolve the name itself). The mcp SDK follows a redirect
-that stays on the origin whatever the client says; a request is sent only to the checked URL or below
-it (``/mcp`` to ``/mcp/`` is followed), so a redirect cannot carry the request's credentials to
-another path of an allow-listed origin (``/admin``), which the allow-list's path prefix refused.
+that stays on the origin whatever the client says, and its SSE transport posts to the path the server
+names; a request is sent only under the allow-list prefixes the URL passed (``within``), so neither
+can carry the request's credentials to a path of the origin that the
+allow-list refused (``/admin`` beside an allowed ``/mcp/``).
 
 It relies on one private attribute, ``AsyncHTTPTransport._pool`` (httpx2 has no public way to pass
 a network backend); ``tests/tools/test_mcp_client.py`` fails if that changes.
@@ -58,22 +59,25 @@ class PinnedBackend(AutoBackend):
 
 
 def pinned_client_factory(
-    url: str, addresses: Sequence[str], *, ssl_context: ssl.SSLContext | None = None
+    url: str, addresses: Sequence[str], *, within: Sequence[str] = (), ssl_context: ssl.SSLContext | None = None
 ) -> McpHttpClientFactory:
-    """An ``McpHttpClientFactory`` (the mcp SDK's signature) whose clients are pinned to ``addresses``.
+    """An ``McpHttpClientFactory`` (the mcp SDK's signature) whose clients are pinned to ``addresses``
+    and send requests only under the URL prefixes ``within`` (when given).
 
     ``ssl_context``: the system's trust store unless given (tests give one trusting their own CA).
     """
-    checked = normalise_url(url)
-    host = checked.host
+    host = normalise_url(url).host
+    prefixes = [normalise_url(prefix) for prefix in within]
 
-    async def stay_under_url(request: httpx2.Request) -> None:
+    async def stay_within(request: httpx2.Request) -> None:
+        if not prefixes:
+            return
         try:
             sent = normalise_url(str(request.url))
         except UnsafeUrl:
             sent = None
-        if sent is None or not sent.under(checked):
-            raise httpx2.ConnectError("this client sends requests to its MCP server's URL (or below it) only",
+        if sent is None or not any(sent.under(prefix) for prefix in prefixes):
+            raise httpx2.ConnectError("this client sends requests under its MCP server's allowed URLs only",
                                       request=request)
 
     def create(
@@ -86,7 +90,7 @@ def pinned_client_factory(
         )
         return httpx2.AsyncClient(
             headers=headers, timeout=timeout or httpx2.Timeout(30.0, read=300.0), auth=auth,
-            transport=transport, trust_env=False, event_hooks={"request": [stay_under_url]},
+            transport=transport, trust_env=False, event_hooks={"request": [stay_within]},
         )
 
     return create

@@ -62,12 +62,14 @@ class ResolvedServer:
     builtin: Builtin | None = None
     hosted: bool = False  # serves a hosted tool type (web_search, code_interpreter), not an MCP tool
     description: str | None = None
-    # A request's own server_url: the addresses checked, the only ones connected to (empty: resolve freely).
+    # A request's own server_url: the addresses checked, the only ones connected to (empty: resolve freely),
+    # and the allow-list's prefixes it passed, which its requests must stay under.
     addresses: tuple[str, ...] = ()
+    within: tuple[str, ...] = ()
 
     @property
     def endpoint(self) -> McpEndpoint:
-        return McpEndpoint(self.url, self.headers, self.addresses)
+        return McpEndpoint(self.url, self.headers, self.addresses, self.within)
 
 
 async def resolve_servers(
@@ -117,13 +119,15 @@ async def _resolve_mcp(tool: Mcp, param: str, settings: Settings, resolve: HostR
             param=f"{param}.server_url",
         )
     addresses: tuple[str, ...] = ()
+    within: tuple[str, ...] = ()
     if url != configured:
         checked = await check_request_url(url, f"{param}.server_url", settings, resolve)
-        url, addresses = str(checked.url), checked.addresses
+        url, addresses, within = str(checked.url), checked.addresses, checked.within
     return ResolvedServer(
         label=label,
         url=url,
         addresses=addresses,
+        within=within,
         headers=_headers(tool),
         allowed_tools=tool.allowed_tools,
         require_approval=tool.require_approval,
@@ -167,6 +171,7 @@ def _headers(tool: Mcp) -> dict[str, str]:
 class CheckedUrl:
     url: NormalUrl
     addresses: tuple[str, ...]  # what the host resolved to when checked: the connection uses these only
+    within: tuple[str, ...]  # the allow-list's prefixes the URL is under: its requests stay under them
 
 
 async def check_request_url(url: str, param: str, settings: Settings, resolve: HostResolver) -> CheckedUrl:
@@ -176,7 +181,8 @@ async def check_request_url(url: str, param: str, settings: Settings, resolve: H
     except UnsafeUrl as exc:
         raise BadRequest(f"Invalid value for '{param}': an MCP server_url must be an http(s) URL; {exc}.",
                          param=param) from exc
-    if not any(target.under(prefix) for prefix in _allowlist(settings)):
+    within = tuple(str(prefix) for prefix in _allowlist(settings) if target.under(prefix))
+    if not within:
         raise BadRequest(
             f"Invalid value for '{param}': this server_url is not in the service's MCP allow-list "
             "(OSS_RESPONSES_MCP_URL_ALLOWLIST); use a configured server_label instead.",
@@ -194,7 +200,7 @@ async def check_request_url(url: str, param: str, settings: Settings, resolve: H
             "(OSS_RESPONSES_MCP_ALLOW_PRIVATE_URLS).",
             param=param,
         )
-    return CheckedUrl(target, tuple(addresses))
+    return CheckedUrl(target, tuple(addresses), within)
 
 
 def _allowlist(settings: Settings) -> list[NormalUrl]:

@@ -337,12 +337,13 @@ def test_tool_choice_allowed_tools_required_makes_model_call_function_it_lists(s
 
 def test_tool_choice_naming_mcp_server_makes_model_call_its_tool(stack: ToolStack) -> None:
     # "hello" asks for no call: the worker writes "to=calc.", the model names calc's first tool and
-    # gives it no arguments, which the server refuses; the model then answers.
+    # fills its signature (the expression "hello"), which the server cannot evaluate; the model then answers.
     response = run(stack, "stream", input="hello", tools=[CALC], tool_choice={"type": "mcp", "server_label": "calc"})
     assert response.status == "completed" and types_of(response) == ["mcp_list_tools", "mcp_call", "reasoning",
                                                                       "message"]
     call = item(response, "mcp_call")
-    assert (call.server_label, call.name, call.arguments, call.status) == ("calc", "calculate", "{}", "failed")
+    assert (call.server_label, call.name, call.arguments, call.status) == (
+        "calc", "calculate", '{"expression":"hello"}', "failed")
     assert (response.tool_choice.type, response.tool_choice.server_label) == ("mcp", "calc")  # type: ignore[union-attr]
 
 

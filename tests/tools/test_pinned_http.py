@@ -75,22 +75,31 @@ async def redirecting_port() -> AsyncIterator[int]:
     await server.wait_closed()
 
 
-async def test_pinned_client_follows_redirect_below_its_url(redirecting_port: int) -> None:
+async def test_pinned_client_follows_redirect_under_its_url(redirecting_port: int) -> None:
     url = f"http://pinned.invalid:{redirecting_port}/mcp"
-    async with pinned_client_factory(url, ["127.0.0.1"])() as client:
+    async with pinned_client_factory(url, ["127.0.0.1"], within=[url])() as client:
         response = await client.get(url, follow_redirects=False)
         assert response.next_request is not None
         # The mcp SDK follows a redirect on the origin itself, through the client's send.
         assert (await client.send(response.next_request, follow_redirects=False)).status_code == 307
 
 
-async def test_pinned_client_refuses_redirect_outside_its_url(redirecting_port: int) -> None:
+async def test_pinned_client_refuses_redirect_outside_its_allowed_prefix(redirecting_port: int) -> None:
     url = f"http://pinned.invalid:{redirecting_port}/mcp/"
-    async with pinned_client_factory(url, ["127.0.0.1"])() as client:
+    async with pinned_client_factory(url, ["127.0.0.1"], within=[url])() as client:
         response = await client.get(url, follow_redirects=False)
         assert response.next_request is not None
         with pytest.raises(httpx2.ConnectError, match="URL"):
             await client.send(response.next_request)
+
+
+async def test_pinned_client_follows_redirect_under_its_allowed_prefix(redirecting_port: int) -> None:
+    url = f"http://pinned.invalid:{redirecting_port}/mcp/"
+    within = [f"http://pinned.invalid:{redirecting_port}/"]
+    async with pinned_client_factory(url, ["127.0.0.1"], within=within)() as client:
+        response = await client.get(url, follow_redirects=False)
+        assert response.next_request is not None
+        assert (await client.send(response.next_request)).text == "/admin"
 
 
 def _self_signed(name: str) -> tuple[bytes, bytes]:

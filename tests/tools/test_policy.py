@@ -319,6 +319,14 @@ async def test_resolve_request_url_pins_resolved_addresses() -> None:
     assert server.endpoint.addresses == ("93.184.215.14",)
 
 
+async def test_resolve_request_url_keeps_the_allowed_prefixes_it_is_under() -> None:
+    settings = _settings(mcp_url_allowlist=["https://allowed.example/mcp/", "https://allowed.example/",
+                                            "https://other.example/"])
+    [server] = await resolve_servers([_mcp(server_url="https://allowed.example/mcp/x")], settings,
+                                     resolve_host=_public_anywhere)
+    assert server.endpoint.within == ("https://allowed.example/mcp/", "https://allowed.example/")
+
+
 async def test_resolve_configured_server_is_not_pinned() -> None:
     [server] = await _resolve(_mcp(server_label="docs"))
     assert server.endpoint.addresses == ()
