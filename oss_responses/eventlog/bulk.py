@@ -28,13 +28,21 @@ Command = tuple[Any, ...]  # (name, key, *args)
 
 CHUNK = 1_000
 
-# ARGV per command: "e", id, frame (an event: XADD key id f frame; the common case, packed short)
-# or name, number of args, args... . Returns {index, error, ...} of the commands that failed.
+# ARGV per command: "e", id, frame (an event: XADD key id f frame; the common case, packed short),
+# "g", token (a guard: the key, a lease, must hold the token, else the commands after it up to the
+# next guard are skipped, and only the guard is reported failed), or name, number of args, args... .
+# Returns {index, error, ...} of the commands that failed.
 SCRIPT = """
-local failed, pos = {}, 1
+local failed, pos, skip = {}, 1, false
 for i = 1, #KEYS do
   local r
-  if ARGV[pos] == 'e' then
+  if ARGV[pos] == 'g' then
+    skip = redis.call('GET', KEYS[i]) ~= ARGV[pos + 1]
+    if skip then r = {err = 'LEASE_LOST this worker no longer holds the lease of its response'} end
+    pos = pos + 2
+  elseif skip then
+    if ARGV[pos] == 'e' then pos = pos + 3 else pos = pos + 2 + tonumber(ARGV[pos + 1]) end
+  elseif ARGV[pos] == 'e' then
     r = redis.pcall('XADD', KEYS[i], ARGV[pos + 1], 'f', ARGV[pos + 2])
     pos = pos + 3
   else
@@ -102,6 +110,11 @@ def event_entries(commands: Iterable[Packed]) -> list[tuple[str, str]]:
     """(stream key, entry id) of each packed event among ``commands``, as text."""
     found = [event_entry(command) for command in commands]
     return [(key.decode(), entry_id.decode()) for key, entry_id in filter(None, found)]
+
+
+def pack_guard(lease_key: bytes, token: bytes) -> Packed:
+    """A guard: the commands after it (up to the next guard) run only if ``lease_key`` holds ``token``."""
+    return bulk_string(lease_key), b"$1\r\ng\r\n" + bulk_string(token), 2, "GUARD"
 
 
 def pack_push(key: bytes, value: bytes) -> Packed:

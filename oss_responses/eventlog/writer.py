@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from redis import Redis as SyncRedis
@@ -40,12 +40,14 @@ from redis.asyncio import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import (
+    CHUNK,
     SCRIPT,
     Command,
     Packed,
     failed_commands,
     pack_command,
     pack_event_entries,
+    pack_guard,
     pack_push,
     run_commands,
     script_calls,
@@ -68,24 +70,70 @@ class EventWriteError(RuntimeError):
     """A buffered write of this response did not reach Redis."""
 
 
+@dataclass(frozen=True)
+class Fence:
+    """A run's hold on its response: the lease key and the run's own token in it. Its writes land only
+    while the lease holds that token (see ``EventWriter.fence``)."""
+
+    lease_key: str
+    token: str
+
+    @cached_property
+    def guard(self) -> Packed:
+        return pack_guard(self.lease_key.encode(), self.token.encode())
+
+
+_Group = tuple[str, "Fence | None"]  # a response, and the fence its writes were buffered under
+
+
 @dataclass(eq=False)  # hashed by identity: the writer holds the batches awaiting replies in a set
 class _Batch:
-    commands: list[Packed] = field(default_factory=list)
-    owners: list[str] = field(default_factory=list)  # response id of each command
+    # Each response's commands in the order buffered, apart from the other responses' (streams are
+    # independent), so that one guard heads them all.
+    groups: dict[_Group, list[Packed]] = field(default_factory=dict)
     closing: set[str] = field(default_factory=set)
     # Journal steps per response, sent as ONE RPUSH per response per flush (not one per step).
-    journal: dict[str, list[Any]] = field(default_factory=dict)
+    journal: dict[_Group, list[Any]] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float | None = None  # when its first event or close was buffered (perf_counter)
+    # Set when written: the commands in the order sent, and the group each belongs to.
+    commands: list[Packed] = field(default_factory=list)
+    owners: list[_Group] = field(default_factory=list)
 
-    def take_journal(self) -> None:
-        """Put the journal RPUSHes first: before the events they produced, and before a close's DEL."""
-        if self.journal:
-            pushes = [pack_push(redis_keys.journal(rid).encode(), _journal_json(steps))
-                      for rid, steps in self.journal.items()]
-            self.commands[:0] = pushes
-            self.owners[:0] = list(self.journal)
-            self.journal = {}
+    @property
+    def empty(self) -> bool:
+        return not (self.groups or self.journal)
+
+    def lay_out(self) -> None:
+        """The commands to send: per response its guard (when fenced), its journal RPUSH (before the
+        events it produced, and before a close's DEL), then its commands. Unfenced responses (tests,
+        benches) go first: a failed guard skips everything up to the next one."""
+        for group in self.journal.keys() - self.groups.keys():
+            self.groups[group] = []
+        for group in sorted(self.groups, key=lambda group: group[1] is not None):
+            response_id, fence = group
+            commands = self.groups[group]
+            if (steps := self.journal.get(group)) is not None:
+                commands[:0] = [pack_push(redis_keys.journal(response_id).encode(), _journal_json(steps))]
+            self._add(group, commands)
+        self.groups, self.journal = {}, {}
+
+    def _add(self, group: _Group, commands: list[Packed]) -> None:
+        """A group's commands behind its guard, and behind it again at the start of each script call
+        (``bulk.CHUNK`` commands) the group runs on into: each call starts unguarded."""
+        fence = group[1]
+        while True:
+            if fence is not None:
+                self.commands.append(fence.guard)
+                self.owners.append(group)
+                if len(self.commands) % CHUNK == 0:  # the guard ended a call: it must head the next
+                    continue
+            room = CHUNK - len(self.commands) % CHUNK
+            taken, commands = commands[:room], commands[room:]
+            self.commands += taken
+            self.owners += [group] * len(taken)
+            if not commands:
+                return
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -201,6 +249,7 @@ class EventWriter:
         self._settling: set[_Batch] = set()  # taken from pending (written or connecting), not settled yet
         self._connecting: set[asyncio.Task[None]] = set()
         self._pipe: RedisPipe | None = None
+        self._fences: dict[str, Fence] = {}  # response id -> the fence its writes are buffered under
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
         self._buffer(response_id, packed_events(response_id, events))
@@ -213,19 +262,20 @@ class EventWriter:
     def append_journal(self, response_id: str, step: Any) -> None:
         """Buffer one journal step (JSON-able); it lands before the events buffered after it."""
         batch = self._pending
-        steps = batch.journal.get(response_id)
+        group = (response_id, self._fences.get(response_id))
+        steps = batch.journal.get(group)
         if steps is not None:  # the common case, once per token: checked and scheduled already
             steps.append(step)
             return
         self._raise_if_failed(response_id)
-        batch.journal[response_id] = [step]
+        batch.journal[group] = [step]
         self._last_batch[response_id] = batch
         self._schedule_flush()
 
     async def flush(self) -> None:
         """Wait until everything buffered so far is in Redis (errors are per response: see drain)."""
         batch = self._pending
-        if batch.commands or batch.journal:
+        if not batch.empty:
             self._schedule_flush()
             await batch.done.wait()
         for settling in list(self._settling):  # earlier flushes still awaiting their replies
@@ -257,8 +307,11 @@ class EventWriter:
         if not closing:
             self._raise_if_failed(response_id)
         batch = self._pending
-        batch.commands += commands
-        batch.owners += [response_id] * len(commands)
+        group = (response_id, self._fences.get(response_id))
+        if (grouped := batch.groups.get(group)) is None:
+            batch.groups[group] = commands
+        else:
+            grouped += commands
         self._last_batch[response_id] = batch
         if closing:
             batch.closing.add(response_id)
@@ -280,6 +333,20 @@ class EventWriter:
         """A response starts (or is taken over) on this worker: an old failed write of it is history."""
         self._failed.pop(response_id, None)
 
+    def fence(self, response_id: str, fence: Fence) -> None:
+        """A run took the response's lease: from now on what is buffered for the response lands only
+        while the lease holds the run's token, checked in Redis with the writes (a guard heads each
+        response's writes in a flush). A run that lost its lease (its worker paused past it) then
+        writes nothing after the run that took the response over: neither its events nor, worse, a
+        journal step, which a later takeover would replay. An old failed write is history."""
+        self._fences[response_id] = fence
+        self._failed.pop(response_id, None)
+
+    def unfence(self, response_id: str, fence: Fence) -> None:
+        """The run that holds ``fence`` ended (what it buffered keeps its guard)."""
+        if self._fences.get(response_id) == fence:
+            del self._fences[response_id]
+
     def _raise_if_failed(self, response_id: str) -> None:
         error = self._failed.get(response_id)
         if error is not None:
@@ -298,7 +365,7 @@ class EventWriter:
         grows until they come (``_replied`` flushes it), so batches grow under load."""
         self._flush_scheduled = False
         batch = self._pending
-        if self._in_flight is not None or not (batch.commands or batch.journal):
+        if self._in_flight is not None or batch.empty:
             return
         self._pending, self._in_flight = _Batch(), batch
         self._settling.add(batch)
@@ -315,7 +382,7 @@ class EventWriter:
             pipe = await self._connected_pipe()
         except Exception as exc:  # Redis unreachable: every response in the batch failed
             log.exception("the event writer could not connect to Redis")
-            batch.take_journal()  # its journal's owners fail too
+            batch.lay_out()  # its journal's owners fail too
             self._done(batch, dict.fromkeys(range(len(batch.commands)), exc))
             return
         self._write(pipe, batch)
@@ -329,7 +396,7 @@ class EventWriter:
 
     def _write(self, pipe: RedisPipe, batch: _Batch) -> None:
         """Put the batch on the wire now; it is settled once its replies came."""
-        batch.take_journal()
+        batch.lay_out()
         payload, count = script_calls(batch.commands)
         replies = pipe.send(payload, count)
         if not replies:  # an early flush of a batch that only ever got empty appends
@@ -370,11 +437,13 @@ class EventWriter:
         if errors:
             EVENT_WRITE_FAILURES.inc()
         for index, error in errors.items():
-            owner = batch.owners[index]
+            owner, fence = batch.owners[index]
+            if fence is not None and self._fences.get(owner) != fence:
+                continue  # written for a run that has ended here since: the response's new run did not fail
             if owner not in self._failed:
                 log.error("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
                 self._failed[owner] = error if isinstance(error, Exception) else EventWriteError(error)
-        for owner in set(batch.owners):
+        for owner in {owner for owner, _ in batch.owners}:
             if self._last_batch.get(owner) is batch:
                 del self._last_batch[owner]
         # A closed response is forgotten here unless a failure waits for its drain.

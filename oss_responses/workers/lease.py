@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 
 from redis.asyncio import Redis
@@ -31,6 +32,12 @@ _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
+
+
+def run_owner(worker_id: str) -> str:
+    """What one run of a response writes in its lease: the worker, and a token of the run's own, so that
+    a run of this worker that lost the lease (it stalled past it) is not taken for its holder."""
+    return f"{worker_id}/{secrets.token_hex(4)}"
 
 
 class Lease:

@@ -44,7 +44,7 @@ from oss_responses.engine.response_format import (
     STRUCTURED_OUTPUT_KEY,
     structured_output_spec,
 )
-from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.eventlog.writer import EventWriteError, Fence
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
 from oss_responses.harmony.mcp_tools import McpToolSpec
@@ -88,7 +88,7 @@ from oss_responses.workers.journal import (
     split_at_prompt,
     unfinished_listings,
 )
-from oss_responses.workers.lease import Lease
+from oss_responses.workers.lease import Lease, run_owner
 from oss_responses.workers.outage import Backoff, unreachable
 from oss_responses.workers.reaper import (
     HANDOFF,
@@ -114,8 +114,8 @@ PROGRESS_LOST_MESSAGE = (
 )
 
 Outcome = Literal[
-    "completed", "incomplete", "failed", "cancelled", "missing", "skipped", "leased_elsewhere", "lease_lost",
-    "handed_off",
+    "completed", "incomplete", "failed", "cancelled", "missing", "skipped", "leased_elsewhere", "running_here",
+    "lease_lost", "handed_off",
 ]
 
 
@@ -126,7 +126,12 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[s
         return "missing"
     if job.record.status not in ("queued", "in_progress"):
         return "skipped"
-    lease = Lease(ctx.redis, response_id, ctx.worker_id, ctx.settings.lease_seconds)
+    if response_id in ctx.running:
+        # Its run here lost its lease (this worker stalled past it) and has not noticed yet: it stops at
+        # its next renewal, and the takeover is dispatched again. Two runs of one response in one worker
+        # would share its event writer's buffer.
+        return "running_here"
+    lease = Lease(ctx.redis, response_id, run_owner(ctx.worker_id), ctx.settings.lease_seconds)
     run = _Run(ctx, job, lease)
     taken = _claim(run)
     if taken is None:
@@ -134,6 +139,7 @@ def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[s
     try:
         return _run_leased(run, taken)
     finally:
+        ctx.loop.call_soon(partial(ctx.writer.unfence, response_id, run.fence))
         try:
             ctx.loop.run(lease.release())
         except RedisError:  # Redis went away: the lease lapses by itself
@@ -162,6 +168,10 @@ class _Run:
     stop_cause: StopCause | None = None  # asked before the generation existed
     early_prompt: RenderedPrompt | Exception | None = None  # rendered in the task thread (see _render_early)
     fail_after_replay: str | None = None  # taken over too often: replayed, then failed
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.lease.key, self.lease.owner)
 
 
 def _run_leased(run: _Run, taken: Claim) -> Outcome:
@@ -202,9 +212,9 @@ def _claim(run: _Run) -> Claim | None:
 
 
 def _hold(run: _Run) -> None:
-    """On the loop, once the lease is ours: an old failed write of it (on this worker) is history,
-    and the lease is renewed until released."""
-    run.ctx.writer.forget_failure(run.job.response_id)
+    """On the loop, once the lease is ours: the response's writes land only while the lease is this
+    run's (an old failed write of it on this worker is history), and the lease is renewed until released."""
+    run.ctx.writer.fence(run.job.response_id, run.fence)
     run.lease.keep_alive()
 
 

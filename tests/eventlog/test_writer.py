@@ -11,7 +11,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
 from oss_responses.eventlog import writer as writer_module
 from oss_responses.eventlog.bulk import NAME
-from oss_responses.eventlog.writer import write_frames
+from oss_responses.eventlog.writer import Fence, write_frames
 from oss_responses.workers.journal import read_journal
 
 pytestmark = pytest.mark.anyio
@@ -220,3 +220,53 @@ async def test_write_frames_stores_the_given_bytes_at_their_sequence_numbers(are
     await write_frames(aredis, "resp_a", framed)
     entries = redis.xrange(redis_keys.events("resp_a"))
     assert entries == [(b"0-4", {b"f": framed[0][1]}), (b"0-5", {b"f": framed[1][1]})]
+
+
+async def test_fenced_writes_land_only_while_the_lease_holds_the_runs_token(aredis, redis, make_events) -> None:
+    lease = redis_keys.lease("resp_a")
+    redis.set(lease, "w2/run")  # another run took the response over
+    stale, current = EventWriter(aredis, ttl_seconds=60), EventWriter(aredis, ttl_seconds=60)
+    stale.fence("resp_a", Fence(lease, "w1/run"))
+    current.fence("resp_a", Fence(lease, "w2/run"))
+    current.append_journal("resp_a", ["feed", [1]])
+    current.append("resp_a", make_events(range(0, 1)))
+    await current.drain("resp_a")
+    stale.append_journal("resp_a", ["feed", [2]])
+    stale.append("resp_a", make_events(range(1, 3)))
+    with pytest.raises(EventWriteError, match="lease"):
+        await stale.drain("resp_a")
+    assert redis.lrange(redis_keys.journal("resp_a"), 0, -1) == [b'[["feed",[1]]]']
+    assert redis.xlen(redis_keys.events("resp_a")) == 1
+    await stale.aclose()
+    await current.aclose()
+
+
+@pytest.mark.parametrize("held", [True, False])
+async def test_fence_guards_every_script_call_of_a_long_flush(aredis, redis, make_events, held: bool) -> None:
+    lease = redis_keys.lease("resp_a")
+    if held:
+        redis.set(lease, "w1/run")
+    writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=60)
+    writer.append("warm_up", make_events(range(1)))  # others' writes in the same flush
+    writer.fence("resp_a", Fence(lease, "w1/run"))
+    writer.append("resp_a", make_events(range(0, 2_500)))  # three script calls
+    writer.append("resp_b", make_events(range(0, 1)))  # unfenced: lands whatever resp_a's guard says
+    await writer.flush()
+    assert redis.xlen(redis_keys.events("resp_a")) == (2_500 if held else 0)
+    assert redis.xlen(redis_keys.events("resp_b")) == 1
+    await writer.aclose()
+
+
+async def test_failed_write_of_an_ended_run_does_not_fail_the_next_run(aredis, redis, make_events) -> None:
+    lease = redis_keys.lease("resp_a")
+    redis.set(lease, "w1/second")
+    writer = EventWriter(aredis, ttl_seconds=60)
+    first, second = Fence(lease, "w1/first"), Fence(lease, "w1/second")
+    writer.fence("resp_a", first)
+    writer.append("resp_a", make_events(range(0, 1)))  # the first run's last write: its lease is gone
+    writer.unfence("resp_a", first)
+    writer.fence("resp_a", second)
+    writer.append("resp_a", make_events(range(0, 2)))
+    await writer.drain("resp_a")
+    assert [i for i, _ in redis.xrange(redis_keys.events("resp_a"))] == [b"0-1", b"0-2"]
+    await writer.aclose()

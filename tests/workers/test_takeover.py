@@ -32,6 +32,7 @@ from support.streams import (
 )
 from support.workers import accept, worker_settings
 
+from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
@@ -80,6 +81,40 @@ def test_sigkilled_worker_response_is_continued_by_another_worker(
     assert_one_story(events, db, response_id)
     uninterrupted = wait_for_end(redis, _start_response(db, redis, settings, "tokens 80"), timeout=30)
     assert story_text(events) == story_text(uninterrupted) and len(story_text(events).split()) == 80
+    db.dispose()
+
+
+def _wait_for_lease_of(redis: redis_lib.Redis, response_id: str, pid: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while (holder := redis.get(redis_keys.lease(response_id))) is None or f":{pid}:" not in holder.decode():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"worker {pid} did not take {response_id} (lease: {holder!r})")
+        time.sleep(0.05)
+
+
+def test_worker_paused_past_its_lease_writes_nothing_once_another_took_over(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    # A worker paused past its lease (SIGSTOP here; a frozen VM, a long stall) resumes with an engine step
+    # on its way. Whatever it writes then must not land: its journal step would sit among the new owner's,
+    # and the next takeover (its owner killed) would replay it into the text.
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    paused = start_worker(settings, "paused")
+    response_id = _start_response(db, redis, settings, "tokens 200")
+    _wait_for_deltas(redis, response_id, 10)
+    os.kill(paused.process.pid, signal.SIGSTOP)
+    second = start_worker(settings, "second")
+    _wait_for_lease_of(redis, response_id, second.process.pid)
+    _wait_for_deltas(redis, response_id, 30)
+    os.kill(paused.process.pid, signal.SIGCONT)
+    time.sleep(2.0)  # its buffered step is written, its lease renewal fails
+    os.kill(second.process.pid, signal.SIGKILL)
+    second.process.wait()
+    events = wait_for_end(redis, response_id, timeout=60)  # taken over again, by the resumed worker
+    assert_one_story(events, db, response_id)
+    uninterrupted = wait_for_end(redis, _start_response(db, redis, settings, "tokens 200"), timeout=60)
+    assert story_text(events) == story_text(uninterrupted) and len(story_text(events).split()) == 200
     db.dispose()
 
 
