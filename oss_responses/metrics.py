@@ -33,7 +33,8 @@ RESPONSES_ENDED = Counter(
 )
 TASK_OUTCOMES = Counter(
     "oss_responses_worker_tasks_total",
-    "run_response tasks by outcome (completed, failed, ..., skipped, leased_elsewhere, running_here, lease_lost, handed_off)",
+    "run_response tasks by outcome (completed, failed, ..., skipped, leased_elsewhere, running_here, lease_lost, "
+    "handed_off)",
     ["model", "outcome"],
 )
 TIME_TO_FIRST_TOKEN = Histogram(
