@@ -52,7 +52,9 @@ class ToolOutcome:
 
 
 class ToolExecutor(Protocol):
-    async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome: ...
+    async def call(self, server_label: str, tool: str, arguments: str, *, idempotent: bool = False) -> ToolOutcome:
+        """Run the call; ``idempotent``: it may be sent again when the connection broke after it was sent."""
+        ...
 
 
 class McpToolExecutor:
@@ -74,7 +76,7 @@ class McpToolExecutor:
             raise McpUnavailable(f"the MCP server '{server_label}' refused to list its tools: {exc}") from exc
         return allowed_tools(server, tools)
 
-    async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome:
+    async def call(self, server_label: str, tool: str, arguments: str, *, idempotent: bool = False) -> ToolOutcome:
         server = self._servers.get(server_label)
         if server is None:
             return ToolOutcome(error=f"no MCP server labelled '{server_label}' in this response")
@@ -84,19 +86,21 @@ class McpToolExecutor:
             name, payload = _mcp_call(server, tool, arguments)
         except ValueError as exc:
             return ToolOutcome(error=str(exc))
-        return await self._call(server, name, payload)
+        return await self._call(server, name, payload, idempotent)
 
-    async def _call(self, server: ResolvedServer, name: str, payload: dict[str, Any]) -> ToolOutcome:
+    async def _call(self, server: ResolvedServer, name: str, payload: dict[str, Any], idempotent: bool) -> ToolOutcome:
         started = time.perf_counter()
-        outcome = await self._call_timed(server, name, payload)
+        outcome = await self._call_timed(server, name, payload, idempotent)
         MCP_CALL_SECONDS.labels(server.label).observe(time.perf_counter() - started)
         if outcome.failed:
             MCP_CALL_ERRORS.labels(server.label).inc()
         return outcome
 
-    async def _call_timed(self, server: ResolvedServer, name: str, payload: dict[str, Any]) -> ToolOutcome:
+    async def _call_timed(
+        self, server: ResolvedServer, name: str, payload: dict[str, Any], idempotent: bool
+    ) -> ToolOutcome:
         try:
-            result = await self._pool.call_tool(server.endpoint, name, payload, self._timeout)
+            result = await self._pool.call_tool(server.endpoint, name, payload, self._timeout, resend=idempotent)
         except TimeoutError:
             return ToolOutcome(error=f"the call to '{server.label}.{name}' timed out after {self._timeout:g} s")
         except McpUnavailable as exc:

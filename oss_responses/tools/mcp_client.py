@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import warnings
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, TypeVar
@@ -31,7 +32,7 @@ from mcp import Client
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from oss_responses.harmony.mcp_tools import McpToolSpec
@@ -159,27 +160,56 @@ class McpSessionPool:
         return await self._with_retry(endpoint, timeout, list_all)
 
     async def call_tool(
-        self, endpoint: McpEndpoint, name: str, arguments: dict[str, Any], timeout: float
+        self, endpoint: McpEndpoint, name: str, arguments: dict[str, Any], timeout: float, *, resend: bool = False
     ) -> mcp_types.CallToolResult:
-        """Call a tool; raises TimeoutError, McpUnavailable, or MCPError (a protocol-level refusal)."""
-        return await self._with_retry(endpoint, timeout, lambda client: client.call_tool(name, arguments))
+        """Call a tool; raises TimeoutError, McpUnavailable, or MCPError (a protocol-level refusal).
+
+        A call is sent again on a new session only when the server cannot have run it (it did not know
+        the session, or the connection was never made), unless ``resend`` (the tool is idempotent): a
+        connection that broke after the call was sent may have broken after the tool ran, and running a
+        tool with side effects twice is worse than telling the model it may not have run. Such a call's
+        pooled session is pinged first, so that one whose server restarted is replaced before it."""
+        return await self._with_retry(endpoint, timeout, lambda client: client.call_tool(name, arguments),
+                                      resend=resend)
 
     async def _with_retry(
-        self, endpoint: McpEndpoint, timeout: float, action: Callable[[Client], Awaitable[T]]
+        self, endpoint: McpEndpoint, timeout: float, action: Callable[[Client], Awaitable[T]], *, resend: bool = True
     ) -> T:
         attempts_left = 2
         async with asyncio.timeout(timeout):
             while True:  # each attempt returns or raises; only a first broken connection is retried
                 attempts_left -= 1
                 client = await self.client(endpoint)
+                if not resend and endpoint.transport == "sse":
+                    client = await self._live(endpoint, client)
                 try:
                     return await action(client)
                 except _RETRIED_ERRORS as exc:
                     if isinstance(exc, MCPError) and not _session_lost(exc):
                         raise
                     await self._discard(endpoint, client)
+                    if not resend and not _never_sent(exc):
+                        raise McpUnavailable(
+                            f"the connection to the MCP server broke after the call was sent ({type(exc).__name__}): "
+                            "the tool may have run; it is not marked idempotent, so it was not sent again"
+                        ) from exc
                     if not attempts_left:
                         raise McpUnavailable(f"connection to the MCP server broke ({type(exc).__name__})") from exc
+
+    async def _live(self, endpoint: McpEndpoint, client: Client) -> Client:
+        """The session, pinged first for a call that must not be sent twice: one whose connection died
+        meanwhile (its server restarted) is replaced now, before the call is on it. Only an SSE session
+        lives in a connection (streamable HTTP's 2026 protocol keeps none, and has no ping)."""
+        try:
+            with warnings.catch_warnings():  # deprecated in the 2026 protocol; an SSE session speaks the old one
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.send_ping()
+        except _RETRIED_ERRORS as exc:
+            if isinstance(exc, MCPError) and not _session_lost(exc):
+                return client  # it answered (a server without ping says so): the session is alive
+            await self._discard(endpoint, client)
+            return await self.client(endpoint)
+        return client
 
     async def _connect(self, endpoint: McpEndpoint) -> _Session:
         session = _Session(endpoint)
@@ -215,6 +245,13 @@ def _safe_url(url: str) -> str:
     """The URL without userinfo, query or fragment (where tokens hide), for logs."""
     parts = urlsplit(url)
     return f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """The server cannot have run the request: no connection was made, or it did not know the session."""
+    if isinstance(exc, MCPError):
+        return exc.code == INVALID_REQUEST and exc.message in ("Session not found", "Session terminated")
+    return isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout))
 
 
 def _session_lost(exc: MCPError) -> bool:

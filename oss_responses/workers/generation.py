@@ -369,7 +369,9 @@ class Generation:
     async def _run_tool(self, call: PendingToolCall) -> bool:
         """Run an MCP call and feed its result; False if stopped meanwhile."""
         assert call.server_label is not None
-        task = asyncio.ensure_future(self.tools.call(call.server_label, call.name, call.arguments))
+        idempotent = self.is_idempotent(call.server_label, call.name)
+        running = self.tools.call(call.server_label, call.name, call.arguments, idempotent=idempotent)
+        task = asyncio.ensure_future(running)
         stopped = asyncio.ensure_future(self._stopped.wait())
         try:
             await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)

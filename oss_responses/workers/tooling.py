@@ -29,7 +29,7 @@ Emit = Callable[[list[ResponseStreamEvent]], None]
 
 
 class NoToolExecutor:
-    async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome:
+    async def call(self, server_label: str, tool: str, arguments: str, *, idempotent: bool = False) -> ToolOutcome:
         return ToolOutcome(
             error=f"no MCP tool executor is configured on this worker: '{server_label}.{tool}' cannot run"
         )

@@ -55,7 +55,7 @@ class Calculator:
     calls: int = 0
     output: str = "3"
 
-    async def call(self, server_label: str, tool: str, arguments: str) -> ToolOutcome:
+    async def call(self, server_label: str, tool: str, arguments: str, *, idempotent: bool = False) -> ToolOutcome:
         self.calls += 1
         return ToolOutcome(output=self.output)
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx2
 import pytest
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST
 
 from oss_responses.tools.endpoints import McpEndpoint
 from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
@@ -103,3 +106,46 @@ async def test_pool_pinned_endpoint_ignores_what_the_name_resolves_to_now(
 async def test_pool_pinned_endpoint_over_sse(pool: McpSessionPool, documents_url: str) -> None:
     endpoint = McpEndpoint(_renamed(documents_url, "localhost"), addresses=("127.0.0.1",))
     assert await pool.list_tools(endpoint, timeout=10)
+
+
+class _CutAfterSending(McpSessionPool):
+    """A pool whose sessions' calls fail as given: what a connection broken midway raises."""
+
+    def __init__(self, *errors: BaseException) -> None:
+        super().__init__(connect_timeout=5)
+        self.errors = list(errors)
+        self.sent = 0
+
+    async def client(self, endpoint: McpEndpoint) -> Any:
+        return self
+
+    async def _discard(self, endpoint: McpEndpoint, client: Any) -> None:
+        pass
+
+    async def call_tool_on_wire(self) -> str:
+        self.sent += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ran"
+
+
+def _call(pool: _CutAfterSending, *, resend: bool) -> Any:
+    return pool._with_retry(McpEndpoint("http://tool.example/mcp"), 5, lambda _: pool.call_tool_on_wire(),
+                            resend=resend)
+
+
+async def test_call_cut_after_sending_is_not_sent_again_unless_idempotent() -> None:
+    cut = httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+    once = _CutAfterSending(cut)
+    with pytest.raises(McpUnavailable, match="may have run"):
+        await _call(once, resend=False)
+    assert once.sent == 1
+    twice = _CutAfterSending(cut)
+    assert await _call(twice, resend=True) == "ran" and twice.sent == 2
+
+
+@pytest.mark.parametrize("error", [httpx2.ConnectError("refused"),
+                                   MCPError(code=INVALID_REQUEST, message="Session not found")])
+async def test_call_the_server_cannot_have_run_is_sent_again(error: BaseException) -> None:
+    pool = _CutAfterSending(error)
+    assert await _call(pool, resend=False) == "ran" and pool.sent == 2
