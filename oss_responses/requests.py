@@ -52,6 +52,7 @@ from pydantic import (
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import TOOL_TYPES
 from oss_responses.harmony.ids import new_id
+from oss_responses.harmony.mcp_tools import MCP_TOOL_NAME, MCP_TOOL_NAME_PATTERN
 from oss_responses.harmony.tool_choice import (
     ALLOWED_TOOLS,
     allows,
@@ -390,6 +391,8 @@ class CreateResponseRequest(BaseModel):
             _check_allowed_tools(choice["tools"], self.tools)
         if isinstance(choice, dict) and choice["type"] == "mcp" and "server_label" not in choice:
             self.tool_choice = _only_server(choice, self.tools)
+        if isinstance(choice, dict) and choice["type"] == "mcp" and isinstance(choice.get("name"), str):
+            _check_mcp_tool_name(choice["name"], "tool_choice.name")
         if (missing := forced_tool_missing(self)) is not None:
             raise BadRequest(f"Invalid value for 'tool_choice': {missing}", param="tool_choice")
         return self
@@ -444,6 +447,12 @@ def _named_choice(value: dict[str, Any], kind: str) -> dict[str, Any]:
         raise BadRequest(f"Invalid value for 'tool_choice': a {kind} choice has {listed} (strings).",
                          param="tool_choice", code="invalid_value")
     return value
+
+
+def _check_mcp_tool_name(name: str, param: str) -> None:
+    if not MCP_TOOL_NAME.match(name):
+        raise BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                         f"pattern '{MCP_TOOL_NAME_PATTERN}'.", param=param, code="invalid_value")
 
 
 def _only_server(choice: dict[str, Any], tools: list[Any]) -> dict[str, Any]:

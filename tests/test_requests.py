@@ -93,6 +93,26 @@ def test_parse_request_tool_choice_mcp_without_label_names_the_only_server() -> 
     assert request.tool_choice == {"type": "mcp", "server_label": "calc"}
 
 
+@pytest.mark.parametrize("allowed", [["add"], {"tool_names": ["add"]}, {"tool_names": ["add"], "read_only": False}])
+def test_parse_request_tool_choice_naming_mcp_tool_its_allowed_tools_leave_out_refused(allowed: object) -> None:
+    error = _refusal({"tools": [CALC | {"allowed_tools": allowed}],
+                      "tool_choice": {"type": "mcp", "server_label": "calc", "name": "mul"}})
+    assert error.param == "tool_choice" and "'mul'" in error.message and "allowed_tools" in error.message
+
+
+@pytest.mark.parametrize("allowed", [["mul"], {"tool_names": ["mul"], "read_only": True}, {"read_only": True}, None])
+def test_parse_request_tool_choice_naming_mcp_tool_allowed_accepted(allowed: object) -> None:
+    choice = {"type": "mcp", "server_label": "calc", "name": "mul"}
+    request = parse_create_request({"model": "m", "tools": [CALC | {"allowed_tools": allowed}], "tool_choice": choice})
+    assert request.tool_choice == choice
+
+
+@pytest.mark.parametrize("name", ["with space", "a<|end|>", "x" * 129, ""])
+def test_parse_request_tool_choice_naming_mcp_tool_no_recipient_can_hold_refused(name: str) -> None:
+    error = _refusal({"tools": [CALC], "tool_choice": {"type": "mcp", "server_label": "calc", "name": name}})
+    assert (error.param, error.code) == ("tool_choice.name", "invalid_value")
+
+
 def test_parse_request_tool_choice_mcp_without_label_among_two_servers_refused() -> None:
     error = _refusal({"tools": [CALC, CALC | {"server_label": "docs"}], "tool_choice": {"type": "mcp"}})
     assert (error.param, error.code) == ("tool_choice.server_label", "missing_required_parameter")

@@ -8,11 +8,17 @@ renders the list stored in the conversation instead of listing the server again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from openai.types.responses.response_output_item import McpListToolsTool
+
+# What an MCP tool's name may hold (the MCP spec's recommended characters): the model names it in a
+# harmony recipient (``to=label.name``), which a space or a special token's text would end or break.
+MCP_TOOL_NAME_PATTERN = "^[A-Za-z0-9_.-]{1,128}$"
+MCP_TOOL_NAME = re.compile(MCP_TOOL_NAME_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)

@@ -111,14 +111,31 @@ def forced_tool_missing(request: Any) -> str | None:
         if choice["name"] not in shown_functions(usable_tools(request)):
             return f"no function tool named '{choice['name']}' in 'tools'."
     elif isinstance(choice, dict) and choice.get("type") == "mcp":
-        if not any(isinstance(tool, Mcp) and tool.server_label == choice["server_label"] for tool in request.tools):
+        server = next((tool for tool in request.tools
+                       if isinstance(tool, Mcp) and tool.server_label == choice["server_label"]), None)
+        if server is None:
             return f"no MCP tool with server_label '{choice['server_label']}' in 'tools'."
+        names = _allowed_names(server)
+        if choice.get("name") is not None and names is not None and choice["name"] not in names:
+            return f"the tool '{choice['name']}' is not among the 'allowed_tools' of '{server.server_label}'."
     elif isinstance(choice, dict) and choice.get("type") in TOOL_TYPES:
         if not any(TOOL_TYPES.get(tool.type) == TOOL_TYPES[choice["type"]] for tool in request.tools):
             return f"no {choice['type']} tool in 'tools'."
     elif forced_call(request, {}) is None and _requires(choice):
         return ("'required' needs a function tool, or exactly one tool, among the tools it allows: gpt-oss "
                 "is made to call one by writing the start of the call.")
+    return None
+
+
+def _allowed_names(server: Mcp) -> set[str] | None:
+    """The tool names a server's ``allowed_tools`` may let the model call, as far as the request says
+    (None: any; a filter's ``read_only`` narrows it further by the tools' annotations, which only the
+    server's listing gives)."""
+    allowed = server.allowed_tools
+    if isinstance(allowed, list):
+        return set(allowed)
+    if allowed is not None and allowed.tool_names is not None:
+        return set(allowed.tool_names)
     return None
 
 

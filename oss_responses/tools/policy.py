@@ -39,7 +39,7 @@ from openai.types.responses.tool import (
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import BUILTIN_NAMESPACES, RESERVED_NAMESPACES, TOOL_TYPES, Builtin
-from oss_responses.harmony.mcp_tools import McpToolSpec
+from oss_responses.harmony.mcp_tools import MCP_TOOL_NAME, McpToolSpec
 from oss_responses.tools.endpoints import McpEndpoint
 from oss_responses.tools.urls import NormalUrl, UnsafeUrl, normalise_url
 
@@ -258,8 +258,9 @@ def is_tool_allowed(server: ResolvedServer, tool: McpToolSpec) -> bool:
 
 
 def allowed_tools(server: ResolvedServer, tools: Sequence[McpToolSpec]) -> list[McpToolSpec]:
-    """The tools of a server the model may see and call (``allowed_tools`` applied)."""
-    return [tool for tool in tools if is_tool_allowed(server, tool)]
+    """The tools of a server the model may see and call (``allowed_tools`` applied; a name the model
+    could not write in a recipient is left out)."""
+    return [tool for tool in tools if is_tool_allowed(server, tool) and MCP_TOOL_NAME.match(tool.name)]
 
 
 def requires_approval(server: ResolvedServer, tool: McpToolSpec) -> bool:

@@ -172,6 +172,11 @@ def test_allowed_tools_filters_tools(allowed: Any, names: list[str]) -> None:
     assert _names(allowed_tools(server, [READ, WRITE, PLAIN])) == names
 
 
+def test_allowed_tools_leave_out_names_no_recipient_can_hold() -> None:
+    listed = [McpToolSpec(name) for name in ("with space", "a<|end|>", "x" * 129, "get.data", "ok-1_2")]
+    assert _names(allowed_tools(_server(), listed)) == ["get.data", "ok-1_2"]
+
+
 def _approval(policy: Any) -> ResolvedServer:
     tool = Mcp.model_validate({"type": "mcp", "server_label": "x", "require_approval": policy})
     return _server(require_approval=tool.require_approval)
