@@ -114,6 +114,15 @@ class McpToolExecutor:
         return ToolOutcome(error=text or "the tool reported an error") if result.is_error else ToolOutcome(output=text)
 
 
+def _block_text(block: Any) -> str:
+    if isinstance(block, mcp_types.TextContent):
+        return block.text
+    if isinstance(block, (mcp_types.ImageContent, mcp_types.AudioContent)):
+        kind = "image" if isinstance(block, mcp_types.ImageContent) else "audio"
+        return f"[{kind} ({block.mime_type}) not shown: gpt-oss reads text only]"
+    return str(block.model_dump_json(exclude_none=True))
+
+
 def _mcp_call(server: ResolvedServer, tool: str, arguments: str) -> tuple[str, dict[str, Any]]:
     """The MCP tool name and arguments for the model's call (raises ValueError for the model)."""
     if server.builtin == PYTHON:
@@ -136,11 +145,10 @@ def _json_object(arguments: str) -> dict[str, Any]:
 
 
 def result_text(result: mcp_types.CallToolResult) -> str:
-    """The text the model reads: text parts as they are, other parts and structured content as JSON."""
-    parts = [
-        block.text if isinstance(block, mcp_types.TextContent) else block.model_dump_json(exclude_none=True)
-        for block in result.content
-    ]
+    """The text the model reads: text parts as they are, an image or audio part as a note saying so
+    (its base64 would fill the context: 100 KB of image cost 94,000 prompt tokens), other parts and
+    structured content as JSON."""
+    parts = [_block_text(block) for block in result.content]
     if not parts and result.structured_content is not None:
         return json.dumps(result.structured_content)
     return "\n".join(parts)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+import mcp_types
 import pytest
 
-from oss_responses.tools.executor import McpToolExecutor, ToolOutcome
+from oss_responses.tools.executor import McpToolExecutor, ToolOutcome, result_text
 from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.tools.policy import ResolvedServer
 
@@ -104,3 +105,9 @@ async def test_call_cancelled_in_flight_raises_cancelled(executor: McpToolExecut
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await executor.call("calc", "calculate", '{"expression": "1+1"}') == ToolOutcome(output="2")
+
+
+def test_result_text_notes_an_image_instead_of_its_base64() -> None:
+    image = mcp_types.ImageContent(type="image", data="iVBORw0KGgo" * 10_000, mime_type="image/png")
+    result = mcp_types.CallToolResult(content=[mcp_types.TextContent(type="text", text="a chart:"), image])
+    assert result_text(result) == "a chart:\n[image (image/png) not shown: gpt-oss reads text only]"
