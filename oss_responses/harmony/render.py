@@ -37,7 +37,7 @@ of the call the worker writes for the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -191,6 +191,7 @@ def plan_conversation(
     messages += [Message.from_dict(message) for message in cut.kept(replayed)]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)
+        _check_server_sent(approval, tools.mcp_labels.values())
     return ConversationPlan(
         messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval,
         conversation_start,
@@ -254,6 +255,17 @@ def _pending_call(approval: ApprovalAnswer, messages: Sequence[dict[str, Any]], 
             param=f"input[{index}].approval_request_id",
         )
     return replace(approval, recipient=last["recipient"], channel=last.get("channel"))
+
+
+def _check_server_sent(approval: ApprovalAnswer, labels: Collection[str]) -> None:
+    """An approved call runs on its server as this request's ``tools`` give it (its URL, credentials):
+    a request that approves a call must send that MCP tool again, as OpenAI's approval flow does."""
+    if approval.approve and approval.server_label not in labels:
+        raise BadRequest(
+            f"Invalid value for 'tools': the approved call is to the MCP server '{approval.server_label}', which "
+            "'tools' does not name; send its MCP tool again with the approval.",
+            param="tools",
+        )
 
 
 def drop_closed_analysis(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -188,3 +188,20 @@ def test_approval_request_is_the_same_whatever_the_chunking(encoding) -> None:
     whole.add(whole.translator.finish("stop"))
     _, split = _first_turn(encoding)
     assert whole.response.output[-1].arguments == split.response.output[-1].arguments == '{"a":1,"b":2}'
+
+
+@pytest.mark.parametrize("tools", [[], [{"type": "mcp", "server_label": "docs", "server_url": "http://docs"}]])
+def test_approving_without_sending_the_calls_server_again_is_bad_request(encoding, tools: list) -> None:
+    first, _ = _first_turn(encoding)
+    request = parse_create_request({"model": "gpt-oss-20b", "tools": tools, "previous_response_id": "resp_1",
+                                    "input": _answer(first.items[-1]["id"], True)})
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(request, [first], OPTIONS, encoding)
+    assert raised.value.param == "tools" and "'calc'" in raised.value.message
+
+
+def test_declining_without_sending_the_calls_server_again_is_accepted(encoding) -> None:
+    first, _ = _first_turn(encoding)
+    request = parse_create_request({"model": "gpt-oss-20b", "previous_response_id": "resp_1",
+                                    "input": _answer(first.items[-1]["id"], False)})
+    assert render_prompt(request, [first], OPTIONS, encoding).approval is not None
