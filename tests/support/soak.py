@@ -9,6 +9,9 @@ answers 503), waits a random while, then injects one fault drawn at random:
 
 - ``sigkill``: a random worker is SIGKILLed (its responses are taken over from their journals);
 - ``sigterm``: a random worker gets SIGTERM (it hands its responses off and exits);
+- ``sigstop``: a random worker is paused past its lease (SIGSTOP) while the other takes its responses
+  over, resumed (SIGCONT), and a second later the other is SIGKILLed: the resumed one takes them over
+  again, from journals its own late writes must not have reached;
 - ``redis``: redis-server is SIGKILLed and started again a second later (AOF keeps everything);
 - ``postgres`` (with ``--postgres``): the database is restarted while responses finish.
 
@@ -57,7 +60,7 @@ KINDS: dict[str, dict[str, object]] = {
                   "tools": [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]},
 }
 CANCELLED = {"input": "tokens 200"}  # ~3.3 s at the soak's pace: the cancel usually comes first
-FAULTS = ("sigkill", "sigterm", "redis")
+FAULTS = ("sigkill", "sigterm", "redis", "sigstop")
 END_TIMEOUT_S = 90.0
 
 
@@ -166,6 +169,15 @@ def inject(soak: Soak, fault: str, rng: random.Random) -> None:
         victim = rng.choice(soak.workers)
         victim.process.send_signal(signal.SIGTERM)
         victim.process.wait(timeout=15)
+    elif fault == "sigstop":
+        victim = rng.choice(soak.workers)
+        os.kill(victim.process.pid, signal.SIGSTOP)
+        time.sleep(soak.settings.lease_seconds + 1.0)
+        os.kill(victim.process.pid, signal.SIGCONT)
+        time.sleep(1.0)
+        for other in [worker for worker in soak.workers if worker is not victim]:
+            os.kill(other.process.pid, signal.SIGKILL)
+            other.process.wait()
     elif fault == "redis":
         soak.redis_server.kill()
         time.sleep(1.0)
@@ -228,10 +240,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL (and its restarts) instead of SQLite")
+    parser.add_argument("--only", choices=(*FAULTS, "postgres"), help="every round's fault (default: drawn at random)")
     args = parser.parse_args()
     print(f"soak: {args.rounds} rounds, seed {args.seed}")
+    schedule = [args.only] * args.rounds if args.only else None
     with tempfile.TemporaryDirectory(prefix="oss-soak-") as logs:
-        counts = run_soak(args.rounds, args.seed, Path(logs), postgres=args.postgres)
+        counts = run_soak(args.rounds, args.seed, Path(logs), postgres=args.postgres, schedule=schedule)
     print("faults injected:", ", ".join(f"{k} {v}" for k, v in counts.items()))
     print(f"soak_responses_intact: {args.rounds * (len(KINDS) + 1)} responses")
 
