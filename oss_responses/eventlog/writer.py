@@ -83,57 +83,86 @@ class Fence:
         return pack_guard(self.lease_key.encode(), self.token.encode())
 
 
-_Group = tuple[str, "Fence | None"]  # a response, and the fence its writes were buffered under
+class _Group:
+    """One response's writes in a batch, under the fence they were buffered under."""
+
+    __slots__ = ("commands", "fence", "journal", "owner")
+
+    def __init__(self, response_id: str, fence: Fence | None) -> None:
+        self.owner = (response_id, fence)  # what a failed command of it is reported against
+        self.fence = fence
+        self.commands: list[Packed] = []
+        self.journal: list[Any] | None = None  # its journal steps: ONE RPUSH per response per flush
 
 
 @dataclass(eq=False)  # hashed by identity: the writer holds the batches awaiting replies in a set
 class _Batch:
-    # Each response's commands in the order buffered, apart from the other responses' (streams are
-    # independent), so that one guard heads them all.
-    groups: dict[_Group, list[Packed]] = field(default_factory=dict)
+    # Each response's writes apart from the other responses' (streams are independent), so that one
+    # guard heads them all; a response whose fence changed within the batch (a run ended and the next
+    # began on this worker) has its earlier group in ``retired``.
+    groups: dict[str, _Group] = field(default_factory=dict)
+    retired: list[_Group] = field(default_factory=list)
     closing: set[str] = field(default_factory=set)
-    # Journal steps per response, sent as ONE RPUSH per response per flush (not one per step).
-    journal: dict[_Group, list[Any]] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     started: float | None = None  # when its first event or close was buffered (perf_counter)
-    # Set when written: the commands in the order sent, and the group each belongs to.
+    # Set when written: the commands in the order sent, and the (response, fence) each belongs to.
     commands: list[Packed] = field(default_factory=list)
-    owners: list[_Group] = field(default_factory=list)
+    owners: list[tuple[str, Fence | None]] = field(default_factory=list)
+    response_ids: set[str] = field(default_factory=set)
 
     @property
     def empty(self) -> bool:
-        return not (self.groups or self.journal)
+        return not (self.groups or self.retired)
+
+    def group(self, response_id: str, fence: Fence | None) -> _Group:
+        """The response's group for writes under ``fence``."""
+        group = self.groups.get(response_id)
+        if group is None or group.fence is not fence:
+            if group is not None:
+                self.retired.append(group)
+            group = self.groups[response_id] = _Group(response_id, fence)
+        return group
 
     def lay_out(self) -> None:
         """The commands to send: per response its guard (when fenced), its journal RPUSH (before the
         events it produced, and before a close's DEL), then its commands. Unfenced responses (tests,
         benches) go first: a failed guard skips everything up to the next one."""
-        for group in self.journal.keys() - self.groups.keys():
-            self.groups[group] = []
-        for group in sorted(self.groups, key=lambda group: group[1] is not None):
-            response_id, fence = group
-            commands = self.groups[group]
-            if (steps := self.journal.get(group)) is not None:
-                commands[:0] = [pack_push(redis_keys.journal(response_id).encode(), _journal_json(steps))]
-            self._add(group, commands)
-        self.groups, self.journal = {}, {}
+        groups = [*self.retired, *self.groups.values()]
+        if any(group.fence is None for group in groups):
+            groups = [g for g in groups if g.fence is None] + [g for g in groups if g.fence is not None]
+        out, owners = self.commands, self.owners
+        for group in groups:
+            response_id, fence = owner = group.owner
+            commands = group.commands
+            if group.journal is not None:
+                commands.insert(0, pack_push(redis_keys.journal(response_id).encode(), _journal_json(group.journal)))
+            if fence is not None and len(out) % CHUNK + len(commands) + 1 < CHUNK:  # the common case
+                out.append(fence.guard)
+                out += commands
+                owners += [owner] * (len(commands) + 1)
+            else:
+                self._add(group, commands)
+        self.response_ids = set(self.groups) | {group.owner[0] for group in self.retired}
+        self.groups, self.retired = {}, []
 
     def _add(self, group: _Group, commands: list[Packed]) -> None:
         """A group's commands behind its guard, and behind it again at the start of each script call
         (``bulk.CHUNK`` commands) the group runs on into: each call starts unguarded."""
-        fence = group[1]
+        fence, owner = group.fence, group.owner
         while True:
             if fence is not None:
                 self.commands.append(fence.guard)
-                self.owners.append(group)
+                self.owners.append(owner)
                 if len(self.commands) % CHUNK == 0:  # the guard ended a call: it must head the next
                     continue
             room = CHUNK - len(self.commands) % CHUNK
-            taken, commands = commands[:room], commands[room:]
-            self.commands += taken
-            self.owners += [group] * len(taken)
-            if not commands:
+            if len(commands) <= room:  # the common case: the rest fits in this call
+                self.commands += commands
+                self.owners += [owner] * len(commands)
                 return
+            self.commands += commands[:room]
+            self.owners += [owner] * room
+            commands = commands[room:]
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -262,13 +291,16 @@ class EventWriter:
     def append_journal(self, response_id: str, step: Any) -> None:
         """Buffer one journal step (JSON-able); it lands before the events buffered after it."""
         batch = self._pending
-        group = (response_id, self._fences.get(response_id))
-        steps = batch.journal.get(group)
-        if steps is not None:  # the common case, once per token: checked and scheduled already
-            steps.append(step)
+        fence = self._fences.get(response_id)
+        group = batch.groups.get(response_id)
+        if group is not None and group.journal is not None and group.fence is fence:
+            group.journal.append(step)  # the common case, once per token: checked and scheduled already
             return
         self._raise_if_failed(response_id)
-        batch.journal[group] = [step]
+        group = batch.group(response_id, fence)
+        if group.journal is None:
+            group.journal = []
+        group.journal.append(step)
         self._last_batch[response_id] = batch
         self._schedule_flush()
 
@@ -307,11 +339,11 @@ class EventWriter:
         if not closing:
             self._raise_if_failed(response_id)
         batch = self._pending
-        group = (response_id, self._fences.get(response_id))
-        if (grouped := batch.groups.get(group)) is None:
-            batch.groups[group] = commands
-        else:
-            grouped += commands
+        fence = self._fences.get(response_id)
+        group = batch.groups.get(response_id)
+        if group is None or group.fence is not fence:
+            group = batch.group(response_id, fence)
+        group.commands += commands
         self._last_batch[response_id] = batch
         if closing:
             batch.closing.add(response_id)
@@ -443,7 +475,7 @@ class EventWriter:
             if owner not in self._failed:
                 log.error("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
                 self._failed[owner] = error if isinstance(error, Exception) else EventWriteError(error)
-        for owner in {owner for owner, _ in batch.owners}:
+        for owner in batch.response_ids:
             if self._last_batch.get(owner) is batch:
                 del self._last_batch[owner]
         # A closed response is forgotten here unless a failure waits for its drain.
