@@ -60,6 +60,7 @@ from pydantic import BaseModel
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import (
     BROWSER,
+    BROWSER_ACTIONS,
     BUILTIN_CALL_CHANNEL,
     BUILTIN_NAMESPACES,
     PYTHON,
@@ -176,6 +177,7 @@ def plan_conversation(
     developer); the rest is dropped (``truncation: "auto"``, ``harmony/truncation.py``)."""
     items = request.input_items()
     approval = find_approval(history, items)
+    _check_forced_builtin(request.tool_choice, options.builtin_tool_labels)
     tools = _sort_tools(request, options, {**listed_tools(history, items), **options.mcp_tools})
     known_calls = {call_id: name for turn in history for call_id, name in turn.function_calls.items()}
     converter = InputConverter(
@@ -255,6 +257,22 @@ def _pending_call(approval: ApprovalAnswer, messages: Sequence[dict[str, Any]], 
             param=f"input[{index}].approval_request_id",
         )
     return replace(approval, recipient=last["recipient"], channel=last.get("channel"))
+
+
+def _check_forced_builtin(choice: Any, builtin_labels: Mapping[str, str]) -> None:
+    """A ``tool_choice`` naming a tool of an MCP label served as gpt-oss's built-in ``python`` or
+    ``browser`` must name one the built-in has: the model calls the built-in, whatever the server lists."""
+    if not isinstance(choice, dict) or choice.get("type") != "mcp" or choice.get("name") is None:
+        return
+    builtin = builtin_labels.get(str(choice.get("server_label")))
+    tools_of: dict[str, set[str]] = {PYTHON: {PYTHON}, BROWSER: set(BROWSER_ACTIONS)}
+    names = tools_of.get(builtin or "")
+    if names is not None and choice["name"] not in names:
+        raise BadRequest(
+            f"Invalid value for 'tool_choice.name': the MCP server '{choice['server_label']}' is served as gpt-oss's "
+            f"built-in {builtin} tool here, whose tools are {', '.join(repr(n) for n in sorted(names))}.",
+            param="tool_choice.name",
+        )
 
 
 def _check_server_sent(approval: ApprovalAnswer, labels: Collection[str]) -> None:

@@ -413,3 +413,19 @@ def test_render_mcp_call_error_reaches_model_as_text(encoding, error: dict, resu
     assert text.endswith(
         f"<|start|>calc.div to=assistant<|channel|>commentary<|message|>{result}<|end|><|start|>assistant"
     )
+
+
+@pytest.mark.parametrize(("label", "name"), [("code_interpreter", "calculate"), ("web_search_preview", "fetch")])
+def test_render_forcing_a_tool_a_builtin_label_lacks_is_bad_request(encoding, label: str, name: str) -> None:
+    request = _request(tools=[{"type": "mcp", "server_label": label, "server_url": "http://x"}],
+                       tool_choice={"type": "mcp", "server_label": label, "name": name})
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(request, [], OPTIONS, encoding)
+    assert raised.value.param == "tool_choice.name" and f"'{name}'" not in raised.value.message
+
+
+@pytest.mark.parametrize(("label", "name"), [("code_interpreter", "python"), ("web_search_preview", "open")])
+def test_render_forcing_a_tool_of_a_builtin_label_it_has_is_accepted(encoding, label: str, name: str) -> None:
+    request = _request(tools=[{"type": "mcp", "server_label": label, "server_url": "http://x"}],
+                       tool_choice={"type": "mcp", "server_label": label, "name": name})
+    assert render_prompt(request, [], OPTIONS, encoding).token_ids
