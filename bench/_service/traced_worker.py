@@ -78,9 +78,9 @@ _write = writer_module.EventWriter._write
 
 
 def _traced_write(self: writer_module.EventWriter, pipe: Any, batch: Any) -> None:
-    sent = event_entries(batch.commands)
     _write(self, pipe, batch)
     now = time.monotonic()
+    sent = event_entries(batch.commands)  # laid out by the write; settled only when its reply comes
     _writes.extend((key, int(entry_id.split("-")[1]) - 1, now, now) for key, entry_id in sent)
 
 
