@@ -198,8 +198,13 @@ def check_name(name: str, param: str) -> None:
     if len(name) > NAME_MAX_LENGTH:
         raise too_long(param, NAME_MAX_LENGTH, len(name))
     if not _NAME.match(name):
-        raise BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
-                         f"pattern '{NAME_PATTERN}'.", param=param, code="invalid_value")
+        raise _mismatch(param, NAME_PATTERN)
+
+
+def _mismatch(param: str, pattern: str) -> BadRequest:
+    """OpenAI's words for a string outside its pattern."""
+    return BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                      f"pattern '{pattern}'.", param=param, code="invalid_value")
 
 
 def _validate_one(model: type[M], value: Any, param: str) -> M:
@@ -451,8 +456,7 @@ def _named_choice(value: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def _check_mcp_tool_name(name: str, param: str) -> None:
     if not MCP_TOOL_NAME.match(name):
-        raise BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
-                         f"pattern '{MCP_TOOL_NAME_PATTERN}'.", param=param, code="invalid_value")
+        raise _mismatch(param, MCP_TOOL_NAME_PATTERN)
 
 
 def _only_server(choice: dict[str, Any], tools: list[Any]) -> dict[str, Any]:

@@ -361,10 +361,6 @@ class EventWriter:
             self._settling.add(batch)
             self._write(pipe, batch)
 
-    def forget_failure(self, response_id: str) -> None:
-        """A response starts (or is taken over) on this worker: an old failed write of it is history."""
-        self._failed.pop(response_id, None)
-
     def fence(self, response_id: str, fence: Fence) -> None:
         """A run took the response's lease: from now on what is buffered for the response lands only
         while the lease holds the run's token, checked in Redis with the writes (a guard heads each

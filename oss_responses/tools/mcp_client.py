@@ -250,14 +250,17 @@ def _safe_url(url: str) -> str:
 def _never_sent(exc: BaseException) -> bool:
     """The server cannot have run the request: no connection was made, or it did not know the session."""
     if isinstance(exc, MCPError):
-        return exc.code == INVALID_REQUEST and exc.message in ("Session not found", "Session terminated")
+        return _session_unknown(exc)
     return isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout))
 
 
 def _session_lost(exc: MCPError) -> bool:
     """The connection closed, or the server no longer knows the session (it restarted): no tool ran."""
-    if exc.code == CONNECTION_CLOSED:
-        return True
+    return exc.code == CONNECTION_CLOSED or _session_unknown(exc)
+
+
+def _session_unknown(exc: MCPError) -> bool:
+    """The server answered that it does not know the session (it restarted): it ran nothing."""
     return exc.code == INVALID_REQUEST and exc.message in ("Session not found", "Session terminated")
 
 
