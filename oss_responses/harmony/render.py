@@ -185,6 +185,7 @@ def plan_conversation(
     )
     new_messages = converter.convert(items)
     replayed = drop_closed_analysis([message for turn in history for message in turn.messages] + new_messages)
+    _check_json_mentioned(request, replayed)
     messages = [_system_message(request, options, tools)]
     developer = _developer_message(request, tools)
     if developer is not None:
@@ -275,6 +276,27 @@ def _check_forced_builtin(choice: Any, builtin_labels: Mapping[str, str]) -> Non
             f"built-in {builtin} tool here, whose tools are {', '.join(repr(n) for n in sorted(names))}.",
             param="tool_choice.name",
         )
+
+
+def _check_json_mentioned(request: Any, messages: Sequence[dict[str, Any]]) -> None:
+    """OpenAI's rule for ``json_object``: the conversation's input messages (not ``instructions``) must
+    say "json" somewhere, so that the model is told to write it rather than only made to."""
+    text_format = request.text.format if request.text else None
+    if text_format is None or text_format.type != "json_object":
+        return
+    for message in messages:
+        if message.get("role") in _INPUT_ROLES and any(
+            "json" in str(part.get("text", "")).lower() for part in message.get("content", ()) if isinstance(part, dict)
+        ):
+            return
+    raise BadRequest(
+        "Response input messages must contain the word 'json' in some form to use 'text.format' of type "
+        "'json_object'.",
+        param="input",
+    )
+
+
+_INPUT_ROLES = frozenset({"user", "developer", "system"})
 
 
 def _check_server_sent(approval: ApprovalAnswer, labels: Collection[str]) -> None:

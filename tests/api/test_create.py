@@ -105,7 +105,7 @@ def test_create_response_strips_mcp_secrets(client: OpenAI, api: ApiServer, redi
 
 def test_create_response_echoes_request_settings(client: OpenAI) -> None:
     response = client.responses.create(
-        model=MODEL, input="hi", background=True, top_p=0.9, parallel_tool_calls=False,
+        model=MODEL, input="hi, in json", background=True, top_p=0.9, parallel_tool_calls=False,
         reasoning={"effort": "low"}, text={"format": {"type": "json_object"}}, tool_choice="none",
         tools=[{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}],
     )

@@ -77,7 +77,7 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "reasoning summary detailed with effort": {"reasoning": {"effort": "high", "summary": "detailed"}},
     "text verbosity": {"text": {"verbosity": "low"}},
     "json_schema strict": {"text": {"format": SCHEMA}},
-    "json_object": {"text": {"format": {"type": "json_object"}}},
+    "json_object": {"input": "Answer in JSON.", "text": {"format": {"type": "json_object"}}},
     "client_metadata": {"client_metadata": {"installation_id": "i", "session_id": "s"}},
     "prompt cache fields": {"prompt_cache_key": "k", "prompt_cache_retention": "24h"},
     "identity fields": {"user": "u", "safety_identifier": "s"},
@@ -140,6 +140,10 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "metadata key past 64 characters": ({"metadata": {"k" * 65: "v"}}, "metadata"),
     "metadata value past 512 characters": ({"metadata": {"k": "v" * 513}}, "metadata.k"),
     "max_output_tokens below 16": ({"max_output_tokens": 15}, "max_output_tokens"),
+    # OpenAI's rule: the input messages must ask for JSON; instructions do not count.
+    "json_object with no input message saying json": (
+        {"input": "hi", "instructions": "Answer in JSON.", "text": {"format": {"type": "json_object"}}}, "input"
+    ),
 }
 
 

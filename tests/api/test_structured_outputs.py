@@ -102,5 +102,5 @@ def test_stream_with_json_schema_parses_final_response(stack: Stack) -> None:
 
 
 def test_create_json_object_response_is_a_json_object(stack: Stack) -> None:
-    response = stack.client.responses.create(model=MODEL, input="hello", text={"format": {"type": "json_object"}})
-    assert response.status == "completed" and json.loads(response.output_text) == {"answer": "hello"}
+    response = stack.client.responses.create(model=MODEL, input="hello json", text={"format": {"type": "json_object"}})
+    assert response.status == "completed" and json.loads(response.output_text) == {"answer": "hello json"}

@@ -241,8 +241,8 @@ def test_generate_answers_instance_of_json_schema_on_final(enc: HarmonyEncoding)
 
 
 def test_generate_answers_json_object_when_asked(enc: HarmonyEncoding) -> None:
-    final = messages_of(enc, generate(enc, rendered(enc, {"type": "json_object"}, user="hi")))[-1]
-    assert json.loads(text(final)) == {"answer": "hi"}
+    final = messages_of(enc, generate(enc, rendered(enc, {"type": "json_object"}, user="hi, in JSON")))[-1]
+    assert json.loads(text(final)) == {"answer": "hi, in JSON"}
 
 
 def test_generate_answers_in_requested_format_after_tool_result(enc: HarmonyEncoding) -> None:
@@ -251,7 +251,7 @@ def test_generate_answers_in_requested_format_after_tool_result(enc: HarmonyEnco
         "model": "m", "text": {"format": {"type": "json_object"}},
         "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
         "input": [
-            {"role": "user", "content": "call functions.f {}"},
+            {"role": "user", "content": "call functions.f {} and answer in json"},
             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
             {"type": "function_call_output", "call_id": "c1", "output": "42"},
         ],
@@ -265,7 +265,7 @@ def test_generate_answers_in_requested_format_despite_developer_message_in_input
     # Codex CLI sends its instructions as a developer message of the input, after the renderer's.
     request = parse_create_request({
         "model": "m", "text": {"format": {"type": "json_object"}},
-        "input": [{"role": "developer", "content": "Be nice."}, {"role": "user", "content": "hi"}],
+        "input": [{"role": "developer", "content": "Be nice. Answer in JSON."}, {"role": "user", "content": "hi"}],
     })
     tokens = render_prompt(request, [], RenderOptions(conversation_start_date="2024-01-01"), enc).token_ids
     final = messages_of(enc, generate(enc, tokens))[-1]

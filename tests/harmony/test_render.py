@@ -429,3 +429,30 @@ def test_render_forcing_a_tool_of_a_builtin_label_it_has_is_accepted(encoding, l
     request = _request(tools=[{"type": "mcp", "server_label": label, "server_url": "http://x"}],
                        tool_choice={"type": "mcp", "server_label": label, "name": name})
     assert render_prompt(request, [], OPTIONS, encoding).token_ids
+
+
+JSON_OBJECT = {"format": {"type": "json_object"}}
+
+
+def test_render_json_object_without_json_in_input_messages_is_refused(encoding) -> None:
+    # OpenAI's rule and words: instructions do not count, nor does an assistant's earlier answer.
+    request = _request(input=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "{}"}],
+                       instructions="Answer in JSON.", text=JSON_OBJECT)
+    with pytest.raises(BadRequest, match="must contain the word 'json'") as refused:
+        render_prompt(request, [], OPTIONS, encoding)
+    assert refused.value.param == "input"
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "user", "content": "Reply as Json."},
+    {"role": "system", "content": "You write JSON."},
+    {"role": "developer", "content": [{"type": "input_text", "text": "json please"}]},
+])
+def test_render_json_object_with_json_in_an_input_message_is_accepted(encoding, message) -> None:
+    request = _request(input=[message, {"role": "user", "content": "hi"}], text=JSON_OBJECT)
+    assert "Respond with a single JSON object." in _text(encoding, request)
+
+
+def test_render_json_object_with_json_in_an_earlier_turn_is_accepted(encoding) -> None:
+    earlier = ConversationTurn([{"role": "user", "content": [{"type": "text", "text": "Use json from now on."}]}])
+    assert _text(encoding, _request(input="hi", text=JSON_OBJECT), [earlier])
