@@ -58,6 +58,7 @@ from oss_responses.harmony.tool_choice import (
     allows,
     forced_tool_missing,
 )
+from oss_responses.strict_schema import object_root_problem, strict_problem
 from oss_responses.validation_errors import openai_error, too_long
 
 InputItem = (
@@ -247,7 +248,22 @@ def parse_tool(value: Any, param: str) -> RequestTool:
         )
     tool = _validate_one(model, value, param)
     _check_tool_names(tool, param)
+    if isinstance(tool, FunctionTool):
+        _check_parameters(tool.name, tool.parameters, tool.strict, f"{param}.parameters")
+    if isinstance(tool, NamespaceTool):
+        for index, function in enumerate(tool.tools):
+            strict = getattr(function, "strict", None)
+            _check_parameters(function.name, getattr(function, "parameters", None), strict,
+                              f"{param}.tools[{index}].parameters")
     return tool
+
+
+def _check_parameters(name: str, parameters: Any, strict: bool | None, param: str) -> None:
+    """OpenAI's checks of a function's parameters: an object schema, and a strict one in the strict subset."""
+    problem = object_root_problem(parameters) or (strict_problem(parameters) if strict else None)
+    if problem is not None:
+        raise BadRequest(f"Invalid schema for function '{name}': {problem}", param=param,
+                         code="invalid_function_parameters")
 
 
 def _check_tool_names(tool: RequestTool, param: str) -> None:
@@ -282,6 +298,11 @@ class TextFormat(BaseModel):
         if isinstance(value, dict) and value.get("type") == "json_schema":
             config = _validate_one(ResponseFormatTextJSONSchemaConfig, value, "text.format")
             check_name(config.name, "text.format.name")
+            schema = config.schema_
+            problem = (object_root_problem(schema) or strict_problem(schema)) if config.strict else None
+            if problem is not None:
+                raise BadRequest(f"Invalid schema for response_format '{config.name}': {problem}",
+                                 param="text.format.schema", code="invalid_json_schema")
         return value
 
 

@@ -267,3 +267,51 @@ def test_parse_request_openai_parameter_not_served_is_unsupported_not_unknown(fi
 def test_parse_request_openai_parameter_not_served_sent_as_null_is_left_out() -> None:
     assert parse_create_request({"model": "m", "prompt": None}).model == "m"
 
+
+
+OPEN_OBJECT = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+OPEN_OBJECT_PROBLEM = "In context=(), 'additionalProperties' is required to be supplied and to be false."
+
+
+def test_parse_request_strict_json_schema_outside_strict_subset_refused() -> None:
+    error = _refusal({"text": {"format": {"type": "json_schema", "name": "out", "strict": True,
+                                          "schema": OPEN_OBJECT}}})
+    assert error.message == f"Invalid schema for response_format 'out': {OPEN_OBJECT_PROBLEM}"
+    assert (error.param, error.code) == ("text.format.schema", "invalid_json_schema")
+
+
+def test_parse_request_strict_json_schema_with_array_root_refused() -> None:
+    error = _refusal({"text": {"format": {"type": "json_schema", "name": "out", "strict": True,
+                                          "schema": {"type": "array", "items": {"type": "string"}}}}})
+    assert "must be a JSON Schema of 'type: \"object\"'" in error.message and error.param == "text.format.schema"
+
+
+@pytest.mark.parametrize("strict", [False, None])
+def test_parse_request_json_schema_not_strict_takes_any_schema(strict: bool | None) -> None:
+    text = {"format": {"type": "json_schema", "name": "out", "strict": strict, "schema": OPEN_OBJECT}}
+    assert parse_create_request({"model": "m", "input": "hi", "text": text}).text is not None
+
+
+def test_parse_request_strict_function_outside_strict_subset_refused() -> None:
+    error = _refusal({"tools": [{"type": "function", "name": "f", "strict": True, "parameters": OPEN_OBJECT}]})
+    assert error.message == f"Invalid schema for function 'f': {OPEN_OBJECT_PROBLEM}"
+    assert (error.param, error.code) == ("tools[0].parameters", "invalid_function_parameters")
+
+
+def test_parse_request_strict_namespace_function_outside_strict_subset_refused() -> None:
+    namespace = {"type": "namespace", "name": "ns", "description": "d", "tools": [
+        {"type": "function", "name": "g", "strict": True, "parameters": OPEN_OBJECT}]}
+    assert _refusal({"tools": [namespace]}).param == "tools[0].tools[0].parameters"
+
+
+@pytest.mark.parametrize("strict", [False, None])
+def test_parse_request_function_not_strict_takes_open_object(strict: bool | None) -> None:
+    tools = [{"type": "function", "name": "f", "strict": strict, "parameters": OPEN_OBJECT}]
+    assert len(parse_create_request({"model": "m", "input": "hi", "tools": tools}).tools) == 1
+
+
+def test_parse_request_function_parameters_not_an_object_refused() -> None:
+    error = _refusal({"tools": [{"type": "function", "name": "f", "strict": False,
+                                 "parameters": {"type": "string"}}]})
+    assert error.message == "Invalid schema for function 'f': schema must be a JSON Schema of 'type: \"object\"', " \
+        "got 'type: \"string\"'."

@@ -107,7 +107,8 @@ def test_create_response_echoes_request_settings(client: OpenAI) -> None:
     response = client.responses.create(
         model=MODEL, input="hi, in json", background=True, top_p=0.9, parallel_tool_calls=False,
         reasoning={"effort": "low"}, text={"format": {"type": "json_object"}}, tool_choice="none",
-        tools=[{"type": "function", "name": "f", "parameters": {"type": "object", "properties": {}}, "strict": True}],
+        tools=[{"type": "function", "name": "f", "strict": True,
+               "parameters": {"type": "object", "properties": {}, "additionalProperties": False}}],
     )
     assert (response.top_p, response.parallel_tool_calls, response.tool_choice) == (0.9, False, "none")
     assert response.reasoning.effort == "low" and response.text.format.type == "json_object"

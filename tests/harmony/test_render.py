@@ -199,7 +199,8 @@ NAMESPACE_TOOL = {
 
 
 def test_strict_functions_are_the_shown_functions_not_marked_strict_false() -> None:
-    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
     tools = [{"type": "function", "name": "strict", "parameters": schema, "strict": True},
              {"type": "function", "name": "unset", "parameters": schema},
              {"type": "function", "name": "free", "parameters": schema, "strict": False},

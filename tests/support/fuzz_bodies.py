@@ -142,11 +142,13 @@ clean_tool_turn = st.tuples(
 ).map(list)
 clean_function_tool = st.fixed_dictionaries(
     {"type": st.just("function"), "name": identifier,
-     "parameters": st.just({"type": "object", "properties": {"x": {"type": "string"}}})},
+     "parameters": st.just({"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"],
+                            "additionalProperties": False})},
     optional={"strict": st.booleans(), "description": small_text},
 )
+# json_object is not here: its input must say "json" (OpenAI's rule), which the generated text does not.
 clean_format = st.sampled_from([
-    {"type": "text"}, {"type": "json_object"},
+    {"type": "text"},
     {"type": "json_schema", "name": "answer", "strict": True, "schema": {
         "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}},
 ])
