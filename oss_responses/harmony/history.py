@@ -6,7 +6,8 @@ as JSON; see :func:`turn_items`). Two questions are answered from those items:
 
 - :func:`listed_tools`: which MCP servers already have a tool list in the conversation (the worker
   lists only the others; render shows the model the stored list);
-- :func:`find_approval`: which ``mcp_approval_request`` a new ``mcp_approval_response`` answers.
+- :func:`find_approval`: which ``mcp_approval_request`` a new ``mcp_approval_response`` answers;
+- :func:`unanswered_call`: a function call left without its output (OpenAI refuses to go on from it).
 """
 
 from __future__ import annotations
@@ -125,6 +126,19 @@ def stored_approval_ids(history: Sequence[ConversationTurn]) -> frozenset[str]:
 def _answers(item: Any, request_id: str) -> bool:
     kind = field_of(item, "type")
     return kind in ("mcp_approval_response", "mcp_call") and field_of(item, "approval_request_id") == request_id
+
+
+def unanswered_call(history: Sequence[ConversationTurn], input_items: Sequence[Any]) -> str | None:
+    """The first function call of the conversation with no ``function_call_output`` after it (its
+    ``call_id``), None if every one has its output. A call cut short (``incomplete``) needs none."""
+    open_calls: dict[str, None] = {}
+    for item in _all_items(history, input_items):
+        kind = field_of(item, "type")
+        if kind == "function_call" and field_of(item, "status") != "incomplete":
+            open_calls[str(field_of(item, "call_id"))] = None
+        elif kind == "function_call_output":
+            open_calls.pop(str(field_of(item, "call_id")), None)
+    return next(iter(open_calls), None)
 
 
 def _all_items(history: Sequence[ConversationTurn], input_items: Sequence[Any]) -> Iterator[Any]:

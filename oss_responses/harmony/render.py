@@ -74,6 +74,7 @@ from oss_responses.harmony.history import (
     find_approval,
     listed_tools,
     stored_approval_ids,
+    unanswered_call,
 )
 from oss_responses.harmony.hosted_items import CODE_INTERPRETER_OUTPUTS, WEB_SEARCH_SOURCES, HostedCalls
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
@@ -184,6 +185,7 @@ def plan_conversation(
         known_calls, _label_namespaces(options), BUILTIN_NAMESPACES, stored_approval_ids(history), options.unseal
     )
     new_messages = converter.convert(items)
+    _check_calls_answered(history, items)
     replayed = drop_closed_analysis([message for turn in history for message in turn.messages] + new_messages)
     _check_json_mentioned(request, replayed)
     messages = [_system_message(request, options, tools)]
@@ -276,6 +278,13 @@ def _check_forced_builtin(choice: Any, builtin_labels: Mapping[str, str]) -> Non
             f"built-in {builtin} tool here, whose tools are {', '.join(repr(n) for n in sorted(names))}.",
             param="tool_choice.name",
         )
+
+
+def _check_calls_answered(history: Sequence[ConversationTurn], items: Sequence[Any]) -> None:
+    """OpenAI's rule: every function call of the conversation has its output before it goes on."""
+    call_id = unanswered_call(history, items)
+    if call_id is not None:
+        raise BadRequest(f"No tool output found for function call {call_id}.", param="input")
 
 
 def _check_json_mentioned(request: Any, messages: Sequence[dict[str, Any]]) -> None:

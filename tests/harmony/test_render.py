@@ -457,3 +457,35 @@ def test_render_json_object_with_json_in_an_input_message_is_accepted(encoding, 
 def test_render_json_object_with_json_in_an_earlier_turn_is_accepted(encoding) -> None:
     earlier = ConversationTurn([{"role": "user", "content": [{"type": "text", "text": "Use json from now on."}]}])
     assert _text(encoding, _request(input="hi", text=JSON_OBJECT), [earlier])
+
+
+CALL = {"type": "function_call", "call_id": "call_1", "name": "f", "arguments": "{}"}
+CALL_OUTPUT = {"type": "function_call_output", "call_id": "call_1", "output": "42"}
+F_TOOL = [{"type": "function", "name": "f", "parameters": {}}]
+
+
+def _turn_with_call(*extra_items: dict) -> ConversationTurn:
+    return ConversationTurn([], {"call_1": "functions.f"}, [{"type": "message", "role": "user", "content": "hi"},
+                                                            CALL, *extra_items])
+
+
+def test_render_previous_call_without_output_is_refused(encoding) -> None:
+    # OpenAI's words: a conversation goes on only once each function call has its output.
+    with pytest.raises(BadRequest, match=r"^No tool output found for function call call_1\.$") as refused:
+        render_prompt(_request(input="never mind", tools=F_TOOL), [_turn_with_call()], OPTIONS, encoding)
+    assert refused.value.param == "input"
+
+
+def test_render_input_call_without_output_is_refused(encoding) -> None:
+    with pytest.raises(BadRequest, match="call_1"):
+        render_prompt(_request(input=[{"role": "user", "content": "hi"}, CALL], tools=F_TOOL), [], OPTIONS, encoding)
+
+
+def test_render_call_answered_in_input_or_earlier_turn_is_accepted(encoding) -> None:
+    assert _text(encoding, _request(input=[CALL_OUTPUT], tools=F_TOOL), [_turn_with_call()])
+    assert _text(encoding, _request(input="and now?", tools=F_TOOL), [_turn_with_call(CALL_OUTPUT)])
+
+
+def test_render_call_cut_short_needs_no_output(encoding) -> None:
+    cut = ConversationTurn([], {}, [CALL | {"status": "incomplete"}])
+    assert _text(encoding, _request(input="go on", tools=F_TOOL), [cut])
