@@ -276,8 +276,10 @@ class EventHub:
         the caller itself just wrote the stream up to event ``after`` (an accept's opening events), so
         the subscription goes live from there without a first history read (nor its 404 check).
         """
-        page: list[Entry] | None = None if history else []
-        return self._frames(response_id, cursor_after(after), page, chunked=False, client_stream=False)
+        cursor = cursor_after(after)
+        # Without history the caller wrote the log up to ``after``: it reaches at least that far.
+        first: tuple[list[Entry], EntryId] | None = None if history else ([], cursor)
+        return self._frames(response_id, cursor, first, chunked=False, client_stream=False)
 
     async def open(
         self,
@@ -295,7 +297,7 @@ class EventHub:
         stream was quiet for ``heartbeat_seconds`` or more.
         """
         cursor = cursor_after(after)
-        page = await self._first_page(redis_keys.events(response_id), cursor) if history else []
+        page = await self._first_page(redis_keys.events(response_id), cursor) if history else ([], cursor)
         return self._frames(response_id, cursor, page, chunked=chunked, client_stream=client_stream)
 
     async def last_sequence(self, response_id: str) -> int | None:
@@ -337,14 +339,17 @@ class EventHub:
 
     # --- one subscription -----------------------------------------------------------------------
     async def _frames(
-        self, response_id: str, cursor: EntryId, page: list[Entry] | None, *, chunked: bool, client_stream: bool
+        self, response_id: str, cursor: EntryId, first: tuple[list[Entry], EntryId] | None, *, chunked: bool,
+        client_stream: bool,
     ) -> AsyncIterator[bytes]:
-        if page is None:
-            page = await self._first_page(redis_keys.events(response_id), cursor)
-        follow = self._follow(response_id, cursor, page, _Subscriber(client_stream=client_stream))
+        """``first``: the first history page and the log's last entry id when it was read."""
+        if first is None:
+            first = await self._first_page(redis_keys.events(response_id), cursor)
+        page, tail = first
+        follow = self._follow(response_id, cursor, page, tail, _Subscriber(client_stream=client_stream))
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
         # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
-        del page
+        del page, first
         async for frames in follow:
             if chunked:
                 yield b"".join(frames)
@@ -355,9 +360,9 @@ class EventHub:
             frames = []
 
     async def _follow(
-        self, response_id: str, cursor: EntryId, page: list[Entry], sub: _Subscriber
+        self, response_id: str, cursor: EntryId, page: list[Entry], tail: EntryId, sub: _Subscriber
     ) -> AsyncIterator[list[bytes]]:
-        """Lists of frames; an empty list is a heartbeat."""
+        """Lists of frames; an empty list is a heartbeat. ``tail``: an entry id the log had reached."""
         key = redis_keys.events(response_id)
         try:
             while True:
@@ -376,7 +381,7 @@ class EventHub:
                     continue
                 if self._stopped or (sub.client_stream and self._clients_ended):
                     raise EventHubStopped("the event hub stopped")
-                if not sub.attached and not self._attach(key, sub, cursor):
+                if not sub.attached and not self._attach(key, sub, cursor, min(cursor, tail)):
                     # The reader is already past us: one more history pass (now attached, whatever is
                     # read from here on is queued as well) closes the gap.
                     page = await self._range(key, cursor)
@@ -433,14 +438,17 @@ class EventHub:
             return []
         return frames
 
-    async def _first_page(self, key: str, cursor: EntryId) -> list[Entry]:
+    async def _first_page(self, key: str, cursor: EntryId) -> tuple[list[Entry], EntryId]:
+        """History after ``cursor``, and the id of the log's last entry (FIRST if it has none)."""
         async with self._side_client.pipeline(transaction=False) as pipe:
             pipe.exists(key)
             pipe.xrange(key, _exclusive(cursor), "+", count=self._count)
-            exists, page = await pipe.execute()
+            pipe.xrevrange(key, "+", "-", count=1)
+            exists, page, last = await pipe.execute()
         if not exists:
             raise StreamNotFound(key)
-        return as_entries(page)
+        entries = as_entries(last)
+        return as_entries(page), parse_id(entries[0][0]) if entries else FIRST
 
     async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
         """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
@@ -457,11 +465,16 @@ class EventHub:
                 delay = min(delay * 2, 2.0)
 
     # --- the shared reader ----------------------------------------------------------------------
-    def _attach(self, key: str, sub: _Subscriber, cursor: EntryId) -> bool:
-        """Register ``sub`` as having seen ``cursor``; False if the reader already went past it."""
+    def _attach(self, key: str, sub: _Subscriber, cursor: EntryId, start: EntryId) -> bool:
+        """Register ``sub`` as having seen ``cursor``; False if the reader already went past it.
+
+        ``start``: where the reader starts if it does not follow the stream yet, at most the log's end.
+        A subscriber may ask for events after one the log has not reached (``starting_after`` ahead of
+        a running response): a reader started there would skip, for every later subscriber, what the
+        log gets up to it (the subscriber itself skips it anyway: ``take_frames``)."""
         stream = self._streams.get(key)
         if stream is None:
-            stream = self._streams[key] = self._busy[key] = _Stream(key, cursor)
+            stream = self._streams[key] = self._busy[key] = _Stream(key, start)
             self._busy_lane.wake()
         sub.attached = True
         stream.subscribers.add(sub)

@@ -332,3 +332,22 @@ async def test_last_event_of_ended_or_unknown_stream_is_none(hub, aredis, make_e
     await write_events(aredis, "resp_a", make_events(range(4)), close="completed", ttl_seconds=60)
     assert await hub.last_event("resp_a") is None
     assert await hub.last_event("resp_missing") is None
+
+
+@pytest.mark.parametrize("ahead", [3, 1_000])
+async def test_subscriber_ahead_of_the_log_costs_later_subscribers_no_event(hub, aredis, make_events, ahead) -> None:
+    # The first follower of a running response asks for events after one the log has not reached:
+    # the process's shared read must still start where the log is, not where that follower asked.
+    await write_events(aredis, "resp_a", make_events(range(3)), ttl_seconds=60)
+    far = asyncio.create_task(collect(hub.subscribe("resp_a", after=ahead)))
+    await until(lambda: hub.subscriber_count("resp_a") == 1)
+    behind = asyncio.create_task(collect(hub.subscribe("resp_a", after=0)))
+    await until(lambda: hub.subscriber_count("resp_a") == 2)
+    await write_events(aredis, "resp_a", make_events(range(3, 8)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(behind, 5) == list(range(1, 8))
+    assert await asyncio.wait_for(far, 5) == [n for n in range(8) if n > ahead]
+
+
+async def test_subscriber_after_the_last_event_of_an_ended_stream_ends_at_once(hub, aredis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(3)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(collect(hub.subscribe("resp_a", after=50)), 5) == []
