@@ -504,6 +504,8 @@ class ResponseTranslator:
     ) -> None:
         if self._current is not None and self._header is not None:
             self._record_message(self._current, self._header)
+            if self._header.channel == "analysis":  # cut short while reasoning: its tokens count as such
+                self._reasoning_tokens += self._output_tokens - self._header.start
         for builder in self._items:
             builder.abandon()
         self._current = self._awaiting = None

@@ -220,6 +220,17 @@ def test_usage_counts_input_cached_output_and_reasoning(encoding) -> None:
     assert usage.total_tokens == 50 + len(tokens)
 
 
+def test_usage_counts_reasoning_cut_short_as_reasoning(encoding) -> None:
+    # max_output_tokens reached while the model still reasons: what it generated was reasoning.
+    translator = _translator(encoding)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "reasoning_final")[:9])
+    translator.finish("length")
+    usage = translator.response.usage
+    assert translator.response.status == "incomplete"
+    assert usage.output_tokens == usage.output_tokens_details.reasoning_tokens == 9
+
+
 def test_opening_events_for_background_are_created_then_queued(encoding) -> None:
     events = opening_events(make_response(background=True))
     assert [(e.type, e.sequence_number, e.response.status) for e in events] == [
