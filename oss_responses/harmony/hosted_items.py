@@ -157,8 +157,7 @@ class CodeInterpreterCallBuilder(McpCallBuilder):
         self.container_id = container_id
         self.show_outputs = show_outputs
 
-    def open(self) -> None:
-        super().open()
+    def _emit_in_progress(self) -> None:
         self._emit(ResponseCodeInterpreterCallInProgressEvent)
 
     def _emit_running(self) -> None:

@@ -265,8 +265,9 @@ class UnavailableToolCallBuilder(QuietBuilder):
 class McpCallBuilder(ItemBuilder):
     """An MCP (or built-in) tool call: arguments stream, then the item waits for the tool's result.
 
-    Order: added → mcp_call_arguments.delta* → mcp_call_arguments.done → mcp_call.in_progress →
-    (result) mcp_call.completed | mcp_call.failed → output_item.done with ``output`` or ``error``.
+    Order, as OpenAI streams it: added → mcp_call.in_progress → mcp_call_arguments.delta* →
+    mcp_call_arguments.done → (result) mcp_call.completed | mcp_call.failed → output_item.done with
+    ``output`` or ``error``.
     """
 
     id_prefix = "mcp"
@@ -277,6 +278,14 @@ class McpCallBuilder(ItemBuilder):
         self.name = name
         self.awaiting_result = False
 
+    def open(self) -> None:
+        super().open()
+        self._emit_in_progress()
+
+    def _emit_in_progress(self) -> None:
+        """Added: the call is in progress from then on, its arguments streaming after."""
+        self._emit(ResponseMcpCallInProgressEvent)
+
     def end_message(self, status: ItemStatus) -> BaseModel | None:
         if status != "completed":
             return self._done(status)
@@ -286,8 +295,7 @@ class McpCallBuilder(ItemBuilder):
         return None
 
     def _emit_running(self) -> None:
-        """The arguments are whole (``<|call|>``): the tool runs."""
-        self._emit(ResponseMcpCallInProgressEvent)
+        """The arguments are whole (``<|call|>``): the tool runs (an MCP call has no event for it)."""
 
     def complete(self, output: str) -> BaseModel:
         self._emit(ResponseMcpCallCompletedEvent)

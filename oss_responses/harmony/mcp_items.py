@@ -4,7 +4,7 @@
 - :class:`ApprovalRequestBuilder` a call that needs approval: silent while the model writes it, then
   ``mcp_approval_request`` added + done at ``<|call|>`` (OpenAI shows no arguments streaming for it)
 - :class:`ApprovedCallBuilder`    the approved call, opened in the next response with its arguments
-  whole: added → mcp_call_arguments.done → mcp_call.in_progress, then completed | failed like any call
+  whole: added → mcp_call.in_progress → mcp_call_arguments.done, then completed | failed like any call
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ class ApprovedCallBuilder(McpCallBuilder):
 
     def open(self) -> None:
         self._emit(ResponseOutputItemAddedEvent, item=self._item(self.text, "in_progress"))
-        self.end_message("completed")  # arguments.done, mcp_call.in_progress; now awaiting the result
+        self._emit_in_progress()
+        self.end_message("completed")  # arguments.done; now awaiting the result
 
     def _item(self, text: str, status: McpCallStatus, **result: Any) -> BaseModel:
         return super()._item(text, status, approval_request_id=self.approval_request_id, **result)

@@ -117,7 +117,7 @@ def test_code_interpreter_stream_reports_call_progress(stack: ToolStack) -> None
     events, _ = stream_response(stack.client, model=MODEL, input=SEEDS_INPUT, tools=[CODE_INTERPRETER_LABEL])
     kinds = [event.type for event in events]
     order = ["response.mcp_list_tools.in_progress", "response.mcp_list_tools.completed",
-             "response.mcp_call_arguments.done", "response.mcp_call.in_progress", "response.mcp_call.completed",
+             "response.mcp_call.in_progress", "response.mcp_call_arguments.done", "response.mcp_call.completed",
              "response.output_text.done", "response.completed"]
     assert [kinds.index(kind) for kind in order] == sorted(kinds.index(kind) for kind in order)
 
@@ -432,7 +432,7 @@ def test_cancel_during_tool_call_ends_stream(stack: ToolStack) -> None:
     events = []
     for event in stream:
         events.append(event)
-        if event.type == "response.mcp_call.in_progress":
+        if event.type == "response.mcp_call_arguments.done":  # the tool runs from here
             break
     cancelled = stack.client.responses.cancel(events[0].response.id)
     assert cancelled.status == "cancelled"

@@ -109,7 +109,7 @@ def test_approved_call_runs_in_next_response_then_model_answers(encoding) -> Non
         request_id, '{"a":1,"b":2}', "3", "completed"
     )
     assert [e.type for e in turn.events[2:7]] == [
-        "response.output_item.added", "response.mcp_call_arguments.done", "response.mcp_call.in_progress",
+        "response.output_item.added", "response.mcp_call.in_progress", "response.mcp_call_arguments.done",
         "response.mcp_call.completed", "response.output_item.done",
     ]
     assert encoding.decode(prompt).endswith(

@@ -16,7 +16,7 @@ def test_call_beyond_max_tool_calls_fails_and_ends_turn(encoding) -> None:
     turn.translator.continuation_token_ids()
     events = turn.feed_text(encoding, SECOND_CALL)
     assert [e.type for e in events][-3:] == [
-        "response.mcp_call.in_progress", "response.mcp_call.failed", "response.output_item.done"
+        "response.mcp_call_arguments.done", "response.mcp_call.failed", "response.output_item.done"
     ]
     assert turn.translator.pending_tool_call is None and turn.translator.tool_limit_reached
     turn.add(turn.translator.finish("stop"))

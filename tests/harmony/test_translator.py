@@ -34,13 +34,14 @@ def test_mcp_python_call_streams_as_one_mcp_call_item(encoding) -> None:
         "code_interpreter", "python", "123*456\n", "56088\n", "completed"
     )
     mcp_types = [t for t in _types(run) if "mcp" in t]
+    # OpenAI's order: in progress once added, the arguments streaming after.
     assert mcp_types == [
+        "response.mcp_call.in_progress",
         "response.mcp_call_arguments.delta",
         "response.mcp_call_arguments.delta",
         "response.mcp_call_arguments.delta",
         "response.mcp_call_arguments.delta",
         "response.mcp_call_arguments.done",
-        "response.mcp_call.in_progress",
         "response.mcp_call.completed",
     ]
     assert not any("code_interpreter_call" in t or "web_search_call" in t for t in _types(run))

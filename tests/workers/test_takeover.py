@@ -297,7 +297,7 @@ def test_sigkilled_worker_mid_tool_call_is_taken_over(
         "tool_servers": {"slow": misbehaving_url}, "idempotent_tools": ["slow.sleep"] if idempotent else [],
     })
     events = _tool_call_killed_at(settings, redis, start_worker, "slow", 'sleep {"seconds": 2}',
-                                  "response.mcp_call.in_progress")
+                                  "response.mcp_call_arguments.done")
     [call] = _mcp_calls(events)
     if idempotent:
         assert call["output"] == "awake" and call["error"] is None, call
