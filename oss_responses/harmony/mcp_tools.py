@@ -32,9 +32,18 @@ class McpToolSpec:
 
     @property
     def read_only(self) -> bool | None:
-        """The server's ``read_only_hint`` (None when it gives none)."""
-        hint = None if self.annotations is None else self.annotations.get("read_only_hint")
+        """The server's ``readOnlyHint`` (None when it gives none)."""
+        hint = self.hint("readOnlyHint")
         return None if hint is None else bool(hint)
+
+    def hint(self, name: str) -> Any:
+        """An annotation under its MCP name (``readOnlyHint``), or under its Python name
+        (``read_only_hint``), as listings stored before 2026-12-04 and some clients' items hold it."""
+        if self.annotations is None:
+            return None
+        if name in self.annotations:
+            return self.annotations[name]
+        return self.annotations.get(re.sub(r"(?<!^)([A-Z])", lambda m: "_" + m[1].lower(), name))
 
 
 def field_of(item: Any, name: str, default: Any = None) -> Any:

@@ -60,8 +60,9 @@ class McpUnavailable(Exception):
 
 
 def tool_spec(tool: mcp_types.Tool) -> McpToolSpec:
-    """A listed tool as the rest of the service sees it (annotations under their Python names)."""
-    annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else None
+    """A listed tool as the rest of the service sees it (annotations under their MCP names, as the server
+    sent them and as OpenAI's ``mcp_list_tools`` items show them: ``readOnlyHint``)."""
+    annotations = tool.annotations.model_dump(by_alias=True, exclude_none=True) if tool.annotations else None
     return McpToolSpec(tool.name, tool.description or "", dict(tool.input_schema), annotations)
 
 

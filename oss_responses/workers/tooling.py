@@ -106,7 +106,6 @@ def idempotent_calls(settings: Settings, tools: Mapping[str, list[McpToolSpec]])
         if f"{server_label}.{tool}" in marked or f"{server_label}.*" in marked:
             return True
         spec = next((s for s in tools.get(server_label, []) if s.name == tool), None)
-        hints = (spec.annotations or {}) if spec is not None else {}
-        return bool(hints.get("idempotent_hint", hints.get("idempotentHint", False)))
+        return spec is not None and bool(spec.hint("idempotentHint"))
 
     return is_idempotent

@@ -7,10 +7,11 @@ from typing import Any
 import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
+from mcp.types import Tool, ToolAnnotations
 from mcp_types import INVALID_REQUEST
 
 from oss_responses.tools.endpoints import McpEndpoint
-from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
+from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable, tool_spec
 
 pytestmark = pytest.mark.anyio
 
@@ -149,3 +150,12 @@ async def test_call_cut_after_sending_is_not_sent_again_unless_idempotent() -> N
 async def test_call_the_server_cannot_have_run_is_sent_again(error: BaseException) -> None:
     pool = _CutAfterSending(error)
     assert await _call(pool, resend=False) == "ran" and pool.sent == 2
+
+
+def test_tool_spec_keeps_annotations_under_mcp_names() -> None:
+    # What OpenAI's mcp_list_tools items show: the server's JSON (readOnlyHint), not the SDK's attributes.
+    tool = Tool(name="t", input_schema={"type": "object"},
+                annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=False))
+    spec = tool_spec(tool)
+    assert spec.annotations == {"readOnlyHint": True, "idempotentHint": False}
+    assert spec.read_only is True and spec.hint("idempotentHint") is False

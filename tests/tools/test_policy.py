@@ -143,8 +143,8 @@ async def test_resolve_authorization_becomes_bearer_header_hidden_from_repr() ->
 
 # --- allowed_tools and approvals ---------------------------------------------------------
 
-READ = McpToolSpec("search", annotations={"read_only_hint": True})
-WRITE = McpToolSpec("delete", annotations={"read_only_hint": False})
+READ = McpToolSpec("search", annotations={"readOnlyHint": True})  # as a server lists it
+WRITE = McpToolSpec("delete", annotations={"read_only_hint": False})  # as listings stored before 2026-12-04
 PLAIN = McpToolSpec("ping")
 
 

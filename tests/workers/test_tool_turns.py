@@ -46,7 +46,7 @@ def test_list_tools_item_holds_the_server_tools(tools: ToolEnv) -> None:
     response = tools.run(input="hello", tools=[CALC])
     listing = item(response, "mcp_list_tools")
     assert [tool["name"] for tool in listing["tools"]] == ["calculate", "python"]
-    assert listing["tools"][0]["annotations"]["read_only_hint"] is True
+    assert listing["tools"][0]["annotations"]["readOnlyHint"] is True  # MCP's names, as the server sent them
     assert listing.get("error") is None
 
 
