@@ -33,7 +33,7 @@ from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
 from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import runner
-from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
+from oss_responses.workers.context import Dispatch, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
 from oss_responses.workers.outage import Backoff, unreachable
 
@@ -43,11 +43,11 @@ log = logging.getLogger(__name__)
 _context: WorkerContext | None = None
 _metrics_server: MetricsServer | None = None
 _webhook_sweeper: WebhookSweeper | None = None
-_start_error: EngineStartError | None = None
+_start_error: Exception | None = None
 
 
-def start_error() -> EngineStartError | None:
-    """Why the engine failed to start in this process (Celery itself then exits with status 0)."""
+def start_error() -> Exception | None:
+    """Why the worker failed to start in this process (Celery itself then exits with status 0)."""
     return _start_error
 
 
@@ -103,18 +103,24 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
         label = "oss-responses engine"
 
         def start(self, worker: Any) -> None:
-            global _context, _start_error, _metrics_server, _webhook_sweeper
+            global _start_error
+            try:
+                self._start(worker)
+            except Exception as exc:  # the engine, the database, Redis, the metrics port...
+                _start_error = exc
+                self.stop(worker)
+                raise
+
+        def _start(self, worker: Any) -> None:
+            global _context, _metrics_server, _webhook_sweeper
             raise_open_files_limit("worker")  # before the engine's processes start: they inherit it
             build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)
-            try:
-                _context = start_worker(
-                    settings, dispatch=dispatcher(worker.app, settings),
-                    send_webhook=webhook_sender(worker.app, settings), frontend=frontend,
-                )
-            except EngineStartError as exc:
-                _start_error = exc
-                raise
+            # Before the engine: a port already taken fails the start before the worker says it is ready.
             _metrics_server = MetricsServer(settings.worker_metrics_port)
+            _context = start_worker(
+                settings, dispatch=dispatcher(worker.app, settings),
+                send_webhook=webhook_sender(worker.app, settings), frontend=frontend,
+            )
             if settings.webhook_endpoints:
                 send = webhook_sender(worker.app, settings)
                 _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send).start()

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import redis as redis_lib
 from support import MODEL
-from support.processes import open_files_limit, start_worker_process, stop_process
+from support.processes import (
+    launch,
+    open_files_limit,
+    ready_workers,
+    service_env,
+    start_worker_process,
+    stop_process,
+)
 from support.streams import assert_contiguous, wait_for_end
 from support.workers import accept, worker_settings
 
@@ -40,3 +48,22 @@ def test_celery_worker_raises_a_low_open_files_limit(redis_url: str, tmp_path: P
         assert open_files_limit(worker.pid) > 128
     finally:
         stop_process(worker)
+
+
+def test_celery_worker_that_cannot_start_exits_non_zero_saying_why(redis_url: str, tmp_path: Path) -> None:
+    # Celery logs a failed start step and exits 0: a supervisor would think the worker stopped on purpose.
+    settings = worker_settings(f"sqlite:///{tmp_path / 'unused.db'}", redis_url)
+    migrate(settings.database_url)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = service_env(settings, OSS_RESPONSES_WORKER_METRICS_PORT=str(port))
+        process = launch("oss_responses.workers", ["--loglevel=WARNING"], env, tmp_path / "worker.log", fork=False)
+        try:
+            returncode = process.wait(timeout=60)
+        finally:
+            stop_process(process)
+    assert returncode != 0
+    assert "oss-responses worker not started: OSError" in (tmp_path / "worker.log").read_text()
+    assert not ready_workers(redis_lib.Redis.from_url(redis_url))
