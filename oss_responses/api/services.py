@@ -88,6 +88,10 @@ class TaskQueue:
         for delivery in deliveries:
             self._celery.send_task(DELIVER_WEBHOOK_TASK, args=delivery.task_args(), queue=queue, routing_key=queue)
 
+    async def ping(self) -> None:
+        """The broker answers (the Redis that holds the queues: ``OSS_RESPONSES_BROKER_URL``, or Redis)."""
+        await self._broker.ping()
+
     async def waiting(self, queue: str) -> int:
         """Tasks waiting in ``queue`` (not those a worker holds unacknowledged)."""
         return int(await self._broker.llen(queue))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx2
 import openai
 import pytest
@@ -33,7 +35,7 @@ def test_healthz_is_ok(http: httpx2.Client) -> None:
 def test_readyz_with_database_and_redis_up_is_200(http: httpx2.Client) -> None:
     response = http.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "broker": "ok"}
 
 
 def test_readyz_with_database_down_is_503(redis_url: str) -> None:
@@ -43,3 +45,22 @@ def test_readyz_with_database_down_is_503(redis_url: str) -> None:
         response = httpx2.get(f"{base_url}/readyz", timeout=10)
         assert response.status_code == 503
         assert response.json()["database"].startswith("error") and response.json()["redis"] == "ok"
+
+
+def test_readyz_with_database_not_migrated_is_503(redis_url: str, tmp_path: Path) -> None:
+    # The database answers, but every create would fail on its missing tables.
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'empty.db'}", redis_url=redis_url, models=[MODEL])
+    for base_url in serve_in_thread(settings):
+        response = httpx2.get(f"{base_url}/readyz", timeout=10)
+        assert response.status_code == 503
+        assert response.json()["database"] == "error: NotMigrated" and response.json()["redis"] == "ok"
+
+
+def test_readyz_with_broker_down_is_503(database_url: str, redis_url: str) -> None:
+    # Every create enqueues its task on the broker: without it the API can only answer 503s.
+    settings = Settings(database_url=database_url, redis_url=redis_url, models=[MODEL],
+                        broker_url=f"redis://127.0.0.1:{free_port()}/0")
+    for base_url in serve_in_thread(settings):
+        response = httpx2.get(f"{base_url}/readyz", timeout=10)
+        assert response.status_code == 503
+        assert response.json()["broker"].startswith("error") and response.json()["database"] == "ok"

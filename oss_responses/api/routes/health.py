@@ -1,4 +1,5 @@
-"""Liveness (``/healthz``: the process answers) and readiness (``/readyz``: SQL and Redis answer)."""
+"""Liveness (``/healthz``: the process answers) and readiness (``/readyz``: the database answers and is
+migrated, Redis and the broker answer: what every create needs)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from oss_responses.api.deps import ServicesDep
@@ -17,8 +19,19 @@ router = APIRouter(tags=["health"])
 CHECK_TIMEOUT_SECONDS = 2.0
 
 
-def _select_one(session: Session) -> None:
-    session.execute(text("SELECT 1"))
+class NotMigrated(Exception):
+    """The database answers but holds no schema: ``oss-responses migrate`` was not run against it."""
+
+
+def _migrated(session: Session) -> None:
+    try:
+        revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError as exc:
+        if "alembic_version" not in str(exc):  # not the missing table: the database did not answer
+            raise
+        revision = None
+    if revision is None:
+        raise NotMigrated()
 
 
 async def _check(probe: Any) -> str:
@@ -36,9 +49,9 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz")
 async def readyz(services: ServicesDep) -> JSONResponse:
-    database, redis = await asyncio.gather(
-        _check(services.db.run(_select_one)), _check(services.redis.ping())
+    database, redis, broker = await asyncio.gather(
+        _check(services.db.run(_migrated)), _check(services.redis.ping()), _check(services.tasks.ping())
     )
-    ready = database == "ok" and redis == "ok"
-    body = {"status": "ok" if ready else "unavailable", "database": database, "redis": redis}
+    ready = database == redis == broker == "ok"
+    body = {"status": "ok" if ready else "unavailable", "database": database, "redis": redis, "broker": broker}
     return JSONResponse(body, status_code=200 if ready else 503)
