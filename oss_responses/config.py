@@ -6,21 +6,41 @@ Nothing here is built at import time; call :func:`get_settings` (cached) or buil
 
 from __future__ import annotations
 
+import logging
+import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AfterValidator, BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from oss_responses.harmony.builtin_tools import DEFAULT_BUILTIN_LABELS
+from oss_responses.webhooks.signing import signed_headers
+
+
+def _log_level(name: str) -> str:
+    level = name.upper()
+    if level not in logging.getLevelNamesMapping():
+        raise ValueError(f"unknown log level {name!r} (DEBUG, INFO, WARNING, ERROR or CRITICAL)")
+    return level
 
 
 class WebhookEndpoint(BaseModel):
     """Where terminal background responses are announced, and the Standard Webhooks secret signing them."""
 
-    url: str
+    url: str = Field(pattern=r"^https?://")
     secret: SecretStr  # "whsec_" + base64, as OpenAI's dashboard gives one
+
+    @field_validator("secret")
+    @classmethod
+    def _signs(cls, secret: SecretStr) -> SecretStr:
+        """A secret that cannot sign would fail every delivery, each attempt only in a worker's log."""
+        try:
+            signed_headers(secret.get_secret_value(), "msg_check", "{}")
+        except Exception as exc:
+            raise ValueError("a Standard Webhooks secret: 'whsec_' followed by base64") from exc
+        return secret
 
 
 class Settings(BaseSettings):
@@ -47,36 +67,43 @@ class Settings(BaseSettings):
     queue_prefix: str = Field("responses.", description="Celery queue of a model = prefix + model name")
 
     # --- event log ----------------------------------------------------------
-    event_ttl_seconds: int = Field(86_400, description="How long a response's event stream is kept after it ended")
+    event_ttl_seconds: int = Field(
+        86_400, ge=1,
+        description="How long a response's event stream is kept after it ended"
+    )
     stream_ping_seconds: float = Field(
         15.0, gt=0, description="a stream with no event for this long gets an SSE keep-alive comment"
     )
 
     # --- worker -------------------------------------------------------------
     worker_model: str = Field("gpt-oss-20b", description="The model (and queue) this worker serves")
-    worker_concurrency: int = Field(8, description="Responses one worker runs at once (Celery threads)")
+    worker_concurrency: int = Field(8, ge=1, description="Responses one worker runs at once (Celery threads)")
     engine: Literal["scripted", "vllm"] = Field("scripted", description="Which engine the worker runs")
-    lease_seconds: float = Field(15.0, description="TTL of a running response's lease; renewed every third of it")
+    lease_seconds: float = Field(15.0, gt=0, description="TTL of a running response's lease; renewed every third of it")
     reaper_interval_seconds: float = Field(
-        1.0, description="How often a worker looks for responses whose lease expired (and dispatches their takeover)"
+        1.0, gt=0,
+        description="How often a worker looks for responses whose lease expired (and dispatches their takeover)"
     )
     save_retry_seconds: float = Field(
-        120.0,
+        120.0, ge=0,
         description="How long a worker retries saving a finished response, or starting one, while the database or "
         "Redis is unreachable",
     )
     stale_queued_seconds: int = Field(
-        600, description="A response queued longer than this has its task sent again (once per such period)"
+        600, ge=1, description="A response queued longer than this has its task sent again (once per such period)"
     )
     max_takeovers: int = Field(
-        3, description="A response whose workers were lost more often than this fails instead of being taken over"
+        3, ge=0, description="A response whose workers were lost more often than this fails instead of being taken over"
     )
     render_process_above_chars: int = Field(
-        262_144,
+        262_144, ge=0,
         description="A prompt with more text than this is tokenised in a child process of the worker: harmony holds "
         "the GIL while it tokenises (about 0.1 s per MB), which would stall every running response",
     )
-    visibility_timeout_seconds: int = Field(300, description="Redis broker: when an unacknowledged task is redelivered")
+    visibility_timeout_seconds: int = Field(
+        300, ge=1,
+        description="Redis broker: when an unacknowledged task is redelivered"
+    )
     stream_interval: int = Field(
         1, ge=1, le=64,
         description="Tokens per engine output of a response after its first (vLLM's stream_interval, honoured by "
@@ -86,10 +113,10 @@ class Settings(BaseSettings):
 
     # --- scripted engine ----------------------------------------------------
     scripted_tokens_per_second: float = Field(
-        0.0, description="Per-response speed of the scripted engine; 0 = unlimited"
+        0.0, ge=0, description="Per-response speed of the scripted engine; 0 = unlimited"
     )
     scripted_step_interval_seconds: float = Field(
-        0.0, description="Scripted engine step: one token for every running response per step; 0 = no stepping"
+        0.0, ge=0, description="Scripted engine step: one token for every running response per step; 0 = no stepping"
     )
     scripted_context_tokens: int | None = Field(
         None, description="The scripted model's context (prompt and output), as vLLM's max_model_len; unset = no limit"
@@ -98,9 +125,9 @@ class Settings(BaseSettings):
     # --- vLLM engine --------------------------------------------------------
     vllm_model: str = Field("openai/gpt-oss-20b", description="Model path or hub name for vLLM")
     vllm_dtype: str = Field("auto", description="vLLM dtype")
-    vllm_tensor_parallel_size: int = Field(1, description="vLLM tensor_parallel_size")
+    vllm_tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor_parallel_size")
     vllm_max_model_len: int | None = Field(None, description="vLLM max_model_len")
-    vllm_gpu_memory_utilization: float = Field(0.9, description="vLLM gpu_memory_utilization")
+    vllm_gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM gpu_memory_utilization")
     vllm_enable_prefix_caching: bool = Field(True, description="vLLM enable_prefix_caching")
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict, description="Any other AsyncEngineArgs, as JSON (e.g. {\"enforce_eager\": true})"
@@ -123,22 +150,22 @@ class Settings(BaseSettings):
     )
     knowledge_cutoff: str = Field("2024-06", description="Knowledge cutoff in gpt-oss's system message")
     default_reasoning_effort: Literal["low", "medium", "high"] = Field("medium", description="When a request sets none")
-    default_max_output_tokens: int = Field(4096, description="Output budget when a request sets none")
+    default_max_output_tokens: int = Field(4096, ge=16, description="Output budget when a request sets none")
 
     # --- tools (MCP) --------------------------------------------------------
     tool_servers: dict[str, str] = Field(
         default_factory=dict,
         description='MCP servers by label, as JSON: {"code_interpreter": "http://calc:8811/mcp"}',
     )
-    builtin_tool_labels: dict[str, str] = Field(
-        default_factory=lambda: dict[str, str](DEFAULT_BUILTIN_LABELS),
+    builtin_tool_labels: dict[str, Literal["python", "browser"]] = Field(
+        default_factory=lambda: dict[str, Literal["python", "browser"]](DEFAULT_BUILTIN_LABELS),
         description="Labels served as gpt-oss's built-in tools: label -> python | browser",
     )
     mcp_url_allowlist: list[str] = Field(
         default_factory=list, description="URL prefixes a request's own server_url may use"
     )
     mcp_allow_private_urls: bool = Field(False, description="Allow loopback/private server_url addresses")
-    mcp_call_timeout_seconds: float = Field(30.0, description="Timeout of one MCP tool call")
+    mcp_call_timeout_seconds: float = Field(30.0, gt=0, description="Timeout of one MCP tool call")
     idempotent_tools: list[str] = Field(
         default_factory=list,
         description="MCP tools safe to run again after a lost worker, besides those with idempotentHint: "
@@ -156,15 +183,17 @@ class Settings(BaseSettings):
 
     # --- limits (what one request may ask for) --------------------------------
     max_body_bytes: int = Field(
-        16 * 1024 * 1024, description="Largest request body accepted; a larger one is a 413 before it is read whole"
+        16 * 1024 * 1024, ge=1,
+        description="Largest request body accepted; a larger one is a 413 before it is read whole"
     )
     max_json_depth: int = Field(
-        64, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)"
+        64, ge=1, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)"
     )
-    max_input_items: int = Field(2048, description="Most items one request's `input` may hold (400 beyond)")
-    max_tools: int = Field(128, description="Most entries one request's `tools` may hold (400 beyond)")
+    max_input_items: int = Field(2048, ge=1, description="Most items one request's `input` may hold (400 beyond)")
+    max_tools: int = Field(128, ge=1, description="Most entries one request's `tools` may hold (400 beyond)")
     max_output_tokens_ceiling: int = Field(
-        131_072, description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings"
+        131_072, ge=16,
+        description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings"
     )
     max_output_tokens_ceilings: dict[str, int] = Field(
         default_factory=dict,
@@ -172,19 +201,24 @@ class Settings(BaseSettings):
         "(400 naming max_output_tokens beyond)",
     )
     max_queued_per_model: int = Field(
-        1000, description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)"
+        1000, ge=0,
+        description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)"
     )
-    queue_full_retry_after_seconds: int = Field(5, description="Retry-After of a 429 refused for a full model queue")
+    queue_full_retry_after_seconds: int = Field(
+        5, ge=0,
+        description="Retry-After of a 429 refused for a full model queue"
+    )
 
     # --- operations: logs, metrics, webhooks --------------------------------------
     log_format: Literal["json", "text"] = Field(
         "json", description="Log lines as one JSON object each (production) or plain text (development; `make run`)"
     )
-    log_level: str = Field(
+    log_level: Annotated[str, AfterValidator(_log_level)] = Field(
         "INFO", description="Log level (DEBUG, INFO, WARNING, ...); DEBUG also shows the HTTP clients' requests"
     )
     worker_metrics_port: int = Field(
-        0, description="Port of the worker's Prometheus /metrics (0 = not served); one port per worker process"
+        0, ge=0, le=65535,
+        description="Port of the worker's Prometheus /metrics (0 = not served); one port per worker process"
     )
     webhook_endpoints: list[WebhookEndpoint] = Field(
         default_factory=list,
@@ -192,13 +226,13 @@ class Settings(BaseSettings):
         "response.completed/failed/cancelled/incomplete of background responses, signed (Standard Webhooks)",
     )
     webhook_queue: str = Field("webhooks", description="Celery queue of webhook deliveries (workers consume it)")
-    webhook_max_attempts: int = Field(10, description="Attempts of one webhook delivery before it is given up")
+    webhook_max_attempts: int = Field(10, ge=1, description="Attempts of one webhook delivery before it is given up")
     webhook_backoff_seconds: float = Field(
-        2.0, description="Delay before a delivery's second attempt; doubled at each later one (at most an hour)"
+        2.0, ge=0, description="Delay before a delivery's second attempt; doubled at each later one (at most an hour)"
     )
-    webhook_timeout_seconds: float = Field(10.0, description="Timeout of one webhook POST")
+    webhook_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one webhook POST")
     webhook_resend_after_seconds: float = Field(
-        600.0,
+        600.0, gt=0,
         description="A delivery still pending this long (its task was lost), or retrying this long past its "
         "longest backoff, is sent again by a worker's sweeper",
     )
@@ -211,16 +245,16 @@ class Settings(BaseSettings):
         "and sees only its owner's responses",
     )
     max_background_per_key: int = Field(
-        64, description="Background responses (queued or in progress) a key's owner may have at once, for keys "
+        64, ge=0, description="Background responses (queued or in progress) a key's owner may have at once, for keys "
         "created without --max-background; beyond, a 429 with Retry-After (keys mode; 0 = no limit)",
     )
     background_limit_retry_after_seconds: int = Field(
-        5, description="Retry-After of a 429 refused for a key's background responses in flight"
+        5, ge=0, description="Retry-After of a 429 refused for a key's background responses in flight"
     )
 
     # --- API ------------------------------------------------------------------
     api_host: str = Field("127.0.0.1", description="Where `python -m oss_responses.api` listens")
-    api_port: int = Field(8000, description="Port of the API")
+    api_port: int = Field(8000, ge=0, le=65535, description="Port of the API")
     api_processes: int = Field(
         1, ge=1, le=64,
         description="API processes sharing the port (uvicorn's workers): each relays its streams on its own core",
@@ -241,6 +275,24 @@ class Settings(BaseSettings):
         return self.max_output_tokens_ceilings.get(model, self.max_output_tokens_ceiling)
 
 
+class InvalidSettings(SystemExit):
+    """The environment's settings cannot be used: every command stops at once, one line per bad variable,
+    rather than with a traceback, or later, in a request or a task, with something else to blame."""
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except ValidationError as exc:
+        lines = [f"{_variable(error['loc'])}: {error['msg']}" for error in exc.errors()]
+    except SettingsError as exc:  # a list or mapping that is not JSON
+        field = re.search(r'field "(\w+)"', str(exc))
+        lines = [f"{_variable((field[1],)) if field else exc}: not JSON ({exc.__cause__})"]
+    raise InvalidSettings("oss-responses: invalid settings\n  " + "\n  ".join(lines))
+
+
+def _variable(location: tuple[int | str, ...]) -> str:
+    """``("webhook_endpoints", 0, "secret")`` → ``OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret``."""
+    name, *inner = location
+    return "OSS_RESPONSES_" + str(name).upper() + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in inner)

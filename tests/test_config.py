@@ -1,0 +1,68 @@
+"""Settings from the environment: a value that cannot be used stops every command at once, saying which."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from oss_responses.config import InvalidSettings, get_settings
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings() -> Iterator[None]:
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+@pytest.mark.parametrize(("variable", "value", "says"), [
+    ("LEASE_SECONDS", "-5", "OSS_RESPONSES_LEASE_SECONDS: Input should be greater than 0"),
+    ("API_PORT", "70000", "OSS_RESPONSES_API_PORT: Input should be less than or equal to 65535"),
+    ("WORKER_CONCURRENCY", "0", "OSS_RESPONSES_WORKER_CONCURRENCY: Input should be greater than or equal to 1"),
+    ("DEFAULT_MAX_OUTPUT_TOKENS", "-5", "OSS_RESPONSES_DEFAULT_MAX_OUTPUT_TOKENS: Input should be greater than"),
+    ("MODELS", "gpt-oss-20b", "OSS_RESPONSES_MODELS: not JSON"),
+    ("LOG_LEVEL", "VERBOSE", "OSS_RESPONSES_LOG_LEVEL: Value error, unknown log level 'VERBOSE'"),
+    ("ENGINE", "foo", "OSS_RESPONSES_ENGINE: Input should be 'scripted' or 'vllm'"),
+    ("BUILTIN_TOOL_LABELS", '{"code_interpreter": "bogus"}', "OSS_RESPONSES_BUILTIN_TOOL_LABELS.code_interpreter"),
+    ("WEBHOOK_ENDPOINTS", '[{"url": "https://h/x", "secret": "not-a-whsec!"}]',
+     "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
+    ("WEBHOOK_ENDPOINTS", f'[{{"url": "ftp://h/x", "secret": "{SECRET}"}}]', "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].url"),
+])
+def test_get_settings_with_unusable_value_stops_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
+) -> None:
+    monkeypatch.setenv(f"OSS_RESPONSES_{variable}", value)
+    with pytest.raises(InvalidSettings) as stopped:
+        get_settings()
+    assert str(stopped.value.code).startswith("oss-responses: invalid settings\n  " + says)
+
+
+def test_get_settings_lists_every_unusable_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSS_RESPONSES_LEASE_SECONDS", "0")
+    monkeypatch.setenv("OSS_RESPONSES_MAX_TOOLS", "0")
+    with pytest.raises(InvalidSettings) as stopped:
+        get_settings()
+    assert str(stopped.value.code).count("\n  OSS_RESPONSES_") == 2
+
+
+def test_get_settings_takes_log_level_in_any_case_and_a_signing_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OSS_RESPONSES_LOG_LEVEL", "debug")
+    monkeypatch.setenv("OSS_RESPONSES_WEBHOOK_ENDPOINTS", f'[{{"url": "https://h/x", "secret": "{SECRET}"}}]')
+    settings = get_settings()
+    assert settings.log_level == "DEBUG" and settings.webhook_endpoints[0].url == "https://h/x"
+
+
+@pytest.mark.parametrize("module", ["oss_responses.api", "oss_responses.workers"])
+def test_command_with_unusable_setting_exits_with_one_line_not_a_traceback(module: str) -> None:
+    env = {**os.environ, "OSS_RESPONSES_LEASE_SECONDS": "-5"}
+    done = subprocess.run([sys.executable, "-m", module], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "oss-responses: invalid settings\n  OSS_RESPONSES_LEASE_SECONDS: Input should be greater than 0"
+    )
