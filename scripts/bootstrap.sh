@@ -37,13 +37,16 @@ fi
 stamp=.venv/.installed
 # The stamp covers the requirement files and whether vLLM was skipped, so a later run without
 # OSS_RESPONSES_SKIP_ENGINE=1 still installs it.
-want=$( (cat requirements.txt requirements-dev.txt requirements-engine.txt; echo "skip-engine=${OSS_RESPONSES_SKIP_ENGINE:-0}") | sha256sum | cut -c1-16)
+want=$( (cat requirements.txt requirements-dev.txt requirements-engine.txt; echo "skip-engine=${OSS_RESPONSES_SKIP_ENGINE:-0}"; echo "editable=1") | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 [ -d .venv ] || python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -r requirements-dev.txt
+# The checkout itself, editable: .venv/bin/oss-responses is the command README's examples run (a second
+# worker beside `make run`, doctor, migrate, keys), on the code as it is.
+.venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
 if [ -f requirements-engine.txt ] && [ "${OSS_RESPONSES_SKIP_ENGINE:-0}" != 1 ]; then
   bash scripts/install-engine.sh
 fi
