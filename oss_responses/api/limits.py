@@ -3,8 +3,9 @@
 - ``input`` items and ``tools`` entries: at most ``max_input_items`` / ``max_tools`` (400);
 - ``max_output_tokens``: at most the model's ceiling (``max_output_tokens_ceilings``, else
   ``max_output_tokens_ceiling``; 400 naming it);
-- the model's Celery queue (the broker's Redis list ``responses.<model>``): a request finding more
-  than ``max_queued_per_model`` tasks waiting is a 429 with ``Retry-After``, saying how many are ahead.
+- the model's Celery queue (the broker's Redis list ``responses.<model>``): it holds at most
+  ``max_queued_per_model`` tasks waiting; a request finding it full is a 429 with ``Retry-After``, saying
+  how many are ahead.
   The count is read, not reserved: concurrent requests may overshoot it by their number.
 """
 
@@ -55,7 +56,7 @@ async def check_queue_depth(services: Services, model: str) -> None:
             "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
             "Retry shortly.", code="queue_unavailable",
         ) from exc
-    if waiting > limit:
+    if waiting >= limit:
         retry_after = services.settings.queue_full_retry_after_seconds
         raise TooManyRequests(
             f"The queue of '{model}' is full: {waiting} responses are ahead of this one "

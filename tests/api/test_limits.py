@@ -105,21 +105,21 @@ def test_create_response_full_queue_is_429_with_retry_after(
     http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
 ) -> None:
     queue = api.settings.queue_for(MODEL)
-    redis.rpush(queue, *[b"waiting task"] * (QUEUE_LIMIT + 1))  # tasks no worker has taken yet
+    redis.rpush(queue, *[b"waiting task"] * QUEUE_LIMIT)  # tasks no worker has taken yet
     response = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
     error = _error(response, 429)
     assert response.headers["retry-after"] == "7"
-    assert error["code"] == "queue_full" and f"{QUEUE_LIMIT + 1} responses are ahead" in error["message"]
-    _nothing_stored(api, redis, waiting=QUEUE_LIMIT + 1)
+    assert error["code"] == "queue_full" and f"{QUEUE_LIMIT} responses are ahead" in error["message"]
+    _nothing_stored(api, redis, waiting=QUEUE_LIMIT)
 
 
-def test_create_response_queue_at_limit_is_accepted(
+def test_create_response_filling_queue_to_its_limit_is_accepted(
     http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
 ) -> None:
-    redis.rpush(api.settings.queue_for(MODEL), *[b"waiting task"] * QUEUE_LIMIT)
+    redis.rpush(api.settings.queue_for(MODEL), *[b"waiting task"] * (QUEUE_LIMIT - 1))
     response = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
     assert response.status_code == 200, response.text
-    assert redis.llen(api.settings.queue_for(MODEL)) == QUEUE_LIMIT + 1
+    assert redis.llen(api.settings.queue_for(MODEL)) == QUEUE_LIMIT
 
 
 def test_create_response_full_queue_of_other_model_does_not_refuse(
