@@ -38,6 +38,7 @@ from oss_responses.eventlog.writer import framed, write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
+from oss_responses.logs import bind
 from oss_responses.metrics import ACCEPTED, response_ended
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
@@ -77,6 +78,7 @@ async def load_visible(services: Services, response_id: str, owner: Owner) -> Re
     record = await services.db.run(get_response, response_id)
     if record is None or not record.store or not owner.may_see(record):
         raise not_found(response_id)
+    bind(model=record.model)  # this request's later log lines are about that response (its id is bound)
     if record.status == "in_progress" and await caught_up(services, response_id):
         record = await services.db.run(get_response, response_id) or record
     return record

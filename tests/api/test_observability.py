@@ -115,6 +115,18 @@ def test_log_lines_of_request_carry_request_id(observed: Observed) -> None:
     assert traced and all(line["response_id"] == answer.json()["id"] for line in traced)
 
 
+@pytest.mark.parametrize("path", ["", "/input_items"])
+def test_log_lines_of_request_naming_response_carry_its_model(
+    observed: Observed, tool_response: Response, path: str
+) -> None:
+    request_id = f"trace-obs-get{path.replace('/', '-')}"
+    answer = httpx2.get(f"{observed.base_url}/v1/responses/{tool_response.id}{path}",
+                        headers={"x-request-id": request_id}, timeout=10)
+    assert answer.status_code == 200
+    traced = [line for line in observed.lines("api") if line.get("request_id") == request_id]
+    assert traced and all(line.get("model") == MODEL for line in traced), traced
+
+
 def test_logs_never_show_secrets(observed: Observed, tool_response: Response) -> None:
     call = next(item for item in tool_response.output if item.type == "mcp_call")
     assert call.output == f"Bearer {AUTHORIZATION}"  # the credentials did reach the tool server
