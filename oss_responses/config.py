@@ -150,7 +150,11 @@ class Settings(BaseSettings):
     )
     knowledge_cutoff: str = Field("2024-06", description="Knowledge cutoff in gpt-oss's system message")
     default_reasoning_effort: Literal["low", "medium", "high"] = Field("medium", description="When a request sets none")
-    default_max_output_tokens: int = Field(4096, ge=16, description="Output budget when a request sets none")
+    default_max_output_tokens: int = Field(
+        4096, ge=16,
+        description="Output budget when a request sets none: workers generate up to it, the API counts it out of "
+        "the context for input_tokens' truncation (set it alike on both)",
+    )
 
     # --- tools (MCP) --------------------------------------------------------
     tool_servers: dict[str, str] = Field(

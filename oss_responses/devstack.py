@@ -4,7 +4,7 @@ A local redis-server (started here unless ``OSS_RESPONSES_REDIS_URL`` already an
 file, one worker with the scripted engine (unless ``OSS_RESPONSES_ENGINE`` says otherwise) and the
 API on ``OSS_RESPONSES_API_HOST:OSS_RESPONSES_API_PORT``. Ctrl-C stops everything.
 
-Unless ``OSS_RESPONSES_TOOL_SERVERS`` is set, the two demo MCP servers start too, as in
+Unless ``OSS_RESPONSES_TOOL_SERVERS`` is set (``{}``: none), the two demo MCP servers start too, as in
 docker-compose.yml: the calculator behind ``code_interpreter`` and the documents server behind
 ``web_search_preview`` (and so ``web_search``), since Codex CLI sends a ``web_search`` tool with
 every request and the service refuses one it has no backend for.
@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 import redis
 
-from oss_responses.config import get_settings
+from oss_responses.config import Settings, get_settings
 from oss_responses.sealing import new_key
 from oss_responses.storage import migrate
 from oss_responses.vocab import ensure_vocabulary
@@ -135,6 +135,18 @@ def stop_all(procs: list[subprocess.Popen[bytes]], grace_seconds: float = STOP_G
             signal.signal(sig, handler)
 
 
+def stack_env(settings: Settings, var: Path, procs: list[subprocess.Popen[bytes]]) -> dict[str, str]:
+    """The worker's and the API's environment: this one, with what the stack makes for them when it is
+    unset (not empty: ``OSS_RESPONSES_TOOL_SERVERS='{}'`` is a stack without MCP servers)."""
+    env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
+    env.setdefault("OSS_RESPONSES_LOG_FORMAT", "text")  # a terminal, not a log collector
+    if "encryption_keys" not in settings.model_fields_set:
+        env["OSS_RESPONSES_ENCRYPTION_KEYS"] = _encryption_keys(var)
+    if "tool_servers" not in settings.model_fields_set:
+        env["OSS_RESPONSES_TOOL_SERVERS"] = _start_demo_tool_servers(procs)
+    return env
+
+
 def main() -> None:
     # A SIGTERM (docker stop, a supervisor) stops the children too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, _interrupt)
@@ -146,12 +158,7 @@ def main() -> None:
         procs.append(_start_redis(settings.redis_url, var / "redis"))
     migrate(settings.database_url)
     ensure_vocabulary(settings.tiktoken_dir)  # once, before the worker and the API both look for it
-    env = {**os.environ, "OSS_RESPONSES_WORKER_MODEL": settings.models[0]}
-    env.setdefault("OSS_RESPONSES_LOG_FORMAT", "text")  # a terminal, not a log collector
-    if not settings.encryption_keys:
-        env["OSS_RESPONSES_ENCRYPTION_KEYS"] = _encryption_keys(var)
-    if not settings.tool_servers:
-        env["OSS_RESPONSES_TOOL_SERVERS"] = _start_demo_tool_servers(procs)
+    env = stack_env(settings, var, procs)
     procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env, process_group=0))
     procs.append(subprocess.Popen([sys.executable, "-m", "oss_responses.api"], env=env, process_group=0))
     print(f"oss-responses: http://{settings.api_host}:{settings.api_port}/v1 (model {settings.models[0]})", flush=True)
