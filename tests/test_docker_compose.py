@@ -89,6 +89,16 @@ def test_compose_worker_has_time_to_hand_off(service: str) -> None:
     assert seconds(SERVICES[service]["stop_grace_period"]) >= 30
 
 
+def test_compose_api_has_time_to_answer_waiting_requests() -> None:
+    # On SIGTERM a plain request still waiting for its response is answered before the API exits.
+    assert seconds(SERVICES["api"]["stop_grace_period"]) >= 30
+
+
+@pytest.mark.parametrize("service", WORKERS)
+def test_compose_worker_serves_its_metrics(service: str) -> None:
+    assert int(SERVICES[service]["environment"]["OSS_RESPONSES_WORKER_METRICS_PORT"]) > 0
+
+
 @pytest.mark.parametrize("service", ["api", *WORKERS])
 def test_compose_service_waits_for_migrations_and_redis(service: str) -> None:
     assert SERVICES[service]["depends_on"] == {
