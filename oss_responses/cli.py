@@ -63,12 +63,26 @@ def run_api(args: argparse.Namespace) -> int:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
+    from alembic.util.exc import CommandError
+    from sqlalchemy.exc import DBAPIError
+
     from oss_responses.config import get_settings
     from oss_responses.storage.migrations import current_revision, migrate
 
     url = args.url or get_settings().database_url
-    migrate(url, args.revision)
-    print(f"{make_url(url).render_as_string(hide_password=True)} at revision {current_revision(url)}")
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        migrate(url, args.revision)
+        current = current_revision(url)
+    except DBAPIError as exc:
+        print(f"oss-responses migrate: {shown} did not answer: {exc.orig}", file=sys.stderr)
+        return 1
+    except CommandError as exc:  # a revision this build does not know
+        print(f"oss-responses migrate: {exc}", file=sys.stderr)
+        return 2
+    # migrate only upgrades: a database already past the revision asked for stays where it is.
+    past = args.revision != "head" and current != args.revision
+    print(f"{shown} at revision {current}" + (f" (past {args.revision}: not downgraded)" if past else ""))
     return 0
 
 

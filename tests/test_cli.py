@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
+from support.servers import free_port
 
 from oss_responses.cli import build_parser, main
 from oss_responses.storage.migrations import current_revision, head_revision
@@ -35,6 +36,32 @@ def test_migrate_upgrades_database_to_head(tmp_path: Path, capsys: pytest.Captur
 
     assert current_revision(url) == head_revision()
     assert capsys.readouterr().out.strip().endswith(f"at revision {head_revision()}")
+
+
+def test_migrate_database_that_does_not_answer_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"postgresql+psycopg://nobody:secret@127.0.0.1:{free_port()}/nothing"
+
+    assert main(["migrate", "--url", url]) == 1
+
+    error = capsys.readouterr().err
+    assert error.startswith("oss-responses migrate: postgresql+psycopg://nobody:***@127.0.0.1:")
+    assert "did not answer" in error and "Traceback" not in error and "secret" not in error
+
+
+def test_migrate_unknown_revision_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["migrate", "--url", f"sqlite:///{tmp_path / 'db.sqlite'}", "--revision", "9999"]) == 2
+    assert capsys.readouterr().err == "oss-responses migrate: Can't locate revision identified by '9999'\n"
+
+
+def test_migrate_to_older_revision_says_it_does_not_downgrade(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    main(["migrate", "--url", url])
+
+    assert main(["migrate", "--url", url, "--revision", "0003"]) == 0
+
+    assert capsys.readouterr().out.strip().endswith(f"at revision {head_revision()} (past 0003: not downgraded)")
 
 
 def test_keys_says_not_available_without_keys_module(

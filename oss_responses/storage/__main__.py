@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-
-from oss_responses.config import get_settings
-from oss_responses.storage.migrations import migrate
+import sys
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -15,7 +13,9 @@ def main(argv: list[str] | None = None) -> None:
     upgrade.add_argument("--url", help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
     upgrade.add_argument("--revision", default="head")
     args = parser.parse_args(argv)
-    migrate(args.url or get_settings().database_url, args.revision)
+    from oss_responses.cli import run_migrate  # the same command as `oss-responses migrate`
+
+    sys.exit(run_migrate(args))
 
 
 if __name__ == "__main__":
