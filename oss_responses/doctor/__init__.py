@@ -11,6 +11,7 @@ from oss_responses.doctor.report import Check, CheckResult, run_checks
 from oss_responses.doctor.runtime import check_encryption_keys, check_engine, check_vocabulary
 from oss_responses.doctor.stores import check_database, check_database_connections, check_redis
 from oss_responses.doctor.tools import check_tool_servers
+from oss_responses.doctor.workers import check_workers
 
 CHECKS: tuple[Check, ...] = (
     check_redis,
@@ -20,6 +21,7 @@ CHECKS: tuple[Check, ...] = (
     check_engine,
     check_tool_servers,
     check_encryption_keys,
+    check_workers,
 )
 
 __all__ = ["CHECKS", "CheckResult", "run_checks"]

@@ -1,0 +1,49 @@
+"""The doctor's check that every served model has a worker ready, against a real redis-server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_lib
+from support.servers import free_port, start_redis
+
+from oss_responses import redis_keys
+from oss_responses.config import Settings
+from oss_responses.doctor.workers import check_workers
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    server = start_redis()  # its own: no other test's workers announced there
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _announce(url: str, worker_id: str, model: str) -> None:
+    # What a worker keeps set while its engine is up (workers/context.py).
+    client = redis_lib.Redis.from_url(url)
+    client.set(redis_keys.worker_ready(worker_id), json.dumps({"model": model, "engine": "scripted", "pid": 1}))
+    client.close()
+
+
+def test_check_workers_warns_for_model_no_worker_serves(redis_url: str) -> None:
+    _announce(redis_url, "w1", "gpt-oss-20b")
+    _announce(redis_url, "w2", "gpt-oss-20b")
+    settings = Settings(redis_url=redis_url, models=["gpt-oss-20b", "gpt-oss-120b"])
+
+    results = [(r.status, r.detail) for r in check_workers(settings)]
+
+    assert results == [
+        ("ok", "gpt-oss-20b: 2 worker(s) ready"),
+        ("warn", "gpt-oss-120b: no worker ready; its responses wait in the queue responses.gpt-oss-120b until one "
+                 "starts"),
+    ]
+
+
+def test_check_workers_says_nothing_when_redis_does_not_answer() -> None:
+    # The Redis check fails for it already.
+    assert list(check_workers(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0"))) == []
