@@ -300,8 +300,8 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     TAKEOVERS.labels("takeover" if counted else "handoff").inc()
     if count > ctx.settings.max_takeovers:
         run.fail_after_replay = (
-            f"worker_lost: the workers running this response stopped {count} times, more than "
-            f"OSS_RESPONSES_MAX_TAKEOVERS={ctx.settings.max_takeovers}; it is not taken over again"
+            f"worker_lost: the workers running this response stopped {count} time{'s' if count != 1 else ''}, more "
+            f"than OSS_RESPONSES_MAX_TAKEOVERS={ctx.settings.max_takeovers}; it is not taken over again"
         )
     elif ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
         run.stop_cause = "cancelled"
