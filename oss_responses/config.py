@@ -69,7 +69,7 @@ class Settings(BaseSettings):
     # --- event log ----------------------------------------------------------
     event_ttl_seconds: int = Field(
         86_400, ge=1,
-        description="How long a response's event stream is kept after it ended"
+        description="How long a response's event stream is kept after it ended",
     )
     stream_ping_seconds: float = Field(
         15.0, gt=0, description="a stream with no event for this long gets an SSE keep-alive comment"
@@ -82,7 +82,7 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(15.0, gt=0, description="TTL of a running response's lease; renewed every third of it")
     reaper_interval_seconds: float = Field(
         1.0, gt=0,
-        description="How often a worker looks for responses whose lease expired (and dispatches their takeover)"
+        description="How often a worker looks for responses whose lease expired (and dispatches their takeover)",
     )
     save_retry_seconds: float = Field(
         120.0, ge=0,
@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     )
     visibility_timeout_seconds: int = Field(
         300, ge=1,
-        description="Redis broker: when an unacknowledged task is redelivered"
+        description="Redis broker: when an unacknowledged task is redelivered",
     )
     stream_interval: int = Field(
         1, ge=1, le=64,
@@ -188,7 +188,7 @@ class Settings(BaseSettings):
     # --- limits (what one request may ask for) --------------------------------
     max_body_bytes: int = Field(
         16 * 1024 * 1024, ge=1,
-        description="Largest request body accepted; a larger one is a 413 before it is read whole"
+        description="Largest request body accepted; a larger one is a 413 before it is read whole",
     )
     max_json_depth: int = Field(
         64, ge=1, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)"
@@ -197,7 +197,7 @@ class Settings(BaseSettings):
     max_tools: int = Field(128, ge=1, description="Most entries one request's `tools` may hold (400 beyond)")
     max_output_tokens_ceiling: int = Field(
         131_072, ge=16,
-        description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings"
+        description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings",
     )
     max_output_tokens_ceilings: dict[str, int] = Field(
         default_factory=dict,
@@ -206,11 +206,11 @@ class Settings(BaseSettings):
     )
     max_queued_per_model: int = Field(
         1000, ge=0,
-        description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)"
+        description="Tasks a model's Celery queue may hold waiting; a request beyond is a 429 (0 = no limit)",
     )
     queue_full_retry_after_seconds: int = Field(
         5, ge=0,
-        description="Retry-After of a 429 refused for a full model queue"
+        description="Retry-After of a 429 refused for a full model queue",
     )
 
     # --- operations: logs, metrics, webhooks --------------------------------------
@@ -222,7 +222,7 @@ class Settings(BaseSettings):
     )
     worker_metrics_port: int = Field(
         0, ge=0, le=65535,
-        description="Port of the worker's Prometheus /metrics (0 = not served); one port per worker process"
+        description="Port of the worker's Prometheus /metrics (0 = not served); one port per worker process",
     )
     webhook_endpoints: list[WebhookEndpoint] = Field(
         default_factory=list,
