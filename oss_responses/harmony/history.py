@@ -79,20 +79,26 @@ def listed_tools(history: Sequence[ConversationTurn], input_items: Sequence[Any]
 def find_approval(history: Sequence[ConversationTurn], input_items: Sequence[Any]) -> ApprovalAnswer | None:
     """The approval request that this request's ``mcp_approval_response`` answers (None if it has none).
 
-    At most one answer per request, as the last input item: gpt-oss waits on one call at a time, and
-    the tool's result must follow the call directly. An unknown or already answered id is a 400.
+    The answer is the last input item: gpt-oss waits on one call at a time, and the tool's result must
+    follow the call directly. Earlier answers are history a client resends (its whole conversation, as
+    the Agents SDK's sessions do), settled by what follows them: a refusal by the model's answer, an
+    approval by the ``mcp_call`` naming it; an approval not so settled is a 400 (it would have to run
+    now). An unknown or already answered id is a 400.
     """
     answers = [i for i, item in enumerate(input_items) if field_of(item, "type") == "mcp_approval_response"]
-    if not answers:
+    last = len(input_items) - 1
+    for index in answers:
+        if index != last and not _settled(input_items, index):
+            raise BadRequest(
+                f"Invalid value for 'input[{index}]': an approving mcp_approval_response must be the last input "
+                "item, unless the mcp_call it approved follows it.",
+                param=f"input[{index}]",
+                code="invalid_value",
+            )
+    if not answers or answers[-1] != last:
         return None
-    index = answers[1] if len(answers) > 1 else answers[0]
+    index = last
     param = f"input[{index}]"
-    if len(answers) > 1 or index != len(input_items) - 1:
-        raise BadRequest(
-            f"Invalid value for '{param}': an mcp_approval_response must be the last input item, one per request.",
-            param=param,
-            code="invalid_value",
-        )
     answer = input_items[index]
     request_id = field_of(answer, "approval_request_id")
     earlier = list(_all_items(history, input_items[:index]))
@@ -111,6 +117,18 @@ def find_approval(history: Sequence[ConversationTurn], input_items: Sequence[Any
                 reason=field_of(answer, "reason"),
             )
     raise BadRequest(f"No approval request found with id '{request_id}'.", param=f"{param}.approval_request_id")
+
+
+def _settled(input_items: Sequence[Any], index: int) -> bool:
+    """Whether the answer at ``index`` was acted on in the items after it (see :func:`find_approval`)."""
+    answer = input_items[index]
+    if not field_of(answer, "approve"):
+        return True
+    request_id = field_of(answer, "approval_request_id")
+    return any(
+        field_of(item, "type") == "mcp_call" and field_of(item, "approval_request_id") == request_id
+        for item in input_items[index + 1:]
+    )
 
 
 def stored_approval_ids(history: Sequence[ConversationTurn]) -> frozenset[str]:

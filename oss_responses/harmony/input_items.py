@@ -44,6 +44,7 @@ from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, PYTHON
 from oss_responses.harmony.messages import (
     Recipient,
+    declined_message,
     function_recipient,
     qualified_function_name,
     text_message,
@@ -76,6 +77,8 @@ class InputConverter:
         self._stored_approvals = stored_approvals  # approval request ids whose call message is stored
         self._namespaces = namespaces  # MCP server_label -> harmony namespace
         self._builtin_namespaces = builtin_namespaces
+        self._approval_calls: dict[str, dict[str, Any]] = {}  # approval request id -> its call message
+        self._live_answer: BaseModel | None = None
         self._converters: dict[type[BaseModel], Callable[[Any, str], list[dict[str, Any]]]] = {
             EasyInputMessage: self._message,
             Message: self._message,
@@ -88,11 +91,14 @@ class InputConverter:
             ResponseCodeInterpreterToolCall: self._code_interpreter_call,
             McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
             McpApprovalRequest: self._approval_request,
-            McpApprovalResponse: lambda item, param: [],  # answered by the translator (see module doc)
+            McpApprovalResponse: self._approval_response,
             ResponseCompactionItemParam: self._compaction,
         }
 
-    def convert(self, items: list[BaseModel]) -> list[dict[str, Any]]:
+    def convert(self, items: list[BaseModel], *, live_answer: bool = True) -> list[dict[str, Any]]:
+        """``live_answer``: a last ``mcp_approval_response`` answers the pending call now (the translator
+        writes its answer); any other one is history, settled in the items after it."""
+        self._live_answer = items[-1] if live_answer and items and isinstance(items[-1], McpApprovalResponse) else None
         messages: list[dict[str, Any]] = []
         for index, item in enumerate(items):
             converter = self._converters.get(type(item))
@@ -146,8 +152,13 @@ class InputConverter:
 
     def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
         call = self._mcp_call_message(item.server_label, item.name, item.arguments)
-        result = item.output if item.output is not None else _error_text(item.error)
-        return [call, tool_result_message(call["recipient"], result, call["channel"])]
+        result = tool_result_message(call["recipient"], item.output if item.output is not None else
+                                     _error_text(item.error), call["channel"])
+        approved = item.approval_request_id
+        # An approved call: its approval request already gave the call message (here or in a stored turn).
+        if approved is not None and (approved in self._approval_calls or approved in self._stored_approvals):
+            return [result]
+        return [call, result]
 
     def _web_search_call(self, item: ResponseFunctionWebSearch, param: str) -> list[dict[str, Any]]:
         """The browser call the item's action stands for, and a tool message saying its result is not
@@ -169,9 +180,16 @@ class InputConverter:
         return [call, tool_result_message(PYTHON, result, BUILTIN_CALL_CHANNEL)]
 
     def _approval_request(self, item: McpApprovalRequest, param: str) -> list[dict[str, Any]]:
-        if item.id in self._stored_approvals:
+        call = self._approval_calls[item.id] = self._mcp_call_message(item.server_label, item.name, item.arguments)
+        return [] if item.id in self._stored_approvals else [call]
+
+    def _approval_response(self, item: McpApprovalResponse, param: str) -> list[dict[str, Any]]:
+        """A settled answer (a client resending its whole conversation): an approval adds nothing (the
+        ``mcp_call`` after it holds the result), a refusal the message the model read then."""
+        call = self._approval_calls.get(item.approval_request_id)
+        if item is self._live_answer or item.approve or call is None:
             return []
-        return [self._mcp_call_message(item.server_label, item.name, item.arguments)]
+        return [declined_message(call["recipient"], item.reason, call.get("channel"))]
 
     def _mcp_call_message(self, server_label: str, name: str, arguments: str) -> dict[str, Any]:
         """The assistant's call as gpt-oss writes it: built-ins on analysis, MCP namespaces as JSON."""

@@ -49,6 +49,14 @@ def tool_result_message(recipient: str, text: str, channel: str | None) -> dict[
     return text_message("tool", text, name=recipient, channel=channel, recipient="assistant")
 
 
+DECLINED = "The user declined this tool call; it was not run."
+
+
+def declined_message(recipient: str, reason: str | None, channel: str | None) -> dict[str, Any]:
+    """What the model reads in place of a call's result when the user declined to approve it."""
+    return tool_result_message(recipient, DECLINED + (f" Reason: {reason}" if reason else ""), channel)
+
+
 @dataclass(frozen=True, slots=True)
 class Recipient:
     """A tool address: ``functions.get_weather`` → (functions, get_weather); ``python`` → (python, python)."""

@@ -209,7 +209,8 @@ def items_turn(
     """``items`` (parsed; ``stored``: the same as stored JSON) as a turn before every other: a conversation's
     items come before its responses' input, and they are rendered, not stored with each response."""
     converter = InputConverter({}, _label_namespaces(options), BUILTIN_NAMESPACES, frozenset(), options.unseal)
-    return ConversationTurn(converter.convert(list(items)), converter.function_calls, [dict(item) for item in stored])
+    messages = converter.convert(list(items), live_answer=False)  # nothing in a conversation is answered now
+    return ConversationTurn(messages, converter.function_calls, [dict(item) for item in stored])
 
 
 def render_prompt(

@@ -83,13 +83,18 @@ from oss_responses.harmony.items import (
     UnavailableToolCallBuilder,
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
-from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient, text_message, tool_result_message
+from oss_responses.harmony.messages import (
+    FUNCTIONS_NAMESPACE,
+    Recipient,
+    declined_message,
+    text_message,
+    tool_result_message,
+)
 from oss_responses.statuses import FinishReason, TerminalStatus
 
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
 END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
 ASSISTANT_START = "<|start|>assistant"
-DECLINED = "The user declined this tool call; it was not run."
 UNAVAILABLE = "There is no tool '{recipient}' in this conversation; use only the tools you were given."
 
 ApprovalPolicy = Callable[[str, str], bool]  # (server_label, tool name) -> needs approval
@@ -263,8 +268,7 @@ class ResponseTranslator:
 
     def decline_call(self, answer: ApprovalAnswer) -> list[ResponseStreamEvent]:
         """The user declined: no item; the model reads so in a tool message (continuation_token_ids)."""
-        text = DECLINED + (f" Reason: {answer.reason}" if answer.reason else "")
-        self.output_messages.append(tool_result_message(_recipient(answer), text, answer.channel))
+        self.output_messages.append(declined_message(_recipient(answer), answer.reason, answer.channel))
         return []
 
     def feed(self, token_ids: Sequence[int]) -> list[ResponseStreamEvent]:

@@ -205,3 +205,35 @@ def test_declining_without_sending_the_calls_server_again_is_accepted(encoding) 
     request = parse_create_request({"model": "gpt-oss-20b", "previous_response_id": "resp_1",
                                     "input": _answer(first.items[-1]["id"], False)})
     assert render_prompt(request, [first], OPTIONS, encoding).approval is not None
+
+
+def _by_value(first: Turn, answer: list[dict], second: Turn) -> list[dict]:
+    """The conversation as a client that keeps it resends it (the Agents SDK's to_input_list, sessions)."""
+    return [{"role": "user", "content": "Add 1 and 2"}, *first.response.model_dump(mode="json")["output"], *answer,
+            *second.response.model_dump(mode="json")["output"], {"role": "user", "content": "And now 3 and 4?"}]
+
+
+@pytest.mark.parametrize("approve", [True, False], ids=["approved", "declined"])
+def test_settled_approval_resent_by_value_renders_as_the_stored_conversation(encoding, approve: bool) -> None:
+    stored_first, first = _first_turn(encoding)
+    stored_second, second, _ = _second_turn(encoding, [stored_first], approve)
+    request_id = stored_first.items[-1]["id"]
+    answer = _answer(request_id, approve, None if approve else "not now")
+    by_value = _request(_by_value(first, answer, second))
+    by_id = _request("And now 3 and 4?", previous_response_id="resp_2")
+
+    rendered = render_prompt(by_value, [], OPTIONS, encoding)
+
+    assert rendered.approval is None  # history: nothing to run or decline now
+    assert encoding.decode(rendered.token_ids) == encoding.decode(
+        render_prompt(by_id, [stored_first, stored_second], OPTIONS, encoding).token_ids
+    )
+
+
+def test_approving_answer_resent_without_its_call_is_bad_request(encoding) -> None:
+    stored_first, first = _first_turn(encoding)
+    items = [*first.response.model_dump(mode="json")["output"], *_answer(stored_first.items[-1]["id"], True),
+             {"role": "user", "content": "go on"}]
+    with pytest.raises(BadRequest) as raised:
+        render_prompt(_request(items), [], OPTIONS, encoding)
+    assert raised.value.param == f"input[{len(items) - 2}]"

@@ -68,3 +68,18 @@ def test_read_only_filter_uses_listed_annotations(tools: ToolEnv) -> None:
     calc = CALC | {"require_approval": {"never": {"read_only": True}}}
     response = tools.run(input=CALL, tools=[calc])  # the calculator marks its tools read-only
     assert item(response, "mcp_call")["output"] == "42"
+
+
+def test_conversation_with_settled_approval_resent_by_value_goes_on(tools: ToolEnv) -> None:
+    # A client that keeps its conversation (the Agents SDK's sessions, LangChain, the Vercel AI SDK) sends
+    # it whole on the next turn: the approval answered earlier is history, not a pending answer.
+    with local_worker(tools.settings) as worker:
+        first = tools.run(worker, input=CALL, tools=[ASK])
+        request = item(first, "mcp_approval_request")
+        approval = answer(request, approve=True)["input"]
+        history = [{"role": "user", "content": CALL}, *first["output"], *approval]
+        second = tools.run(worker, input=history, tools=[ASK])
+        third = tools.run(worker, input=[*history, *second["output"], {"role": "user", "content": "thanks"}],
+                          tools=[ASK])
+    assert item(second, "mcp_call")["output"] == "42"
+    assert third["status"] == "completed" and final_text(third)
