@@ -41,14 +41,21 @@ def on_the_wire(response: dict[str, Any]) -> dict[str, Any]:
 
 
 def item_on_the_wire(item: dict[str, Any]) -> dict[str, Any]:
-    """The same output item JSON (in place, and returned) without the nulls OpenAI leaves out: an
-    ``mcp_list_tools`` item's ``error`` and its tools' ``description``/``annotations`` are absent when
-    they have no value. The Vercel AI SDK refuses those nulls (it accepts them where OpenAI sends null,
-    such as an ``mcp_call``'s ``error``), so a response with a tool listing failed there."""
-    if item.get("type") == "mcp_list_tools":
+    """The same output item JSON (in place, and returned) without what OpenAI leaves out: an
+    ``mcp_list_tools`` item's ``error`` and its tools' ``description``/``annotations`` when they have no
+    value (the Vercel AI SDK refuses those nulls, where it accepts them where OpenAI sends null, such as
+    an ``mcp_call``'s ``error``); a reasoning item's ``status`` unless it was cut short, and its
+    ``encrypted_content`` unless asked for (OpenAI's reasoning items carry neither: LangChain's v0 output
+    joins two reasoning items' statuses into "in_progressin_progress" and sends that back)."""
+    kind = item.get("type")
+    if kind == "mcp_list_tools":
         _drop_nones(item, ("error",))
         for tool in item.get("tools") or ():
             _drop_nones(tool, ("description", "annotations"))
+    elif kind == "reasoning":
+        _drop_nones(item, ("encrypted_content",))
+        if item.get("status") in ("in_progress", "completed"):
+            del item["status"]
     return item
 
 

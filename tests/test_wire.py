@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from openai.types.responses import ResponseOutputItemDoneEvent
 from openai.types.responses.response_output_item import McpListTools, McpListToolsTool
 
@@ -37,3 +38,15 @@ def test_usage_details_hold_only_counts() -> None:
     on_the_wire(response)
     assert response["usage"]["input_tokens_details"] == {"cached_tokens": 0, "cache_write_tokens": 0}
     assert "error" not in response["output"][0]
+
+
+@pytest.mark.parametrize(("status", "kept"), [("in_progress", False), ("completed", False), ("incomplete", True)])
+def test_reasoning_item_on_the_wire_has_status_only_when_cut_short(status: str, kept: bool) -> None:
+    # OpenAI's reasoning items carry neither a status nor, unless asked for, encrypted_content.
+    item = item_on_the_wire({"type": "reasoning", "id": "rs_1", "summary": [], "status": status,
+                             "encrypted_content": None})
+    assert ("status" in item, "encrypted_content" in item) == (kept, False)
+
+
+def test_reasoning_item_on_the_wire_keeps_encrypted_content_asked_for() -> None:
+    assert item_on_the_wire({"type": "reasoning", "encrypted_content": "gAAA"})["encrypted_content"] == "gAAA"

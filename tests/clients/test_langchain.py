@@ -151,3 +151,16 @@ def test_bind_tools_hosted_tool_runs_in_the_service_and_the_turn_continues(
     # The next turn sends the first back whole (its hosted call item included), by value.
     answer = model.invoke([HumanMessage(prompt), first, HumanMessage("thanks")])
     assert answer.text == f'You said: "thanks". Earlier you said: 1. {json.dumps(prompt)}'
+
+
+def test_stream_v0_output_with_hosted_tool_turn_is_sent_back_whole(chat: ChatOpenAI) -> None:
+    # output_version="v0" joins a streamed turn's chunks field by field: two reasoning items that both
+    # carried "status": "in_progress" became "in_progressin_progress", which the next turn sent back.
+    tool_spec, prompt, _, answer_start = HOSTED_TOOLS["mcp"]
+    model = chat.model_copy(update={"output_version": "v0"}).bind_tools([tool_spec])
+    first: AIMessageChunk | None = None
+    for chunk in model.stream(prompt):
+        first = chunk if first is None else first + chunk
+    assert first is not None and first.text.strip().startswith(answer_start)
+    answer = model.invoke([HumanMessage(prompt), first, HumanMessage("thanks")])
+    assert answer.text.startswith('You said: "thanks".')
