@@ -53,7 +53,7 @@ def item_on_the_wire(item: dict[str, Any]) -> dict[str, Any]:
         for tool in item.get("tools") or ():
             _drop_nones(tool, ("description", "annotations"))
     elif kind == "reasoning":
-        _drop_nones(item, ("encrypted_content",))
+        _drop_nones(item, ("encrypted_content", "status"))
         if item.get("status") in ("in_progress", "completed"):
             del item["status"]
     return item

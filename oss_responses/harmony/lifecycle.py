@@ -71,6 +71,14 @@ def emit_in_progress(emitter: EventEmitter, response: Response) -> Response:
     return snapshot
 
 
+def response_error(code: str, message: str) -> ResponseError:
+    """A failed response's ``error``, its ``type`` named as OpenAI's errors name theirs: clients read it
+    (the Vercel AI SDK refuses a Response whose error has no ``type``, and reports "Invalid JSON response"
+    instead of the message)."""
+    kind = "server_error" if code == "server_error" else "invalid_request_error"
+    return ResponseError(code=code, message=message, type=kind)
+
+
 def usage(input_tokens: int, cached_tokens: int | None, output_tokens: int, reasoning_tokens: int) -> ResponseUsage:
     return ResponseUsage(
         input_tokens=input_tokens,

@@ -279,7 +279,7 @@ class ResponseTranslator:
         except (HarmonyError, InvalidHarmony) as exc:
             self._flush()
             message = f"The model's output is not valid harmony: {exc}"
-            self._terminate("failed", ResponseError(code="server_error", message=message))
+            self._terminate("failed", lifecycle.response_error("server_error", message))
         return self._emitter.drain()
 
     def feed_tool_result(self, output: str | None, error: str | None = None) -> list[ResponseStreamEvent]:
@@ -334,7 +334,7 @@ class ResponseTranslator:
         if self._terminal:
             return []
         self._flush()
-        self._terminate("failed", ResponseError(code=code, message=message))
+        self._terminate("failed", lifecycle.response_error(code, message))
         return self._emitter.drain()
 
     # --- tokens ----------------------------------------------------------
@@ -496,7 +496,7 @@ class ResponseTranslator:
         try:
             self._parser.process_eos()
         except HarmonyError as exc:
-            error = ResponseError(code="server_error", message=f"The model's output is not valid harmony: {exc}")
+            error = lifecycle.response_error("server_error", f"The model's output is not valid harmony: {exc}")
             self._terminate("failed", error, cached_tokens=cached_tokens)
             return
         if self._current is not None:

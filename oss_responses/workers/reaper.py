@@ -46,12 +46,13 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from openai.types.responses import Response, ResponseError, ResponseFailedEvent
+from openai.types.responses import Response, ResponseFailedEvent
 from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
 from oss_responses.storage import (
     Database,
@@ -98,7 +99,7 @@ _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL
 
 def failed_response(record: ResponseRecord, message: str = WORKER_LOST_MESSAGE) -> Response:
     """The record's Response failed; a stored JSON that does not validate still fails (as a placeholder)."""
-    error = ResponseError(code="server_error", message=message)
+    error = response_error("server_error", message)
     return stored_response(record).model_copy(update={"status": "failed", "error": error})
 
 

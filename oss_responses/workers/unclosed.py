@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any, cast
 
-from openai.types.responses import Response, ResponseError, ResponseStreamEvent
+from openai.types.responses import Response, ResponseStreamEvent
 from redis import Redis
 from redis.typing import StreamRangeResponse
 
@@ -31,7 +31,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
-from oss_responses.harmony.lifecycle import emit_terminal
+from oss_responses.harmony.lifecycle import emit_terminal, response_error
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
 from oss_responses.storage import Database, ResponseRecord, get_response
 from oss_responses.workers.archive import archive_event_log
@@ -70,7 +70,7 @@ def _ending(
         return str(last["response"]["status"]), []
     if record is None:
         response = _opening_response(redis, response_id).model_copy(
-            update={"status": "failed", "error": ResponseError(code="server_error", message=END_LOST_MESSAGE)}
+            update={"status": "failed", "error": response_error("server_error", END_LOST_MESSAGE)}
         )
     else:  # SQL's status even where the stored JSON did not validate (a placeholder); cancelled: no event
         response = stored_response(record).model_copy(update={"status": record.status})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from openai_harmony import Message
 from support.harmony_transcripts import (
     MCP_LABELS,
@@ -301,3 +302,14 @@ def test_multibyte_text_split_across_chunks_is_whole(encoding) -> None:
     deltas = "".join(e.delta for t in tokens for e in translator.feed([t]) if e.type.endswith(".delta"))
     translator.finish("stop")
     assert deltas == "日本語 😊🎉 ok" == translator.response.output[0].content[0].text
+
+
+@pytest.mark.parametrize(("code", "kind"), [("server_error", "server_error"),
+                                           ("invalid_prompt", "invalid_request_error")])
+def test_failed_response_error_has_a_type(encoding, code: str, kind: str) -> None:
+    # The Vercel AI SDK refuses a Response whose error has no type ("Invalid JSON response", the message lost).
+    translator = _translator(encoding)
+    translator.start()
+    translator.fail("the prompt is too long", code)
+    error = translator.response.error
+    assert (error.code, error.type, error.message) == (code, kind, "the prompt is too long")
