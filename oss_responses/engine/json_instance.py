@@ -30,6 +30,9 @@ _FORMATS = {
     "duration": "P1D",
 }
 _MAX_DEPTH = 32  # a recursive schema ($ref to itself) stops where an empty value is allowed
+# Arrays get one item (the instance shows their items' shape) down to this depth, then their minItems:
+# a tree (children: list[Node]) ends in empty lists instead of recursing without an end.
+_SHOWN_DEPTH = 8
 
 
 class UnsatisfiableSchema(ValueError):
@@ -106,7 +109,7 @@ class _Generator:
         items = schema.get("items", {})
         if isinstance(items, list):  # draft-07 tuple form
             prefix, items = items, schema.get("additionalItems", {})
-        count = max(schema.get("minItems", 1), len(prefix))
+        count = max(schema.get("minItems", 1 if depth < _SHOWN_DEPTH else 0), len(prefix))
         if "maxItems" in schema:
             count = min(count, schema["maxItems"])
         if items is False:

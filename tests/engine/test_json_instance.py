@@ -74,3 +74,15 @@ def test_instance_of_schema_is_deterministic() -> None:
 def test_instance_of_schema_refuses_unsatisfiable_schema() -> None:
     with pytest.raises(UnsatisfiableSchema):
         instance_of({"anyOf": [False, {"type": "integer", "minimum": 3, "maximum": 2}]})
+
+
+def test_instance_of_recursive_tree_ends_in_empty_lists() -> None:
+    # responses.parse(text_format=Node) with children: list[Node]: the tree must end somewhere.
+    node = {"type": "object", "additionalProperties": False, "required": ["name", "children"],
+            "properties": {"name": {"type": "string"}, "children": {"type": "array", "items": {"$ref": "#"}}}}
+    tree = instance_of(node, text="leaf")
+    jsonschema.validate(tree, node)
+    depth = 0
+    while tree["children"]:
+        tree, depth = tree["children"][0], depth + 1
+    assert tree == {"name": "leaf", "children": []} and depth > 0
