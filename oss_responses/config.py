@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from oss_responses.harmony.builtin_tools import DEFAULT_BUILTIN_LABELS
+from oss_responses.harmony.builtin_tools import DEFAULT_BUILTIN_LABELS, Builtin
 from oss_responses.webhooks.signing import signed_headers
 
 
@@ -161,8 +161,8 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='MCP servers by label, as JSON: {"code_interpreter": "http://calc:8811/mcp"}',
     )
-    builtin_tool_labels: dict[str, Literal["python", "browser"]] = Field(
-        default_factory=lambda: dict[str, Literal["python", "browser"]](DEFAULT_BUILTIN_LABELS),
+    builtin_tool_labels: dict[str, Builtin] = Field(
+        default_factory=lambda: dict[str, Builtin](DEFAULT_BUILTIN_LABELS),
         description="Labels served as gpt-oss's built-in tools: label -> python | browser",
     )
     mcp_url_allowlist: list[str] = Field(

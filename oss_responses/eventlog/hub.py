@@ -297,8 +297,8 @@ class EventHub:
         stream was quiet for ``heartbeat_seconds`` or more.
         """
         cursor = cursor_after(after)
-        page = await self._first_page(redis_keys.events(response_id), cursor) if history else ([], cursor)
-        return self._frames(response_id, cursor, page, chunked=chunked, client_stream=client_stream)
+        first = await self._first_page(redis_keys.events(response_id), cursor) if history else ([], cursor)
+        return self._frames(response_id, cursor, first, chunked=chunked, client_stream=client_stream)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""

@@ -21,6 +21,8 @@ BUILTIN_NAMESPACES: frozenset[Builtin] = frozenset({PYTHON, BROWSER})
 
 # The browser's actions (recipients ``browser.search`` ...); python has one recipient, ``python``.
 BROWSER_ACTIONS: frozenset[str] = frozenset({"search", "open", "find"})
+# Each built-in's tool names: what a tool_choice naming a tool of a label served as it may name.
+BUILTIN_TOOL_NAMES: dict[Builtin, frozenset[str]] = {PYTHON: frozenset({PYTHON}), BROWSER: BROWSER_ACTIONS}
 # The MCP argument a ``python`` call's code travels in (the model writes plain code, not JSON).
 PYTHON_CODE_ARGUMENT = "code"
 # gpt-oss writes built-in calls on the analysis channel; function and MCP calls on commentary.

@@ -60,9 +60,9 @@ from pydantic import BaseModel
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import (
     BROWSER,
-    BROWSER_ACTIONS,
     BUILTIN_CALL_CHANNEL,
     BUILTIN_NAMESPACES,
+    BUILTIN_TOOL_NAMES,
     PYTHON,
     RESERVED_NAMESPACES,
     TOOL_TYPES,
@@ -263,16 +263,13 @@ def _pending_call(approval: ApprovalAnswer, messages: Sequence[dict[str, Any]], 
     return replace(approval, recipient=last["recipient"], channel=last.get("channel"))
 
 
-_BUILTIN_TOOL_NAMES: dict[str, frozenset[str]] = {PYTHON: frozenset({PYTHON}), BROWSER: frozenset(BROWSER_ACTIONS)}
-
-
 def _check_forced_builtin(choice: Any, builtin_labels: Mapping[str, str]) -> None:
     """A ``tool_choice`` naming a tool of an MCP label served as gpt-oss's built-in ``python`` or
     ``browser`` must name one the built-in has: the model calls the built-in, whatever the server lists."""
     if not isinstance(choice, dict) or choice.get("type") != "mcp" or choice.get("name") is None:
         return
     builtin = builtin_labels.get(str(choice.get("server_label")))
-    names = _BUILTIN_TOOL_NAMES.get(builtin or "")
+    names = BUILTIN_TOOL_NAMES.get(builtin) if builtin in BUILTIN_NAMESPACES else None
     if names is not None and choice["name"] not in names:
         raise BadRequest(
             f"Invalid value for 'tool_choice.name': the MCP server '{choice['server_label']}' is served as gpt-oss's "
