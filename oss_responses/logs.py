@@ -113,6 +113,7 @@ def configure_logging(settings: Settings) -> None:
     for handler in list(root.handlers):
         root.removeHandler(handler)
     root.addHandler(make_handler(settings.log_format))
+    logging.captureWarnings(True)  # a library's warning is a log line too (one JSON object), not raw stderr
     level = logging.getLevelName(settings.log_level.upper())
     root.setLevel(level)
     # Above DEBUG, the HTTP clients' line per request (MCP calls, webhook POSTs) is noise: warnings only.

@@ -31,8 +31,12 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None = None) -> None:
+    # Before Celery's own start: its warnings (running as root) are log lines from the first one.
+    configure_logging(settings)
     app = make_celery(settings, frontend)
     args = [
+        # JSON logs are for a log pipeline: Celery's banner (a block of text on stdout) is left out.
+        *(["--quiet"] if settings.log_format == "json" else []),
         "worker",
         "--pool=threads",
         f"--concurrency={settings.worker_concurrency}",

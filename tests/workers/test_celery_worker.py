@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import redis as redis_lib
@@ -68,3 +73,23 @@ def test_celery_worker_that_cannot_start_exits_non_zero_saying_why(redis_url: st
     assert "oss-responses worker not started: OSError" in (tmp_path / "worker.log").read_text()
     assert not ready_workers(redis_lib.Redis.from_url(redis_url))
 
+
+def test_celery_worker_with_json_logs_writes_only_json_lines(redis_url: str, tmp_path: Path) -> None:
+    # A log pipeline reads stderr line by line: Celery's warnings (running as root here) are log lines
+    # too, and its banner (a block of text on stdout) is left out.
+    settings = worker_settings(f"sqlite:///{tmp_path / 'db.sqlite'}", redis_url)
+    migrate(settings.database_url)
+    client = redis_lib.Redis.from_url(redis_url)
+    before = ready_workers(client)
+    env = service_env(settings, OSS_RESPONSES_LOG_FORMAT="json")
+    worker = subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env, cwd=Path(__file__).parents[2],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready_workers(client) - before and time.monotonic() < deadline and worker.poll() is None:
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        stdout, stderr = worker.communicate(timeout=60)
+    assert stderr.strip() and all(json.loads(line) for line in stderr.splitlines())
+    assert "celery@" not in stdout and "[queues]" not in stdout
