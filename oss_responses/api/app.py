@@ -37,11 +37,13 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     await hub.start()
     await redis.ping()  # its first connection now, not in the first accept (~1.3 ms)
     await tasks.warm([settings.queue_for(model) for model in settings.models] + [settings.webhook_queue])
+    encoding = LazyEncoding(settings.tiktoken_dir, process_above_chars=settings.render_process_above_chars)
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
-                       encoding=LazyEncoding(settings.tiktoken_dir), metrics=exporter, sealer=sealer)
+                       encoding=encoding, metrics=exporter, sealer=sealer)
     finally:
         await hub.stop()
+        await encoding.aclose()
         await tasks.aclose()
         exporter.close()
         await redis.aclose()

@@ -1,6 +1,8 @@
 """The harmony encoding in an API process: loaded on first use (about 0.4 s), once, off the event loop.
 
-Only token counting needs it, so an API process that never counts never loads it.
+Only token counting needs it, so an API process that never counts never loads it. A costly prompt is
+tokenised in a child process (``prompt_tokenizer.py``): in a thread, harmony's GIL hold would stall
+every stream the process relays.
 """
 
 from __future__ import annotations
@@ -9,22 +11,30 @@ import asyncio
 from pathlib import Path
 
 import anyio
-from openai_harmony import HarmonyEncoding
 
+from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.vocab import load_encoding
 
 
 class LazyEncoding:
-    def __init__(self, tiktoken_dir: Path) -> None:
+    def __init__(self, tiktoken_dir: Path, *, process_above_chars: int) -> None:
         self._tiktoken_dir = tiktoken_dir
-        self._encoding: HarmonyEncoding | None = None
+        self._process_above_chars = process_above_chars
+        self._tokenizer: PromptTokenizer | None = None
         self._lock: asyncio.Lock | None = None  # made on the loop that uses it
 
-    async def get(self) -> HarmonyEncoding:
-        if self._encoding is not None:
-            return self._encoding
+    async def tokenizer(self) -> PromptTokenizer:
+        if self._tokenizer is not None:
+            return self._tokenizer
         self._lock = self._lock or asyncio.Lock()
         async with self._lock:
-            if self._encoding is None:
-                self._encoding = await anyio.to_thread.run_sync(load_encoding, self._tiktoken_dir)
-        return self._encoding
+            if self._tokenizer is None:
+                encoding = await anyio.to_thread.run_sync(load_encoding, self._tiktoken_dir)
+                self._tokenizer = PromptTokenizer(encoding, self._tiktoken_dir,
+                                                  process_above_chars=self._process_above_chars)
+        return self._tokenizer
+
+    async def aclose(self) -> None:
+        """Its child process, if it started one, is stopped (off the loop: it may be tokenising)."""
+        if self._tokenizer is not None:
+            await anyio.to_thread.run_sync(self._tokenizer.close)

@@ -10,11 +10,13 @@ workers announce in Redis while up (``redis_keys.model_context``); the answer's 
 budget (a count request has no ``max_output_tokens``). With no worker of the model up, nothing is cut.
 
 The harmony encoding is loaded once per API process, on the first count, off the event loop
-(``api/encoding.py``); rendering runs in a thread too.
+(``api/encoding.py``); rendering runs in a thread too, and a costly prompt's tokens are computed in a
+child process (``prompt_tokenizer.py``).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import anyio
@@ -51,9 +53,15 @@ async def count_input_tokens(
 ) -> dict[str, Any]:
     """``history`` is the chain's turns, the request's item references already resolved against it."""
     options = render_options(services.settings, utcnow(), sealer=services.sealer)
-    encoding = await services.encoding.get()
+    tokenizer = await services.encoding.tokenizer()
     budget = await _truncation_budget(services, request)
-    rendered = await anyio.to_thread.run_sync(render_prompt, request, history, options, encoding, budget)
+
+    def tokenize(messages: list[dict[str, Any]], for_completion: bool, weight: int) -> list[int]:
+        return tokenizer.tokenize_blocking(messages, for_completion=for_completion, weight=weight)
+
+    rendered = await anyio.to_thread.run_sync(
+        partial(render_prompt, request, history, options, tokenizer.encoding, budget, tokenize=tokenize)
+    )
     return InputTokenCountResponse(input_tokens=len(rendered.token_ids), object="response.input_tokens").model_dump()
 
 

@@ -66,6 +66,7 @@ from oss_responses.engine.response_format import ResponseFormat, requested_forma
 from oss_responses.engine.signature_instance import arguments_of
 from oss_responses.harmony.builtin_tools import BROWSER, BUILTIN_CALL_CHANNEL, BUILTIN_NAMESPACES, PYTHON
 from oss_responses.harmony.render import function_call_header_rest
+from oss_responses.harmony.token_cost import split_long_runs
 from oss_responses.statuses import FinishReason
 
 START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL = 200006, 200007, 200008, 200005, 200003, 200002, 200012
@@ -109,7 +110,10 @@ class ScriptWriter:
         self._remembered_tokens = remembered_tokens
 
     def _text(self, text: str) -> list[int]:
-        tokens: list[int] = self.encoding.encode(text, allowed_special="all")
+        # Its answers echo the input: a long unbroken run would cost the engine loop seconds (its square).
+        tokens: list[int] = []
+        for part in split_long_runs(text):
+            tokens += self.encoding.encode(part, allowed_special="all")
         return tokens
 
     def script_for(self, prompt_token_ids: Sequence[int]) -> list[int]:

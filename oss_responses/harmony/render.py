@@ -37,7 +37,7 @@ of the call the worker writes for the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -80,6 +80,7 @@ from oss_responses.harmony.hosted_items import CODE_INTERPRETER_OUTPUTS, WEB_SEA
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
+from oss_responses.harmony.token_cost import NO_COST, TokenizingCost, check_tokenizable, cost_of
 from oss_responses.harmony.tool_choice import forced_call, usable_tools
 from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
 
@@ -138,6 +139,7 @@ class ConversationPlan:
     function_namespaces: frozenset[str]
     approval: ApprovalAnswer | None = None
     conversation_start: int = 0  # where in ``messages`` the conversation begins (after system, developer)
+    cost: TokenizingCost = NO_COST  # of tokenizing ``messages`` (harmony/token_cost.py)
 
 
 @dataclass(slots=True)
@@ -193,13 +195,16 @@ def plan_conversation(
     if developer is not None:
         messages.append(developer)
     conversation_start = len(messages)
-    messages += [Message.from_dict(message) for message in cut.kept(replayed)]
+    kept = cut.kept(replayed)
+    cost = cost_of([message.to_dict() for message in messages] + kept)
+    check_tokenizable(cost)
+    messages += [Message.from_dict(message) for message in kept]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)
         _check_server_sent(approval, tools.mcp_labels.values())
     return ConversationPlan(
         messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval,
-        conversation_start,
+        conversation_start, cost,
     )
 
 
@@ -213,16 +218,24 @@ def items_turn(
     return ConversationTurn(messages, converter.function_calls, [dict(item) for item in stored])
 
 
+# (prompt messages, for completion, the prompt's TokenizingCost.weight) -> token ids
+Tokenize = Callable[[list[dict[str, Any]], bool, int], list[int]]
+
+
 def render_prompt(
     request: Any, history: Sequence[ConversationTurn], options: RenderOptions, encoding: HarmonyEncoding,
-    budget: int | None = None,
+    budget: int | None = None, *, tokenize: Tokenize | None = None,
 ) -> RenderedPrompt:
     """The prompt of ``request`` after ``history``; with ``budget`` (``truncation: "auto"``), cut as a
-    worker cuts it to leave the answer its room (``harmony/truncation.py``)."""
+    worker cuts it to leave the answer its room (``harmony/truncation.py``). ``tokenize``: where the
+    tokens are computed (a ``PromptTokenizer``'s, off this process for a costly prompt); here by default."""
     def render(cut: Cut) -> tuple[ConversationPlan, RenderedPrompt]:
         plan = plan_conversation(request, history, options, cut=cut)
         prompt_messages = [message.to_dict() for message in plan.messages]
-        token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
+        if tokenize is None:
+            token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
+        else:
+            token_ids = tokenize(prompt_messages, plan.approval is None, plan.cost.weight)
         return plan, rendered_prompt(plan, token_ids, prompt_messages)
 
     plan, rendered = render(WHOLE)
@@ -231,7 +244,7 @@ def render_prompt(
 
 
 def tokenize_messages(messages: list[dict[str, Any]], for_completion: bool, encoding: HarmonyEncoding) -> list[int]:
-    """The prompt's tokens (harmony's Rust renderer, which holds the GIL throughout: see workers/prompt_tokenizer.py).
+    """The prompt's tokens (harmony's Rust renderer, which holds the GIL throughout: see prompt_tokenizer.py).
 
     ``for_completion``: end with the assistant's turn to write; otherwise (an answered approval) the
     conversation as it is, its last message the pending tool call.

@@ -34,6 +34,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import ContextLimited, Engine
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
+from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import driver_info
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
@@ -43,7 +44,6 @@ from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
-from oss_responses.workers.prompt_tokenizer import PromptTokenizer
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)

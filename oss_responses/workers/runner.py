@@ -513,10 +513,10 @@ def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
         known = listed_tools(run.job.history, request.input_items())
         options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
         plan, messages = _plan(request, run.job.history, options)
-        token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
+        token_ids = _tokens_now(run, plan, messages)
         if (cut := _truncation(run.ctx, request, plan, token_ids)) is not None:
             plan, messages = _plan(request, run.job.history, options, cut)
-            token_ids = run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
+            token_ids = _tokens_now(run, plan, messages)
     except Exception as exc:
         return exc
     return rendered_prompt(plan, token_ids, messages)
@@ -524,7 +524,7 @@ def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
 
 async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
     """Planned in a thread, tokenised by the worker's PromptTokenizer: never on the engine loop itself,
-    where a large input would stall every running response (workers/prompt_tokenizer.py)."""
+    where a large input would stall every running response (prompt_tokenizer.py)."""
     early, run.early_prompt = run.early_prompt, None
     if isinstance(early, Exception):
         raise early
@@ -533,11 +533,19 @@ async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, An
         return
     options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
     plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
-    token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
+    token_ids = await _tokens(run, plan, messages)
     if (cut := _truncation(run.ctx, request, plan, token_ids)) is not None:
         plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options, cut)
-        token_ids = await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
+        token_ids = await _tokens(run, plan, messages)
     run.rendered = rendered_prompt(plan, token_ids, messages)
+
+
+def _tokens_now(run: _Run, plan: ConversationPlan, messages: list[dict[str, Any]]) -> list[int]:
+    return run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None, weight=plan.cost.weight)
+
+
+async def _tokens(run: _Run, plan: ConversationPlan, messages: list[dict[str, Any]]) -> list[int]:
+    return await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None, weight=plan.cost.weight)
 
 
 def _plan(

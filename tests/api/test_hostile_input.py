@@ -146,3 +146,27 @@ def test_post_tool_with_unhashable_type_is_400(http: httpx2.Client, api: Any, re
     body = {"model": MODEL, "input": "hi", "tools": [{"type": ["function"], "name": "f"}]}
     assert _error(http.post(path, json=body))["param"] == "tools[0].type"
     _nothing_stored(api, redis)
+
+
+# The tokenizer's time grows with the square of an unbroken run (harmony/token_cost.py): 1 MB of one
+# character took minutes and then panicked, and froze the process that tokenized it meanwhile.
+@pytest.mark.parametrize("text", ["x" * 70_000, " a" + " " * 70_000 + "b", "=" * 70_000, "acgt" * 17_500])
+def test_create_response_with_unbroken_run_too_long_to_tokenize_is_400(
+    http: httpx2.Client, api: Any, redis: Any, text: str
+) -> None:
+    error = _error(http.post("/v1/responses", json={"model": MODEL, "input": text, "background": True}))
+    assert error["param"] == "input" and error["code"] == "string_above_max_length"
+    assert "70,000 characters without a break" in error["message"]
+    _nothing_stored(api, redis)
+
+
+def test_create_response_with_many_long_runs_is_400(http: httpx2.Client, api: Any, redis: Any) -> None:
+    text = " ".join(["y" * 60_000] * 5)  # each within the limit, together the cost of 4.3 of the longest allowed
+    error = _error(http.post("/v1/responses", json={"model": MODEL, "input": text, "background": True}))
+    assert error["param"] == "input" and "5 runs" in error["message"]
+    _nothing_stored(api, redis)
+
+
+def test_count_input_tokens_with_unbroken_run_too_long_is_400_not_500(http: httpx2.Client) -> None:
+    error = _error(http.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x" * 1_000_000}))
+    assert error["param"] == "input" and "1,000,000 characters" in error["message"]

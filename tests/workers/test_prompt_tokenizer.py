@@ -1,7 +1,7 @@
 """A large prompt is tokenised without stalling the engine loop (and so every other running response).
 
 harmony's tokeniser holds the GIL for the whole call: in a thread it stalls the loop as much as on it,
-so prompts above ``render_process_above_chars`` go to a child process (workers/prompt_tokenizer.py).
+so prompts above ``render_process_above_chars`` go to a child process (prompt_tokenizer.py).
 The probe is a coroutine on the engine loop that wakes every 5 ms: its worst lateness is how long
 every running response's generation and events were held up.
 """
@@ -24,7 +24,7 @@ from oss_responses.heap import tune_garbage_collection
 from oss_responses.storage import Database
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
-from oss_responses.workers.prompt_tokenizer import PromptTokenizer
+from oss_responses.prompt_tokenizer import PromptTokenizer, TokenizerFailed
 from oss_responses.workers.testing import local_worker, run_response_now
 
 BIG_INPUT = ("lorem ipsum dolor sit amet " * 250_000)[:6_000_000]  # ~1.1M tokens: ~0.7 s of tokenising
@@ -105,7 +105,7 @@ def test_tokenize_in_child_process_equals_tokenize_inline(settings: Settings) ->
     messages = [{"role": "user", "content": [{"type": "text", "text": "hello " * 500}]}]
     tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
     try:
-        in_child = asyncio.run(tokenizer.tokenize(messages, for_completion=True))
+        in_child = asyncio.run(tokenizer.tokenize(messages, for_completion=True, weight=3_000))
     finally:
         tokenizer.close()
     assert in_child == tokenize_messages(messages, True, encoding)
@@ -116,7 +116,7 @@ def test_tokenize_blocking_in_child_process_equals_tokenize_inline(settings: Set
     messages = [{"role": "user", "content": [{"type": "text", "text": "hello " * 500}]}]
     tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
     try:
-        in_child = tokenizer.tokenize_blocking(messages, for_completion=True)
+        in_child = tokenizer.tokenize_blocking(messages, for_completion=True, weight=3_000)
     finally:
         tokenizer.close()
     assert in_child == tokenize_messages(messages, True, encoding)
@@ -142,3 +142,25 @@ def test_render_large_input_in_a_thread_stalls_engine_loop(
     print(f"\nengine loop's worst stall, 6 MB input tokenised in a thread: {stall * 1000:.0f} ms")
     # Measured 0.4-1.3 s on 2 shared cores; 1.1M tokens take over 0.1 s on any CPU (Rust BPE, ~10M tokens/s at best).
     assert stall > THREAD_STALL_AT_LEAST_S
+
+
+def test_render_unbroken_run_does_not_stall_engine_loop(
+    worker_for, db: Database, redis: redis_lib.Redis, settings: Settings  # type: ignore[no-untyped-def]
+) -> None:
+    """50,000 ``x`` are little text but ~1 s of tokenizing (its square: harmony/token_cost.py): the prompt's
+    cost, not its size, sends it to the child process."""
+    ctx = worker_for(262_144)
+    _answer_without_parsing(ctx, db, redis, settings)
+    stall = _stall_while_running(ctx, accept(db, redis, settings, input="x" * 50_000, max_output_tokens=16))
+    print(f"\nengine loop's worst stall, a 50,000-character run tokenised in the child process: {stall * 1000:.0f} ms")
+    assert stall < STALL_BOUND_S
+
+
+def test_tokenizer_error_in_child_process_is_raised_as_tokenizer_failed(settings: Settings) -> None:
+    encoding = load_encoding(settings.tiktoken_dir)
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=0)
+    try:
+        with pytest.raises(TokenizerFailed, match="ValueError: Unknown role"):
+            tokenizer.tokenize_blocking([{"role": "nobody", "content": []}], for_completion=True, weight=1)
+    finally:
+        tokenizer.close()

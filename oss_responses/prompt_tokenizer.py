@@ -1,16 +1,19 @@
-"""Tokenising prompts without stalling the engine loop.
+"""Tokenising prompts without stalling the process: a worker's engine loop, an API's event loop.
 
 Measured (``tests/workers/test_prompt_tokenizer.py``; 2 shared cores): harmony's renderer is Rust
-that holds the GIL for the whole call, 0.19 s for a 1 MB input and 0.9 s for 8 MB, and a thread
-ticking every millisecond meanwhile is stalled for all of it. So another *thread* does not help: on
-the engine loop or beside it, a large render stops every response of the worker for its duration.
+that holds the GIL for the whole call, 0.19 s for a 1 MB input and 0.9 s for 8 MB (and seconds for
+one unbroken run of 50,000 characters: ``harmony/token_cost.py``), and a thread ticking every
+millisecond meanwhile is stalled for all of it. So another *thread* does not help: on the loop or
+beside it, a costly render stops every response the process serves for its duration.
 
-A prompt whose text is larger than ``render_process_above_chars`` is therefore tokenised in a child
-process (one, started on first need, ``spawn``: the worker holds threads and maybe CUDA, which must
-not be forked); the engine loop awaits it. What stays in this process is the message dicts' pickling
-and the token list's unpickling, a few milliseconds per MB, done in the executor's threads. Smaller
-prompts are tokenised in a thread (their GIL hold is below a few tens of milliseconds). A child that
-dies (OOM-killed, say) is replaced for the next prompt; the prompt that was in it fails its response.
+A prompt that costs more than ``render_process_above_chars`` characters of prose (its
+``TokenizingCost.weight``) is therefore tokenised in a child process (one, started on first need,
+``spawn``: a worker holds threads and maybe CUDA, which must not be forked); the caller awaits it.
+What stays in this process is the message dicts' pickling and the token list's unpickling, a few
+milliseconds per MB, done in the executor's threads. Cheaper prompts are tokenised in a thread (their
+GIL hold is below a few tens of milliseconds). A child that dies (OOM-killed, say) is replaced for the
+next prompt; the prompt that was in it fails. An exception in the child comes back as a
+``TokenizerFailed`` (the tokenizer's own panic does not pickle).
 """
 
 from __future__ import annotations
@@ -39,19 +42,16 @@ def _load_in_child(tiktoken_dir: str) -> None:
     _child_encoding = load_encoding(Path(tiktoken_dir))
 
 
+class TokenizerFailed(RuntimeError):
+    """The tokenizer raised in the child process (its own exception, as text)."""
+
+
 def _tokenize_in_child(messages: list[dict[str, Any]], for_completion: bool) -> list[int]:
     assert _child_encoding is not None
-    return tokenize_messages(messages, for_completion, _child_encoding)
-
-
-def prompt_chars(messages: list[dict[str, Any]]) -> int:
-    """The text the prompt carries (what the tokeniser's time grows with)."""
-    total = 0
-    for message in messages:
-        for part in message.get("content") or []:
-            if isinstance(part, dict):
-                total += sum(len(value) for value in part.values() if isinstance(value, str))
-    return total
+    try:
+        return tokenize_messages(messages, for_completion, _child_encoding)
+    except BaseException as exc:  # pyo3's PanicException is a BaseException, and cannot be pickled back
+        raise TokenizerFailed(f"{type(exc).__name__}: {exc}") from None
 
 
 class PromptTokenizer:
@@ -62,16 +62,17 @@ class PromptTokenizer:
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    async def tokenize(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]:
-        """The prompt's tokens, computed off the calling (engine loop) thread; see the module docstring."""
+    async def tokenize(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]:
+        """The prompt's tokens, computed off the calling (event loop) thread; ``weight``: its
+        ``TokenizingCost.weight``. See the module docstring."""
         loop = asyncio.get_running_loop()
-        if prompt_chars(messages) <= self.process_above_chars:
+        if weight <= self.process_above_chars:
             return await loop.run_in_executor(None, tokenize_messages, messages, for_completion, self.encoding)
         return await self._in_child(loop, messages, for_completion)
 
-    def tokenize_blocking(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]:
+    def tokenize_blocking(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]:
         """The same, from a thread that may block (a task thread): here, or waiting for the child."""
-        if prompt_chars(messages) <= self.process_above_chars:
+        if weight <= self.process_above_chars:
             return tokenize_messages(messages, for_completion, self.encoding)
         executor = self._child()
         try:
