@@ -70,7 +70,7 @@ from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRe
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import cancel_queued, get_response, save_turn, transition
 from oss_responses.wire import response_json, wire_json
-from oss_responses.workers.archive import archive_event_log
+from oss_responses.workers.archive import archive_event_log, drop_event_log
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.claim import Claim, claim
 from oss_responses.workers.context import WorkerContext
@@ -647,10 +647,13 @@ def _finish(run: _Run) -> Outcome:
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
     saved = _save_retrying(run)
-    if saved or not job.record.store or ctx.db.run(get_response, job.response_id) is None:
+    deleted = not saved and job.record.store and ctx.db.run(get_response, job.response_id) is None
+    if saved or not job.record.store or deleted:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
     if saved and job.record.store:  # a response not stored has no row to hold its log, nor a reader later
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
+    elif deleted:
+        drop_event_log(ctx.sync_redis, job.response_id)
     if saved:
         response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
     return status

@@ -18,6 +18,7 @@ from oss_responses.storage import (
     AsyncDatabase,
     Database,
     EventLogRow,
+    delete_response,
     insert_response,
     utcnow,
 )
@@ -75,6 +76,19 @@ async def test_archive_leaves_one_tombstone_entry(db, redis, aredis, response_id
 
     entries = redis.xrange(redis_keys.events(response_id))
     assert [fields for _, fields in entries] == [{b"end": b"completed", b"archived": b"19"}]
+    assert 0 < redis.ttl(redis_keys.events(response_id)) <= 60
+
+
+async def test_archive_of_response_deleted_since_it_ended_drops_its_events(
+    db, redis, aredis, response_id, make_events
+) -> None:
+    await write_events(aredis, response_id, make_events(range(20)), close="cancelled", ttl_seconds=60)
+    assert db.run(delete_response, response_id)
+
+    assert not archive(db, redis, response_id)
+
+    entries = redis.xrange(redis_keys.events(response_id))
+    assert [fields for _, fields in entries] == [{b"end": b"cancelled", b"archived": b"-1"}]
     assert 0 < redis.ttl(redis_keys.events(response_id)) <= 60
 
 

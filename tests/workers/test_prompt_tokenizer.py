@@ -21,10 +21,10 @@ from support.workers import accept
 from oss_responses.config import Settings
 from oss_responses.harmony.render import tokenize_messages
 from oss_responses.heap import tune_garbage_collection
+from oss_responses.prompt_tokenizer import PromptTokenizer, TokenizerFailed
 from oss_responses.storage import Database
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
-from oss_responses.prompt_tokenizer import PromptTokenizer, TokenizerFailed
 from oss_responses.workers.testing import local_worker, run_response_now
 
 BIG_INPUT = ("lorem ipsum dolor sit amet " * 250_000)[:6_000_000]  # ~1.1M tokens: ~0.7 s of tokenising
