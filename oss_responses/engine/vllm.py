@@ -121,10 +121,13 @@ def sampling_params(sampling: SamplingSettings) -> SamplingParams:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
-    # from_optional: an unset temperature or top_p takes vLLM's default.
+    # from_optional: an unset temperature or top_p takes vLLM's default. OpenAI takes top_p 0 (the most
+    # likely token alone), which vLLM refuses: the same is its top_k 1.
+    greedy = sampling.top_p == 0
     return SamplingParams.from_optional(
         temperature=sampling.temperature,
-        top_p=sampling.top_p,
+        top_p=None if greedy else sampling.top_p,
+        top_k=1 if greedy else 0,  # 0: all tokens (vLLM's default)
         max_tokens=sampling.max_tokens,
         seed=sampling.seed,
         stop_token_ids=list(sampling.stop_token_ids),

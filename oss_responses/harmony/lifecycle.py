@@ -80,9 +80,11 @@ def response_error(code: str, message: str) -> ResponseError:
 
 
 def usage(input_tokens: int, cached_tokens: int | None, output_tokens: int, reasoning_tokens: int) -> ResponseUsage:
+    # An engine counts the cache over all it was given: a forced call's header (output) follows the prompt.
+    cached = min(cached_tokens or 0, input_tokens)
     return ResponseUsage(
         input_tokens=input_tokens,
-        input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens or 0, cache_write_tokens=0),
+        input_tokens_details=InputTokensDetails(cached_tokens=cached, cache_write_tokens=0),
         output_tokens=output_tokens,
         output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens),
         total_tokens=input_tokens + output_tokens,

@@ -157,6 +157,13 @@ def test_sampling_params_maps_request_fields_onto_delta_token_output() -> None:
     assert params.extra_args == {FORCED_TOKENS_KEY: [1]}
 
 
+def test_sampling_params_top_p_zero_is_greedy_as_vllm_takes_it() -> None:
+    """OpenAI takes top_p 0; vLLM's SamplingParams refused it, and every such response failed."""
+    params = sampling_params(SamplingSettings(max_tokens=7, top_p=0.0))
+    assert (params.top_p, params.top_k) == (1.0, 1)
+    assert sampling_params(SamplingSettings(max_tokens=7, top_p=0.5)).top_k == 0
+
+
 def test_sampling_params_passes_stream_interval() -> None:
     assert sampling_params(SamplingSettings(max_tokens=7)).stream_interval == 1
     assert sampling_params(SamplingSettings(max_tokens=7, stream_interval=4)).stream_interval == 4

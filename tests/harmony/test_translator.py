@@ -222,6 +222,16 @@ def test_usage_counts_input_cached_output_and_reasoning(encoding) -> None:
     assert usage.total_tokens == 50 + len(tokens)
 
 
+def test_usage_cached_tokens_never_exceed_input_tokens(encoding) -> None:
+    """vLLM counts its cache over all it was given: a forced call's header follows the prompt (126 input
+    tokens reported 128 cached)."""
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1, input_tokens=126)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "no_tools"))
+    translator.finish("stop", cached_tokens=128)
+    assert translator.response.usage.input_tokens_details.cached_tokens == 126
+
+
 def test_usage_counts_reasoning_cut_short_as_reasoning(encoding) -> None:
     # max_output_tokens reached while the model still reasons: what it generated was reasoning.
     translator = _translator(encoding)
