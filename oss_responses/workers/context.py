@@ -27,6 +27,7 @@ from openai_harmony import HarmonyEncoding
 from redis import Redis as SyncRedis  # the field named redis hides the module in the class body
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from oss_responses import redis_keys
@@ -177,8 +178,14 @@ async def _call_all(callbacks: list[Callable[[], None]]) -> None:
 
 
 async def _keep_ready(redis_client: redis_asyncio.Redis, announced: dict[str, str]) -> None:
+    """Until cancelled, whatever Redis does: a failed refresh had ended the task, and a worker that lived
+    through a Redis restart was then never ready again (doctor: "no worker ready" while it served)."""
     while True:
-        await _announce(redis_client, announced)
+        try:
+            await _announce(redis_client, announced)
+        except RedisError as exc:
+            log.warning("announcing this worker's readiness failed (%s: %s); trying again in %s s",
+                        type(exc).__name__, exc, READY_REFRESH_SECONDS)
         await asyncio.sleep(READY_REFRESH_SECONDS)
 
 
