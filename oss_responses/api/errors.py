@@ -6,6 +6,8 @@
 - Redis unreachable (a refused or timed-out connection, from any route that reads or writes it) →
   503 ``redis_unavailable``, logged in one line: the client's SDK retries it, and Starlette's
   catch-all would also have reset the client's keep-alive connection after its 500.
+- The database unreachable (a refused connection, a pool that timed out, a locked SQLite) → 503
+  ``database_unavailable``, logged in one line, as Redis's.
 - Anything else → 500 ``server_error``, logged with its traceback on the server side only.
 """
 
@@ -19,6 +21,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
@@ -62,6 +66,14 @@ async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error.to_body(), status_code=error.status_code)
 
 
+async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("database unreachable on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__,
+                str(exc).splitlines()[0] if str(exc) else "")
+    error = ServiceUnavailable("The service cannot reach its database right now. Retry shortly.",
+                               code="database_unavailable")
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     body = error_body("The server had an error while processing your request.", type="server_error")
@@ -74,4 +86,6 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RedisConnectionError, _redis_unreachable)
     app.add_exception_handler(RedisTimeoutError, _redis_unreachable)
+    for database_error in (OperationalError, InterfaceError, PoolTimeoutError):
+        app.add_exception_handler(database_error, _database_unreachable)
     app.add_exception_handler(Exception, _unexpected_error)
