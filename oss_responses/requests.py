@@ -58,7 +58,7 @@ from oss_responses.harmony.tool_choice import (
     allows,
     forced_tool_missing,
 )
-from oss_responses.strict_schema import object_root_problem, strict_problem
+from oss_responses.strict_schema import object_root_problem, schema_problem, strict_problem
 from oss_responses.validation_errors import openai_error, too_long
 
 InputItem = (
@@ -260,7 +260,8 @@ def parse_tool(value: Any, param: str) -> RequestTool:
 
 def _check_parameters(name: str, parameters: Any, strict: bool | None, param: str) -> None:
     """OpenAI's checks of a function's parameters: an object schema, and a strict one in the strict subset."""
-    problem = object_root_problem(parameters) or (strict_problem(parameters) if strict else None)
+    problem = (schema_problem(parameters) or object_root_problem(parameters)
+               or (strict_problem(parameters) if strict else None))
     if problem is not None:
         raise BadRequest(f"Invalid schema for function '{name}': {problem}", param=param,
                          code="invalid_function_parameters")
@@ -299,7 +300,8 @@ class TextFormat(BaseModel):
             config = _validate_one(ResponseFormatTextJSONSchemaConfig, value, "text.format")
             check_name(config.name, "text.format.name")
             schema = config.schema_
-            problem = (object_root_problem(schema) or strict_problem(schema)) if config.strict else None
+            problem = schema_problem(schema) or (
+                (object_root_problem(schema) or strict_problem(schema)) if config.strict else None)
             if problem is not None:
                 raise BadRequest(f"Invalid schema for response_format '{config.name}': {problem}",
                                  param="text.format.schema", code="invalid_json_schema")

@@ -1,5 +1,8 @@
 """OpenAI's checks of the JSON schemas a request hands the model, in its words.
 
+Any schema must be one (JSON Schema 2020-12's metaschema, and an ``enum`` that offers a value): a
+``properties: 5`` or ``type: "blorp"`` was accepted and the response then failed in the worker with a
+Python exception as its message (``ZeroDivisionError`` for ``enum: []``), where OpenAI answers a 400.
 A function's ``parameters`` must describe an object. A *strict* schema (``text.format`` of type
 ``json_schema`` with ``strict: true``, a function with ``strict: true``) must also be in the subset
 Structured Outputs serve: every object closed (``additionalProperties: false``) and every one of its
@@ -13,10 +16,33 @@ its users, enforces these two and accepts ``title`` or ``default``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
 
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SUBSCHEMA_LISTS = ("anyOf", "prefixItems")
+
+
+def schema_problem(schema: Any) -> str | None:
+    """What makes ``schema`` no JSON Schema, or one that no value can satisfy by its ``enum``."""
+    if not isinstance(schema, dict):
+        return None
+    error = best_match(_metaschema().iter_errors(schema))
+    if error is not None:
+        path = tuple(error.absolute_path)
+        return f"In context={path[:-1]!r}, {error.message}."
+    for context, node in _subschemas(schema, ()):
+        if node.get("enum") == []:
+            return f"In context={context!r}, 'enum' must offer at least one value."
+    return None
+
+
+@cache
+def _metaschema() -> Draft202012Validator:
+    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
 
 
 def object_root_problem(schema: Any) -> str | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from oss_responses.errors import BadRequest
@@ -290,6 +292,33 @@ def test_parse_request_strict_json_schema_with_array_root_refused() -> None:
 def test_parse_request_json_schema_not_strict_takes_any_schema(strict: bool | None) -> None:
     text = {"format": {"type": "json_schema", "name": "out", "strict": strict, "schema": OPEN_OBJECT}}
     assert parse_create_request({"model": "m", "input": "hi", "text": text}).text is not None
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"type": "object", "properties": 5}, "In context=(), 5 is not of type 'object'."),
+        ({"type": "blorp"}, "In context=(), 'blorp' is not valid under any of the given schemas."),
+        ({"type": "object", "properties": {"a": {"enum": []}}},
+         "In context=('properties', 'a'), 'enum' must offer at least one value."),
+    ],
+)
+@pytest.mark.parametrize("strict", [False, None])
+def test_parse_request_json_schema_that_is_no_schema_refused_strict_or_not(
+    schema: dict[str, Any], problem: str, strict: bool | None
+) -> None:
+    """Accepted, these failed in the worker with a Python exception as the response's error."""
+    error = _refusal({"text": {"format": {"type": "json_schema", "name": "out", "strict": strict, "schema": schema}}})
+    assert error.message == f"Invalid schema for response_format 'out': {problem}"
+    assert (error.param, error.code) == ("text.format.schema", "invalid_json_schema")
+
+
+def test_parse_request_function_parameters_that_are_no_schema_refused() -> None:
+    parameters = {"type": "object", "properties": {"a": {"type": "strin"}}}
+    error = _refusal({"tools": [{"type": "function", "name": "f", "parameters": parameters}]})
+    assert error.message == ("Invalid schema for function 'f': In context=('properties', 'a'), 'strin' is not valid "
+                             "under any of the given schemas.")
+    assert (error.param, error.code) == ("tools[0].parameters", "invalid_function_parameters")
 
 
 def test_parse_request_strict_function_outside_strict_subset_refused() -> None:
