@@ -202,7 +202,8 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
     # Framed once: the same bytes go to the log and, for a stream, straight to the client.
     opening = framed(opening_events(response))
     try:
-        await write_frames(services.redis, response.id, opening)
+        # Expiring until a worker claims it: should Redis fail next, the undo below may not delete it.
+        await write_frames(services.redis, response.id, opening, ttl_seconds=services.settings.event_ttl_seconds)
         await services.tasks.run_response(response.id, services.settings.queue_for(response.model))
     except BROKER_ERRORS as exc:
         await _undo_accept(services, response.id, exc)

@@ -251,12 +251,15 @@ async def write_frames(
     close: str | None = None,
     ttl_seconds: int | None = None,
 ) -> None:
-    """``write_events`` for events already framed: (sequence number, frame) pairs."""
+    """``write_events`` for events already framed: (sequence number, frame) pairs. ``ttl_seconds`` without
+    ``close``: the stream expires unless a worker claims it (an accept's opening events)."""
     commands = frame_commands(response_id, frames)
     if close is not None:
         if ttl_seconds is None:
             raise TypeError("close=... needs ttl_seconds")
         commands += close_commands(response_id, close, ttl_seconds)
+    elif ttl_seconds is not None:
+        commands.append(("EXPIRE", redis_keys.events(response_id), ttl_seconds))
     errors = await run_commands(redis, commands)
     if errors:
         raise EventWriteError(f"event log write failed for {response_id}: {next(iter(errors.values()))}")

@@ -26,11 +26,22 @@ from oss_responses.workers.stream_tail import next_from_tail
 # KEYS: lease, resume, cancel, events, open streams. ARGV: owner, TTL in ms, response id.
 # Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}.
 # The response joins the open streams: from now on, whoever ends it in SQL must also close its stream.
+# A stream not ended loses the TTL its accept gave it (an accept that failed after writing its opening
+# events may not have been able to delete them: they expire): a running stream keeps until its end.
 _CLAIM = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
 redis.call('SADD', KEYS[5], ARGV[3])
 local mark = redis.call('GETDEL', KEYS[2]) or ''
-return {mark, redis.call('EXISTS', KEYS[3]), redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)}
+local tail = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+local ended = false
+if #tail > 0 then
+  local fields = tail[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 'end' then ended = true end
+  end
+  if not ended then redis.call('PERSIST', KEYS[4]) end
+end
+return {mark, redis.call('EXISTS', KEYS[3]), tail}
 """
 
 

@@ -47,6 +47,16 @@ def test_create_response_background_returns_queued_response(client: OpenAI) -> N
     assert (response.temperature, response.max_output_tokens, response.output) == (0.5, 64, [])
 
 
+def test_create_response_opening_events_expire_unless_a_worker_claims_them(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis
+) -> None:
+    """Should Redis fail between the opening events and the task (a 503, nothing stored), the undo may not
+    reach Redis either: the events then expire rather than stay for good (found by an outside probe)."""
+    response = client.responses.create(model=MODEL, input="hello", background=True)
+    ttl = redis.ttl(redis_keys.events(response.id))
+    assert 0 < ttl <= api.settings.event_ttl_seconds
+
+
 def test_create_response_background_stores_row_and_input_items(client: OpenAI, api: ApiServer) -> None:
     response = client.responses.create(
         model=MODEL, background=True,

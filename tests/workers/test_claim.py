@@ -56,3 +56,24 @@ def test_claim_response_leased_elsewhere_changes_nothing(redis_url: str, redis: 
     assert redis.get(redis_keys.lease("r1")) == b"w1"
     assert redis.get(redis_keys.resume("r1")) == b"handoff"  # left for the worker that holds the lease
     assert not redis.exists(redis_keys.OPEN_STREAMS)
+
+
+def test_claim_response_keeps_its_running_stream_until_its_end(redis_url: str, redis: redis_lib.Redis) -> None:
+    """The accept's opening events expire unless claimed (an accept undone while Redis was away may have
+    left them); a claimed stream runs without a TTL, as before."""
+    redis.xadd(redis_keys.events("r1"), {"f": b"created"}, id="0-1")
+    redis.expire(redis_keys.events("r1"), 600)
+
+    claim_as(redis_url, "w1")
+
+    assert redis.ttl(redis_keys.events("r1")) == -1
+
+
+def test_claim_response_of_ended_stream_keeps_its_ttl(redis_url: str, redis: redis_lib.Redis) -> None:
+    redis.xadd(redis_keys.events("r1"), {"f": b"created"}, id="0-1")
+    redis.xadd(redis_keys.events("r1"), {"end": "cancelled"})
+    redis.expire(redis_keys.events("r1"), 600)
+
+    claim_as(redis_url, "w1")
+
+    assert 0 < redis.ttl(redis_keys.events("r1")) <= 600
