@@ -510,6 +510,8 @@ class ResponseTranslator:
             self._record_message(self._current, self._header)
             if self._header.channel == "analysis":  # cut short while reasoning: its tokens count as such
                 self._reasoning_tokens += self._output_tokens - self._header.start
+            if isinstance(self._current, FunctionCallBuilder):  # in the conversation: an output may answer it
+                self.function_calls[self._current.call_id] = self._current.qualified_name
         for builder in self._items:
             builder.abandon()
         self._current = self._awaiting = None

@@ -107,6 +107,19 @@ def test_function_call_keeps_one_call_id(encoding) -> None:
     assert run.translator.response.status == "completed"
 
 
+def test_function_call_cut_short_is_a_call_an_output_may_answer(encoding) -> None:
+    """The cut call stays in the conversation (its message is stored): its call_id is the conversation's, so
+    a client that answers every function_call item was not refused ("No tool call found")."""
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1)
+    translator.start()
+    tokens = golden_tokens(encoding, "function_call")
+    translator.feed(tokens[: tokens.index(encoding.encode("<|call|>", allowed_special="all")[0]) - 2])
+    translator.finish("length")
+    [call] = [item for item in translator.response.output if item.type == "function_call"]
+    assert call.status == "incomplete"
+    assert translator.function_calls == {call.call_id: "get_weather"}
+
+
 def test_reasoning_streams_reasoning_text_events_only(encoding) -> None:
     types = _types(run_scenario(encoding, SCENARIOS["reasoning_final"]))
     assert "response.reasoning_text.delta" in types and "response.reasoning_text.done" in types
