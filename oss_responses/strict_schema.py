@@ -19,21 +19,27 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 _SUBSCHEMA_LISTS = ("anyOf", "prefixItems")
 
 
 def schema_problem(schema: Any) -> str | None:
-    """What makes ``schema`` no JSON Schema, or one that no value can satisfy by its ``enum``."""
+    """What makes ``schema`` no JSON Schema, or one that no value can satisfy by its ``enum``. Its own
+    ``$schema`` says which draft; without one, 2020-12's or draft-07's (clients still write draft-07:
+    ``items`` as a list, ``definitions``) will do."""
     if not isinstance(schema, dict):
         return None
-    error = best_match(_metaschema().iter_errors(schema))
-    if error is not None:
-        path = tuple(error.absolute_path)
-        return f"In context={path[:-1]!r}, {error.message}."
+    declared = validator_for(schema, default=None) if "$schema" in schema else None
+    drafts = (declared,) if declared is not None else (Draft202012Validator, Draft7Validator)
+    errors = [best_match(_metaschema(draft).iter_errors(schema)) for draft in drafts]
+    first = errors[0]
+    if first is not None and None not in errors:
+        path = tuple(first.absolute_path)
+        return f"In context={path[:-1]!r}, {first.message}."
     for context, node in _subschemas(schema, ()):
         if node.get("enum") == []:
             return f"In context={context!r}, 'enum' must offer at least one value."
@@ -41,8 +47,8 @@ def schema_problem(schema: Any) -> str | None:
 
 
 @cache
-def _metaschema() -> Draft202012Validator:
-    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
+def _metaschema(draft: Any) -> Any:
+    return draft(draft.META_SCHEMA)
 
 
 def object_root_problem(schema: Any) -> str | None:

@@ -313,6 +313,18 @@ def test_parse_request_json_schema_that_is_no_schema_refused_strict_or_not(
     assert (error.param, error.code) == ("text.format.schema", "invalid_json_schema")
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"pair": {"type": "array", "items": [{"type": "string"}, {"type": "number"}]}},
+     "definitions": {"x": {"type": "string"}}},  # draft-07, as zod-to-json-schema writes it
+    {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+     "properties": {"t": {"type": "array", "items": [{"type": "string"}]}}},
+    {"type": "object", "properties": {"n": {"type": ["string", "null"], "format": "date-time", "nullable": True}}},
+])
+def test_parse_request_json_schema_of_draft_07_or_unknown_keywords_accepted(schema: dict[str, Any]) -> None:
+    text = {"format": {"type": "json_schema", "name": "out", "schema": schema}}
+    assert parse_create_request({"model": "m", "input": "hi", "text": text}).text is not None
+
+
 def test_parse_request_function_parameters_that_are_no_schema_refused() -> None:
     parameters = {"type": "object", "properties": {"a": {"type": "strin"}}}
     error = _refusal({"tools": [{"type": "function", "name": "f", "parameters": parameters}]})
