@@ -24,6 +24,7 @@ from oss_responses.api.services import Services
 from oss_responses.conversation import ConversationPrefix, prefix_position, render_options
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.harmony.ids import new_id
+from oss_responses.harmony.token_cost import check_tokenizable, cost_of
 from oss_responses.requests import CreateResponseRequest, Metadata, parse_body, parse_input_item
 from oss_responses.storage import ResponseRecord, find_stored_items, utcnow
 from oss_responses.storage.conversations import ConversationRecord, get_conversation, items_through
@@ -107,8 +108,13 @@ async def check_items_usable(
 ) -> None:
     """Refuse items that would make every later response of the conversation a 400: each is given to the
     model after those before it, as a response's worker would (an output for a call the conversation
-    does not hold, sealed content this server cannot open). A problem already in ``existing`` (an item
-    deleted since) is not the new items' and does not refuse them."""
+    does not hold, sealed content this server cannot open, a run of text too long to tokenize). A
+    problem already in ``existing`` (an item deleted since) is not the new items' and does not refuse
+    them."""
+    try:
+        check_tokenizable(cost_of(added))
+    except BadRequest as exc:
+        raise BadRequest(exc.message, param="items", code=exc.code) from exc
     options = render_options(services.settings, utcnow(), sealer=services.sealer)
     try:
         ConversationPrefix("", -1, existing + added).turn(options)

@@ -196,8 +196,9 @@ def plan_conversation(
         messages.append(developer)
     conversation_start = len(messages)
     kept = cut.kept(replayed)
-    cost = cost_of([message.to_dict() for message in messages] + kept)
-    check_tokenizable(cost)
+    head = cost_of([message.to_dict() for message in messages])
+    check_tokenizable(head + cost_of(new_messages))  # what this request adds: earlier turns were checked
+    cost = head + cost_of(kept)
     messages += [Message.from_dict(message) for message in kept]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)

@@ -7,14 +7,18 @@ took 0.3 s, 50,000 took 1.7 s, 400,000 took 90 s, and 1 MB overflowed the tokeni
 Letters, punctuation and whitespace alike (a DNA sequence is one piece). And the tokenizer holds the
 GIL throughout, so whatever process tokenizes stalls for all of it.
 
-So the cost of a prompt is its characters plus, for each long run, its length squared over
+The tokenizer works on UTF-8 bytes: 32,000 unbroken Chinese characters (96 kB) took 15 s. So the cost
+of a prompt is its characters plus, for each long run, its length in bytes squared over
 ``RUN_COST_DIVISOR`` (both in characters' worth of ordinary text): the worker and the API tokenize a
-costly prompt in a child process (``prompt_tokenizer.py``), and a request whose runs cost more than a
-few seconds is refused before it is stored (``check_tokenizable``).
+costly prompt in a child process (``prompt_tokenizer.py``), and a request whose new text holds a run
+that would take more than a few seconds, or several that would together, is refused before it is
+stored (``check_tokenizable``). Only what a request adds is checked: the turns and conversation items
+before it were checked when they came, and a chain of them only costs tokenizing time (in the child).
 
 A run is found without running the tokenizer's own pattern (too slow in Python on megabytes): a piece
-longer than ``RUN_FLOOR`` lies inside a run of one of three classes (letters and marks; punctuation
-and line breaks; whitespace), and such a run holds a whole aligned window of ``RUN_FLOOR / 2``
+longer than ``RUN_FLOOR`` lies inside a run of one of its classes (letters and marks; punctuation;
+whitespace; and line breaks and slashes, which end a piece of punctuation: ``,,,,\r\n`` is one piece,
+a CSV's empty rows are many), and such a run holds a whole aligned window of ``RUN_FLOOR / 2``
 characters of its class, so only windows are tried (16 MB of prose: ~80 ms). A run of letters may be
 several pieces (``camelCase`` splits): the estimate errs on the costly side.
 """
@@ -29,13 +33,13 @@ import regex
 
 from oss_responses.errors import BadRequest
 
-RUN_FLOOR = 1_024  # shorter runs cost about what their characters do
-RUN_COST_DIVISOR = 256  # a run of L characters costs about L * L / 256 characters of prose (measured)
-MAX_RUN = 65_536  # ~3 s of tokenizing here
+RUN_FLOOR = 1_024  # shorter runs (in characters) cost about what their characters do
+RUN_COST_DIVISOR = 256  # a run of L bytes costs about L * L / 256 characters of prose (measured)
+MAX_RUN = 65_536  # bytes of UTF-8: ~3 s of tokenizing here
 MAX_RUN_COST = 4 * MAX_RUN * MAX_RUN // RUN_COST_DIVISOR  # all runs together: four of the longest allowed
 
 _WINDOW = RUN_FLOOR // 2
-_CLASSES = (r"[\p{L}\p{M}]", r"(?:[^\s\p{L}\p{N}]|[\r\n])", r"\s")
+_CLASSES = (r"[\p{L}\p{M}]", r"[^\s\p{L}\p{N}]", r"\s", r"[\r\n/]")
 _WHOLE = tuple(regex.compile(f"{c}+") for c in _CLASSES)
 _HEAD = tuple(regex.compile(f"{c}*") for c in _CLASSES)
 _TAIL = tuple(regex.compile(f"{c}*\\Z") for c in _CLASSES)
@@ -44,7 +48,7 @@ _TAIL = tuple(regex.compile(f"{c}*\\Z") for c in _CLASSES)
 @dataclass(frozen=True, slots=True)
 class TokenizingCost:
     chars: int
-    runs: tuple[int, ...]  # the lengths of the runs of at least RUN_FLOOR characters
+    runs: tuple[int, ...]  # the lengths in bytes of the runs of at least RUN_FLOOR characters
 
     @property
     def run_cost(self) -> int:
@@ -55,21 +59,33 @@ class TokenizingCost:
         """The cost in characters' worth of ordinary text."""
         return self.chars + self.run_cost
 
+    def __add__(self, other: TokenizingCost) -> TokenizingCost:
+        return TokenizingCost(self.chars + other.chars, self.runs + other.runs)
+
 
 NO_COST = TokenizingCost(0, ())
 
 
 def long_runs(text: str) -> list[int]:
-    """The lengths of the runs in ``text`` that may be single pieces of at least ``RUN_FLOOR`` characters."""
-    return [end - start for start, end in run_spans(text)]
+    """The lengths in bytes of the runs in ``text`` that may be single pieces of at least ``RUN_FLOOR``
+    characters."""
+    return [len(text[start:end].encode("utf-8", "surrogatepass")) for start, end in run_spans(text)]
 
 
 def run_spans(text: str) -> list[tuple[int, int]]:
-    """Where those runs are: (start, end) (a run of line breaks may be found twice, as punctuation's and
-    as whitespace's)."""
+    """Where those runs are: (start, end), in order; runs of two classes that overlap (line breaks are
+    whitespace too) are one."""
     if len(text) < RUN_FLOOR:
         return []
-    return [span for classes in zip(_WHOLE, _HEAD, _TAIL, strict=True) for span in _runs_of_class(text, *classes)]
+    classes = zip(_WHOLE, _HEAD, _TAIL, strict=True)
+    spans = sorted(span for whole, head, tail in classes for span in _runs_of_class(text, whole, head, tail))
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _runs_of_class(text: str, whole: Any, head: Any, tail: Any) -> Iterator[tuple[int, int]]:
@@ -110,16 +126,17 @@ def check_tokenizable(cost: TokenizingCost) -> None:
     longest = max(cost.runs, default=0)
     if longest > MAX_RUN:
         raise BadRequest(
-            f"Input text has a run of {longest:,} characters without a break (no whitespace, and no change "
-            f"between letters, digits and punctuation); at most {MAX_RUN:,} are accepted: the model's tokenizer "
-            "takes time that grows with the square of such a run. Break it up, with spaces or newlines.",
+            f"Input text has a run of {longest:,} bytes without a break (no whitespace, and no change between "
+            f"letters, digits and punctuation); at most {MAX_RUN:,} bytes of UTF-8 are accepted (as many ASCII "
+            f"characters, about {MAX_RUN // 3:,} Chinese): the model's tokenizer takes time that grows with the "
+            "square of such a run. Break it up, with spaces or newlines.",
             param="input", code="string_above_max_length",
         )
     if cost.run_cost > MAX_RUN_COST:
         raise BadRequest(
             f"Input text has {len(cost.runs):,} runs of over {RUN_FLOOR:,} characters without a break, which "
             f"together would take the model's tokenizer as long as {cost.run_cost / (MAX_RUN_COST // 4):.1f} runs "
-            f"of {MAX_RUN:,} characters; at most 4 are accepted. Break them up, with spaces or newlines.",
+            f"of {MAX_RUN:,} bytes; at most 4 are accepted. Break them up, with spaces or newlines.",
             param="input", code="string_above_max_length",
         )
 

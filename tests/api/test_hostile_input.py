@@ -156,7 +156,7 @@ def test_create_response_with_unbroken_run_too_long_to_tokenize_is_400(
 ) -> None:
     error = _error(http.post("/v1/responses", json={"model": MODEL, "input": text, "background": True}))
     assert error["param"] == "input" and error["code"] == "string_above_max_length"
-    assert "70,000 characters without a break" in error["message"]
+    assert "70,000 bytes without a break" in error["message"]
     _nothing_stored(api, redis)
 
 
@@ -169,4 +169,22 @@ def test_create_response_with_many_long_runs_is_400(http: httpx2.Client, api: An
 
 def test_count_input_tokens_with_unbroken_run_too_long_is_400_not_500(http: httpx2.Client) -> None:
     error = _error(http.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x" * 1_000_000}))
-    assert error["param"] == "input" and "1,000,000 characters" in error["message"]
+    assert error["param"] == "input" and "1,000,000 bytes" in error["message"]
+
+
+def test_create_response_with_csv_of_empty_rows_is_accepted(client: Any) -> None:
+    """66,000 characters of commas and line breaks are many short pieces (linear to tokenize), not a run:
+    it was refused, and an agent whose tool returned such a file could not go on."""
+    response = client.responses.create(model=MODEL, input=",,,,,,,,,\r\n" * 6_000, background=True)
+    assert response.status == "queued"
+
+
+def test_add_conversation_item_with_unbroken_run_too_long_is_400(http: httpx2.Client, api: Any) -> None:
+    """Accepted, it made every later response of the conversation a 400 until it was deleted."""
+    created = http.post("/v1/conversations", json={})
+    assert created.status_code == 200, created.text
+    item = {"type": "message", "role": "user", "content": "acgt" * 17_500}
+    error = _error(http.post(f"/v1/conversations/{created.json()['id']}/items", json={"items": [item]}))
+    assert error["param"] == "items" and "70,000 bytes" in error["message"]
+    listed = http.get(f"/v1/conversations/{created.json()['id']}/items").json()
+    assert listed["data"] == []

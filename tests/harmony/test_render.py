@@ -15,6 +15,7 @@ from oss_responses.harmony.render import (
     hosted_builtins,
     hosted_calls,
     offered_functions,
+    plan_conversation,
     render_prompt,
     strict_functions,
 )
@@ -489,3 +490,21 @@ def test_render_call_answered_in_input_or_earlier_turn_is_accepted(encoding) -> 
 def test_render_call_cut_short_needs_no_output(encoding) -> None:
     cut = ConversationTurn([], {}, [CALL | {"status": "incomplete"}])
     assert _text(encoding, _request(input="go on", tools=F_TOOL), [cut])
+
+
+def _turn_saying(text: str) -> ConversationTurn:
+    return ConversationTurn([{"role": "user", "content": [{"type": "text", "text": text}]}], {}, [])
+
+
+def test_plan_refuses_input_with_run_too_long_to_tokenize() -> None:
+    with pytest.raises(BadRequest, match="70,000 bytes without a break") as refused:
+        plan_conversation(_request(input="x" * 70_000), [], OPTIONS)
+    assert refused.value.param == "input"
+
+
+def test_plan_counts_runs_of_earlier_turns_in_its_cost_not_against_the_limit() -> None:
+    """Earlier turns were checked when they came: a chain of them only costs tokenizing time (a chat that
+    pasted a 40 kB sequence each turn was refused at its eleventh)."""
+    history = [_turn_saying("acgt" * 15_000) for _ in range(5)]
+    plan = plan_conversation(_request(input="and this one?"), history, OPTIONS)
+    assert len(plan.cost.runs) == 5 and plan.cost.weight > 5 * 60_000**2 // 256

@@ -14,6 +14,7 @@ from oss_responses.harmony.token_cost import (
     check_tokenizable,
     cost_of,
     long_runs,
+    run_spans,
     split_long_runs,
 )
 
@@ -25,8 +26,10 @@ PROSE = "The quick brown fox, aged 42, jumps over the lazy dog.\n" * 20_000  # ~
     [
         ("ab " + "x" * 5_000 + " cd", [5_000]),
         ("DNA: " + "acgt" * 1_000 + ".", [4_000]),
-        ("x\u0300" * 2_000, [4_000]),  # letters and combining marks are one piece
-        ("ok." + "=" * 3_000 + "\n" * 10 + "ok", [3_011]),  # punctuation, then its line breaks
+        ("x\u0300" * 2_000, [6_000]),  # letters and combining marks are one piece; its length in bytes
+        ("中" * 2_000, [6_000]),
+        ("ok." + "=" * 3_000 + "\n" * 10 + "ok", [3_001]),
+        ("/\n" * 2_000, [4_000]),  # line breaks and slashes after punctuation stay in its piece
         ("a" + " " * 2_000 + "b", [2_000]),
         ("x" * (RUN_FLOOR - 1), []),
     ],
@@ -35,8 +38,12 @@ def test_long_runs_finds_each_kind_of_unbroken_run(text: str, runs: list[int]) -
     assert long_runs(text) == runs
 
 
-@pytest.mark.parametrize("text", [PROSE, "".join(random.Random(0).choices("abcdefABCDEF0123456789+/", k=200_000))])
-def test_long_runs_finds_none_in_prose_or_base64(text: str) -> None:
+@pytest.mark.parametrize("text", [
+    PROSE,
+    "".join(random.Random(0).choices("abcdefABCDEF0123456789+/", k=200_000)),
+    ",,,,,,,,,\r\n" * 6_000,  # a CSV's empty rows: a line break ends each piece of punctuation
+])
+def test_long_runs_finds_none_in_prose_base64_or_csv(text: str) -> None:
     assert long_runs(text) == []
 
 
@@ -55,7 +62,7 @@ def test_check_tokenizable_refuses_run_longer_than_max() -> None:
     check_tokenizable(cost_of([{"role": "user", "content": [{"type": "text", "text": "x" * MAX_RUN}]}]))
     with pytest.raises(BadRequest) as caught:
         check_tokenizable(cost_of([{"role": "user", "content": [{"type": "text", "text": "x" * (MAX_RUN + 1)}]}]))
-    assert caught.value.param == "input" and "65,537 characters without a break" in caught.value.message
+    assert caught.value.param == "input" and "65,537 bytes without a break" in caught.value.message
 
 
 def test_check_tokenizable_refuses_runs_that_together_cost_more_than_four_of_the_longest() -> None:
@@ -70,7 +77,7 @@ def test_check_tokenizable_refuses_runs_that_together_cost_more_than_four_of_the
 def test_split_long_runs_decodes_to_same_text(text: str, encoding: HarmonyEncoding) -> None:
     parts = split_long_runs(text)
     assert "".join(parts) == text
-    assert all(max(long_runs(part), default=0) <= RUN_FLOOR for part in parts)
+    assert all(end - start <= RUN_FLOOR for part in parts for start, end in run_spans(part))
     tokens = [token for part in parts for token in encoding.encode(part, allowed_special="all")]
     assert encoding.decode(tokens) == text
     assert encoding.encode("<|end|>", allowed_special="all")[0] in tokens or "<|end|>" not in text
