@@ -58,7 +58,8 @@ from oss_responses.harmony.tool_choice import (
     allows,
     forced_tool_missing,
 )
-from oss_responses.strict_schema import object_root_problem, schema_problem, strict_problem
+from oss_responses.schema_shape import schema_problem
+from oss_responses.strict_schema import object_root_problem, strict_problem
 from oss_responses.validation_errors import openai_error, too_long
 
 InputItem = (

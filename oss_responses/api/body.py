@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
+import anyio
 from fastapi import Request
 
 from oss_responses.config import Settings
@@ -29,16 +31,34 @@ MAX_SAFE_INTEGER = 2**53
 # (PostgreSQL holds it: JSON documents are json, not jsonb).
 _UNSAFE_CHARACTERS = re.compile("[\ud800-\udfff]")
 
+T = TypeVar("T")
 
-async def read_json_body(request: Request, settings: Settings) -> Any:
-    """The parsed body of a JSON request, checked as the module docstring says."""
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# A body above this is parsed (and ``then`` applied) in a thread: megabytes of JSON cost the event loop
+# seconds (a 1.5 MB schema had frozen the API for every client), and another thread yields the GIL.
+PARSE_OFF_LOOP_BYTES = 256 * 1024
+
+
+async def read_json_body(request: Request, settings: Settings, then: Callable[[Any], T] = _same) -> T:
+    """The parsed body of a JSON request, checked as the module docstring says; ``then`` applied to it
+    (a request's own validation), off the event loop for a large body."""
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "application/json":
         raise BadRequest("The request body must be JSON, sent with Content-Type: application/json.")
     raw = await _read_limited(request, settings.max_body_bytes)
+    if len(raw) <= PARSE_OFF_LOOP_BYTES:
+        return _parsed(raw, settings.max_json_depth, then)
+    return await anyio.to_thread.run_sync(_parsed, raw, settings.max_json_depth, then)
+
+
+def _parsed(raw: bytes, max_depth: int, then: Callable[[Any], T]) -> T:
     value = _parse(raw)
-    check_json_value(value, settings.max_json_depth)
-    return value
+    check_json_value(value, max_depth)
+    return then(value)
 
 
 def parse_json_message(raw: bytes, settings: Settings) -> Any:

@@ -32,13 +32,9 @@ CANCEL_WAIT_SECONDS = 10.0
 DISCONNECTED = 499  # nginx's "client closed request": nobody reads it, the logs do
 
 
-async def _json_body(request: Request, services: Services) -> Any:
-    return await read_json_body(request, services.settings)
-
-
 @router.post("", openapi_extra=openapi.create_body())
 async def create_response(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
-    body = parse_create_request(await _json_body(request, services))
+    body = await read_json_body(request, services.settings, then=parse_create_request)
     accepted = await creating.create(services, body, owner)
     opening = accepted.opening
     if body.stream:
@@ -83,7 +79,7 @@ async def _final_unless_disconnected(
 @router.post("/compact", openapi_extra=openapi.subset_body(compaction.COMPACT_FIELDS, "CompactRequest"))
 async def compact_conversation(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
-    body = compaction.parse_compact_request(await _json_body(request, services))
+    body = await read_json_body(request, services.settings, then=compaction.parse_compact_request)
     creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     await limits.check_queue_depth(services, body.model)
@@ -105,7 +101,8 @@ async def compact_conversation(request: Request, services: ServicesDep, owner: O
 )
 async def count_input_tokens(request: Request, services: ServicesDep, owner: OwnerDep) -> JSONResponse:
     default_model = (owner.usable(services.settings.models) or services.settings.models)[0]
-    body = token_count.parse_count_request(await _json_body(request, services), default_model)
+    body = await read_json_body(request, services.settings,
+                                then=lambda value: token_count.parse_count_request(value, default_model))
     creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
