@@ -82,6 +82,21 @@ class WebSocketTrafficFilter(logging.Filter):
         return not record.msg.startswith(("<", ">"))
 
 
+class AccessQueryFilter(logging.Filter):
+    """uvicorn's access lines without the query string's values: a client that puts its key there
+    (``?api_key=sk-...``, refused with a 401) had it written whole in the log. The parameters' names stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == 5:
+            path = str(args[2])
+            if "?" in path:
+                route, query = path.split("?", 1)
+                names = [part.split("=", 1)[0] for part in query.split("&")]
+                record.args = (*args[:2], route + "?" + "&".join(f"{name}=..." for name in names), *args[3:])
+        return True
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -102,6 +117,7 @@ class JsonFormatter(logging.Formatter):
 def make_handler(log_format: str, stream: Any = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(WebSocketTrafficFilter())
+    handler.addFilter(AccessQueryFilter())
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     return handler

@@ -82,3 +82,18 @@ def test_context_follows_coroutine_onto_engine_loop_and_its_tasks(captured: io.S
         loop.stop()
     lines = _lines(captured)
     assert [line.get("response_id") for line in lines] == ["resp_3", "resp_3", None]
+
+
+def test_access_line_keeps_no_query_value() -> None:
+    """A key sent as ?api_key=... (refused with a 401) was written whole in the access log."""
+    stream = io.StringIO()
+    access = logging.getLogger("uvicorn.access")
+    handler = make_handler("json", stream)
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        access.info('%s - "%s %s HTTP/%s" %d', "127.0.0.1:1", "GET", "/v1/models?api_key=sk-secret&limit=2", "1.1", 401)
+    finally:
+        access.removeHandler(handler)
+    [line] = _lines(stream)
+    assert line["message"] == '127.0.0.1:1 - "GET /v1/models?api_key=...&limit=... HTTP/1.1" 401'
