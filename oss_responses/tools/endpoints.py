@@ -22,6 +22,9 @@ class McpEndpoint:
     addresses: tuple[str, ...] = ()
     # Non-empty: the URL prefixes (the allow-list's) its requests must stay under, redirects included.
     within: tuple[str, ...] = ()
+    # Whose session it is: a server's session state (Mcp-Session-Id) is never shared between API keys'
+    # owners (one owner read back what another had stored on a stateful server).
+    owner: str | None = None
 
     @property
     def transport(self) -> str:
@@ -29,7 +32,9 @@ class McpEndpoint:
 
     @property
     def key(self) -> tuple[str, str]:
-        digest = hashlib.sha256(json.dumps([sorted(self.headers.items()), self.addresses]).encode()).hexdigest()
+        digest = hashlib.sha256(
+            json.dumps([sorted(self.headers.items()), self.addresses, self.owner]).encode()
+        ).hexdigest()
         return (self.url, digest)
 
     def __repr__(self) -> str:

@@ -66,10 +66,11 @@ class ResolvedServer:
     # and the allow-list's prefixes it passed, which its requests must stay under.
     addresses: tuple[str, ...] = ()
     within: tuple[str, ...] = ()
+    owner: str | None = None  # the response's API key owner: its sessions are its own
 
     @property
     def endpoint(self) -> McpEndpoint:
-        return McpEndpoint(self.url, self.headers, self.addresses, self.within)
+        return McpEndpoint(self.url, self.headers, self.addresses, self.within, self.owner)
 
 
 async def resolve_servers(

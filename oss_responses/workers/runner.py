@@ -426,7 +426,7 @@ async def _generate(run: _Run, request: CreateResponseRequest) -> None:
     """On the engine loop: tools resolved, translator started, tools listed, prompt, then generation."""
     ctx, job = run.ctx, run.job
     ctx.writer.append_journal(job.response_id, ["begin", run.first_sequence_number])
-    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
+    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings, job.record.owner)
     known = listed_tools(job.history, request.input_items())  # grows with this response's listings
     run.translator = _translator(run, approval_policy(tools.servers, known), request)
     ctx.writer.append(job.response_id, run.translator.start())
@@ -461,7 +461,7 @@ async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) 
     items, and it goes on as a fresh run does.
     """
     ctx, job = run.ctx, run.job
-    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings)
+    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings, job.record.owner)
     known = listed_tools(job.history, request.input_items())
     before, after = split_at_prompt(steps)
     known.update(listed_in(before))

@@ -12,7 +12,7 @@ fails with a clear error the model reads.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from openai.types.responses import ResponseStreamEvent, WebSearchPreviewTool, WebSearchTool
 from openai.types.responses.tool import CodeInterpreter, Mcp
@@ -46,12 +46,12 @@ def uses_mcp(request: CreateResponseRequest) -> bool:
 
 
 async def prepare_tools(
-    pool: McpSessionPool | None, request: CreateResponseRequest, settings: Settings
+    pool: McpSessionPool | None, request: CreateResponseRequest, settings: Settings, owner: str | None = None
 ) -> PreparedTools:
-    """The response's servers and their executor (raises BadRequest: the response fails)."""
+    """The response's servers (``owner``'s sessions) and their executor (raises BadRequest: the response fails)."""
     if pool is None or not uses_mcp(request) or request.tool_choice == "none":
         return PreparedTools(NoToolExecutor())
-    servers = await resolve_servers(request.tools, settings)
+    servers = [replace(server, owner=owner) for server in await resolve_servers(request.tools, settings)]
     return PreparedTools(McpToolExecutor(pool, servers, timeout=settings.mcp_call_timeout_seconds), servers)
 
 

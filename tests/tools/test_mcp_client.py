@@ -30,6 +30,14 @@ async def test_pool_separates_sessions_by_headers(pool: McpSessionPool, calculat
     assert alice is not bob
 
 
+async def test_pool_separates_sessions_by_owner(pool: McpSessionPool, calculator_url: str) -> None:
+    """One owner read back what another had stored on a stateful server through a shared session."""
+    alice = await pool.client(McpEndpoint(calculator_url, owner="alice"))
+    bob = await pool.client(McpEndpoint(calculator_url, owner="bob"))
+    assert alice is not bob
+    assert await pool.client(McpEndpoint(calculator_url, owner="alice")) is alice
+
+
 async def test_pool_sends_endpoint_headers(pool: McpSessionPool, misbehaving_url: str) -> None:
     endpoint = McpEndpoint(misbehaving_url, {"Authorization": "Bearer s3cret"})
     result = await pool.call_tool(endpoint, "authorization", {}, timeout=5)
