@@ -39,7 +39,7 @@ from oss_responses.api.socket_protocol import (
     is_terminal,
     parse_command,
 )
-from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
+from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
@@ -52,13 +52,23 @@ log = logging.getLogger(__name__)
 
 MAX_ACTIVE = 16  # responses running at once on one connection, as OpenAI allows
 MAX_LANES = 32  # distinct named lanes of one connection
+# Commands received but not yet running, all lanes together: 300 waiting 1 MB creates had grown the API
+# by 350-380 MB (a command may be 16 MiB), enough for a few connections to get the process killed.
+MAX_WAITING_COMMANDS = 64
+MAX_WAITING_BYTES = 64 * 1024 * 1024
 SERVICE_RESTART = 1012  # the close code of a server that restarts: the client may reconnect at once
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    command: CreateCommand
+    size: int  # its message's bytes
 
 
 @dataclass(eq=False)
 class _Lane:
     stream_id: str | None
-    commands: asyncio.Queue[CreateCommand] = field(default_factory=asyncio.Queue)
+    commands: asyncio.Queue[_Waiting] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     running: str | None = None  # the response it relays now, until its log ends
 
@@ -70,6 +80,8 @@ class ResponsesSocket:
         # The handshake's key, checked again by each create, as each HTTP request is: a revocation holds at once.
         self._authorization = websocket.headers.get("authorization")
         self._lanes: dict[str | None, _Lane] = {}
+        self._waiting = 0  # commands received, not yet running
+        self._waiting_bytes = 0
         self._active = asyncio.Semaphore(MAX_ACTIVE)
         self._sending = asyncio.Lock()
         self._cache = ConnectionCache()
@@ -97,11 +109,22 @@ class ResponsesSocket:
         try:
             command = parse_command(parse_json_message(raw, self._services.settings))
             stream_id = command.stream_id
+            self._check_room(len(raw))
             lane = self._lane(stream_id)
         except ServiceError as exc:
             await self._send(error_message(exc, stream_id))
             return
-        lane.commands.put_nowait(command)
+        self._waiting += 1
+        self._waiting_bytes += len(raw)
+        lane.commands.put_nowait(_Waiting(command, len(raw)))
+
+    def _check_room(self, size: int) -> None:
+        if self._waiting >= MAX_WAITING_COMMANDS or self._waiting_bytes + size > MAX_WAITING_BYTES:
+            raise TooManyRequests(
+                f"Too many commands wait on this connection (at most {MAX_WAITING_COMMANDS}, "
+                f"{MAX_WAITING_BYTES // 2**20} MiB together); this one was not queued. Send it once earlier ones "
+                "have started.", code="websocket_queue_full",
+            )
 
     def _lane(self, stream_id: str | None) -> _Lane:
         lane = self._lanes.get(stream_id)
@@ -117,9 +140,11 @@ class ResponsesSocket:
     async def _run_lane(self, lane: _Lane) -> None:
         try:
             while True:
-                command = await lane.commands.get()
+                waiting = await lane.commands.get()
                 async with self._active:
-                    await self._run(lane, command)
+                    self._waiting -= 1
+                    self._waiting_bytes -= waiting.size
+                    await self._run(lane, waiting.command)
         except (WebSocketDisconnect, EventHubStopped):
             pass  # the socket is closed or closing: serve() stops every lane
 

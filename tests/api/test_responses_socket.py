@@ -22,6 +22,7 @@ from support.processes import start_api_process, start_worker_process, stop_proc
 from support.sockets import receive, text_of, until_end
 from websockets.exceptions import ConnectionClosed
 
+from oss_responses.api.socket import MAX_WAITING_COMMANDS
 from oss_responses.config import Settings
 from oss_responses.eventlog import parse_frame
 from oss_responses.statuses import ACTIVE_STATUSES
@@ -241,6 +242,18 @@ def test_create_on_lane_past_limit_is_refused(stack: Stack) -> None:
             if (event := _next(socket))["type"] == "error":
                 errors.append(event)
     assert errors[0]["error"]["code"] == "websocket_stream_limit_reached"
+
+
+def test_create_beyond_waiting_limit_is_refused_on_one_lane(stack: Stack) -> None:
+    """Commands wait behind a running one in bounded number: 300 waiting 1 MB creates had grown the API by
+    350-380 MB. The one past the limit gets an error event; the connection stays open."""
+    with _raw_socket(stack.base_url) as socket:
+        _send(socket, input=LONG)  # runs; every later command of the lane waits for its end
+        for _ in range(MAX_WAITING_COMMANDS + 1):
+            _send(socket, input="hi", generate=False)
+        while (event := _next(socket))["type"] != "error":
+            pass
+    assert event["status"] == 429 and event["error"]["code"] == "websocket_queue_full"
 
 
 def test_close_socket_cancels_running_response(stack: Stack) -> None:
