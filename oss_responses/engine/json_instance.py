@@ -99,10 +99,15 @@ class _Generator:
         names = list(properties) if "maxProperties" not in schema else required
         names += [name for name in required if name not in names]
         extra = schema.get("additionalProperties", {})
-        return {
-            name: self.value(properties.get(name, extra if extra is not False else {}), depth + 1, 0)
-            for name in names
-        }
+        written: dict[str, Any] = {}
+        for name in names:
+            try:
+                written[name] = self.value(properties.get(name, extra if extra is not False else {}), depth + 1, 0)
+            except UnsatisfiableSchema:
+                if name in required:
+                    raise
+                # An optional property no value fits (``false``) or that recurses without end is left out.
+        return written
 
     def _array(self, schema: dict[str, Any], depth: int) -> list[Any]:
         prefix = schema.get("prefixItems", [])
