@@ -99,7 +99,7 @@ class Settings(BaseSettings):
         262_144, ge=0,
         description="A prompt that costs more to tokenise than this many characters of prose is tokenised in a child "
         "process (of the worker, or of the API for input_tokens): harmony holds the GIL while it tokenises (about "
-        "0.2 s per MB of prose; an unbroken run of L characters costs L²/256 characters' worth), which would stall "
+        "0.2 s per MB of prose; an unbroken run of L bytes costs L²/256 characters' worth), which would stall "
         "every running response",
     )
     visibility_timeout_seconds: int = Field(

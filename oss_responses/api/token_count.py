@@ -55,12 +55,9 @@ async def count_input_tokens(
     options = render_options(services.settings, utcnow(), sealer=services.sealer)
     tokenizer = await services.encoding.tokenizer()
     budget = await _truncation_budget(services, request)
-
-    def tokenize(messages: list[dict[str, Any]], for_completion: bool, weight: int) -> list[int]:
-        return tokenizer.tokenize_blocking(messages, for_completion=for_completion, weight=weight)
-
     rendered = await anyio.to_thread.run_sync(
-        partial(render_prompt, request, history, options, tokenizer.encoding, budget, tokenize=tokenize)
+        partial(render_prompt, request, history, options, tokenizer.encoding, budget,
+                tokenize=tokenizer.tokenize_blocking)
     )
     return InputTokenCountResponse(input_tokens=len(rendered.token_ids), object="response.input_tokens").model_dump()
 

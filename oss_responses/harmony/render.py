@@ -37,9 +37,9 @@ of the call the worker writes for the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 from openai.types.responses import FunctionTool, NamespaceTool
 from openai.types.responses.tool import CodeInterpreter, Mcp
@@ -196,9 +196,11 @@ def plan_conversation(
         messages.append(developer)
     conversation_start = len(messages)
     kept = cut.kept(replayed)
-    head = cost_of([message.to_dict() for message in messages])
-    check_tokenizable(head + cost_of(new_messages))  # what this request adds: earlier turns were checked
-    cost = head + cost_of(kept)
+    head, added = cost_of([message.to_dict() for message in messages]), cost_of(new_messages)
+    check_tokenizable(head + added)  # what this request adds: earlier turns were checked when they came
+    # The input is scanned once (a cut's dropped input still counts: the estimate errs on the costly side).
+    new_ids = {id(message) for message in new_messages}
+    cost = head + added + cost_of([message for message in kept if id(message) not in new_ids])
     messages += [Message.from_dict(message) for message in kept]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)
@@ -219,8 +221,10 @@ def items_turn(
     return ConversationTurn(messages, converter.function_calls, [dict(item) for item in stored])
 
 
-# (prompt messages, for completion, the prompt's TokenizingCost.weight) -> token ids
-Tokenize = Callable[[list[dict[str, Any]], bool, int], list[int]]
+class Tokenize(Protocol):
+    """Prompt messages -> token ids, given the prompt's ``TokenizingCost.weight`` (``PromptTokenizer``'s)."""
+
+    def __call__(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]: ...
 
 
 def render_prompt(
@@ -236,7 +240,7 @@ def render_prompt(
         if tokenize is None:
             token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
         else:
-            token_ids = tokenize(prompt_messages, plan.approval is None, plan.cost.weight)
+            token_ids = tokenize(prompt_messages, for_completion=plan.approval is None, weight=plan.cost.weight)
         return plan, rendered_prompt(plan, token_ids, prompt_messages)
 
     plan, rendered = render(WHOLE)

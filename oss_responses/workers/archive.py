@@ -42,7 +42,8 @@ def archive_event_log(db: Database, redis: Redis, response_id: str, *, ttl_secon
         except IntegrityError:
             if db.run(get_response, response_id) is not None:
                 raise
-            return _drop(redis, response_id, closed)  # deleted since its end was saved
+            _drop(redis, response_id, closed)  # deleted since its end was saved
+            return False
         return leave_tombstone(redis, response_id, closed)
     except (RedisError, SQLAlchemyError):
         log.warning("archiving the event log of %s failed: it stays in Redis until its TTL", response_id,
@@ -62,7 +63,6 @@ def drop_event_log(redis: Redis, response_id: str) -> None:
                     exc_info=True)
 
 
-def _drop(redis: Redis, response_id: str, closed: ClosedStream) -> bool:
+def _drop(redis: Redis, response_id: str, closed: ClosedStream) -> None:
     leave_tombstone(redis, response_id, replace(closed, first_sequence_number=0, frames=[]))
     log.info("%s was deleted while it ran: its event log is dropped", response_id)
-    return False
