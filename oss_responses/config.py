@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         "0.2 s per MB of prose; an unbroken run of L bytes costs L²/256 characters' worth), which would stall "
         "every running response",
     )
+    grammar_compile_seconds: float = Field(
+        10.0, gt=0,
+        description="vLLM: a JSON schema (text.format, a strict function's parameters) whose grammar does not compile "
+        "within this many seconds fails its response (code invalid_prompt); each new schema is first compiled in a "
+        "child process of the worker, so that none costs the engine longer (a minLength of 20,000 took 5-13 s)",
+    )
     visibility_timeout_seconds: int = Field(
         300, ge=1,
         description="Redis broker: when an unacknowledged task is redelivered",

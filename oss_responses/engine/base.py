@@ -51,6 +51,11 @@ class PromptTooLongError(ValueError):
     """The prompt leaves no room for output within the model's context."""
 
 
+class SchemaNotConstrainable(ValueError):
+    """A schema the engine cannot constrain output to: its grammar cannot express it, or takes too long to
+    compile (``engine/grammar.py``)."""
+
+
 def check_prompt_length(prompt_token_ids: Sequence[int], context_tokens: int) -> None:
     # vLLM rejects it too, but with its own wording; the worker adds what the user can do about it.
     if len(prompt_token_ids) >= context_tokens:

@@ -24,11 +24,12 @@ A request opts in with ``SamplingParams.extra_args``: ``{"structured_output": SP
 :func:`oss_responses.engine.response_format.structured_output_spec`), and ``{"strict_calls":
 {recipient: parameters schema}}`` (:func:`oss_responses.harmony.render.strict_functions`). The
 vocabulary (o200k bytes, special tokens empty) is read once per engine process from
-``TIKTOKEN_ENCODINGS_BASE`` (set by the worker before vLLM starts); grammars are compiled once per
-schema (a call's when the model first calls it), the most recent 256 kept. An answer is constrained
-to compact separators, as the scripted engine writes it, so a forced scripted answer passes the
-grammar too; arguments allow one whitespace character wherever JSON allows some, as models write
-them. This module imports vLLM; the engine core process loads it by name.
+``TIKTOKEN_ENCODINGS_BASE`` (set by the worker before vLLM starts); a request's grammars (its answer's,
+every strict function's) start compiling in threads when it joins the batch, never in the engine's
+step, once per schema, the most recent 256 kept (``engine/grammar.py``, which also says how the worker
+bounds their cost). An answer is constrained to compact separators, as the scripted engine writes it,
+so a forced scripted answer passes the grammar too; arguments allow one whitespace character wherever
+JSON allows some, as models write them. This module imports vLLM; the engine core process loads it by name.
 """
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ import json
 import logging
 import os
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -48,6 +51,7 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
+from oss_responses.engine.grammar import SEPARATORS, compile_grammar, grammar_key, new_compiler
 from oss_responses.engine.response_format import REQUIRED_CALL_KEY, STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import CALL, CHANNEL, END, MESSAGE, RETURN, START
 from oss_responses.engine.vllm import FORCED_TOKENS_KEY
@@ -57,9 +61,6 @@ if TYPE_CHECKING:
     from vllm.config import VllmConfig
 
 log = logging.getLogger(__name__)
-
-_SEPARATORS = (",", ":")
-
 
 def _spec_of(params: SamplingParams) -> dict[str, Any] | None:
     spec = (params.extra_args or {}).get(STRUCTURED_OUTPUT_KEY)
@@ -105,67 +106,64 @@ def _forced_length(params: SamplingParams) -> int:
 
 
 def _check_schema(schema: dict[str, Any]) -> None:
-    """Refuse (before the request reaches the engine core) a schema xgrammar cannot turn into a grammar."""
+    """Refuse (before the request reaches the engine core) a schema xgrammar cannot turn into a grammar.
+
+    The worker's ``GrammarBudget`` refuses it first (and one too costly to compile); this is the engine's
+    own guard, cheap (no compile: 0.3-3 ms)."""
     import xgrammar
 
     try:
-        xgrammar.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=_SEPARATORS)
+        xgrammar.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False, separators=SEPARATORS)
     except RuntimeError as exc:
         reason = str(exc).rsplit(": ", 1)[-1].strip() if ": " in str(exc) else str(exc).strip()
         raise ValueError(f"text.format.schema cannot be used for constrained decoding: {reason}") from exc
 
 
 class Grammars:
-    """The vocabulary as xgrammar sees it, and compiled grammars by schema (the most recent kept)."""
+    """The vocabulary as xgrammar sees it, and grammars compiled by schema (the most recent kept).
+
+    Compiled in threads, never in the engine's step (``engine/grammar.py``): a request's grammars start
+    compiling when it joins the batch, and its matcher waits for one only if the model reaches the
+    constrained message first (after its analysis, most often, the grammar is long compiled)."""
 
     KEPT = 256
 
     def __init__(self, vocab_size: int) -> None:
-        import xgrammar
-
-        from oss_responses.vocab import token_bytes
-
-        self.vocabulary = token_bytes(_vocab_folder(), vocab_size)
+        self.vocabulary, self.compiler = new_compiler(_vocab_folder(), vocab_size)
         self.final_token = self.vocabulary.index(b"final")
-        self.info = xgrammar.TokenizerInfo(self.vocabulary, xgrammar.VocabType.RAW, vocab_size=vocab_size,
-                                           stop_token_ids=[RETURN])
-        self.compiler = xgrammar.GrammarCompiler(self.info, max_threads=1)
-        self._compiled: OrderedDict[str, xgrammar.CompiledGrammar] = OrderedDict()
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="grammar")
+        self._compiled: OrderedDict[str, Future[xgrammar.CompiledGrammar]] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def answer_matcher(self, spec: dict[str, Any]) -> xgrammar.GrammarMatcher:
-        """A final answer's: compact JSON, then ``<|return|>``."""
-        import xgrammar
-
-        schema = spec["schema"] if spec["type"] == "json_schema" else {"type": "object"}
-        return xgrammar.GrammarMatcher(self._compile(schema, compact=True))
-
-    def call_matcher(self, schema: dict[str, Any]) -> xgrammar.GrammarMatcher:
-        """A strict function call's arguments: JSON, a whitespace character allowed between its tokens
-        (as ``json.dumps`` and models write it), then ``<|call|>``."""
-        import xgrammar
-
-        return xgrammar.GrammarMatcher(self._compile(schema, compact=False), override_stop_tokens=[CALL])
+    def compiling(self, schema: dict[str, Any], *, compact: bool) -> Future[xgrammar.CompiledGrammar]:
+        """The schema's grammar, compiled or compiling: an answer's (``compact``) or a call's arguments'."""
+        key = grammar_key(schema, compact=compact)
+        with self._lock:
+            if key in self._compiled:
+                self._compiled.move_to_end(key)
+                return self._compiled[key]
+            future = self._threads.submit(compile_grammar, self.compiler, schema, compact=compact)
+            self._compiled[key] = future
+            if len(self._compiled) > self.KEPT:
+                self._compiled.popitem(last=False)
+            return future
 
     def text(self, tokens: Sequence[int]) -> str:
         """A header's text, each special token a space (``<|channel|>commentary to=functions.f <|constrain|>json``
         reads ``" commentary to=functions.f  json"``)."""
         return b"".join(self.vocabulary[token] or b" " for token in tokens).decode("utf-8", "replace")
 
-    def _compile(self, schema: dict[str, Any], *, compact: bool) -> xgrammar.CompiledGrammar:
-        key = json.dumps([schema, compact], sort_keys=True)
-        if key in self._compiled:
-            self._compiled.move_to_end(key)
-            return self._compiled[key]
-        if compact:
-            compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
-                                                         separators=_SEPARATORS)
-        else:  # one whitespace character where JSON allows some: more would let a model pad forever
-            compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=True,
-                                                         max_whitespace_cnt=1)
-        self._compiled[key] = compiled
-        if len(self._compiled) > self.KEPT:
-            self._compiled.popitem(last=False)
-        return compiled
+
+def _matcher(grammar: Future[xgrammar.CompiledGrammar], what: str, **options: Any) -> xgrammar.GrammarMatcher | None:
+    """A matcher once the grammar compiled (waiting for it here, in the step, only if it has not yet);
+    None, logged, if it did not: an error here would take the engine core down."""
+    import xgrammar
+
+    try:
+        return xgrammar.GrammarMatcher(grammar.result(), **options)
+    except Exception:
+        log.warning("structured output: %s did not compile; unconstrained", what, exc_info=True)
+        return None
 
 
 def _vocab_folder() -> Path:
@@ -211,8 +209,8 @@ class _Constrained:
     Positions count over the prompt's open message (``opened``), then the generated tokens."""
 
     grammars: Grammars
-    answer: xgrammar.GrammarMatcher | None  # the response format's, for a final message
-    calls: dict[str, dict[str, Any]]  # strict functions' parameters by recipient
+    answer: Future[xgrammar.CompiledGrammar] | None  # the response format's, for a final message
+    calls: dict[str, Future[xgrammar.CompiledGrammar]]  # strict functions' arguments' by recipient
     generated: list[int]  # vLLM's live list of the request's output tokens
     opened: list[int] = field(default_factory=list)
     forced: int = 0  # the first tokens a forced script dictates: fed, not masked
@@ -289,16 +287,12 @@ class _Constrained:
 
     def _matcher_for(self, header: range) -> xgrammar.GrammarMatcher | None:
         if self.answer is not None and self._is_final(header):
-            return self.answer
+            # Compact JSON, then <|return|> (the compiler's stop token).
+            return _matcher(self.answer, "the response format's schema")
         recipient = self._recipient(header) if self.calls else None
         if recipient is None or recipient not in self.calls:
             return None
-        try:
-            return self.grammars.call_matcher(self.calls[recipient])
-        except Exception:  # whatever xgrammar raises: an error here would take the engine core down
-            log.warning("structured output: the parameters of %s do not compile; its call is unconstrained",
-                        recipient, exc_info=True)
-            return None
+        return _matcher(self.calls[recipient], f"the parameters of {recipient}", override_stop_tokens=[CALL])
 
     def _recipient(self, header: range) -> str | None:
         found = _RECIPIENT.search(self.grammars.text([self._at(index) for index in header]))
@@ -343,16 +337,13 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
 
             self._grammars = Grammars(self._vocab_size)
             self._bitmask = xgrammar.allocate_token_bitmask(self._max_rows, self._vocab_size)
+        grammars = self._grammars
         answer = None
-        if spec is not None:
-            try:
-                answer = self._grammars.answer_matcher(spec)
-            except Exception:
-                # validate_params refuses such schemas first; never let one take the engine core down.
-                log.exception("structured output: the schema did not compile; the answer runs unconstrained")
-        if answer is None and not calls and required is None:
-            return None
-        return _Constrained(self._grammars, answer, calls, generated, open_message(prompt), _forced_length(params),
+        if spec is not None:  # json_object: any object
+            answer = grammars.compiling(spec["schema"] if spec["type"] == "json_schema" else {"type": "object"},
+                                        compact=True)
+        compiling = {recipient: grammars.compiling(schema, compact=False) for recipient, schema in calls.items()}
+        return _Constrained(grammars, answer, compiling, generated, open_message(prompt), _forced_length(params),
                             required)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings, check_prompt_length
+from oss_responses.engine.grammar import GrammarBudget
 from oss_responses.statuses import FinishReason
 from oss_responses.vocab import ensure_vocabulary
 
@@ -229,6 +230,7 @@ class VllmEngine:
         self._frontend = frontend  # None: this process starts its own engine core
         self._scripts: ScriptedAnswers | None = None
         self._llm: AsyncLLM | None = None
+        self._grammars: GrammarBudget | None = None
         # request id -> abort requested; for the ids whose generate() is running
         self._running: dict[str, bool] = {}
 
@@ -268,14 +270,16 @@ class VllmEngine:
             log.info("connecting to the shared vLLM engine core as front end %d of %d",
                      self._frontend.index + 1, self._frontend.count)
             self._llm = self._frontend.connect(args)
+        self._grammars = GrammarBudget(self._settings.tiktoken_dir, self._llm.model_config.get_vocab_size(),
+                                       self._settings.grammar_compile_seconds)
 
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
-        prompt, params = self._request(prompt_token_ids, sampling)
-        self._running[request_id] = False
+        self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
         first, finished = True, False
         try:
+            prompt, params = await self._request(prompt_token_ids, sampling)
             async for output in self.llm.generate(prompt, params, request_id):
                 if self._running[request_id] and not output.finished:
                     # abort() arrived before vLLM had registered the request: repeat it now.
@@ -300,11 +304,11 @@ class VllmEngine:
         18.8-20.9 against 22.6-23.0 us of loop-thread CPU per token). The hook is vLLM's internals
         (0.32): tests/engine/test_vllm.py runs ``stream`` on the real engine.
         """
-        prompt, params = self._request(prompt_token_ids, sampling)
         feed = _OutputFeed(on_output)
-        self._running[request_id] = False
+        self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
         finished = False
         try:
+            prompt, params = await self._request(prompt_token_ids, sampling)
             queue = await self.llm.add_request(request_id, prompt, params)
             # An output put before the feed took over waits in the queue (not seen, but not excluded).
             early = queue.get_nowait()
@@ -324,19 +328,27 @@ class VllmEngine:
                 feed.done.cancel()
                 await self.llm.abort(request_id)
 
-    def _request(
+    async def _request(
         self, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> tuple[TokensPrompt, SamplingParams]:
-        """What vLLM is given for a request (its length checked, its script forced in when scripted)."""
+        """What vLLM is given for a request (its length checked, its grammars known to compile in time,
+        its script forced in when scripted)."""
         from vllm.inputs import TokensPrompt
 
         self._check_length(prompt_token_ids)
+        if self._grammars is not None:
+            sampling = dataclasses.replace(sampling, extra=await self._grammars.admit(sampling.extra))
         if self._scripts is not None:
             sampling = self._forced(prompt_token_ids, sampling)
         return TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sampling_params(sampling)
 
     def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
         check_prompt_length(prompt_token_ids, self.llm.model_config.max_model_len)
+
+    @property
+    def grammars(self) -> GrammarBudget | None:
+        """What admits a request's grammars to the engine (None before ``start``)."""
+        return self._grammars
 
     @property
     def context_tokens(self) -> int | None:
@@ -356,6 +368,8 @@ class VllmEngine:
         await self.llm.abort(request_id)
 
     async def shutdown(self) -> None:
+        if self._grammars is not None:
+            self._grammars.close()
         if self._llm is not None:
             llm, self._llm = self._llm, None
             llm.shutdown()

@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
-from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings
+from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings, SchemaNotConstrainable
 from oss_responses.engine.response_format import (
     REQUIRED_CALL_KEY,
     STRICT_CALLS_KEY,
@@ -261,6 +261,9 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback, invalid_prompt
         log.warning("response %s failed: %s", job.response_id, exc)
         _fail(run, f"{exc} {_too_long_advice(job.request())}", code="invalid_prompt")
+    except SchemaNotConstrainable as exc:
+        log.warning("response %s failed: %s", job.response_id, exc)
+        _fail(run, str(exc), code="invalid_prompt")
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         if isinstance(exc, JobLoadError):

@@ -69,7 +69,8 @@ def engine_loop() -> Iterator[EngineLoop]:
 
 @pytest.fixture(scope="session")
 def engine(vllm_environment: Path, tiny_model: Path, engine_loop: EngineLoop) -> Iterator[VllmEngine]:
-    engine = VllmEngine(tiny_settings(tiny_model))
+    # A long grammar budget: the tests of slow grammars time the engine, not the budget (tests/engine/test_grammar.py).
+    engine = VllmEngine(tiny_settings(tiny_model).model_copy(update={"grammar_compile_seconds": 120.0}))
     with environment_restored():  # vLLM's variables are for the processes the start spawned
         engine_loop.run(engine.start(), timeout=180)
     yield engine

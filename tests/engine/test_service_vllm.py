@@ -40,6 +40,7 @@ pytestmark = pytest.mark.engine
 
 CODE_INTERPRETER = {"type": "code_interpreter", "container": {"type": "auto"}}
 DEADLINE_S = 60.0
+GRAMMAR_SECONDS = 2
 
 
 @dataclass
@@ -61,7 +62,8 @@ def stack(redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_environm
         settings = Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
                             tool_servers={"code_interpreter": calculator, "calc": calculator})
         try:
-            env = vllm_worker_env(settings, tiny_model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true")
+            env = vllm_worker_env(settings, tiny_model, OSS_RESPONSES_VLLM_FORCE_SCRIPTED="true",
+                                  OSS_RESPONSES_GRAMMAR_COMPILE_SECONDS=str(GRAMMAR_SECONDS))
             processes.append(start_vllm_worker(settings, env, logs / "worker.log"))
             api, base_url = start_api_process(settings, logs / "api.log")
             processes.append(api)
@@ -225,6 +227,20 @@ def test_parse_json_schema_through_vllm_passes_the_grammar(stack: Stack) -> None
 
     assert response.status == "completed" and isinstance(response.output_parsed, Verdict)
     assert "outside the grammar" not in (stack.logs / "worker.log").read_text(errors="replace")
+
+
+def test_schema_too_costly_to_compile_fails_response_saying_so(stack: Stack) -> None:
+    # About 3 s to compile on one core (engine/grammar.py), over the worker's budget of 2.
+    schema = {"type": "object", "properties": {"text": {"type": "string", "minLength": 1500}}, "required": ["text"]}
+
+    events = stream_all(stack.client, input="Write at length.",
+                        text={"format": {"type": "json_schema", "name": "essay", "schema": schema}})
+
+    assert events[-1].type == "response.failed"
+    error = stack.client.responses.retrieve(events[-1].response.id).error
+    assert error is not None and error.code == "invalid_prompt"
+    assert error.message.startswith(f"The schema of text.format cannot be used for constrained decoding: its grammar "
+                                    f"did not compile within {GRAMMAR_SECONDS} s")
 
 
 SPELL = {"type": "function", "name": "spell", "parameters": {"type": "object"}}

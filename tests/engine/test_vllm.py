@@ -40,7 +40,7 @@ from support.forced_harmony import (
 )
 from support.tiny_engine import EngineLoop, tiny_settings
 
-from oss_responses.engine.base import EngineOutput, SamplingSettings
+from oss_responses.engine.base import EngineOutput, SamplingSettings, SchemaNotConstrainable
 from oss_responses.engine.response_format import REQUIRED_CALL_KEY, STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import ScriptWriter, parse_prompt
 from oss_responses.engine.vllm import (
@@ -539,10 +539,44 @@ def test_generate_finishes_the_header_of_a_required_call_with_a_function_shown(
 def test_generate_refuses_schema_the_grammar_cannot_express(
     engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
 ) -> None:
-    from vllm.exceptions import VLLMValidationError
-
     spec = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {"type": "tuple"}}}
     sampling = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=spec)
 
-    with pytest.raises(VLLMValidationError, match="cannot be used for constrained decoding"):
+    with pytest.raises(SchemaNotConstrainable, match="cannot be used for constrained decoding"):
         engine_loop.run(collect(engine, "bad-schema", prompt_for(encoding, "hi"), sampling))
+
+
+# About 3 s to compile here (engine/grammar.py's figures): long enough to show in another request's tokens.
+SLOW_GRAMMAR = {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {
+    "type": "object", "properties": {"text": {"type": "string", "minLength": 1500}}, "required": ["text"]}}}
+
+
+def test_grammar_compiles_without_holding_other_requests_tokens(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    """A request joining the batch starts compiling its grammar in a thread of the engine core; its
+    step goes on (it compiled in the step: every running response waited its whole compile)."""
+    assert engine.grammars is not None
+    engine_loop.run(engine.grammars.admit(SLOW_GRAMMAR.copy()), timeout=120)  # the worker's check, untimed here
+    free = SamplingSettings(max_tokens=1500)
+    structured = SamplingSettings(max_tokens=200, stop_token_ids=encoding.stop_tokens_for_assistant_actions(),
+                                  extra=SLOW_GRAMMAR)
+
+    async def gaps_while_the_grammar_compiles() -> tuple[list[float], bool]:
+        outputs = aiter(engine.generate("free-beside-grammar", prompt_for(encoding, "Go on."), free))
+        for _ in range(5):
+            await anext(outputs)
+        joining = asyncio.create_task(collect(engine, "slow-grammar", prompt_for(encoding, "unscripted"), structured))
+        times, last = [time.monotonic()], None
+        while time.monotonic() - times[0] < 4.0 and (last is None or not last.finished):
+            last = await anext(outputs)
+            times.append(time.monotonic())
+        await engine.abort("free-beside-grammar")
+        await engine.abort("slow-grammar")
+        await joining
+        return [b - a for a, b in zip(times, times[1:], strict=False)], bool(last and last.finished)
+
+    gaps, free_ended = engine_loop.run(gaps_while_the_grammar_compiles(), timeout=60)
+
+    assert not free_ended, "the free request ended before the grammar could have compiled"
+    assert max(gaps) < 1.0
