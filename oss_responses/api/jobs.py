@@ -85,16 +85,17 @@ async def load_visible(services: Services, response_id: str, owner: Owner) -> Re
 
 
 async def load_chain(services: Services, previous_response_id: str | None, owner: Owner) -> list[ResponseRecord]:
-    """The conversation a request continues: 404 if its previous response is unknown (or another
-    owner's: a chain is never grafted onto someone else's turns), 400 if unfinished."""
+    """The conversation a request continues: 400 ``previous_response_not_found`` if its previous response is
+    unknown (or another owner's: a chain is never grafted onto someone else's turns), as OpenAI answers
+    it (clients that replay the whole conversation on that 400 rely on it), and 400 if unfinished."""
     if previous_response_id is None:
         return []
     chain = await services.db.run(get_chain, previous_response_id)
     previous = chain[-1] if chain else None
     if (previous is None or previous.id != previous_response_id or not previous.store
             or not all(owner.may_see(turn) for turn in chain)):
-        raise NotFound(f"Previous response with id '{previous_response_id}' not found.", param="previous_response_id",
-                       code="previous_response_not_found")
+        raise BadRequest(f"Previous response with id '{previous_response_id}' not found.",
+                         param="previous_response_id", code="previous_response_not_found")
     if previous.status == "in_progress" and await caught_up(services, previous.id):
         chain = await services.db.run(get_chain, previous_response_id) or chain
         previous = chain[-1]

@@ -260,7 +260,7 @@ def test_create_response_store_false_runs_but_is_not_retrievable(stack: Stack) -
     assert response.status == "completed" and "forget me" in response.output_text
     with pytest.raises(openai.NotFoundError):
         stack.other.responses.retrieve(response.id)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError, match="Previous response with id .* not found"):
         stack.client.responses.create(model=MODEL, input="again", previous_response_id=response.id)
 
 

@@ -73,10 +73,12 @@ def test_create_response_unknown_model_is_404_model_not_found(client: OpenAI) ->
     assert caught.value.code == "model_not_found" and caught.value.param == "model"
 
 
-def test_create_response_unknown_previous_response_is_404(client: OpenAI) -> None:
-    with pytest.raises(openai.NotFoundError) as caught:
+def test_create_response_unknown_previous_response_is_400_previous_response_not_found(client: OpenAI) -> None:
+    # OpenAI's answer (HTTP and WebSocket): clients that replay the whole conversation on it key on the 400.
+    with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=MODEL, input="hi", previous_response_id="resp_nope", background=True)
-    assert caught.value.param == "previous_response_id"
+    assert (caught.value.param, caught.value.code) == ("previous_response_id", "previous_response_not_found")
+    assert caught.value.message.endswith("Previous response with id 'resp_nope' not found.")
 
 
 def test_create_response_background_without_store_is_400(client: OpenAI) -> None:

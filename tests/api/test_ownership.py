@@ -64,13 +64,14 @@ def _ended(alice: KeyClient) -> str:
 
 
 @pytest.mark.parametrize(("method", "path", "body"), ROUTES, ids=[f"{m} {p} {b and list(b)}" for m, p, b in ROUTES])
-def test_response_of_other_owner_is_404_like_unknown_id(
+def test_response_of_other_owner_is_answered_like_unknown_id(
     alice: KeyClient, bob: KeyClient, method: str, path: str, body: dict | None
 ) -> None:
     response_id = _ended(alice)
     theirs = _request(bob.http, method, path, body, response_id)
     unknown = _request(bob.http, method, path, body, MISSING)
-    assert theirs.status_code == unknown.status_code == 404
+    # OpenAI's answers: 404 for a response the path names, 400 previous_response_not_found for one to continue.
+    assert theirs.status_code == unknown.status_code == (400 if body and "previous_response_id" in body else 404)
     assert theirs.headers.get("content-type") == unknown.headers.get("content-type")
     assert theirs.text == unknown.text.replace(MISSING, response_id)
 
@@ -124,9 +125,11 @@ def test_input_items_of_other_owner_with_sdk_are_not_found(alice: KeyClient, bob
         bob.sdk.responses.input_items.list(created.id)
 
 
-def test_chain_onto_other_owner_is_404_and_stores_nothing(alice: KeyClient, bob: KeyClient, api: ApiServer) -> None:
+def test_chain_onto_other_owner_is_not_found_and_stores_nothing(
+    alice: KeyClient, bob: KeyClient, api: ApiServer
+) -> None:
     response_id = _ended(alice)
-    with pytest.raises(openai.NotFoundError) as refused:
+    with pytest.raises(openai.BadRequestError) as refused:
         bob.sdk.responses.create(model=MODEL, input="what did alice say?", previous_response_id=response_id,
                                  background=True)
     assert refused.value.body["param"] == "previous_response_id"  # type: ignore[index]
@@ -136,7 +139,9 @@ def test_chain_onto_other_owner_is_404_and_stores_nothing(alice: KeyClient, bob:
     assert owners == ["alice", "alice"] and own.previous_response_id == response_id
 
 
-def test_chain_through_a_turn_of_other_owner_is_404(alice: KeyClient, bob: KeyClient, api: ApiServer) -> None:
+def test_chain_through_a_turn_of_other_owner_is_previous_response_not_found(
+    alice: KeyClient, bob: KeyClient, api: ApiServer
+) -> None:
     # A chain whose earlier turn is another owner's (rows written in open mode, then keys turned on).
     response_id = _ended(alice)
     with api.db.engine.begin() as connection:
@@ -149,7 +154,7 @@ def test_chain_through_a_turn_of_other_owner_is_404(alice: KeyClient, bob: KeyCl
         connection.exec_driver_sql("UPDATE responses SET owner = 'alice' WHERE id = ?"
                                    if connection.dialect.name == "sqlite" else
                                    "UPDATE responses SET owner = 'alice' WHERE id = %s", (response_id,))
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.BadRequestError, match="Previous response with id .* not found"):
         bob.sdk.responses.create(model=MODEL, input="again", previous_response_id=later.id, background=True)
 
 

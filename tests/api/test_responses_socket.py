@@ -148,7 +148,7 @@ def test_continue_unstored_response_from_other_connection_is_previous_response_n
     with stack.client.responses.connect() as connection:
         connection.response.create(model=MODEL, input="and now?", previous_response_id=first_id)
         error = receive(connection)
-    assert error["type"] == "error" and error["status"] == 404
+    assert error["type"] == "error" and error["status"] == 400
     assert error["error"]["code"] == "previous_response_not_found"
 
 
