@@ -105,6 +105,7 @@ _TOOL_MODELS: dict[str, type[RequestTool]] = {
     "web_search_preview": WebSearchPreviewTool,
     "web_search_preview_2025_03_11": WebSearchPreviewTool,
     "web_search": WebSearchTool,
+    "web_search_2025_08_26": WebSearchTool,
 }
 
 _ITEM_MODELS: dict[str, type[InputItem]] = {
@@ -287,6 +288,10 @@ class Reasoning(BaseModel):
     effort: ReasoningEffort | None = None
     summary: Literal["auto", "concise", "detailed"] | None = None
     generate_summary: Literal["auto", "concise", "detailed"] | None = None
+    # Accepted, and echoed as what gpt-oss runs (api/queued.py): it has one mode, and earlier turns'
+    # reasoning is left out of its prompt, as harmony prescribes.
+    context: Literal["auto", "current_turn", "all_turns"] | None = None
+    mode: str | None = None
 
 
 class TextFormat(BaseModel):

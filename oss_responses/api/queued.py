@@ -55,6 +55,12 @@ def split_secrets(tools: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], di
 def _echo(request: CreateResponseRequest, tools: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
     reasoning = wire_json(request.reasoning, exclude_none=True) if request.reasoning else {}
     reasoning.setdefault("effort", settings.default_reasoning_effort)
+    # OpenAI echoes the effective values: harmony renders earlier turns without their reasoning (a
+    # tool loop's own reasoning stays), and gpt-oss has one execution mode.
+    if "context" in reasoning:
+        reasoning["context"] = "current_turn"
+    if "mode" in reasoning:
+        reasoning["mode"] = "standard"
     text = wire_json(request.text, exclude_none=True) if request.text else {}
     text.setdefault("format", {"type": "text"})
     text.setdefault("verbosity", "medium")  # OpenAI echoes its default

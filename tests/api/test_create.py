@@ -143,6 +143,14 @@ def test_create_response_echoes_effort_as_requested_and_hides_client_metadata(cl
     assert "client_metadata" not in response.model_dump()
 
 
+def test_create_response_echoes_reasoning_context_and_mode_gpt_oss_runs(client: OpenAI) -> None:
+    # openai's Reasoning: "When returned on a response, this is the effective" context and mode.
+    response = client.responses.create(model=MODEL, input="hi", background=True,
+                                       reasoning={"effort": "low", "context": "all_turns", "mode": "pro"})
+    assert response.reasoning is not None
+    assert (response.reasoning.context, response.reasoning.mode) == ("current_turn", "standard")
+
+
 def test_create_response_echoes_openai_defaults_of_fields_left_out(client: OpenAI) -> None:
     response = client.responses.create(model=MODEL, input="hi", background=True)
     assert (response.service_tier, response.top_logprobs) == ("default", 0)

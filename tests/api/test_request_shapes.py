@@ -70,6 +70,8 @@ ACCEPTED: dict[str, dict[str, Any]] = {
     "namespace tool": {"tools": [NAMESPACE]},
     "web_search tool": {"tools": [{"type": "web_search", "external_web_access": False}]},
     "web_search_preview tool": {"tools": [{"type": "web_search_preview"}]},
+    "web_search tools of dated types": {"tools": [{"type": "web_search_2025_08_26"},
+                                                  {"type": "web_search_preview_2025_03_11"}]},
     "reasoning effort none": {"reasoning": {"effort": "none"}},
     "reasoning effort minimal": {"reasoning": {"effort": "minimal"}},
     "reasoning effort xhigh": {"reasoning": {"effort": "xhigh"}},
