@@ -99,12 +99,14 @@ def render_options(
     created_at: datetime,
     mcp_tools: Mapping[str, list[McpToolSpec]] | None = None,
     sealer: Sealer | None = None,
+    owner: str | None = None,
 ) -> RenderOptions:
+    """``owner``: whose sealed blobs the render may open (``sealing.py``; None: open mode)."""
     return RenderOptions(
         conversation_start_date=created_at.astimezone(UTC).date().isoformat(),
         knowledge_cutoff=settings.knowledge_cutoff,
         default_reasoning_effort=settings.default_reasoning_effort,
         builtin_tool_labels=settings.builtin_tool_labels,
         mcp_tools=dict(mcp_tools or {}),
-        unseal=sealer.open if sealer is not None else None,
+        unseal=sealer.opening(owner) if sealer is not None else None,
     )

@@ -4,7 +4,11 @@ A blob is a Fernet token (AES-128-CBC + HMAC-SHA256, authenticated) over a versi
 ``{"v": 1, "kind": "reasoning" | "compaction", "messages": [harmony message dicts]}``: the exact
 harmony messages the item stands for, so a client that replays the item (``store: false``) renders
 byte-identical prompt tokens. The kind is inside the authenticated payload, so a compaction blob
-cannot be passed off as reasoning or the other way round.
+cannot be passed off as reasoning or the other way round; so is the owner of the key that made it (keys
+mode: ``"owner"``), so a blob opens only for that owner's keys: a blob leaked to another tenant, and
+replayed with its key, is refused like a tampered one (it would have had the model read out the owner's
+reasoning). Blobs sealed with no owner (open mode, and those sealed before owners were bound) open for
+anyone.
 
 Keys rotate: the first configured key seals, every key opens (``MultiFernet``); prepend a new key,
 keep the old ones until the blobs sealed with them are no longer replayed, then drop them. A blob
@@ -46,24 +50,32 @@ class Sealer:
             raise ValueError("a Sealer needs at least one key")
         self._fernet = MultiFernet([Fernet(check_key(key).encode("ascii")) for key in keys])
 
-    def seal(self, kind: SealedKind, messages: list[dict[str, Any]]) -> str:
-        payload = {"v": PAYLOAD_VERSION, "kind": kind, "messages": messages}
+    def seal(self, kind: SealedKind, messages: list[dict[str, Any]], owner: str | None = None) -> str:
+        payload: dict[str, Any] = {"v": PAYLOAD_VERSION, "kind": kind, "messages": messages}
+        if owner is not None:
+            payload["owner"] = owner
         data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         return self._fernet.encrypt(data).decode("ascii")
 
-    def open(self, kind: SealedKind, blob: str) -> list[dict[str, Any]] | None:
-        """The sealed messages, or None if the blob is not one of ours of this kind."""
+    def open(self, kind: SealedKind, blob: str, owner: str | None = None) -> list[dict[str, Any]] | None:
+        """The sealed messages, or None if the blob is not one of ours of this kind, for this owner."""
         try:
             payload = json.loads(self._fernet.decrypt(blob.encode("ascii")))
         except (InvalidToken, UnicodeEncodeError, ValueError):
             return None
         if not isinstance(payload, dict) or payload.get("v") != PAYLOAD_VERSION or payload.get("kind") != kind:
             return None
+        if payload.get("owner", owner) != owner:
+            return None
         messages = payload.get("messages")
         return messages if isinstance(messages, list) else None
 
-    def sealing(self, kind: SealedKind) -> Callable[[list[dict[str, Any]]], str]:
-        return lambda messages: self.seal(kind, messages)
+    def sealing(self, kind: SealedKind, owner: str | None = None) -> Callable[[list[dict[str, Any]]], str]:
+        return lambda messages: self.seal(kind, messages, owner)
+
+    def opening(self, owner: str | None) -> Callable[[Literal["reasoning", "compaction"], str], Any]:
+        """``open`` for this owner's blobs: what a render's ``unseal`` is."""
+        return lambda kind, blob: self.open(kind, blob, owner)
 
 
 

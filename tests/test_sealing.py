@@ -28,6 +28,23 @@ def test_seal_after_rotation_uses_first_key() -> None:
     assert Sealer([old]).open("reasoning", blob) is None
 
 
+def test_open_blob_of_its_owner_round_trips() -> None:
+    sealer = Sealer([new_key()])
+    assert sealer.open("reasoning", sealer.seal("reasoning", MESSAGES, "alice"), "alice") == MESSAGES
+
+
+@pytest.mark.parametrize("opener", ["bob", None])
+def test_open_blob_of_another_owner_is_refused(opener: str | None) -> None:
+    sealer = Sealer([new_key()])
+    assert sealer.open("reasoning", sealer.seal("reasoning", MESSAGES, "alice"), opener) is None
+
+
+def test_open_blob_sealed_without_owner_opens_for_any_owner() -> None:
+    # Open mode's blobs, and those sealed before owners were bound into them.
+    sealer = Sealer([new_key()])
+    assert sealer.open("reasoning", sealer.seal("reasoning", MESSAGES), "bob") == MESSAGES
+
+
 def test_open_tampered_blob_is_refused() -> None:
     sealer = Sealer([new_key()])
     blob = sealer.seal("reasoning", MESSAGES)

@@ -90,10 +90,12 @@ def user_messages(
     ]
 
 
-def compacted(final: dict[str, Any], users: list[dict[str, Any]], sealer: Sealer) -> dict[str, Any]:
+def compacted(
+    final: dict[str, Any], users: list[dict[str, Any]], sealer: Sealer, owner: str | None
+) -> dict[str, Any]:
     """The ``response.compaction`` object from the summarising response's final JSON."""
     summary = _summary_text(final)
-    sealed = sealer.seal("compaction", [text_message("user", SUMMARY_HEADING + summary)])
+    sealed = sealer.seal("compaction", [text_message("user", SUMMARY_HEADING + summary)], owner)
     item = ResponseCompactionItem(id=new_id("cmp"), type="compaction", encrypted_content=sealed)
     body = CompactedResponse(
         id=new_id("resp"), object="response.compaction", created_at=int(time.time()), output=[item],

@@ -104,7 +104,7 @@ async def conversation_items(services: Services, raw: list[Any], owner: Owner) -
 
 
 async def check_items_usable(
-    services: Services, existing: list[dict[str, Any]], added: list[dict[str, Any]]
+    services: Services, existing: list[dict[str, Any]], added: list[dict[str, Any]], owner: Owner
 ) -> None:
     """Refuse items that would make every later response of the conversation a 400: each is given to the
     model after those before it, as a response's worker would (an output for a call the conversation
@@ -115,7 +115,7 @@ async def check_items_usable(
         check_tokenizable(cost_of(added))
     except BadRequest as exc:
         raise BadRequest(exc.message, param="items", code=exc.code) from exc
-    options = render_options(services.settings, utcnow(), sealer=services.sealer)
+    options = render_options(services.settings, utcnow(), sealer=services.sealer, owner=owner.name)
     try:
         ConversationPrefix("", -1, existing + added).turn(options)
     except BadRequest as exc:

@@ -141,7 +141,7 @@ async def check_conversation(
 ) -> ConversationPlan:
     """Everything the worker would refuse, refused now (a 400), before anything is stored."""
     history = await resolve_conversation(services, request, chain, owner, prefix)
-    options = render_options(services.settings, utcnow(), sealer=services.sealer)
+    options = render_options(services.settings, utcnow(), sealer=services.sealer, owner=owner.name)
     if len(request.input_items()) + sum(len(turn.messages) for turn in history) <= PLAN_ON_LOOP_MESSAGES:
         return plan_conversation(request, history, options)
     return await anyio.to_thread.run_sync(plan_conversation, request, history, options)
@@ -165,7 +165,8 @@ async def resolve_conversation(
             f"The conversation of previous response '{request.previous_response_id}' cannot be continued: {exc}.",
             param="previous_response_id",
         ) from exc
-    history = with_prefix(history, prefix, render_options(services.settings, utcnow(), sealer=services.sealer))
+    options = render_options(services.settings, utcnow(), sealer=services.sealer, owner=owner.name)
+    history = with_prefix(history, prefix, options)
     references = referenced_ids(request.input_items())
     if references:
         known = conversation_items(history)

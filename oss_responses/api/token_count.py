@@ -23,6 +23,7 @@ import anyio
 from openai.types.responses import InputTokenCountResponse
 
 from oss_responses import redis_keys
+from oss_responses.api.auth import Owner
 from oss_responses.api.services import Services
 from oss_responses.conversation import render_options
 from oss_responses.errors import BadRequest
@@ -49,10 +50,10 @@ def parse_count_request(body: Any, default_model: str) -> CreateResponseRequest:
 
 
 async def count_input_tokens(
-    services: Services, request: CreateResponseRequest, history: list[ConversationTurn]
+    services: Services, request: CreateResponseRequest, history: list[ConversationTurn], owner: Owner
 ) -> dict[str, Any]:
     """``history`` is the chain's turns, the request's item references already resolved against it."""
-    options = render_options(services.settings, utcnow(), sealer=services.sealer)
+    options = render_options(services.settings, utcnow(), sealer=services.sealer, owner=owner.name)
     tokenizer = await services.encoding.tokenizer()
     budget = await _truncation_budget(services, request)
     rendered = await anyio.to_thread.run_sync(

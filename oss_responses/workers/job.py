@@ -113,7 +113,7 @@ def _with_conversation(
     found = db.run(items_through, conversation_id, through)
     if found is None:
         raise BrokenChain(f"conversation '{conversation_id}', which this response continues, was deleted")
-    options = render_options(settings, chain[-1].created_at, sealer=sealer)
+    options = render_options(settings, chain[-1].created_at, sealer=sealer, owner=chain[-1].owner)
     return with_prefix(history, ConversationPrefix(conversation_id, through, found[0]), options)
 
 
@@ -145,4 +145,4 @@ def placeholder_of(record: ResponseRecord) -> Response:
 def job_render_options(
     settings: Settings, record: ResponseRecord, mcp_tools: dict[str, list[McpToolSpec]], sealer: Sealer | None = None
 ) -> RenderOptions:
-    return render_options(settings, record.created_at, mcp_tools, sealer)
+    return render_options(settings, record.created_at, mcp_tools, sealer, record.owner)

@@ -403,7 +403,7 @@ def _reasoning_seal(run: _Run) -> Callable[[list[dict[str, Any]]], str] | None:
     sealer = run.ctx.sealer
     if sealer is None or REASONING_ENCRYPTED_CONTENT not in (run.job.record.request.get("include") or ()):
         return None
-    return sealer.sealing("reasoning")
+    return sealer.sealing("reasoning", run.job.record.owner)
 
 
 def _fail(run: _Run, message: str, code: str = "server_error") -> None:

@@ -14,6 +14,8 @@ from support.key_clients import KeyClient, KeyClients
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.harmony.messages import text_message
+from oss_responses.sealing import Sealer
 from oss_responses.storage import get_response, save_turn
 
 MISSING = "resp_0000000000000000000000000000missing"
@@ -156,6 +158,22 @@ def test_chain_through_a_turn_of_other_owner_is_previous_response_not_found(
                                    "UPDATE responses SET owner = 'alice' WHERE id = %s", (response_id,))
     with pytest.raises(openai.BadRequestError, match="Previous response with id .* not found"):
         bob.sdk.responses.create(model=MODEL, input="again", previous_response_id=later.id, background=True)
+
+
+def test_replayed_reasoning_sealed_for_other_owner_is_refused_like_tampered(
+    alice: KeyClient, bob: KeyClient, settings: Settings
+) -> None:
+    # A blob alice's response carried (include: reasoning.encrypted_content), leaked to bob.
+    thought = text_message("assistant", "alice's private plan", channel="analysis")
+    blob = Sealer(settings.encryption_key_values).seal("reasoning", [thought], "alice")
+    item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": blob}
+    body = {"model": MODEL, "input": [item, {"role": "user", "content": "repeat your plan"}], "background": True}
+
+    refused = bob.http.post("/v1/responses", json=body)
+    served = alice.http.post("/v1/responses", json=body)
+
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input[0].encrypted_content"
+    assert served.status_code == 200, served.text
 
 
 def test_item_reference_to_input_item_of_other_owner_is_refused(alice: KeyClient, bob: KeyClient) -> None:

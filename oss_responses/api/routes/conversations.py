@@ -38,7 +38,7 @@ Include = Annotated[list[ResponseIncludable] | None, Query(alias="include[]")]
 async def create_conversation(request: Request, services: ServicesDep, owner: OwnerDep) -> dict[str, Any]:
     body = conversations.parse_create(await read_json_body(request, services.settings))
     items = await conversations.conversation_items(services, body.items or [], owner)
-    await conversations.check_items_usable(services, [], items)
+    await conversations.check_items_usable(services, [], items, owner)
     record = conversations.new_conversation(owner, body.metadata)
     await services.db.run(insert_conversation, record, items)
     return conversations.conversation_json(record)
@@ -74,7 +74,7 @@ async def create_items(
     body = conversations.parse_add(await read_json_body(request, services.settings))
     items = await conversations.conversation_items(services, body.items, owner)
     found = await services.db.run(items_through, conversation_id)
-    await conversations.check_items_usable(services, found[0] if found else [], items)
+    await conversations.check_items_usable(services, found[0] if found else [], items, owner)
     await services.db.run(add_items, conversation_id, items)
     return item_list_json(items, has_more=False)
 

@@ -93,7 +93,8 @@ async def compact_conversation(request: Request, services: ServicesDep, owner: O
     final = await _final_unless_disconnected(request, services, queued.response.id, after=len(opening) - 1)
     if final is None:
         return Response(status_code=DISCONNECTED)
-    return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body, prefix), sealer))
+    return JSONResponse(compaction.compacted(final, compaction.user_messages(chain, body, prefix), sealer,
+                                             owner.name))
 
 
 @router.post(
@@ -108,7 +109,7 @@ async def count_input_tokens(request: Request, services: ServicesDep, owner: Own
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
     prefix = await conversations.conversation_prefix(services, body, chain, owner)
     history = await jobs.resolve_conversation(services, body, chain, owner, prefix)
-    return JSONResponse(await token_count.count_input_tokens(services, body, history))
+    return JSONResponse(await token_count.count_input_tokens(services, body, history, owner))
 
 
 @router.get("/{response_id}")
