@@ -260,6 +260,11 @@ class Settings(BaseSettings):
         64, ge=0, description="Background responses (queued or in progress) a key's owner may have at once, for keys "
         "created without --max-background; beyond, a 429 with Retry-After (keys mode; 0 = no limit)",
     )
+    max_in_flight_per_key: int = Field(
+        256, ge=0, description="Responses of any kind (streamed, waited for, background) queued or in progress a key's "
+        "owner may have at once: streamed ones take workers as background ones do; beyond, a 429 with Retry-After "
+        "(keys mode; 0 = no limit)",
+    )
     background_limit_retry_after_seconds: int = Field(
         5, ge=0, description="Retry-After of a 429 refused for a key's background responses in flight"
     )

@@ -36,6 +36,7 @@ class Owner:
     name: str | None
     models: frozenset[str] | None = None  # None: every served model
     max_background: int | None = None  # None or <= 0: no limit
+    max_in_flight: int | None = None  # responses of any kind; None or <= 0: no limit
 
     def may_see(self, record: ResponseRecord) -> bool:
         return self.name is None or record.owner == self.name
@@ -49,9 +50,16 @@ class Owner:
 
     @property
     def background_limit(self) -> int | None:
-        if self.name is None or not self.max_background or self.max_background <= 0:
-            return None
-        return self.max_background
+        return _limit(self.name, self.max_background)
+
+    @property
+    def in_flight_limit(self) -> int | None:
+        return _limit(self.name, self.max_in_flight)
+
+
+def _limit(owner: str | None, limit: int | None) -> int | None:
+    """None (no limit) in open mode, or for a limit of 0."""
+    return None if owner is None or not limit or limit <= 0 else limit
 
 
 OPEN = Owner(name=None)
@@ -69,7 +77,8 @@ async def authenticate(settings: Settings, db: AsyncDatabase, authorization: str
 
 def owner_of(key: ApiKeyRecord, settings: Settings) -> Owner:
     limit = key.max_background if key.max_background is not None else settings.max_background_per_key
-    return Owner(name=key.owner, models=None if key.models is None else frozenset(key.models), max_background=limit)
+    return Owner(name=key.owner, models=None if key.models is None else frozenset(key.models), max_background=limit,
+                 max_in_flight=settings.max_in_flight_per_key)
 
 
 def _bearer_secret(authorization: str | None) -> str:

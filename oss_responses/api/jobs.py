@@ -218,9 +218,9 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
 
 
 async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:
-    limit = owner.background_limit
     try:
-        await services.db.run(insert_accepted, record, items, background_limit=limit)
+        await services.db.run(insert_accepted, record, items, background_limit=owner.background_limit,
+                              in_flight_limit=owner.in_flight_limit)
     except ConversationLocked as exc:
         # OpenAI's words and code for it.
         raise BadRequest(
@@ -229,10 +229,12 @@ async def _insert(services: Services, record: ResponseRecord, items: list[dict[s
         ) from exc
     except InFlightLimitReached as exc:
         retry_after = services.settings.background_limit_retry_after_seconds
+        kind = "background responses" if exc.background else "responses (streamed, waited for or background)"
         raise TooManyRequests(
-            f"This API key's owner already has {limit} background responses queued or in progress, the most it may "
-            f"have at once; nothing was stored. Retry after {retry_after} seconds, or once one of them has ended.",
-            code="too_many_background_responses", headers={"Retry-After": str(retry_after)},
+            f"This API key's owner already has {exc.limit} {kind} queued or in progress, the most it may have at "
+            f"once; nothing was stored. Retry after {retry_after} seconds, or once one of them has ended.",
+            code="too_many_background_responses" if exc.background else "too_many_responses_in_flight",
+            headers={"Retry-After": str(retry_after)},
         ) from exc
 
 

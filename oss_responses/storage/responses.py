@@ -67,12 +67,14 @@ def insert_response(
 
 
 class InFlightLimitReached(Exception):
-    """The owner already has its most background responses in flight; nothing was inserted."""
+    """The owner already has its most responses (``background``: background responses) in flight; nothing
+    was inserted."""
 
-    def __init__(self, owner: str, limit: int) -> None:
-        super().__init__(f"{owner} has {limit} background responses in flight")
+    def __init__(self, owner: str, limit: int, *, background: bool) -> None:
+        super().__init__(f"{owner} has {limit} {'background ' if background else ''}responses in flight")
         self.owner = owner
         self.limit = limit
+        self.background = background
 
 
 class ConversationLocked(Exception):
@@ -90,10 +92,12 @@ def insert_accepted(
     input_items: Sequence[Mapping[str, Any]],
     *,
     background_limit: int | None = None,
+    in_flight_limit: int | None = None,
 ) -> None:
     """Insert a response the API accepted, unless its conversation is taken (:class:`ConversationLocked`)
-    or, a background one under ``background_limit``, its owner has too many in flight
-    (:class:`InFlightLimitReached`); the caller's transaction then rolls the insert back.
+    or its owner has too many in flight (:class:`InFlightLimitReached`): more than ``in_flight_limit``
+    responses of any kind, or, a background one, more than ``background_limit`` background ones; the
+    caller's transaction then rolls the insert back.
 
     A conversation runs one response at a time, as OpenAI's does: a second one would be planned without
     the first one's output, and their turns would join the conversation in whichever order they end.
@@ -109,16 +113,21 @@ def insert_accepted(
         through = record.conversation_through
         if through is not None and last_position(session, conversation) != through:
             raise ConversationLocked(conversation)
-    limit, owner = (background_limit, record.owner) if record.background else (None, None)
-    if limit is not None:
+    background = background_limit if record.background else None
+    owner = record.owner
+    if background is not None or in_flight_limit is not None:
         if owner is None:
-            raise ValueError("only an owned response has a background limit")
+            raise ValueError("only an owned response has an in-flight limit")
         lock_owner_keys(session, owner)
     insert_response(session, record, input_items)
     if conversation is not None and count_running_in_conversation(session, conversation) > 1:
         raise ConversationLocked(conversation)
-    if limit is not None and owner is not None and count_background_in_flight(session, owner) > limit:
-        raise InFlightLimitReached(owner, limit)
+    if owner is None:
+        return
+    if in_flight_limit is not None and count_in_flight(session, owner) > in_flight_limit:
+        raise InFlightLimitReached(owner, in_flight_limit, background=False)
+    if background is not None and count_in_flight(session, owner, background_only=True) > background:
+        raise InFlightLimitReached(owner, background, background=True)
 
 
 def count_running_in_conversation(session: Session, conversation_id: str) -> int:
@@ -129,11 +138,13 @@ def count_running_in_conversation(session: Session, conversation_id: str) -> int
     return int(session.execute(query).scalar_one())
 
 
-def count_background_in_flight(session: Session, owner: str) -> int:
-    """The owner's background responses that are queued or in progress."""
+def count_in_flight(session: Session, owner: str, *, background_only: bool = False) -> int:
+    """The owner's responses (or background responses) that are queued or in progress."""
     query = select(func.count()).select_from(_responses).where(
-        _responses.c.owner == owner, _responses.c.background.is_(True), _responses.c.status.in_(ACTIVE_STATUSES)
+        _responses.c.owner == owner, _responses.c.status.in_(ACTIVE_STATUSES)
     )
+    if background_only:
+        query = query.where(_responses.c.background.is_(True))
     return int(session.execute(query).scalar_one())
 
 

@@ -38,7 +38,7 @@ V1_ROUTES = [
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"auth": "keys", "max_background_per_key": 3})
+    return settings.model_copy(update={"auth": "keys", "max_background_per_key": 3, "max_in_flight_per_key": 4})
 
 
 def _stored(api: ApiServer) -> int:
@@ -180,6 +180,22 @@ def test_background_limit_holds_under_concurrent_creates(keys: KeyClients, api: 
         statuses = sorted(pool.map(create, range(8)))
     assert statuses == [200] * 3 + [429] * 5
     assert _stored(api) == 3
+
+
+@pytest.mark.parametrize("kind", [{"stream": True}, {"background": True}])
+def test_response_over_key_in_flight_limit_is_429_whatever_its_kind(
+    keys: KeyClients, api: ApiServer, kind: dict[str, bool]
+) -> None:
+    """Streamed responses take workers as background ones do: the owner's limit counts both (4 here)."""
+    alice = keys.new("alice", max_background=10)
+    for _ in range(4):
+        alice.sdk.responses.create(model=MODEL, input="hi", background=True)
+
+    refused = alice.http.post("/v1/responses", json={"model": MODEL, "input": "fifth"} | kind)
+
+    assert refused.status_code == 429 and "Retry-After" in refused.headers
+    assert refused.json()["error"]["code"] == "too_many_responses_in_flight"
+    assert _stored(api) == 4
 
 
 def test_open_mode_needs_no_key_and_shows_every_response(database_url: str, redis_url: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import pytest
 from sqlalchemy import select
@@ -13,7 +14,7 @@ from oss_responses.storage import (
     ApiKeyRow,
     Database,
     InFlightLimitReached,
-    count_background_in_flight,
+    count_in_flight,
     create_api_key,
     find_active_key,
     get_response,
@@ -70,14 +71,15 @@ def test_list_api_keys_in_creation_order_with_revocations(db: Database) -> None:
     assert [(k.id, k.owner, k.is_revoked) for k in listed] == [(first.id, "acme", True), (second.id, "umbrella", False)]
 
 
-def test_count_background_in_flight_counts_owner_active_background_only(db: Database) -> None:
+def test_count_in_flight_counts_owner_active_responses_of_either_kind(db: Database) -> None:
     db.run(insert_response, new_response(owner="acme"))
     db.run(insert_response, new_response(owner="acme", status="in_progress"))
     db.run(insert_response, new_response(owner="acme", status="completed"))
     db.run(insert_response, new_response(owner="acme", background=False))
     db.run(insert_response, new_response(owner="umbrella"))
     db.run(insert_response, new_response())
-    assert db.run(count_background_in_flight, "acme") == 2
+    assert db.run(count_in_flight, "acme") == 3
+    assert db.run(partial(count_in_flight, background_only=True), "acme") == 2
 
 
 def test_insert_accepted_background_refuses_over_limit_and_inserts_nothing(db: Database) -> None:
@@ -87,7 +89,17 @@ def test_insert_accepted_background_refuses_over_limit_and_inserts_nothing(db: D
     with pytest.raises(InFlightLimitReached):
         db.run(insert_accepted, refused, [{"id": "msg_1", "type": "message"}], background_limit=1)
     assert db.run(get_response, refused.id) is None
-    assert db.run(count_background_in_flight, "acme") == 1
+    assert db.run(count_in_flight, "acme") == 1
+
+
+def test_insert_accepted_streamed_refuses_over_in_flight_limit(db: Database) -> None:
+    """One owner's streamed responses are limited too: they take workers as background ones do."""
+    db.run(create_api_key, "acme")
+    db.run(insert_accepted, new_response(owner="acme", background=False), [], background_limit=5, in_flight_limit=1)
+    refused = new_response(owner="acme", background=False)
+    with pytest.raises(InFlightLimitReached) as raised:
+        db.run(insert_accepted, refused, [], background_limit=5, in_flight_limit=1)
+    assert db.run(get_response, refused.id) is None and not raised.value.background
 
 
 def test_insert_accepted_background_holds_under_concurrency(db: Database) -> None:
@@ -103,4 +115,4 @@ def test_insert_accepted_background_holds_under_concurrency(db: Database) -> Non
     with ThreadPoolExecutor(8) as pool:
         accepted = sum(pool.map(insert, range(16)))
     assert accepted == 3
-    assert db.run(count_background_in_flight, "acme") == 3
+    assert db.run(count_in_flight, "acme") == 3
