@@ -121,7 +121,11 @@ class _Child:
         self.process.start()
         child_conn.close()
         # Importing xgrammar and reading the vocabulary: seconds, not counted in any schema's budget.
-        if not self.conn.poll(_START_SECONDS) or self.conn.recv() != "ready":
+        try:
+            started = self.conn.poll(_START_SECONDS) and self.conn.recv() == "ready"
+        except (OSError, EOFError):
+            started = False
+        if not started:
             self.kill()
             raise RuntimeError("the grammar budget's child process did not start")
 
@@ -205,19 +209,34 @@ class GrammarBudget:
 
     def _check(self, grammar: Grammar) -> str | None:
         with self._slots:
-            child = self._take_child()
-            try:
-                verdict = child.compile(grammar, self.seconds)
-            except TimeoutError:
-                log.warning("%s did not compile within %.1f s: refused", grammar.name, self.seconds)
-                return (f"{_TOO_SLOW} {self.seconds:g} s "
-                        "(OSS_RESPONSES_GRAMMAR_COMPILE_SECONDS); simplify it: a long minLength, maxLength, "
-                        "minItems or maxItems, or a pattern with nested or large repetition counts, compiles slowly")
-            except (OSError, EOFError):  # the child died (OOM-killed, say): this schema is not known to compile
-                child.kill()
-                raise
-            self._give_back(child)
-            return verdict
+            for attempt in (1, 2):
+                child = self._take_child()
+                try:
+                    verdict = child.compile(grammar, self.seconds)
+                except TimeoutError:
+                    log.warning("%s did not compile within %.1f s: refused", grammar.name, self.seconds)
+                    return (f"{_TOO_SLOW} {self.seconds:g} s (OSS_RESPONSES_GRAMMAR_COMPILE_SECONDS); simplify it: "
+                            "a long minLength, maxLength, minItems or maxItems, or a pattern with nested or large "
+                            "repetition counts, compiles slowly")
+                except (OSError, EOFError):  # the child died (OOM-killed, say): once more, in a new one
+                    child.kill()
+                    if attempt == 2:
+                        raise
+                    log.warning("the grammar budget's child process died; checking %s in a new one", grammar.name)
+                    continue
+                self._give_back(child)
+                return verdict
+        raise AssertionError("unreachable")
+
+    def warm(self) -> None:
+        """Start a child ahead of the first schema: importing xgrammar and reading the vocabulary take
+        4 s of CPU (18 s on this machine's loaded cores), which that request would otherwise wait."""
+        try:
+            with self._slots:
+                self._give_back(self._take_child())
+        except Exception:
+            log.warning("the grammar budget's child process did not start (the first schema will start one)",
+                        exc_info=True)
 
     def _take_child(self) -> _Child:
         with self._lock:

@@ -22,6 +22,7 @@ import contextvars
 import dataclasses
 import logging
 import re
+import threading
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -272,6 +273,7 @@ class VllmEngine:
             self._llm = self._frontend.connect(args)
         self._grammars = GrammarBudget(self._settings.tiktoken_dir, self._llm.model_config.get_vocab_size(),
                                        self._settings.grammar_compile_seconds)
+        threading.Thread(target=self._grammars.warm, name="grammar-budget-warm", daemon=True).start()
 
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings

@@ -7,6 +7,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 
+import psutil
 import pytest
 from support import TIKTOKEN_DIR
 
@@ -83,3 +84,13 @@ def test_admit_after_a_refusal_compiles_in_a_new_child(budget: GrammarBudget) ->
         asyncio.run(budget.admit(answer(SLOW | {"title": "another"})))
 
     asyncio.run(budget.admit(answer(SMALL | {"title": "new"})))
+
+
+def test_admit_after_its_child_died_checks_in_a_new_one(budget: GrammarBudget) -> None:
+    asyncio.run(budget.admit(answer(SMALL | {"title": "before"})))
+    for child in psutil.Process().children():  # the budget's (OOM-killed, say), not multiprocessing's tracker
+        if "resource_tracker" not in " ".join(child.cmdline()):
+            child.kill()
+            child.wait(10)
+
+    asyncio.run(budget.admit(answer(SMALL | {"title": "after"})))
