@@ -114,11 +114,15 @@ CATCH_UP_SECONDS = 5.0
 
 
 async def caught_up(services: Services, response_id: str) -> bool:
-    """Whether a response SQL says is running had written its terminal event, and its log has ended
-    since (read it again). Redis unreachable: no (SQL's view stands, as for any read that needs no Redis)."""
+    """Whether SQL, which said the response is running, may say more now (read it again): its log holds
+    its terminal event, and has ended since; or its log has ended, or is gone, already: the worker saved
+    the turn between the SQL read and this one (a client that read the terminal event at once got the
+    running row back). Redis unreachable: no (SQL's view stands, as for any read that needs no Redis)."""
     try:
         last = await services.hub.last_event(response_id)
-        if last is None or last[1] not in TERMINAL_EVENT_TYPES:
+        if last is None:  # a running response's log holds its opening events: ended (or gone) since
+            return True
+        if last[1] not in TERMINAL_EVENT_TYPES:
             return False
         await asyncio.wait_for(wait_for_end(services, response_id, after=last[0]), CATCH_UP_SECONDS)
     except (TimeoutError, *BROKER_ERRORS):

@@ -7,6 +7,7 @@ import base64
 import json
 import threading
 import time
+from typing import Any
 
 import httpx2
 import openai
@@ -19,6 +20,7 @@ from support.api_server import ApiServer
 from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
+from oss_responses.api import jobs
 from oss_responses.api.jobs import PLAN_ON_LOOP_MESSAGES
 from oss_responses.config import Settings
 from oss_responses.conversation import history_of
@@ -259,20 +261,42 @@ def _running_with_events(api: ApiServer, redis: redis_lib.Redis, settings: Setti
     return response_id
 
 
+def _save_and_end(api: ApiServer, redis: redis_lib.Redis, response_id: str) -> None:
+    """The worker's last steps: the turn saved, then the log ended."""
+    stored = api.db.run(get_response, response_id).response
+    overwrite_row(api.db, response_id, status="completed", response=stored | {"status": "completed"})
+    with redis.pipeline(transaction=False) as pipe:
+        for command in close_commands(response_id, "completed", ttl_seconds=60):
+            pipe.execute_command(*command)
+        pipe.execute()
+
+
 def _save_and_end_soon(api: ApiServer, redis: redis_lib.Redis, response_id: str) -> threading.Thread:
-    """The worker's last steps, 0.3 s from now: the turn saved, then the log ended."""
+    """The worker's last steps, 0.3 s from now."""
     def save_and_end() -> None:
         time.sleep(0.3)
-        stored = api.db.run(get_response, response_id).response
-        overwrite_row(api.db, response_id, status="completed", response=stored | {"status": "completed"})
-        with redis.pipeline(transaction=False) as pipe:
-            for command in close_commands(response_id, "completed", ttl_seconds=60):
-                pipe.execute_command(*command)
-            pipe.execute()
+        _save_and_end(api, redis, response_id)
 
     worker = threading.Thread(target=save_and_end)
     worker.start()
     return worker
+
+
+def _ends_right_after_read(
+    api: ApiServer, redis: redis_lib.Redis, response_id: str, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """The worker saves the turn and ends the log right after the API's first SQL read of it (``reader``:
+    the storage function in ``api.jobs`` that reads it), before the API reads the log."""
+    real, ended = getattr(jobs, reader), []
+
+    def read_then_end(session: Any, wanted: str) -> Any:
+        found = real(session, wanted)
+        if wanted == response_id and not ended:
+            ended.append(wanted)
+            _save_and_end(api, redis, response_id)
+        return found
+
+    monkeypatch.setattr(jobs, reader, read_then_end)
 
 
 def test_create_response_continuing_response_whose_terminal_event_is_written_waits_for_its_save(
@@ -295,6 +319,28 @@ def test_retrieve_response_whose_terminal_event_is_written_returns_it_ended(
     retrieved = client.responses.retrieve(response_id)
     worker.join()
     assert retrieved.status == "completed"
+
+
+def test_retrieve_response_ended_between_its_sql_and_its_log_reads_returns_it_ended(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its log ends (its end marker, then its archive) once the turn is saved: no terminal event to see
+    # there then, and SQL read a moment earlier said in_progress (the race probe: 2-5 in 100 GETs).
+    response_id = _running_with_events(api, redis, settings, ResponseCompletedEvent)
+    _ends_right_after_read(api, redis, response_id, monkeypatch, "get_response")
+
+    assert client.responses.retrieve(response_id).status == "completed"
+
+
+def test_create_response_continuing_response_ended_between_its_sql_and_its_log_reads_is_accepted(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    previous = _running_with_events(api, redis, settings, ResponseCompletedEvent)
+    _ends_right_after_read(api, redis, previous, monkeypatch, "get_chain")
+
+    created = client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
+
+    assert created.previous_response_id == previous
 
 
 def test_create_response_continuing_running_response_is_400(
