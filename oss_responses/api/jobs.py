@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
+from sqlalchemy.exc import IntegrityError
 
 from oss_responses import redis_keys
 from oss_responses.api.auth import Owner
@@ -84,6 +85,11 @@ async def load_visible(services: Services, response_id: str, owner: Owner) -> Re
     return record
 
 
+def previous_not_found(previous_response_id: str) -> BadRequest:
+    return BadRequest(f"Previous response with id '{previous_response_id}' not found.",
+                      param="previous_response_id", code="previous_response_not_found")
+
+
 async def load_chain(services: Services, previous_response_id: str | None, owner: Owner) -> list[ResponseRecord]:
     """The conversation a request continues: 400 ``previous_response_not_found`` if its previous response is
     unknown (or another owner's: a chain is never grafted onto someone else's turns), as OpenAI answers
@@ -94,8 +100,7 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
     previous = chain[-1] if chain else None
     if (previous is None or previous.id != previous_response_id or not previous.store
             or not all(owner.may_see(turn) for turn in chain)):
-        raise BadRequest(f"Previous response with id '{previous_response_id}' not found.",
-                         param="previous_response_id", code="previous_response_not_found")
+        raise previous_not_found(previous_response_id)
     if previous.status == "in_progress" and await caught_up(services, previous.id):
         chain = await services.db.run(get_chain, previous_response_id) or chain
         previous = chain[-1]
@@ -231,6 +236,12 @@ async def _insert(services: Services, record: ResponseRecord, items: list[dict[s
             "Another process is currently operating on this conversation. Please retry in a few seconds.",
             param="conversation", code="conversation_locked",
         ) from exc
+    except IntegrityError as exc:
+        # The one foreign key an accept can miss: the previous response, deleted since it was loaded.
+        previous = record.previous_response_id
+        if previous is None or await services.db.run(get_response, previous) is not None:
+            raise
+        raise previous_not_found(previous) from exc
     except InFlightLimitReached as exc:
         retry_after = services.settings.background_limit_retry_after_seconds
         kind = "background responses" if exc.background else "responses (streamed, waited for or background)"

@@ -30,7 +30,7 @@ from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import plan_conversation
 from oss_responses.sealing import build_sealer, open_secrets
-from oss_responses.storage import get_chain, get_response, list_input_items
+from oss_responses.storage import delete_response, get_chain, get_response, list_input_items
 
 
 def _queued_task(redis: redis_lib.Redis, queue: str) -> dict:
@@ -341,6 +341,27 @@ def test_create_response_continuing_response_ended_between_its_sql_and_its_log_r
     created = client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
 
     assert created.previous_response_id == previous
+
+
+def test_create_response_continuing_response_deleted_meanwhile_is_previous_response_not_found(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DELETE of the previous response lands between the create's load of it and its insert (the race
+    # probe: 24 of 120 such creates were a 500, the insert's foreign key refused).
+    previous = accept(api.db, redis, settings, input="first")
+    overwrite_row(api.db, previous, status="completed")
+    real = jobs.insert_accepted
+
+    def deleted_first(session: Any, *args: Any, **kwargs: Any) -> None:
+        api.db.run(delete_response, previous)
+        real(session, *args, **kwargs)
+
+    monkeypatch.setattr(jobs, "insert_accepted", deleted_first)
+
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
+
+    assert (refused.value.code, refused.value.param) == ("previous_response_not_found", "previous_response_id")
 
 
 def test_create_response_continuing_running_response_is_400(
