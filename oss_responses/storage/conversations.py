@@ -1,8 +1,9 @@
 """Conversations and their items (``/v1/conversations``): plain functions over a ``Session``.
 
-An item's place is its ``position`` in the conversation, in the order items were added; an item id is
-there at most once (the item routes name items by id). Reads take the owner: another owner's
-conversation is not found, exactly as an unknown one.
+An item's place is its ``position`` in the conversation, in the order items were added, never reused
+once its item is deleted (``conversations.next_position``); an item id is there at most once (the item
+routes name items by id). Reads take the owner: another owner's conversation is not found, exactly as
+an unknown one.
 """
 
 from __future__ import annotations
@@ -143,13 +144,19 @@ def _taken(session: Session, conversation_id: str, ids: Sequence[str]) -> set[st
 
 
 def _append(session: Session, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:
+    """After ``take_turns``: the conversation's row is this transaction's."""
     if not items:
         return
-    start = last_position(session, conversation_id)
+    recorded = session.execute(
+        select(_conversations.c.next_position).where(_conversations.c.id == conversation_id)
+    ).scalar_one_or_none()
+    start = max(recorded or 0, last_position(session, conversation_id) + 1)
     session.execute(insert(_items), [
-        {"conversation_id": conversation_id, "position": start + 1 + n, "item_id": item["id"], "item": item}
+        {"conversation_id": conversation_id, "position": start + n, "item_id": item["id"], "item": item}
         for n, item in enumerate(items)
     ])
+    session.execute(update(_conversations).where(_conversations.c.id == conversation_id)
+                    .values(next_position=start + len(items)))
 
 
 def list_items(

@@ -147,6 +147,10 @@ class ConversationRow(Base):
     # ``metadata`` is taken by the declarative base.
     metadata_: Mapped[dict[str, str]] = mapped_column("metadata", JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The position the next item takes: positions are never reused, so a response that recorded how far
+    # the conversation went (``responses.conversation_through``) never takes in an item added after it
+    # in the place of one deleted since. NULL (rows from before migration 0011): after the last item.
+    next_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class ConversationItemRow(Base):

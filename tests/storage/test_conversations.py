@@ -67,6 +67,26 @@ def test_items_through_position_leaves_later_and_deleted_items_out(db: Database)
     assert ([item["id"] for item in items], through) == (["msg_b", "msg_c"], 2)
 
 
+def test_items_through_position_leaves_out_item_added_after_the_last_was_deleted(db: Database) -> None:
+    # A response recorded position 1; its last item deleted, one added since must not take position 1
+    # (the race probe: a queued response then answered with the item added after it).
+    conversation_id = _conversation(db, items=("msg_a", "msg_b"))
+    db.run(delete_item, conversation_id, "msg_b")
+    db.run(add_items, conversation_id, [_item("msg_intruder")])
+    items, _ = db.run(items_through, conversation_id, 1)
+    assert [item["id"] for item in items] == ["msg_a"]
+
+
+def test_insert_accepted_in_conversation_whose_last_item_was_replaced_since_it_was_planned_refuses(
+    db: Database,
+) -> None:
+    conversation = _conversation(db, items=("a",))
+    db.run(delete_item, conversation, "a")
+    db.run(add_items, conversation, [_item("b")])
+    with pytest.raises(ConversationLocked):
+        db.run(insert_accepted, _in_conversation(conversation, 0), [])
+
+
 def test_items_through_of_empty_conversation_ends_before_first_position(db: Database) -> None:
     assert db.run(items_through, _conversation(db)) == ([], -1)
 
