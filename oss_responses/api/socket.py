@@ -71,6 +71,7 @@ class _Lane:
     commands: asyncio.Queue[_Waiting] = field(default_factory=asyncio.Queue)
     task: asyncio.Task[None] | None = None
     running: str | None = None  # the response it relays now, until its log ends
+    accepting: asyncio.Task[creating.Accepted] | None = None  # its create's accept, while it runs
 
 
 class ResponsesSocket:
@@ -177,7 +178,19 @@ class ResponsesSocket:
         return await authenticate(self._services.settings, self._services.db, self._authorization)
 
     async def _generate(self, lane: _Lane, body: dict[str, Any]) -> None:
-        accepted = await creating.create(self._services, parse_create_request(body), await self._owner_now())
+        owner = await self._owner_now()
+        # Shielded: a socket closing mid-accept would otherwise leave a row without its task (queued until
+        # the stale-queued sweep ran it, minutes later, for nobody) or a task nobody cancels; _stop_lanes
+        # waits for the accept instead, then cancels what it accepted.
+        lane.accepting = asyncio.ensure_future(creating.create(self._services, parse_create_request(body), owner))
+        try:
+            accepted = await asyncio.shield(lane.accepting)
+        except asyncio.CancelledError:
+            raise  # lane.accepting stays: _stop_lanes waits for it
+        except BaseException:
+            lane.accepting = None
+            raise
+        lane.accepting = None
         lane.running = accepted.response_id
         ACTIVE_STREAMS.inc()
         try:
@@ -227,8 +240,18 @@ class ResponsesSocket:
         for lane in self._lanes.values():
             await cancel_and_wait(lane.task)
         for lane in self._lanes.values():
+            if lane.accepting is not None:
+                lane.running = await _accepted_id(lane.accepting)
             if lane.running is not None:
                 await _cancel_quietly(self._services, lane.running)
+
+
+async def _accepted_id(accepting: asyncio.Task[creating.Accepted]) -> str | None:
+    """The response a create interrupted by the socket's close accepted (None: it was refused)."""
+    try:
+        return (await accepting).response_id
+    except Exception:  # refused (a 4xx) or failed: nothing was stored, nothing runs
+        return None
 
 
 async def _cancel_quietly(services: Services, response_id: str) -> None:
