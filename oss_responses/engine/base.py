@@ -60,7 +60,10 @@ def check_prompt_length(prompt_token_ids: Sequence[int], context_tokens: int) ->
     # vLLM rejects it too, but with its own wording; the worker adds what the user can do about it.
     if len(prompt_token_ids) >= context_tokens:
         raise PromptTooLongError(
-            f"The prompt is {len(prompt_token_ids)} tokens, the model's context is {context_tokens} tokens."
+            # OpenAI's words first: clients that cannot see its code (context_length_exceeded, not among
+            # openai's ResponseError codes) match on them to compact and retry.
+            f"Your input exceeds the context window of this model: the prompt is {len(prompt_token_ids)} tokens, "
+            f"the model's context is {context_tokens} tokens."
         )
 
 

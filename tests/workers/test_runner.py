@@ -159,7 +159,8 @@ def test_run_response_whose_prompt_exceeds_context_fails_saying_so(
     response_id = accept(db, redis, settings, input="word " * 900, truncation="auto")
     assert run_response_now(response_id, worker=small_context_worker) == "failed"
     error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
-    assert error["code"] == "invalid_prompt" and error["message"].startswith("The prompt is ")
+    assert error["code"] == "invalid_prompt"
+    assert error["message"].startswith("Your input exceeds the context window of this model: the prompt is ")
     assert "the model's context is 800 tokens" in error["message"]
 
 
