@@ -32,7 +32,14 @@ from oss_responses.workers.outage import unreachable
 
 
 class JobLoadError(RuntimeError):
-    """The response's row was read, but it (or an earlier turn of its chain) cannot be loaded."""
+    """The response's row was read, but it (or an earlier turn of its chain) cannot be loaded.
+
+    ``code``: the failed response's error code: ``invalid_prompt`` when a client deleted what it continues
+    (an earlier turn, its conversation), ``server_error`` for a row that does not load."""
+
+    def __init__(self, message: str, code: str = "server_error") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(slots=True)
@@ -94,7 +101,10 @@ def load_job(
     except Exception as exc:
         if unreachable(exc):  # the database did not answer (its conversation's items): the task tries again
             raise
-        error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
+        if isinstance(exc, BrokenChain):  # deleted by its client since it was accepted
+            error = JobLoadError(f"Response {response_id} cannot go on: {exc}.", code="invalid_prompt")
+        else:
+            error = JobLoadError(f"The stored response {response_id} cannot be loaded: {type(exc).__name__}: {exc}")
         return Job(record, [], placeholder_of(record), dict(secrets or {}), load_error=error)
     return Job(record, history, response, dict(secrets or {}))
 

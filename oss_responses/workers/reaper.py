@@ -97,9 +97,9 @@ WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped bef
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
-def failed_response(record: ResponseRecord, message: str = WORKER_LOST_MESSAGE) -> Response:
+def failed_response(record: ResponseRecord, message: str = WORKER_LOST_MESSAGE, code: str = "server_error") -> Response:
     """The record's Response failed; a stored JSON that does not validate still fails (as a placeholder)."""
-    error = response_error("server_error", message)
+    error = response_error(code, message)
     return stored_response(record).model_copy(update={"status": "failed", "error": error})
 
 

@@ -267,7 +267,7 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         if isinstance(exc, JobLoadError):
-            _fail(run, str(exc))
+            _fail(run, str(exc), code=exc.code)
         else:
             _fail(run, f"The response failed in the worker: {type(exc).__name__}: {exc}")
     stop_cause = run.generation.stop_cause if run.generation is not None else run.stop_cause
@@ -289,6 +289,11 @@ def _is_terminal(run: _Run) -> bool:
     return run.translator is not None and run.translator.response.status in TERMINAL_STATUSES
 
 
+# Takeovers past max_takeovers that replay the journal to end the response failed; then it fails without
+# a replay (whatever stops the replay would otherwise take it over again and again).
+_FAILED_ENDINGS = 2
+
+
 def _take_over(run: _Run, *, counted: bool) -> Outcome:
     """The response's worker was lost (or handed it off): replay its journal and go on.
 
@@ -301,14 +306,24 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
     log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
     TAKEOVERS.labels("takeover" if counted else "handoff").inc()
+    if job.load_error is not None:
+        # Nothing to replay the journal with (an earlier turn or its conversation deleted since): it ends
+        # here, its failure after the events its lost worker wrote (a failure rendered from its start
+        # would reuse their sequence numbers, be refused by Redis, and be taken over again, forever).
+        log.warning("response %s failed: %s", job.response_id, job.load_error)
+        return _fail_lost(run, str(job.load_error), job.load_error.code)
     if count > ctx.settings.max_takeovers:
         run.fail_after_replay = (
             f"worker_lost: the workers running this response stopped {count} time{'s' if count != 1 else ''}, more "
             f"than OSS_RESPONSES_MAX_TAKEOVERS={ctx.settings.max_takeovers}; it is not taken over again"
         )
+        if count > ctx.settings.max_takeovers + _FAILED_ENDINGS:  # replaying to fail it failed too: fail it as is
+            log.error("response %s failed: %s", job.response_id, run.fail_after_replay)
+            return _fail_lost(run, run.fail_after_replay)
     elif ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
         run.stop_cause = "cancelled"
     if not steps and not ctx.sync_redis.exists(redis_keys.events(job.response_id)):
+        log.error("%s: %s", job.response_id, PROGRESS_LOST_MESSAGE)
         return _fail_lost(run)
     if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
         run.first_sequence_number = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id)) or 0
@@ -316,12 +331,12 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
     return _execute(run, steps)
 
 
-def _fail_lost(run: _Run) -> Outcome:
-    """Redis lost the response's stream and journal (a restart without persistence): it cannot be
-    continued, so it fails, saying why; its new stream holds that failure, then its end."""
+def _fail_lost(run: _Run, message: str = PROGRESS_LOST_MESSAGE, code: str = "server_error") -> Outcome:
+    """The response cannot be continued: Redis lost its stream and journal (a restart without persistence),
+    or what it continues is gone. It fails, saying why; its stream gets that failure after its last event
+    (a new stream holds it alone), then its end."""
     ctx, job = run.ctx, run.job
-    log.error("%s: %s", job.response_id, PROGRESS_LOST_MESSAGE)
-    response = failed_response(job.record, PROGRESS_LOST_MESSAGE)
+    response = failed_response(job.record, message, code)
     if store_failure(ctx.db, job.response_id, job.record.store, response):
         close_with_failure(ctx.sync_redis, job.response_id, response, ctx.settings.event_ttl_seconds)
         response_ended(ctx.webhooks, job.response_id, job.record.model, "failed", background=job.record.background)

@@ -13,7 +13,7 @@ from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, get_response, transition
+from oss_responses.storage import Database, delete_response, get_response, transition
 from oss_responses.storage.conversations import ConversationRecord, delete_conversation, insert_conversation
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -345,6 +345,19 @@ def test_run_response_fails_response_whose_earlier_turn_does_not_load(
     second = accept(db, redis, settings, input="two", previous_response_id=first)
     assert run_response_now(second, worker=worker) == "failed"
     assert_failed_at_once(db, redis, second, "cannot be loaded")
+
+
+def test_run_response_whose_earlier_turn_was_deleted_since_it_was_accepted_fails_as_invalid_prompt(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    # Its client's doing (as deleting its conversation is), not the server's: not a server_error.
+    first = accept(db, redis, settings, input="one")
+    assert run_response_now(first, worker=worker) == "completed"
+    second = accept(db, redis, settings, input="two", previous_response_id=first)
+    db.run(delete_response, first)
+    assert run_response_now(second, worker=worker) == "failed"
+    assert_failed_at_once(db, redis, second, "cannot go on")
+    assert db.run(get_response, second).error["code"] == "invalid_prompt"  # type: ignore[union-attr, index]
 
 
 def test_run_response_fails_response_taken_over_too_often(

@@ -34,7 +34,7 @@ from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, migrate
+from oss_responses.storage import Database, delete_response, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 
 
@@ -81,6 +81,35 @@ def test_sigkilled_worker_response_is_continued_by_another_worker(
     assert_one_story(events, db, response_id)
     uninterrupted = wait_for_end(redis, _start_response(db, redis, settings, "tokens 80"), timeout=30)
     assert story_text(events) == story_text(uninterrupted) and len(story_text(events).split()) == 80
+    db.dispose()
+
+
+def test_sigkilled_worker_response_whose_earlier_turn_was_deleted_since_fails_after_its_events(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    # Its takeover cannot load it (the chain is cut): it ends, failed, after what its lost worker wrote. It
+    # failed from its start instead, at sequence numbers the stream held: Redis refused that, and it was
+    # taken over again, about once a second, for good (the multi-replica probe: 358 takeovers of one).
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    doomed = start_worker(settings, "doomed")
+    first = _start_response(db, redis, settings, "hi")
+    wait_for_end(redis, first, timeout=30)
+    second = accept(db, redis, settings, input="tokens 80", background=True, previous_response_id=first)
+    enqueue(make_celery(settings), settings, second, MODEL)
+    _wait_for_deltas(redis, second, 10)
+    db.run(delete_response, first)
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait()
+    start_worker(_unpaced(settings), "survivor")
+
+    events = wait_for_end(redis, second, timeout=30)
+
+    assert [event["sequence_number"] for event in events] == list(range(len(events)))
+    assert events[-1]["type"] == "response.failed"
+    error = db.run(get_response, second).error
+    assert error is not None and error["code"] == "invalid_prompt" and "was deleted" in error["message"]
+    assert int(redis.get(redis_keys.takeovers(second)) or 0) == 1
     db.dispose()
 
 
