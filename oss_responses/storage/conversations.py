@@ -57,10 +57,12 @@ def set_metadata(session: Session, conversation_id: str, metadata: dict[str, str
     session.execute(update(_conversations).where(_conversations.c.id == conversation_id).values(metadata=metadata))
 
 
-def delete_conversation(session: Session, conversation_id: str) -> None:
+def delete_conversation(session: Session, conversation_id: str) -> bool:
+    """Whether it was there to delete (of two concurrent deletes, one deletes it)."""
     # Its items go too, explicitly: SQLite enforces the foreign key's cascade only with PRAGMA foreign_keys.
     session.execute(delete(_items).where(_items.c.conversation_id == conversation_id))
-    session.execute(delete(_conversations).where(_conversations.c.id == conversation_id))
+    deleted = session.execute(delete(_conversations).where(_conversations.c.id == conversation_id))
+    return cast(CursorResult[Any], deleted).rowcount == 1
 
 
 def add_items(session: Session, conversation_id: str, items: Sequence[dict[str, Any]]) -> None:

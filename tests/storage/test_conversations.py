@@ -140,6 +140,13 @@ def test_delete_item_reports_whether_it_was_there(db: Database) -> None:
     assert _ids(db, conversation_id) == ["b"]
 
 
+def test_delete_conversation_reports_whether_it_was_there(db: Database) -> None:
+    # Of two concurrent DELETEs, both had loaded it: only the one that deleted it answers deleted.
+    conversation_id = _conversation(db, items=("msg_a",))
+    assert db.run(delete_conversation, conversation_id) is True
+    assert db.run(delete_conversation, conversation_id) is False
+
+
 def test_delete_conversation_deletes_its_items(db: Database) -> None:
     conversation_id = _conversation(db, items=("a",))
     db.run(delete_conversation, conversation_id)

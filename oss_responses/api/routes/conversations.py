@@ -62,7 +62,8 @@ async def update_conversation(
 @router.delete("/{conversation_id}")
 async def remove_conversation(conversation_id: str, services: ServicesDep, owner: OwnerDep) -> dict[str, Any]:
     await conversations.load_conversation(services, conversation_id, owner)
-    await services.db.run(delete_conversation, conversation_id)
+    if not await services.db.run(delete_conversation, conversation_id):  # a concurrent DELETE took it
+        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
     return conversations.deleted_json(conversation_id)
 
 
