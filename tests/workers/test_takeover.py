@@ -66,6 +66,13 @@ def _wait_for_deltas(redis: redis_lib.Redis, response_id: str, count: int, timeo
     raise TimeoutError(f"fewer than {count} deltas for {response_id}")
 
 
+def _kill_for_a_survivor(doomed: WorkerProcess, settings: Settings, start_worker: Any) -> None:
+    """SIGKILL the worker running the response, and start the one that takes it over."""
+    os.kill(doomed.process.pid, signal.SIGKILL)
+    doomed.process.wait()
+    start_worker(_unpaced(settings), "survivor")
+
+
 def test_sigkilled_worker_response_is_continued_by_another_worker(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
 ) -> None:  # type: ignore[no-untyped-def]
@@ -74,9 +81,7 @@ def test_sigkilled_worker_response_is_continued_by_another_worker(
     doomed = start_worker(settings, "doomed")
     response_id = _start_response(db, redis, settings, "tokens 80")
     _wait_for_deltas(redis, response_id, 10)
-    os.kill(doomed.process.pid, signal.SIGKILL)
-    doomed.process.wait()
-    start_worker(_unpaced(settings), "survivor")
+    _kill_for_a_survivor(doomed, settings, start_worker)
     events = wait_for_end(redis, response_id, timeout=30)
     assert_one_story(events, db, response_id)
     uninterrupted = wait_for_end(redis, _start_response(db, redis, settings, "tokens 80"), timeout=30)
@@ -99,9 +104,7 @@ def test_sigkilled_worker_response_whose_earlier_turn_was_deleted_since_fails_af
     enqueue(make_celery(settings), settings, second, MODEL)
     _wait_for_deltas(redis, second, 10)
     db.run(delete_response, first)
-    os.kill(doomed.process.pid, signal.SIGKILL)
-    doomed.process.wait()
-    start_worker(_unpaced(settings), "survivor")
+    _kill_for_a_survivor(doomed, settings, start_worker)
 
     events = wait_for_end(redis, second, timeout=30)
 
@@ -288,9 +291,7 @@ def _tool_call_killed_at(
     response_id = accept(db, redis, settings, input=f"call {label}.{call}", tools=tools, background=True)
     enqueue(make_celery(settings), settings, response_id, MODEL)
     wait_for_event(redis, response_id, killed_after)
-    os.kill(doomed.process.pid, signal.SIGKILL)
-    doomed.process.wait()
-    start_worker(_unpaced(settings), "survivor")
+    _kill_for_a_survivor(doomed, settings, start_worker)
     events = wait_for_end(redis, response_id, timeout=30)
     assert_one_story(events, db, response_id)
     db.dispose()
