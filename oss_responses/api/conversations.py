@@ -141,8 +141,12 @@ async def load_conversation(
     """The conversation, if ``owner`` may see it; another owner's is reported exactly as an unknown one."""
     record = await services.db.run(get_conversation, conversation_id, owner.name)
     if record is None:
-        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param=param)
+        raise conversation_not_found(conversation_id, param)
     return record
+
+
+def conversation_not_found(conversation_id: str, param: str = "conversation_id") -> NotFound:
+    return NotFound(f"Conversation with id '{conversation_id}' not found.", param=param)
 
 
 async def conversation_prefix(

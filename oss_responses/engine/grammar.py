@@ -78,10 +78,10 @@ class Grammar:
     compact: bool
     name: str  # "The schema of text.format", or "The parameters of function 'NAME'"
     recipient: str | None = None  # a strict function's (``functions.NAME``); None: the answer's
+    key: str = ""  # grammar_key, computed once (a schema may be large; it is looked up several times)
 
-    @property
-    def key(self) -> str:
-        return grammar_key(self.schema, compact=self.compact)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", grammar_key(self.schema, compact=self.compact))
 
 
 def grammars_of(extra: dict[str, Any]) -> Iterator[Grammar]:

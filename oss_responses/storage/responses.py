@@ -124,9 +124,10 @@ def insert_accepted(
         raise ConversationLocked(conversation)
     if owner is None:
         return
-    if in_flight_limit is not None and count_in_flight(session, owner) > in_flight_limit:
+    every, of_background = count_in_flight(session, owner)
+    if in_flight_limit is not None and every > in_flight_limit:
         raise InFlightLimitReached(owner, in_flight_limit, background=False)
-    if background is not None and count_in_flight(session, owner, background_only=True) > background:
+    if background is not None and of_background > background:
         raise InFlightLimitReached(owner, background, background=True)
 
 
@@ -138,14 +139,13 @@ def count_running_in_conversation(session: Session, conversation_id: str) -> int
     return int(session.execute(query).scalar_one())
 
 
-def count_in_flight(session: Session, owner: str, *, background_only: bool = False) -> int:
-    """The owner's responses (or background responses) that are queued or in progress."""
-    query = select(func.count()).select_from(_responses).where(
+def count_in_flight(session: Session, owner: str) -> tuple[int, int]:
+    """The owner's responses that are queued or in progress: all of them, and the background ones (one read)."""
+    query = select(func.count(), func.count().filter(_responses.c.background.is_(True))).select_from(_responses).where(
         _responses.c.owner == owner, _responses.c.status.in_(ACTIVE_STATUSES)
     )
-    if background_only:
-        query = query.where(_responses.c.background.is_(True))
-    return int(session.execute(query).scalar_one())
+    every, of_background = session.execute(query).one()
+    return int(every), int(of_background)
 
 
 # The statements run once or twice per response are built once, their values passed beside them at

@@ -311,7 +311,7 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
         # here, its failure after the events its lost worker wrote (a failure rendered from its start
         # would reuse their sequence numbers, be refused by Redis, and be taken over again, forever).
         log.warning("response %s failed: %s", job.response_id, job.load_error)
-        return _fail_lost(run, str(job.load_error), job.load_error.code)
+        return _fail_without_replay(run, str(job.load_error), job.load_error.code)
     if count > ctx.settings.max_takeovers:
         run.fail_after_replay = (
             f"worker_lost: the workers running this response stopped {count} time{'s' if count != 1 else ''}, more "
@@ -319,19 +319,19 @@ def _take_over(run: _Run, *, counted: bool) -> Outcome:
         )
         if count > ctx.settings.max_takeovers + _FAILED_ENDINGS:  # replaying to fail it failed too: fail it as is
             log.error("response %s failed: %s", job.response_id, run.fail_after_replay)
-            return _fail_lost(run, run.fail_after_replay)
+            return _fail_without_replay(run, run.fail_after_replay)
     elif ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
         run.stop_cause = "cancelled"
     if not steps and not ctx.sync_redis.exists(redis_keys.events(job.response_id)):
         log.error("%s: %s", job.response_id, PROGRESS_LOST_MESSAGE)
-        return _fail_lost(run)
+        return _fail_without_replay(run)
     if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
         run.first_sequence_number = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id)) or 0
         return _execute(run)
     return _execute(run, steps)
 
 
-def _fail_lost(run: _Run, message: str = PROGRESS_LOST_MESSAGE, code: str = "server_error") -> Outcome:
+def _fail_without_replay(run: _Run, message: str = PROGRESS_LOST_MESSAGE, code: str = "server_error") -> Outcome:
     """The response cannot be continued: Redis lost its stream and journal (a restart without persistence),
     or what it continues is gone. It fails, saying why; its stream gets that failure after its last event
     (a new stream holds it alone), then its end."""

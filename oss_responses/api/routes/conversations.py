@@ -63,7 +63,7 @@ async def update_conversation(
 async def remove_conversation(conversation_id: str, services: ServicesDep, owner: OwnerDep) -> dict[str, Any]:
     await conversations.load_conversation(services, conversation_id, owner)
     if not await services.db.run(delete_conversation, conversation_id):  # a concurrent DELETE took it
-        raise NotFound(f"Conversation with id '{conversation_id}' not found.", param="conversation_id")
+        raise conversations.conversation_not_found(conversation_id)
     return conversations.deleted_json(conversation_id)
 
 
