@@ -122,16 +122,16 @@ def _trace_stages() -> None:
 
     signals.task_received.connect(lambda request, **_: _stage("received", request.args[0]), weak=False)
     run_response, load_job, execute = runner.run_response, runner.load_job, runner._execute
-    claim, render_early, render = runner.claim, runner._render_early, runner._render
+    claim, render_early, render = runner.claim, runner.render_early, runner._render
 
     def traced_claim(redis: Any, lease: Any, response_id: str) -> Any:
         taken = claim(redis, lease, response_id)
         _stage("leased", response_id)
         return taken
 
-    def traced_render_early(run: Any) -> Any:
-        prompt = render_early(run)
-        _stage("rendered", run.job.response_id)
+    def traced_render_early(ctx: Any, job: Any) -> Any:
+        prompt = render_early(ctx, job)
+        _stage("rendered", job.response_id)
         return prompt
 
     async def traced_render(run: Any, *args: Any) -> None:
@@ -160,7 +160,7 @@ def _trace_stages() -> None:
         return traced
 
     runner.run_response, runner.load_job, runner._execute = traced_run_response, traced_load_job, traced_execute
-    runner.claim, runner._render_early, runner._render = traced_claim, traced_render_early, traced_render
+    runner.claim, runner.render_early, runner._render = traced_claim, traced_render_early, traced_render
     vllm_module.VllmEngine.stream = wrap_call(vllm_module.VllmEngine.stream, "generate")  # type: ignore[method-assign]
     AsyncLLM.add_request = wrap_call(AsyncLLM.add_request, "submitted")  # type: ignore[method-assign]
 

@@ -26,7 +26,6 @@ takeover's counters, only on the engine loop.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -37,34 +36,12 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
-from oss_responses.engine.base import ContextLimited, PromptTooLongError, SamplingSettings, SchemaNotConstrainable
-from oss_responses.engine.response_format import (
-    REQUIRED_CALL_KEY,
-    STRICT_CALLS_KEY,
-    STRUCTURED_OUTPUT_KEY,
-    structured_output_spec,
-)
+from oss_responses.engine.base import PromptTooLongError, SchemaNotConstrainable
 from oss_responses.eventlog.writer import EventWriteError, Fence
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
-from oss_responses.harmony.mcp_tools import McpToolSpec
-from oss_responses.harmony.render import (
-    ConversationPlan,
-    ConversationTurn,
-    RenderedPrompt,
-    RenderOptions,
-    forced_call_header,
-    forced_call_names,
-    function_call_header_rest,
-    hosted_builtins,
-    hosted_calls,
-    offered_functions,
-    plan_conversation,
-    rendered_prompt,
-    strict_functions,
-)
+from oss_responses.harmony.render import RenderedPrompt, hosted_builtins, hosted_calls, offered_functions
 from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.harmony.truncation import WHOLE, Cut, context_budget, truncation_cut
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -76,7 +53,7 @@ from oss_responses.workers.claim import Claim, claim
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import response_ended
 from oss_responses.workers.generation import Generation, StopCause
-from oss_responses.workers.job import Job, JobLoadError, job_render_options, load_job
+from oss_responses.workers.job import Job, JobLoadError, load_job
 from oss_responses.workers.journal import (
     JournaledTranslator,
     JournalError,
@@ -90,6 +67,7 @@ from oss_responses.workers.journal import (
 )
 from oss_responses.workers.lease import Lease, run_owner
 from oss_responses.workers.outage import Backoff, unreachable
+from oss_responses.workers.prompting import forced_tokens, prompt_budget, render, render_early, sampling
 from oss_responses.workers.reaper import (
     HANDOFF,
     close_with_failure,
@@ -103,7 +81,6 @@ from oss_responses.workers.tooling import (
     idempotent_calls,
     list_new_tools,
     prepare_tools,
-    uses_mcp,
 )
 
 log = logging.getLogger(__name__)
@@ -166,7 +143,7 @@ class _Run:
     generation: Generation | None = None
     rendered: RenderedPrompt | None = None
     stop_cause: StopCause | None = None  # asked before the generation existed
-    early_prompt: RenderedPrompt | Exception | None = None  # rendered in the task thread (see _render_early)
+    early_prompt: RenderedPrompt | Exception | None = None  # rendered in the task thread (see prompting.render_early)
     fail_after_replay: str | None = None  # taken over too often: replayed, then failed
 
     @property
@@ -183,7 +160,7 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
         if taken.cancel_requested:
             return _cancel_queued(ctx, job)
         run.first_sequence_number = taken.next_sequence_number or 0
-        run.early_prompt = _render_early(run)
+        run.early_prompt = render_early(ctx, job)
         if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
             return "skipped"  # cancelled by the API meanwhile
         return _execute(run)
@@ -469,7 +446,7 @@ async def _list_then_generate(
     )
     _new_generation(run, request, tools, known)
     assert run.generation is not None
-    await run.generation.run(run.rendered.token_ids, run.rendered.approval, forced=_forced(run.ctx, request))
+    await run.generation.run(run.rendered.token_ids, run.rendered.approval, forced=forced_tokens(run.ctx, request))
 
 
 async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) -> None:
@@ -506,7 +483,7 @@ async def _resume(run: _Run, request: CreateResponseRequest, steps: list[Step]) 
     else:
         assert run.generation is not None
         run.generation.journal = run.translator.record
-        await run.generation.resume(forced=_forced(ctx, request))
+        await run.generation.resume(forced=forced_tokens(ctx, request))
 
 
 async def _write_missing(run: _Run, events: list[Any]) -> None:
@@ -519,131 +496,25 @@ async def _write_missing(run: _Run, events: list[Any]) -> None:
         run.ctx.writer.append(run.job.response_id, missing)
 
 
-def _render_early(run: _Run) -> RenderedPrompt | Exception | None:
-    """A fresh start's prompt, rendered here in the task thread before the engine loop takes the
-    response: no hops to the loop and to a render thread on the way to the first token. Only a
-    request without MCP servers knows its prompt now (listing tools can add to it). A render error is
-    kept and raised where the loop would have rendered, so the response fails alike."""
-    try:
-        request = run.job.request()
-        if uses_mcp(request):
-            return None
-        known = listed_tools(run.job.history, request.input_items())
-        options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
-        plan, messages = _plan(request, run.job.history, options)
-        token_ids = _tokens_now(run, plan, messages)
-        if (cut := _truncation(run.ctx, request, plan, token_ids)) is not None:
-            plan, messages = _plan(request, run.job.history, options, cut)
-            token_ids = _tokens_now(run, plan, messages)
-    except Exception as exc:
-        return exc
-    return rendered_prompt(plan, token_ids, messages)
-
-
 async def _render(run: _Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
-    """Planned in a thread, tokenised by the worker's PromptTokenizer: never on the engine loop itself,
-    where a large input would stall every running response (prompt_tokenizer.py)."""
+    """The prompt rendered in the task thread (its error raised here), else rendered now."""
     early, run.early_prompt = run.early_prompt, None
     if isinstance(early, Exception):
         raise early
-    if early is not None:
-        run.rendered = early
-        return
-    options = job_render_options(run.ctx.settings, run.job.record, known, run.ctx.sealer)
-    plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options)
-    token_ids = await _tokens(run, plan, messages)
-    if (cut := _truncation(run.ctx, request, plan, token_ids)) is not None:
-        plan, messages = await asyncio.to_thread(_plan, request, run.job.history, options, cut)
-        token_ids = await _tokens(run, plan, messages)
-    run.rendered = rendered_prompt(plan, token_ids, messages)
-
-
-def _tokens_now(run: _Run, plan: ConversationPlan, messages: list[dict[str, Any]]) -> list[int]:
-    return run.ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None, weight=plan.cost.weight)
-
-
-async def _tokens(run: _Run, plan: ConversationPlan, messages: list[dict[str, Any]]) -> list[int]:
-    return await run.ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None, weight=plan.cost.weight)
-
-
-def _plan(
-    request: CreateResponseRequest, history: list[ConversationTurn], options: RenderOptions, cut: Cut = WHOLE
-) -> tuple[ConversationPlan, list[dict[str, Any]]]:
-    plan = plan_conversation(request, history, options, cut=cut)
-    return plan, [message.to_dict() for message in plan.messages]
-
-
-def _truncation(
-    ctx: WorkerContext, request: CreateResponseRequest, plan: ConversationPlan, token_ids: list[int]
-) -> Cut | None:
-    """With ``truncation: "auto"``, what the prompt keeps of the conversation to leave the answer its
-    room in the model's context (``harmony/truncation.py``); None when it stays whole. The same request
-    and history give the same cut, so a takeover renders the prompt its lost worker rendered."""
-    budget = _context_budget(ctx, request)
-    if budget is None:
-        return None
-    cut = truncation_cut(plan.messages, plan.conversation_start, token_ids, budget)
-    return None if cut is None or cut == WHOLE else cut
-
-
-def _context_budget(ctx: WorkerContext, request: CreateResponseRequest) -> int | None:
-    """With ``truncation: "auto"``, the most tokens the model's context may hold before an engine call: the
-    rest is the answer's room, the request's output budget, at most half the context. None: never cut."""
-    limit = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
-    if request.truncation != "auto" or limit is None:
-        return None
-    return context_budget(limit, request.max_output_tokens or ctx.settings.default_max_output_tokens)
+    run.rendered = early if early is not None else await render(run.ctx, run.job, request, known)
 
 
 def _new_generation(run: _Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:
     ctx, job = run.ctx, run.job
     assert run.translator is not None
     run.generation = Generation(
-        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, _sampling(ctx, request, known),
+        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, sampling(ctx, request, known),
         journal=run.translator.record,
         is_idempotent=idempotent_calls(ctx.settings, known),
-        context_budget=_context_budget(ctx, request),
+        context_budget=prompt_budget(ctx, request),
     )
     if run.stop_cause is not None:
         run.generation.stop(run.stop_cause)
-
-
-def _forced(ctx: WorkerContext, request: CreateResponseRequest) -> list[int] | None:
-    """The start of the call ``tool_choice`` makes the model write (``forced_call_header``), as tokens."""
-    header = forced_call_header(request, ctx.settings.builtin_tool_labels)
-    return list(ctx.encoding.encode(header, allowed_special="all")) if header else None
-
-
-def _sampling(
-    ctx: WorkerContext, request: CreateResponseRequest, mcp_tools: dict[str, list[McpToolSpec]]
-) -> SamplingSettings:
-    return SamplingSettings(
-        max_tokens=request.max_output_tokens or ctx.settings.default_max_output_tokens,
-        stop_token_ids=ctx.stop_token_ids,
-        temperature=request.temperature,
-        top_p=request.top_p,
-        seed=request.seed,
-        extra=_constraints(ctx, request, mcp_tools),
-        stream_interval=ctx.settings.stream_interval,
-    )
-
-
-def _constraints(
-    ctx: WorkerContext, request: CreateResponseRequest, mcp_tools: dict[str, list[McpToolSpec]]
-) -> dict[str, Any]:
-    """What the engine constrains: the answer to ``text.format``, strict functions' arguments to their
-    schemas, and the name of a function or MCP tool ``tool_choice`` requires to one of those shown."""
-    extra: dict[str, Any] = {}
-    spec = structured_output_spec(request.text.format if request.text else None)
-    if spec is not None:
-        extra[STRUCTURED_OUTPUT_KEY] = spec
-    if calls := strict_functions(request):
-        extra[STRICT_CALLS_KEY] = calls
-    forced = _forced(ctx, request)
-    if forced and (names := forced_call_names(request, ctx.settings.builtin_tool_labels, mcp_tools)):
-        rests = [list(ctx.encoding.encode(function_call_header_rest(name), allowed_special="all")) for name in names]
-        extra[REQUIRED_CALL_KEY] = {"after": forced, "rests": rests}
-    return extra
 
 
 def _finish(run: _Run) -> Outcome:
