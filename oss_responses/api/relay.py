@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import anyio
@@ -135,10 +135,13 @@ async def _cancel_quietly(services: Services, response_id: str) -> None:
         log.exception("cancel of %s after client disconnect failed", response_id)
 
 
-async def archived_frames(db: AsyncDatabase, response_id: str, after: int) -> list[bytes] | None:
-    """The hub's archive reader: a finished response's frames after event ``after``, from SQL."""
+async def archived_frames(
+    db: AsyncDatabase, response_id: str, after: int, joined: bool = False
+) -> Iterator[list[bytes]] | None:
+    """The hub's archive reader: a finished response's frames after event ``after``, from SQL, in pages
+    decompressed as they are sent (the log stays compressed in memory: ~1/50 of its frames' bytes)."""
     event_log = await db.run(get_event_log, response_id)
-    return None if event_log is None else event_log.after(after)
+    return None if event_log is None else event_log.pages_after(after, joined=joined)
 
 
 async def relay(

@@ -43,7 +43,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, cast
 
 from redis.asyncio import Redis
@@ -67,7 +67,9 @@ FIRST: EntryId = (0, 0)  # before event 0 (entry id 0-1)
 ARCHIVED = b"archived"  # the tombstone's field: the last sequence number, its events in SQL
 
 # (response id, after sequence number: -1 for all) -> the archived frames after it; None if none.
-ArchiveReader = Callable[[str, int], Awaitable[list[bytes] | None]]
+# The archived frames after a sequence number, in pages (None: not archived), each page one bytes if asked
+# (joined); see storage/event_logs.py.
+ArchiveReader = Callable[[str, int, bool], Awaitable[Iterable[list[bytes]] | None]]
 
 
 class StreamNotFound(LookupError):
@@ -346,7 +348,7 @@ class EventHub:
         if first is None:
             first = await self._first_page(redis_keys.events(response_id), cursor)
         page, tail = first
-        follow = self._follow(response_id, cursor, page, tail, _Subscriber(client_stream=client_stream))
+        follow = self._follow(response_id, cursor, page, tail, _Subscriber(client_stream=client_stream), chunked)
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
         # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
         del page, first
@@ -360,9 +362,10 @@ class EventHub:
             frames = []
 
     async def _follow(
-        self, response_id: str, cursor: EntryId, page: list[Entry], tail: EntryId, sub: _Subscriber
+        self, response_id: str, cursor: EntryId, page: list[Entry], tail: EntryId, sub: _Subscriber, joined: bool
     ) -> AsyncIterator[list[bytes]]:
-        """Lists of frames; an empty list is a heartbeat. ``tail``: an entry id the log had reached."""
+        """Lists of frames; an empty list is a heartbeat. ``tail``: an entry id the log had reached.
+        ``joined``: the archive's pages may come as one bytes each (the frames are joined anyway)."""
         key = redis_keys.events(response_id)
         try:
             while True:
@@ -373,7 +376,7 @@ class EventHub:
                     yield frames
                 del frames
                 if end is not None:
-                    if rest := await self._archived_rest(response_id, cursor, end):
+                    for rest in await self._archived_rest(response_id, cursor, end, joined):
                         yield rest
                     return
                 if more_history:
@@ -397,7 +400,7 @@ class EventHub:
                         yield frames
                     del frames
                     if end is not None:
-                        if rest := await self._archived_rest(response_id, cursor, end):
+                        for rest in await self._archived_rest(response_id, cursor, end, joined):
                             yield rest
                         return
                 page = await self._range(key, cursor)  # fell behind and was detached
@@ -427,16 +430,19 @@ class EventHub:
                 continue
             await sub.wait()
 
-    async def _archived_rest(self, response_id: str, cursor: EntryId, end: dict[bytes, bytes]) -> list[bytes]:
-        """What a subscriber lacks when the stream was archived (moved to SQL) before it read it all."""
+    async def _archived_rest(
+        self, response_id: str, cursor: EntryId, end: dict[bytes, bytes], joined: bool
+    ) -> Iterable[list[bytes]]:
+        """What a subscriber lacks when the stream was archived (moved to SQL) before it read it all, in
+        pages taken one at a time: a slow client holds one, not the whole log."""
         after = archived_after(end, cursor)
         if after is None:
-            return []
-        frames = None if self._archive is None else await self._archive(response_id, after)
-        if frames is None:
+            return ()
+        pages = None if self._archive is None else await self._archive(response_id, after, joined)
+        if pages is None:
             log.error("the event log of %s was archived but the archive is gone: its stream ends early", response_id)
-            return []
-        return frames
+            return ()
+        return pages
 
     async def _first_page(self, key: str, cursor: EntryId) -> tuple[list[Entry], EntryId]:
         """History after ``cursor``, and the id of the log's last entry (FIRST if it has none)."""

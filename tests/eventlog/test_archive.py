@@ -22,6 +22,7 @@ from oss_responses.storage import (
     insert_response,
     utcnow,
 )
+from oss_responses.storage.event_logs import PAGE_BYTES
 from oss_responses.workers.archive import archive_event_log
 from tests.support.rows import new_response
 
@@ -126,6 +127,25 @@ async def test_replay_starting_after_n_reads_the_rest_from_the_archive(
         assert after == before and parse_frame(after.split(b"\n\n")[0] + b"\n\n")["sequence_number"] == 25
         assert await read_all(hub, response_id, after=39) == b""
         assert await hub.last_sequence(response_id) == 39
+    finally:
+        await hub.stop()
+
+
+async def test_replay_of_archived_log_is_relayed_in_pages_not_whole(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    # A client that reads slowly or not at all holds the chunk it waits on: a page, not the whole log
+    # decompressed (the resource probe: 27-42 MB of API memory per stalled replay of a 100k-token log).
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(2_500)), close="completed", ttl_seconds=60)
+        before = await read_all(hub, response_id)
+        assert archive(db, redis, response_id)
+        chunks = [chunk async for chunk in await hub.open(response_id, chunked=True)]
+        assert b"".join(chunks) == before
+        largest_frame = max(len(data) + 2 for data in before.split(b"\n\n"))
+        assert len(chunks) > 1 and all(len(chunk) < PAGE_BYTES + largest_frame for chunk in chunks)
     finally:
         await hub.stop()
 
