@@ -12,7 +12,7 @@ messages (``acks_late``: every running response), kombu 5 closes the channel and
 messages back on their queue through a connection pool that the close has already torn down. The
 resulting ``AttributeError`` is not among the connection errors kombu ignores there, so it escapes and
 stops the worker ("Unrecoverable error"). The same happens when a task that started before the loss
-is acknowledged on the dead channel. Neither put-back nor ack is needed for correctness: an
+is acknowledged, or rejected, on the dead channel. Neither put-back nor ack is needed for correctness: an
 unacknowledged message stays in the broker's unacked hash and is redelivered after the visibility
 timeout, and a redelivered task whose response already ended, or runs elsewhere under a lease, does
 nothing. So this transport skips them when the channel's connection is gone, and the consumer
@@ -69,6 +69,16 @@ class QoS(kombu_redis.QoS):
             super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]
             return
         super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        # A task rejected as its broker went away (a webhook whose retry could not be sent): on a dead
+        # channel kombu's reject fails as its ack does, and stops the worker.
+        if not self._connected():
+            log.warning("broker connection lost: rejected task %s stays unacknowledged (redelivered after the "
+                        "visibility timeout)", delivery_tag)
+            super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]  # forgotten locally
+            return
+        super().reject(delivery_tag, requeue)  # type: ignore[no-untyped-call]
 
     def _connected(self) -> bool:
         # The channel's transport drops its client (the kombu Connection) when the connection closes.

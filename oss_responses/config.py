@@ -240,9 +240,13 @@ class Settings(BaseSettings):
     webhook_queue: str = Field("webhooks", description="Celery queue of webhook deliveries (workers consume it)")
     webhook_max_attempts: int = Field(10, ge=1, description="Attempts of one webhook delivery before it is given up")
     webhook_backoff_seconds: float = Field(
-        2.0, ge=0, description="Delay before a delivery's second attempt; doubled at each later one (at most an hour)"
+        2.0, ge=0,
+        description="Delay before a delivery's second attempt; doubled at each later one (at most half of "
+        "visibility_timeout_seconds, and an hour)",
     )
-    webhook_timeout_seconds: float = Field(10.0, gt=0, description="Timeout of one webhook POST")
+    webhook_timeout_seconds: float = Field(
+        10.0, gt=0, description="Deadline of one webhook POST, from its connection to its answer's status"
+    )
     webhook_resend_after_seconds: float = Field(
         600.0, gt=0,
         description="A delivery still pending this long (its task was lost), or retrying this long past its "

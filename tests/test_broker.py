@@ -74,3 +74,14 @@ def test_send_run_response_reaches_a_queue_nobody_declared(redis_url: str, redis
     assert not redis.exists("_kombu.binding.responses.undeclared")
     headers, (args, _, _) = _published(redis, "responses.undeclared")
     assert args == ["resp_2", {}] and headers["argsrepr"] == "('resp_2', {})"
+
+
+def test_reject_on_lost_broker_connection_leaves_task_unacknowledged(redis_url: str, redis: redis_lib.Redis) -> None:
+    # A webhook task whose retry could not be sent is rejected as Redis goes away; kombu's reject on the
+    # closed channel raised AttributeError and stopped the worker (the webhooks probe: 2 of 8 restarts).
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        channel = connection.default_channel
+        channel.qos._delivered["tag-1"] = object()
+        channel.connection.client = None  # what kombu's close of the connection leaves
+
+        channel.qos.reject("tag-1", requeue=False)  # raised AttributeError

@@ -14,6 +14,7 @@ from oss_responses.storage.records import utcnow
 
 _deliveries = WebhookDeliveryRow.__table__
 _FAILED_STATES = ("retrying", "failed")
+ENDED_STATES = ("delivered", "failed")
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,13 @@ def add_pending(session: Session, deliveries: Sequence[tuple[str, str, str, str,
             ))
 
 
-def attempts_of(session: Session, webhook_id: str, url: str) -> int:
-    """Attempts made so far (0 for a delivery not logged)."""
-    query = select(_deliveries.c.attempts).where(
+def delivery_state(session: Session, webhook_id: str, url: str) -> tuple[str, int] | None:
+    """A delivery's state and the attempts made so far (None for a delivery not logged)."""
+    query = select(_deliveries.c.state, _deliveries.c.attempts).where(
         _deliveries.c.webhook_id == webhook_id, _deliveries.c.endpoint_url == url
     )
-    return int(session.execute(query).scalar_one_or_none() or 0)
+    row = session.execute(query).one_or_none()
+    return None if row is None else (row.state, int(row.attempts))
 
 
 def claim_stale(
@@ -73,12 +75,16 @@ def claim_stale(
 def record_attempt(
     session: Session, webhook_id: str, url: str, *, state: str, status: int | None, error: str | None
 ) -> None:
-    """One attempt's result: ``state`` is ``delivered``, ``retrying`` or ``failed``."""
+    """One attempt's result: ``state`` is ``delivered``, ``retrying`` or ``failed``. A delivered one stays
+    delivered: a copy of its task that failed at the same time (at least once) does not undo it."""
     now = utcnow()
     row = WebhookDeliveryRow
+    matches = (row.webhook_id == webhook_id) & (row.endpoint_url == url)
+    if state != "delivered":
+        matches &= row.state != "delivered"
     session.execute(
         update(row)
-        .where(row.webhook_id == webhook_id, row.endpoint_url == url)
+        .where(matches)
         .values(
             state=state, attempts=row.attempts + 1, last_status=status, last_error=error,
             updated_at=now, delivered_at=now if state == "delivered" else None,

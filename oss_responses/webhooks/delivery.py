@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 import httpx
 
 from oss_responses.config import Settings, WebhookEndpoint
 from oss_responses.metrics import WEBHOOK_DELIVERIES, WEBHOOK_DELIVERY_SECONDS
 from oss_responses.storage import Database
-from oss_responses.storage.webhook_deliveries import attempts_of, record_attempt
+from oss_responses.storage.webhook_deliveries import ENDED_STATES, delivery_state, record_attempt
 from oss_responses.webhooks.events import WebhookDelivery
 from oss_responses.webhooks.signing import signed_headers
 
@@ -29,18 +30,42 @@ class Attempt:
 
 
 def post(endpoint: WebhookEndpoint, delivery: WebhookDelivery, timeout: float) -> Attempt:
+    """POST the signed event; the endpoint has ``timeout`` seconds in all to answer.
+
+    httpx's own timeout bounds each read, not the request: a receiver dripping its answer a byte at a time
+    held the task's thread, one of those that run responses, for as long as it liked. Of the answer only
+    the status and the start of its body are read (a huge body would be held whole in the worker)."""
     payload = delivery.payload()
     headers = signed_headers(endpoint.secret.get_secret_value(), delivery.webhook_id, payload)
     started = time.perf_counter()
     try:
-        answer = httpx.post(endpoint.url, content=payload, headers=headers, timeout=timeout, follow_redirects=False)
-    except httpx.HTTPError as exc:
-        return Attempt(None, f"{type(exc).__name__}: {exc}"[:500])
+        return asyncio.run(_post(endpoint.url, payload, headers, timeout))
     finally:
         WEBHOOK_DELIVERY_SECONDS.observe(time.perf_counter() - started)
-    if 200 <= answer.status_code < 300:
-        return Attempt(answer.status_code, None)
-    return Attempt(answer.status_code, f"HTTP {answer.status_code}: {answer.text[:200]}")
+
+
+async def _post(url: str, payload: str, headers: dict[str, str], timeout: float) -> Attempt:
+    try:
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+            async with client.stream("POST", url, content=payload, headers=headers) as answer:
+                if 200 <= answer.status_code < 300:
+                    return Attempt(answer.status_code, None)
+                head = await _head(answer)
+    except TimeoutError:
+        return Attempt(None, f"no answer within {timeout:g} s (OSS_RESPONSES_WEBHOOK_TIMEOUT_SECONDS)")
+    except httpx.HTTPError as exc:
+        return Attempt(None, f"{type(exc).__name__}: {exc}"[:500])
+    return Attempt(answer.status_code, f"HTTP {answer.status_code}: {head.decode(errors='replace')[:200]}")
+
+
+async def _head(answer: httpx.Response, size: int = 1024) -> bytes:
+    """The first ``size`` bytes of the answer's body (the rest is not read)."""
+    head = b""
+    async for chunk in answer.aiter_bytes():
+        head += chunk
+        if len(head) >= size:
+            break
+    return head[:size]
 
 
 def endpoint_for(settings: Settings, url: str) -> WebhookEndpoint | None:
@@ -53,7 +78,14 @@ def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery
     Attempts are numbered from the log (not Celery's retry count), so a task sent again by the sweeper or
     redelivered by the broker counts on from where the delivery stood.
     """
-    attempt_number = db.run(attempts_of, delivery.webhook_id, delivery.url) + 1
+    logged = db.run(delivery_state, delivery.webhook_id, delivery.url)
+    if logged is not None and logged[0] in ENDED_STATES:
+        # A copy of an ended delivery (redelivered by the broker, or resent while its first was slow): sent
+        # again, it would reopen a delivery the log and the receiver saw end.
+        log.info("webhook %s to %s is already %s: this copy is dropped", delivery.webhook_id, delivery.url,
+                 logged[0])
+        return cast(State, logged[0]), logged[1]
+    attempt_number = (logged[1] if logged is not None else 0) + 1
     endpoint = endpoint_for(settings, delivery.url)
     if endpoint is None:  # its secret is not known here: nothing can be signed
         attempt = Attempt(None, "no endpoint with this URL in this worker's OSS_RESPONSES_WEBHOOK_ENDPOINTS")
@@ -70,6 +102,12 @@ def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery
     return state, attempt_number
 
 
+def longest_backoff(settings: Settings) -> float:
+    """A retry waits in its worker, unacknowledged: past the broker's visibility timeout Redis hands it out
+    again, and both copies went on retrying (each long wait doubled the attempts). Half of it, at most an hour."""
+    return min(MAX_BACKOFF_SECONDS, settings.visibility_timeout_seconds / 2)
+
+
 def backoff_seconds(settings: Settings, attempt_number: int) -> float:
     """The wait before the next attempt: ``webhook_backoff_seconds`` doubled at each attempt, capped."""
-    return float(min(settings.webhook_backoff_seconds * 2 ** (attempt_number - 1), MAX_BACKOFF_SECONDS))
+    return float(min(settings.webhook_backoff_seconds * 2 ** (attempt_number - 1), longest_backoff(settings)))

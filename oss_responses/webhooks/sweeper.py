@@ -21,7 +21,7 @@ from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, utcnow
 from oss_responses.storage.webhook_deliveries import DeliveryRecord, claim_stale
-from oss_responses.webhooks.delivery import MAX_BACKOFF_SECONDS
+from oss_responses.webhooks.delivery import longest_backoff
 from oss_responses.webhooks.events import WebhookDelivery
 from oss_responses.webhooks.notify import SendDelivery
 
@@ -38,6 +38,7 @@ def delivery_of(record: DeliveryRecord) -> WebhookDelivery:
 class WebhookSweeper:
     def __init__(self, settings: Settings, db: Database, redis: Redis, send: SendDelivery) -> None:
         self._resend_after = settings.webhook_resend_after_seconds
+        self._longest_backoff = longest_backoff(settings)
         self.interval = min(60.0, self._resend_after / 2)
         self._db = db
         self._redis = redis
@@ -55,7 +56,7 @@ class WebhookSweeper:
             now = utcnow()
             stale = self._db.run(
                 claim_stale, pending_before=now - timedelta(seconds=self._resend_after),
-                retrying_before=now - timedelta(seconds=self._resend_after + MAX_BACKOFF_SECONDS),
+                retrying_before=now - timedelta(seconds=self._resend_after + self._longest_backoff),
             )
             for record in stale:
                 log.warning("webhook %s to %s is still %s: sending it again", record.webhook_id,
