@@ -6,6 +6,7 @@ Nothing here is built at import time; call :func:`get_settings` (cached) or buil
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 from functools import lru_cache
@@ -26,6 +27,14 @@ def _log_level(name: str) -> str:
     return level
 
 
+WEBHOOK_SECRET_PREFIX = "whsec_"
+MIN_WEBHOOK_SECRET_BYTES = 24
+_WEBHOOK_SECRET_FORM = (
+    f"a Standard Webhooks secret: '{WEBHOOK_SECRET_PREFIX}' followed by the base64 (with its padding) of at least "
+    f"{MIN_WEBHOOK_SECRET_BYTES} random bytes"
+)
+
+
 class WebhookEndpoint(BaseModel):
     """Where terminal background responses are announced, and the Standard Webhooks secret signing them."""
 
@@ -35,11 +44,17 @@ class WebhookEndpoint(BaseModel):
     @field_validator("secret")
     @classmethod
     def _signs(cls, secret: SecretStr) -> SecretStr:
-        """A secret that cannot sign would fail every delivery, each attempt only in a worker's log."""
+        """A secret that cannot sign, or that the receiver's SDK cannot read (no ``whsec_``, base64 without its
+        padding: the openai SDK refuses every delivery signed with it), would fail every delivery, each
+        attempt only in a worker's log."""
+        value = secret.get_secret_value()
         try:
-            signed_headers(secret.get_secret_value(), "msg_check", "{}")
+            key = base64.b64decode(value.removeprefix(WEBHOOK_SECRET_PREFIX), validate=True)
+            signed_headers(value, "msg_check", "{}")
         except Exception as exc:
-            raise ValueError("a Standard Webhooks secret: 'whsec_' followed by base64") from exc
+            raise ValueError(_WEBHOOK_SECRET_FORM) from exc
+        if not value.startswith(WEBHOOK_SECRET_PREFIX) or len(key) < MIN_WEBHOOK_SECRET_BYTES:
+            raise ValueError(_WEBHOOK_SECRET_FORM)
         return secret
 
 

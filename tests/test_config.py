@@ -33,6 +33,13 @@ def fresh_settings() -> Iterator[None]:
     ("WEBHOOK_ENDPOINTS", '[{"url": "https://h/x", "secret": "not-a-whsec!"}]',
      "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
     ("WEBHOOK_ENDPOINTS", f'[{{"url": "ftp://h/x", "secret": "{SECRET}"}}]', "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].url"),
+    # Secrets the signer takes but the openai SDK cannot verify with (the webhooks probe), and a short one.
+    ("WEBHOOK_ENDPOINTS", f'[{{"url": "https://h/x", "secret": "{SECRET.removeprefix("whsec_")}"}}]',
+     "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
+    ("WEBHOOK_ENDPOINTS", '[{"url": "https://h/x", "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSwAA"}]',
+     "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
+    ("WEBHOOK_ENDPOINTS", '[{"url": "https://h/x", "secret": "whsec_AA=="}]',
+     "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
 ])
 def test_get_settings_with_unusable_value_stops_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str

@@ -58,18 +58,27 @@ def _redis_result(name: str, url: str) -> CheckResult:
 
 
 def check_database(settings: Settings) -> Iterator[CheckResult]:
-    url = make_url(settings.database_url)
+    yield database_result(settings.database_url)
+
+
+def database_problem(database_url: str) -> str | None:
+    """Why a command cannot use this database (no such file, unreachable, not migrated), or None. Asked
+    before the command touches it: a query would create an empty SQLite file, or fail in a traceback."""
+    result = database_result(database_url)
+    return result.detail if result.status == "FAIL" else None
+
+
+def database_result(database_url: str) -> CheckResult:
+    url = make_url(database_url)
     shown = url.render_as_string(hide_password=True)
     if _missing_sqlite_file(url):
-        yield CheckResult("database", "FAIL", f"{shown}: no such file; run `oss-responses migrate`")
-        return
+        return CheckResult("database", "FAIL", f"{shown}: no such file; run `oss-responses migrate`")
     try:
         current = current_revision(_with_connect_timeout(url))
     except (SQLAlchemyError, OSError) as exc:
-        yield CheckResult("database", "FAIL", f"{shown}: cannot connect ({type(exc).__name__}); "
-                                              "start the database or fix OSS_RESPONSES_DATABASE_URL")
-        return
-    yield _revision_result(shown, current, head_revision())
+        return CheckResult("database", "FAIL", f"{shown}: cannot connect ({type(exc).__name__}); "
+                                               "start the database or fix OSS_RESPONSES_DATABASE_URL")
+    return _revision_result(shown, current, head_revision())
 
 
 def check_database_connections(settings: Settings) -> Iterator[CheckResult]:

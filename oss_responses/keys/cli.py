@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from oss_responses.config import get_settings
+from oss_responses.doctor.stores import database_problem
 from oss_responses.storage import ApiKeyRecord, Database, create_api_key, list_api_keys, revoke_api_key
 
 LIST_COLUMNS = ("id", "owner", "models", "max_background", "created_at", "revoked_at")
@@ -47,7 +48,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    database = Database(args.url or get_settings().database_url)
+    url = args.url or get_settings().database_url
+    if (problem := database_problem(url)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    database = Database(url)
     try:
         if args.command == "create":
             return _create(database, args.owner, args.models, args.max_background)

@@ -12,6 +12,7 @@ import sys
 from dataclasses import asdict
 
 from oss_responses.config import get_settings
+from oss_responses.doctor.stores import database_problem
 from oss_responses.storage import Database
 from oss_responses.storage.webhook_deliveries import DeliveryRecord, list_deliveries
 
@@ -24,16 +25,27 @@ def _line(record: DeliveryRecord) -> str:
     return line + (f" error={record.last_error}" if record.last_error else "")
 
 
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return number
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oss_responses.webhooks", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="webhook deliveries, newest first")
     listing.add_argument("--response", help="only the deliveries of this response id")
     listing.add_argument("--failed", action="store_true", help="only deliveries whose last attempt failed")
-    listing.add_argument("--limit", type=int, default=100)
+    listing.add_argument("--limit", type=_positive, default=100, help="at most this many (default: 100)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
-    db = Database(get_settings().database_url)
+    url = get_settings().database_url
+    if (problem := database_problem(url)) is not None:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    db = Database(url)
     try:
         records = db.run(list_deliveries, response_id=args.response, failed=args.failed, limit=args.limit)
     finally:

@@ -64,3 +64,20 @@ def test_keys_cli_main_returns_exit_status_in_process(database_url: str, capsys:
     secret = capsys.readouterr().out.strip()
     assert main(["--url", database_url, "list"]) == 0
     assert "acme" in capsys.readouterr().out and secret.startswith("sk-")
+
+
+def test_keys_cli_on_missing_database_says_so_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.db"
+    assert main(["--url", f"sqlite:///{missing}", "list"]) == 2
+    assert "no such file; run `oss-responses migrate`" in capsys.readouterr().err  # was a traceback
+    assert not missing.exists()
+
+
+def test_keys_cli_on_unmigrated_database_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.db"
+    Database(f"sqlite:///{empty}").dispose()
+    empty.touch()
+    assert main(["--url", f"sqlite:///{empty}", "create", "--owner", "acme"]) == 2
+    assert "is not migrated" in capsys.readouterr().err

@@ -53,3 +53,26 @@ def test_list_deliveries_of_response_as_json(db: Database, capsys: pytest.Captur
     record = json.loads(line)
     assert (record["webhook_id"], record["state"], record["last_status"]) == ("evt_ok", "delivered", 200)
     assert record["delivered_at"] is not None
+
+
+def test_list_on_missing_database_says_so_and_creates_nothing(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:  # type: ignore[no-untyped-def]
+    from oss_responses.config import get_settings
+
+    missing = tmp_path / "missing.db"
+    monkeypatch.setenv("OSS_RESPONSES_DATABASE_URL", f"sqlite:///{missing}")
+    get_settings.cache_clear()
+    try:
+        assert main(["list"]) == 2
+    finally:
+        get_settings.cache_clear()
+    assert "no such file; run `oss-responses migrate`" in capsys.readouterr().err  # was a traceback
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+def test_list_with_limit_below_one_is_refused(db: Database, limit: str) -> None:
+    with pytest.raises(SystemExit) as refused:
+        main(["list", "--limit", limit])  # -1 listed every row
+    assert refused.value.code == 2
