@@ -56,9 +56,9 @@ from oss_responses.storage import (
     insert_accepted,
     utcnow,
 )
-from oss_responses.storage.webhook_deliveries import add_pending
+from oss_responses.storage.webhook_deliveries import ended_with_deliveries
 from oss_responses.tools.policy import resolve_servers
-from oss_responses.webhooks.events import planned_deliveries
+from oss_responses.webhooks.events import WebhookDelivery, planned_deliveries
 from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json
 
@@ -274,25 +274,27 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
         pipe.sadd(redis_keys.OPEN_STREAMS, record.id)
         pipe.publish(redis_keys.CANCEL_CHANNEL, record.id)
         await pipe.execute()
-    won = await services.db.run(cancel_queued, record.id, record.response)
+    # Its webhooks logged pending with the cancel itself (see webhooks/notify.py).
+    deliveries = planned_deliveries(
+        services.settings, record.id, "cancelled", background=record.background, ended_at=int(time.time())
+    )
+    won = await services.db.run(ended_with_deliveries, log_rows(deliveries), cancel_queued, record.id, record.response)
     if won:
         await write_events(services.redis, record.id, [], close="cancelled", ttl_seconds=ttl)
-        await _announce_end(services, record, "cancelled")
+        await _announce_end(services, record, "cancelled", deliveries)
     return won
 
 
-async def _announce_end(services: Services, record: ResponseRecord, status: str) -> None:
-    """Ended here (cancelled while queued): counted, and its webhooks queued (see webhooks/notify.py)."""
+async def _announce_end(
+    services: Services, record: ResponseRecord, status: str, deliveries: list[WebhookDelivery]
+) -> None:
+    """Ended here (cancelled while queued): counted, and its webhooks' tasks sent."""
     response_ended(record.model, status)
-    deliveries = planned_deliveries(
-        services.settings, record.id, status, background=record.background, ended_at=int(time.time())
-    )
     if not deliveries:
         return
     try:
-        await services.db.run(add_pending, log_rows(deliveries))
         await services.tasks.deliver_webhooks(deliveries)
-    except Exception:  # the cancel stands; the deliveries stay pending in the log
+    except Exception:  # the cancel stands; the deliveries stay pending in the log for the sweeper
         log.exception("queueing the webhooks of %s failed", record.id)
 
 

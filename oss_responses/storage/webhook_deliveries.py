@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import RowMapping, select, update
 from sqlalchemy.orm import Session
@@ -14,6 +15,8 @@ from oss_responses.storage.records import utcnow
 
 _deliveries = WebhookDeliveryRow.__table__
 _FAILED_STATES = ("retrying", "failed")
+# A delivery as logged: (webhook id, endpoint url, event type, response id, the event's created_at).
+DeliveryRow = tuple[str, str, str, str, datetime]
 ENDED_STATES = ("delivered", "failed")
 
 
@@ -32,7 +35,7 @@ class DeliveryRecord:
     delivered_at: datetime | None
 
 
-def add_pending(session: Session, deliveries: Sequence[tuple[str, str, str, str, datetime]]) -> None:
+def add_pending(session: Session, deliveries: Sequence[DeliveryRow]) -> None:
     """Log deliveries about to be queued: (webhook id, endpoint url, event type, response id, the event's
     ``created_at``) each; that time is the row's ``created_at``, so a delivery sent again has the same body.
 
@@ -45,6 +48,23 @@ def add_pending(session: Session, deliveries: Sequence[tuple[str, str, str, str,
                 webhook_id=webhook_id, endpoint_url=url, event_type=event_type, response_id=response_id,
                 state="pending", attempts=0, created_at=created_at, updated_at=now,
             ))
+
+
+def ended_with_deliveries(
+    session: Session,
+    deliveries: Sequence[DeliveryRow],
+    end: Callable[..., bool],
+    /,
+    *args: Any,
+    **kwargs: Any,
+) -> bool:
+    """``end(session, *args, **kwargs)``, a save that ends a response, and, if it did, the webhook deliveries
+    its end calls for logged pending in the same transaction: a process that dies right after the save
+    still leaves them to the sweeper (logged after it, they were lost with the process)."""
+    ended = end(session, *args, **kwargs)
+    if ended and deliveries:
+        add_pending(session, deliveries)
+    return ended
 
 
 def delivery_state(session: Session, webhook_id: str, url: str) -> tuple[str, int] | None:

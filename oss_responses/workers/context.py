@@ -260,7 +260,7 @@ def start_worker(
             dispatch=dispatch,
         )
         if send_webhook is not None:
-            ctx.webhooks = WebhookNotifier(settings, ctx.db, send_webhook)
+            ctx.webhooks = WebhookNotifier(settings, send_webhook)
         ctx.db.run(warm_statements)  # before the worker is ready: compiled now, not in its first response
         ctx.db.open_pool()
         loop.run(_start_on_loop(ctx))

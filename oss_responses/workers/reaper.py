@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -64,9 +64,10 @@ from oss_responses.storage import (
     save_turn,
     utcnow,
 )
-from oss_responses.webhooks.notify import WebhookNotifier
+from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
+from oss_responses.webhooks.notify import WebhookNotifier, log_rows
 from oss_responses.wire import response_json, wire_json
-from oss_responses.workers.ended import response_ended
+from oss_responses.workers.ended import planned_webhooks, response_ended
 from oss_responses.workers.job import stored_response
 from oss_responses.workers.stream_tail import next_from_tail
 from oss_responses.workers.unclosed import end_unclosed_stream
@@ -117,12 +118,15 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     close_after(redis, response_id, [event], "failed", ttl_seconds)
 
 
-def store_failure(db: Database, response_id: str, store: bool, response: Response) -> bool:
-    """Save the response failed (deleted when ``store`` is false); False if it had ended already."""
+def store_failure(
+    db: Database, response_id: str, store: bool, response: Response, webhooks: Sequence[DeliveryRow] = ()
+) -> bool:
+    """Save the response failed (deleted when ``store`` is false), its ``webhooks`` logged pending with it;
+    False if it had ended already."""
     error = wire_json(response.error) if response.error else None
     return db.run(
-        save_turn, response_id, store=store, status="failed", response=response_json(response),
-        output_messages=[], error=error,
+        ended_with_deliveries, webhooks, save_turn, response_id, store=store, status="failed",
+        response=response_json(response), output_messages=[], error=error,
     )
 
 
@@ -261,12 +265,13 @@ class Reaper:
         if record is None or record.status != "in_progress":
             return False
         response = failed_response(record)
-        if not store_failure(self.db, response_id, record.store, response):
+        webhooks = planned_webhooks(self.webhooks, response_id, "failed", background=record.background)
+        if not store_failure(self.db, response_id, record.store, response, log_rows(webhooks)):
             return False
         log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
         close_with_failure(self.redis, response_id, response, self.ttl_seconds)
         REAPER_ACTIONS.labels("failed").inc()
-        response_ended(self.webhooks, response_id, record.model, "failed", background=record.background)
+        response_ended(self.webhooks, record.model, "failed", webhooks)
         return True
 
     def start(self) -> None:

@@ -46,12 +46,14 @@ from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import cancel_queued, get_response, save_turn, transition
+from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
+from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.archive import archive_event_log, drop_event_log
 from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.claim import Claim, claim
 from oss_responses.workers.context import WorkerContext
-from oss_responses.workers.ended import response_ended
+from oss_responses.workers.ended import planned_webhooks, response_ended
 from oss_responses.workers.generation import Generation, StopCause
 from oss_responses.workers.job import Job, JobLoadError, load_job
 from oss_responses.workers.journal import (
@@ -218,9 +220,10 @@ def _stop(run: _Run, cause: StopCause) -> None:
 
 
 def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
-    if ctx.db.run(cancel_queued, job.response_id, job.record.response):
+    webhooks = planned_webhooks(ctx.webhooks, job.response_id, "cancelled", background=job.record.background)
+    if ctx.db.run(ended_with_deliveries, log_rows(webhooks), cancel_queued, job.response_id, job.record.response):
         ctx.loop.run(_close_stream(ctx, job.response_id, "cancelled"))
-        response_ended(ctx.webhooks, job.response_id, job.record.model, "cancelled", background=job.record.background)
+        response_ended(ctx.webhooks, job.record.model, "cancelled", webhooks)
     return "cancelled"
 
 
@@ -314,9 +317,10 @@ def _fail_without_replay(run: _Run, message: str = PROGRESS_LOST_MESSAGE, code: 
     (a new stream holds it alone), then its end."""
     ctx, job = run.ctx, run.job
     response = failed_response(job.record, message, code)
-    if store_failure(ctx.db, job.response_id, job.record.store, response):
+    webhooks = planned_webhooks(ctx.webhooks, job.response_id, "failed", background=job.record.background)
+    if store_failure(ctx.db, job.response_id, job.record.store, response, log_rows(webhooks)):
         close_with_failure(ctx.sync_redis, job.response_id, response, ctx.settings.event_ttl_seconds)
-        response_ended(ctx.webhooks, job.response_id, job.record.model, "failed", background=job.record.background)
+        response_ended(ctx.webhooks, job.record.model, "failed", webhooks)
     return "failed"
 
 
@@ -535,7 +539,8 @@ def _finish(run: _Run) -> Outcome:
         status = "failed"
     # Not saved: either someone else ended it (and closed its stream) or the row was deleted meanwhile
     # (DELETE of a running response): then nobody else will end its stream.
-    saved = _save_retrying(run)
+    webhooks = planned_webhooks(ctx.webhooks, job.response_id, status, background=job.record.background)
+    saved = _save_retrying(run, log_rows(webhooks))
     deleted = not saved and job.record.store and ctx.db.run(get_response, job.response_id) is None
     if saved or not job.record.store or deleted:
         ctx.loop.run(_close_stream(ctx, job.response_id, status))
@@ -544,17 +549,18 @@ def _finish(run: _Run) -> Outcome:
     elif deleted:
         drop_event_log(ctx.sync_redis, job.response_id)
     if saved:
-        response_ended(ctx.webhooks, job.response_id, job.record.model, status, background=job.record.background)
+        response_ended(ctx.webhooks, job.record.model, status, webhooks)
     return status
 
 
-def _save_retrying(run: _Run) -> bool:
-    """Save the turn, retrying while the database is unreachable (a restart, a failover), for up to
-    ``save_retry_seconds``: the stream already holds the terminal event, so SQL must follow it."""
+def _save_retrying(run: _Run, webhooks: list[DeliveryRow]) -> bool:
+    """Save the turn (and log its ``webhooks`` pending), retrying while the database is unreachable (a
+    restart, a failover), for up to ``save_retry_seconds``: the stream already holds the terminal event, so
+    SQL must follow it."""
     backoff = Backoff(run.ctx.settings.save_retry_seconds)
     while True:
         try:
-            return _save(run)
+            return _save(run, webhooks)
         except DBAPIError as exc:
             if not unreachable(exc) or backoff.exhausted() or run.lease.lost:
                 raise
@@ -563,13 +569,13 @@ def _save_retrying(run: _Run) -> bool:
             backoff.wait()
 
 
-def _save(run: _Run) -> bool:
+def _save(run: _Run, webhooks: list[DeliveryRow]) -> bool:
     job, translator = run.job, run.translator
     assert translator is not None
     rendered = run.rendered
     response = translator.response
     return run.ctx.db.run(
-        save_turn, job.response_id, store=job.record.store,
+        ended_with_deliveries, webhooks, save_turn, job.response_id, store=job.record.store,
         status=response.status or "failed",
         response=response_json(response),
         output_messages=translator.output_messages,

@@ -10,11 +10,17 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from oss_responses.config import Settings, WebhookEndpoint
-from oss_responses.storage import Database
-from oss_responses.storage.webhook_deliveries import add_pending, delivery_state, record_attempt
+from oss_responses.storage import Database, cancel_queued, insert_response
+from oss_responses.storage.webhook_deliveries import (
+    add_pending,
+    delivery_state,
+    ended_with_deliveries,
+    record_attempt,
+)
 from oss_responses.webhooks.delivery import attempt_delivery, backoff_seconds, post
 from oss_responses.webhooks.events import WebhookDelivery
 from oss_responses.webhooks.notify import log_rows
+from tests.support.rows import new_response
 from tests.support.webhook_receiver import WebhookReceiver, new_webhook_secret
 
 
@@ -123,3 +129,25 @@ def test_backoff_stays_under_half_the_visibility_timeout() -> None:
     settings = Settings(webhook_backoff_seconds=30, visibility_timeout_seconds=100)
     assert [backoff_seconds(settings, n) for n in (1, 2, 3)] == [30, 50, 50]
     assert backoff_seconds(Settings(webhook_backoff_seconds=2.0), 20) == 150  # the defaults: 300 s / 2
+
+
+def test_end_saved_with_its_deliveries_logs_them_in_its_transaction(db: Database) -> None:
+    # Logged after the save, in a transaction of their own, a process dying between the two lost them: the
+    # response ended, and no delivery was left for the sweeper (the webhooks probe, from the code).
+    record = new_response(status="queued", background=True)
+    db.run(insert_response, record, [])
+    event = _event("https://hooks.example/receive")
+    rows = log_rows([WebhookDelivery(event.webhook_id, "response.cancelled", event.created_at, record.id, event.url)])
+
+    assert db.run(ended_with_deliveries, rows, cancel_queued, record.id, record.response)
+    assert db.run(delivery_state, event.webhook_id, event.url) == ("pending", 0)
+
+
+def test_end_not_saved_logs_no_delivery(db: Database) -> None:
+    record = new_response(status="queued", background=True)
+    db.run(insert_response, record, [])
+    db.run(cancel_queued, record.id, record.response)
+    rows = log_rows([_event("https://hooks.example/receive")])
+
+    assert not db.run(ended_with_deliveries, rows, cancel_queued, record.id, record.response)
+    assert db.run(delivery_state, "evt_copy", "https://hooks.example/receive") is None
