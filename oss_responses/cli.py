@@ -16,6 +16,15 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy import make_url
 
+
+def positive_int(value: str) -> int:
+    """An argparse type: a whole number of 1 or more."""
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return number
+
+
 # Commands whose arguments belong to another parser (Celery's, the keys tool's), passed on untouched.
 PassThrough = Callable[[list[str]], int]
 

@@ -66,9 +66,8 @@ Entry = tuple[bytes, dict[bytes, bytes]]  # (stream entry id, fields)
 FIRST: EntryId = (0, 0)  # before event 0 (entry id 0-1)
 ARCHIVED = b"archived"  # the tombstone's field: the last sequence number, its events in SQL
 
-# (response id, after sequence number: -1 for all) -> the archived frames after it; None if none.
-# The archived frames after a sequence number, in pages (None: not archived), each page one bytes if asked
-# (joined); see storage/event_logs.py.
+# (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
+# one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
 ArchiveReader = Callable[[str, int, bool], Awaitable[Iterable[list[bytes]] | None]]
 
 

@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from oss_responses.cli import positive_int
 from oss_responses.config import get_settings
 from oss_responses.doctor.stores import database_problem
 from oss_responses.storage import ApiKeyRecord, Database, create_api_key, list_api_keys, revoke_api_key
@@ -24,13 +25,6 @@ def _models(value: str) -> list[str]:
     return models
 
 
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return number
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m oss_responses.keys", description="Manage API keys.")
     parser.add_argument("--url", help="SQLAlchemy URL of the database (default: OSS_RESPONSES_DATABASE_URL)")
@@ -38,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     create = commands.add_parser("create", help="create a key; prints its secret once")
     create.add_argument("--owner", required=True, help="the project or owner whose responses the key reaches")
     create.add_argument("--models", type=_models, help="comma-separated models the key may use (default: all)")
-    create.add_argument("--max-background", type=_positive, dest="max_background",
+    create.add_argument("--max-background", type=positive_int, dest="max_background",
                         help="background responses in flight at once (default: OSS_RESPONSES_MAX_BACKGROUND_PER_KEY)")
     commands.add_parser("list", help="list keys (never their secrets)")
     revoke = commands.add_parser("revoke", help="revoke a key: refused from its next request on")

@@ -11,6 +11,7 @@ import json
 import sys
 from dataclasses import asdict
 
+from oss_responses.cli import positive_int
 from oss_responses.config import get_settings
 from oss_responses.doctor.stores import database_problem
 from oss_responses.storage import Database
@@ -25,20 +26,13 @@ def _line(record: DeliveryRecord) -> str:
     return line + (f" error={record.last_error}" if record.last_error else "")
 
 
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return number
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oss_responses.webhooks", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     listing = commands.add_parser("list", help="webhook deliveries, newest first")
     listing.add_argument("--response", help="only the deliveries of this response id")
     listing.add_argument("--failed", action="store_true", help="only deliveries whose last attempt failed")
-    listing.add_argument("--limit", type=_positive, default=100, help="at most this many (default: 100)")
+    listing.add_argument("--limit", type=positive_int, default=100, help="at most this many (default: 100)")
     listing.add_argument("--json", action="store_true", help="one JSON object per line")
     args = parser.parse_args(argv)
     url = get_settings().database_url
