@@ -117,6 +117,13 @@ class Settings(BaseSettings):
         "0.2 s per MB of prose; an unbroken run of L bytes costs L²/256 characters' worth), which would stall "
         "every running response",
     )
+    render_cache_bytes: int = Field(
+        64 * 1024 * 1024, ge=0,
+        description="Bytes of rendered prompt messages a worker (and an API process, for input_tokens) keeps, the "
+        "least recently used dropped first: a continued conversation then tokenises only its new messages "
+        "(bench/prompt_render.py: an agent's 160th response, 441 messages, 72k tokens, held the worker's GIL 139 ms "
+        "rendered whole, 5 ms so); a kept message costs about its text's length plus 4 bytes per token; 0 keeps none",
+    )
     grammar_compile_seconds: float = Field(
         10.0, gt=0,
         description="vLLM: a JSON schema (text.format, a strict function's parameters) whose grammar does not compile "

@@ -14,6 +14,9 @@ milliseconds per MB, done in the executor's threads. Cheaper prompts are tokenis
 GIL hold is below a few tens of milliseconds). A child that dies (OOM-killed, say) is replaced for the
 next prompt; the prompt that was in it fails. An exception in the child comes back as a
 ``TokenizerFailed`` (the tokenizer's own panic does not pickle).
+
+Each message's tokens are kept (``harmony/message_tokens.py``, ``render_cache_bytes``): a continued
+conversation tokenises only its new messages, and whether that is costly is judged on them alone.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import concurrent.futures
 import logging
 import multiprocessing
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from openai_harmony import HarmonyEncoding
 
-from oss_responses.harmony.render import tokenize_messages
+from oss_responses.harmony.message_tokens import MessageTokens, render_messages
+from oss_responses.harmony.token_cost import cost_of
 
 log = logging.getLogger(__name__)
 
@@ -46,47 +51,46 @@ class TokenizerFailed(RuntimeError):
     """The tokenizer raised in the child process (its own exception, as text)."""
 
 
-def _tokenize_in_child(messages: list[dict[str, Any]], for_completion: bool) -> list[int]:
+def _render_in_child(messages: list[dict[str, Any]], function_tools: bool) -> list[list[int]]:
     assert _child_encoding is not None
     try:
-        return tokenize_messages(messages, for_completion, _child_encoding)
+        return render_messages(messages, function_tools, _child_encoding)
     except BaseException as exc:  # pyo3's PanicException is a BaseException, and cannot be pickled back
         raise TokenizerFailed(f"{type(exc).__name__}: {exc}") from None
 
 
 class PromptTokenizer:
-    def __init__(self, encoding: HarmonyEncoding, tiktoken_dir: Path, *, process_above_chars: int) -> None:
+    def __init__(
+        self, encoding: HarmonyEncoding, tiktoken_dir: Path, *, process_above_chars: int, cache_bytes: int = 0
+    ) -> None:
         self.encoding = encoding
         self.tiktoken_dir = tiktoken_dir
         self.process_above_chars = process_above_chars
+        self.messages = MessageTokens(encoding, cache_bytes)
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
+        # An async caller's prompts are tokenised in these threads, which may wait on the child for seconds:
+        # in the loop's default executor they would hold up every other to_thread call of that loop.
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="prompt-tokenizer")
         self._lock = threading.Lock()
 
     async def tokenize(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]:
         """The prompt's tokens, computed off the calling (event loop) thread; ``weight``: its
         ``TokenizingCost.weight``. See the module docstring."""
-        loop = asyncio.get_running_loop()
-        if weight <= self.process_above_chars:
-            return await loop.run_in_executor(None, tokenize_messages, messages, for_completion, self.encoding)
-        return await self._in_child(loop, messages, for_completion)
+        tokenize = partial(self.tokenize_blocking, messages, for_completion=for_completion, weight=weight)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, tokenize)
 
     def tokenize_blocking(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]:
         """The same, from a thread that may block (a task thread): here, or waiting for the child."""
-        if weight <= self.process_above_chars:
-            return tokenize_messages(messages, for_completion, self.encoding)
-        executor = self._child()
-        try:
-            return executor.submit(_tokenize_in_child, messages, for_completion).result()
-        except concurrent.futures.process.BrokenProcessPool:
-            self._replace(executor)
-            raise
+        render = None if weight <= self.process_above_chars else self._render_costly
+        return self.messages.tokenize(messages, for_completion=for_completion, render_missing=render)
 
-    async def _in_child(
-        self, loop: asyncio.AbstractEventLoop, messages: list[dict[str, Any]], for_completion: bool
-    ) -> list[int]:
+    def _render_costly(self, messages: list[dict[str, Any]], function_tools: bool) -> list[list[int]]:
+        """The messages a costly prompt's kept ones do not cover: here if they alone are cheap."""
+        if cost_of(messages).weight <= self.process_above_chars:
+            return render_messages(messages, function_tools, self.encoding)
         executor = self._child()
         try:
-            return await loop.run_in_executor(executor, _tokenize_in_child, messages, for_completion)
+            return executor.submit(_render_in_child, messages, function_tools).result()
         except concurrent.futures.process.BrokenProcessPool:
             self._replace(executor)
             raise
@@ -112,3 +116,4 @@ class PromptTokenizer:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
+        self._threads.shutdown(wait=False, cancel_futures=True)

@@ -37,7 +37,8 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     await hub.start()
     await redis.ping()  # its first connection now, not in the first accept (~1.3 ms)
     await tasks.warm([settings.queue_for(model) for model in settings.models] + [settings.webhook_queue])
-    encoding = LazyEncoding(settings.tiktoken_dir, process_above_chars=settings.render_process_above_chars)
+    encoding = LazyEncoding(settings.tiktoken_dir, process_above_chars=settings.render_process_above_chars,
+                            cache_bytes=settings.render_cache_bytes)
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
                        encoding=encoding, metrics=exporter, sealer=sealer)

@@ -17,9 +17,10 @@ from oss_responses.vocab import load_encoding
 
 
 class LazyEncoding:
-    def __init__(self, tiktoken_dir: Path, *, process_above_chars: int) -> None:
+    def __init__(self, tiktoken_dir: Path, *, process_above_chars: int, cache_bytes: int = 0) -> None:
         self._tiktoken_dir = tiktoken_dir
         self._process_above_chars = process_above_chars
+        self._cache_bytes = cache_bytes
         self._tokenizer: PromptTokenizer | None = None
         self._lock: asyncio.Lock | None = None  # made on the loop that uses it
 
@@ -31,7 +32,8 @@ class LazyEncoding:
             if self._tokenizer is None:
                 encoding = await anyio.to_thread.run_sync(load_encoding, self._tiktoken_dir)
                 self._tokenizer = PromptTokenizer(encoding, self._tiktoken_dir,
-                                                  process_above_chars=self._process_above_chars)
+                                                  process_above_chars=self._process_above_chars,
+                                                  cache_bytes=self._cache_bytes)
         return self._tokenizer
 
     async def aclose(self) -> None:

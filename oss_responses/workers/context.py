@@ -243,7 +243,8 @@ def start_worker(
             loop=loop,
             encoding=encoding,
             tokenizer=PromptTokenizer(encoding, settings.tiktoken_dir,
-                                      process_above_chars=settings.render_process_above_chars),
+                                      process_above_chars=settings.render_process_above_chars,
+                                      cache_bytes=settings.render_cache_bytes),
             engine=engine or build_engine(settings, encoding, frontend),
             # Kept open, not opened and closed per transaction (storage/db.py says why). Sized for the
             # database, not per Celery thread: transactions are short, and PostgreSQL's connections few.

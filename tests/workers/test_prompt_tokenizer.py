@@ -164,3 +164,37 @@ def test_tokenizer_error_in_child_process_is_raised_as_tokenizer_failed(settings
             tokenizer.tokenize_blocking([{"role": "nobody", "content": []}], for_completion=True, weight=1)
     finally:
         tokenizer.close()
+
+
+def _user(text: str) -> dict:
+    return {"role": "user", "name": None, "content": [{"type": "text", "text": text}]}
+
+
+def test_costly_prompt_whose_new_messages_are_cheap_is_tokenised_here(settings: Settings) -> None:
+    """A long conversation's next turn: its earlier messages are kept, and only the new one is rendered,
+    in this process (no child started)."""
+    encoding = load_encoding(settings.tiktoken_dir)
+    history = [_user("hello " * 500)]
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=1_000, cache_bytes=1 << 20)
+    try:
+        tokenizer.messages.tokenize(history, for_completion=True)  # as the turn before left them
+        messages = [*history, _user("and again")]
+        assert tokenizer.tokenize_blocking(messages, for_completion=True, weight=3_009) == \
+            tokenize_messages(messages, True, encoding)
+        assert tokenizer._executor is None
+    finally:
+        tokenizer.close()
+
+
+def test_costly_new_message_is_tokenised_in_child_process_beside_kept_ones(settings: Settings) -> None:
+    encoding = load_encoding(settings.tiktoken_dir)
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=1_000, cache_bytes=1 << 20)
+    try:
+        tokenizer.tokenize_blocking([_user("hi")], for_completion=True, weight=2)
+        assert tokenizer._executor is None
+        messages = [_user("hi"), _user("world " * 500)]
+        assert tokenizer.tokenize_blocking(messages, for_completion=True, weight=3_002) == \
+            tokenize_messages(messages, True, encoding)
+        assert tokenizer._executor is not None
+    finally:
+        tokenizer.close()
