@@ -34,7 +34,6 @@ from openai_harmony import (
 )
 
 from oss_responses.config import Settings
-from oss_responses.harmony.token_cost import cost_of
 from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.vocab import load_encoding
 
@@ -82,9 +81,8 @@ def prompts(turns: int) -> list[list[dict[str, Any]]]:
 
 
 def timed(tokenizer: PromptTokenizer, prompt: list[dict[str, Any]]) -> tuple[float, list[int]]:
-    weight = cost_of(prompt).weight
     started = time.perf_counter()
-    tokens = tokenizer.tokenize_blocking(prompt, for_completion=True, weight=weight)
+    tokens = tokenizer.tokenize_blocking(prompt, for_completion=True)
     return (time.perf_counter() - started) * 1e3, tokens
 
 

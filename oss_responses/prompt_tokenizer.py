@@ -7,8 +7,9 @@ millisecond meanwhile is stalled for all of it. So another *thread* does not hel
 beside it, a costly render stops every response the process serves for its duration.
 
 A prompt that costs more than ``render_process_above_chars`` characters of prose (its
-``TokenizingCost.weight``) is therefore tokenised in a child process (one, started on first need,
-``spawn``: a worker holds threads and maybe CUDA, which must not be forked); the caller awaits it.
+``TokenizingCost.weight``, of the messages not kept: below) is therefore tokenised in a child process
+(one, started on first need, ``spawn``: a worker holds threads and maybe CUDA, which must not be
+forked); the caller awaits it.
 What stays in this process is the message dicts' pickling and the token list's unpickling, a few
 milliseconds per MB, done in the executor's threads. Cheaper prompts are tokenised in a thread (their
 GIL hold is below a few tens of milliseconds). A child that dies (OOM-killed, say) is replaced for the
@@ -16,7 +17,8 @@ next prompt; the prompt that was in it fails. An exception in the child comes ba
 ``TokenizerFailed`` (the tokenizer's own panic does not pickle).
 
 Each message's tokens are kept (``harmony/message_tokens.py``, ``render_cache_bytes``): a continued
-conversation tokenises only its new messages, and whether that is costly is judged on them alone.
+conversation tokenises only its new messages, and whether that is costly is judged on them alone (an
+earlier turn's long run no longer sends every later turn to the child).
 """
 
 from __future__ import annotations
@@ -73,19 +75,17 @@ class PromptTokenizer:
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="prompt-tokenizer")
         self._lock = threading.Lock()
 
-    async def tokenize(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]:
-        """The prompt's tokens, computed off the calling (event loop) thread; ``weight``: its
-        ``TokenizingCost.weight``. See the module docstring."""
-        tokenize = partial(self.tokenize_blocking, messages, for_completion=for_completion, weight=weight)
+    async def tokenize(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]:
+        """The prompt's tokens, computed off the calling (event loop) thread. See the module docstring."""
+        tokenize = partial(self.tokenize_blocking, messages, for_completion=for_completion)
         return await asyncio.get_running_loop().run_in_executor(self._threads, tokenize)
 
-    def tokenize_blocking(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]:
+    def tokenize_blocking(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]:
         """The same, from a thread that may block (a task thread): here, or waiting for the child."""
-        render = None if weight <= self.process_above_chars else self._render_costly
-        return self.messages.tokenize(messages, for_completion=for_completion, render_missing=render)
+        return self.messages.tokenize(messages, for_completion=for_completion, render_missing=self._render_missing)
 
-    def _render_costly(self, messages: list[dict[str, Any]], function_tools: bool) -> list[list[int]]:
-        """The messages a costly prompt's kept ones do not cover: here if they alone are cheap."""
+    def _render_missing(self, messages: list[dict[str, Any]], function_tools: bool) -> list[list[int]]:
+        """The messages not kept: here if tokenizing them is cheap (``harmony/token_cost.py``), else in the child."""
         if cost_of(messages).weight <= self.process_above_chars:
             return render_messages(messages, function_tools, self.encoding)
         executor = self._child()

@@ -80,7 +80,7 @@ from oss_responses.harmony.hosted_items import CODE_INTERPRETER_OUTPUTS, WEB_SEA
 from oss_responses.harmony.input_items import FUNCTION_ARGUMENTS_TYPE, InputConverter, Unseal
 from oss_responses.harmony.mcp_tools import McpToolSpec
 from oss_responses.harmony.messages import FUNCTIONS_NAMESPACE, Recipient
-from oss_responses.harmony.token_cost import NO_COST, TokenizingCost, check_tokenizable, cost_of
+from oss_responses.harmony.token_cost import check_tokenizable, cost_of
 from oss_responses.harmony.tool_choice import forced_call, usable_tools
 from oss_responses.harmony.truncation import WHOLE, Cut, truncation_cut
 
@@ -139,7 +139,6 @@ class ConversationPlan:
     function_namespaces: frozenset[str]
     approval: ApprovalAnswer | None = None
     conversation_start: int = 0  # where in ``messages`` the conversation begins (after system, developer)
-    cost: TokenizingCost = NO_COST  # of tokenizing ``messages`` (harmony/token_cost.py)
 
 
 @dataclass(slots=True)
@@ -196,18 +195,16 @@ def plan_conversation(
         messages.append(developer)
     conversation_start = len(messages)
     kept = cut.kept(replayed)
-    head, added = cost_of([message.to_dict() for message in messages]), cost_of(new_messages)
-    check_tokenizable(head + added)  # what this request adds: earlier turns were checked when they came
-    # The input is scanned once (a cut's dropped input still counts: the estimate errs on the costly side).
-    new_ids = {id(message) for message in new_messages}
-    cost = head + added + cost_of([message for message in kept if id(message) not in new_ids])
+    # What this request adds: earlier turns were checked when they came. What tokenizing the whole prompt
+    # costs is the tokenizer's to weigh, for the messages it has not kept (prompt_tokenizer.py).
+    check_tokenizable(cost_of([message.to_dict() for message in messages]) + cost_of(new_messages))
     messages += [Message.from_dict(message) for message in kept]
     if approval is not None:
         approval = _pending_call(approval, replayed, len(items) - 1)
         _check_server_sent(approval, tools.mcp_labels.values())
     return ConversationPlan(
         messages, new_messages, converter.function_calls, tools.mcp_labels, tools.function_namespaces, approval,
-        conversation_start, cost,
+        conversation_start,
     )
 
 
@@ -222,9 +219,9 @@ def items_turn(
 
 
 class Tokenize(Protocol):
-    """Prompt messages -> token ids, given the prompt's ``TokenizingCost.weight`` (``PromptTokenizer``'s)."""
+    """Prompt messages -> token ids (``PromptTokenizer``'s)."""
 
-    def __call__(self, messages: list[dict[str, Any]], *, for_completion: bool, weight: int) -> list[int]: ...
+    def __call__(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]: ...
 
 
 def render_prompt(
@@ -240,7 +237,7 @@ def render_prompt(
         if tokenize is None:
             token_ids = tokenize_messages(prompt_messages, plan.approval is None, encoding)
         else:
-            token_ids = tokenize(prompt_messages, for_completion=plan.approval is None, weight=plan.cost.weight)
+            token_ids = tokenize(prompt_messages, for_completion=plan.approval is None)
         return plan, rendered_prompt(plan, token_ids, prompt_messages)
 
     plan, rendered = render(WHOLE)

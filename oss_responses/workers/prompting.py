@@ -75,11 +75,11 @@ async def render(
 
 
 def _tokens_now(ctx: WorkerContext, plan: ConversationPlan, messages: list[dict[str, Any]]) -> list[int]:
-    return ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None, weight=plan.cost.weight)
+    return ctx.tokenizer.tokenize_blocking(messages, for_completion=plan.approval is None)
 
 
 async def _tokens(ctx: WorkerContext, plan: ConversationPlan, messages: list[dict[str, Any]]) -> list[int]:
-    return await ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None, weight=plan.cost.weight)
+    return await ctx.tokenizer.tokenize(messages, for_completion=plan.approval is None)
 
 
 def _plan(

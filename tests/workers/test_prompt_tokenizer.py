@@ -105,7 +105,7 @@ def test_tokenize_in_child_process_equals_tokenize_inline(settings: Settings) ->
     messages = [{"role": "user", "content": [{"type": "text", "text": "hello " * 500}]}]
     tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
     try:
-        in_child = asyncio.run(tokenizer.tokenize(messages, for_completion=True, weight=3_000))
+        in_child = asyncio.run(tokenizer.tokenize(messages, for_completion=True))
     finally:
         tokenizer.close()
     assert in_child == tokenize_messages(messages, True, encoding)
@@ -116,7 +116,7 @@ def test_tokenize_blocking_in_child_process_equals_tokenize_inline(settings: Set
     messages = [{"role": "user", "content": [{"type": "text", "text": "hello " * 500}]}]
     tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
     try:
-        in_child = tokenizer.tokenize_blocking(messages, for_completion=True, weight=3_000)
+        in_child = tokenizer.tokenize_blocking(messages, for_completion=True)
     finally:
         tokenizer.close()
     assert in_child == tokenize_messages(messages, True, encoding)
@@ -161,7 +161,7 @@ def test_tokenizer_error_in_child_process_is_raised_as_tokenizer_failed(settings
     tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=0)
     try:
         with pytest.raises(TokenizerFailed, match="ValueError: Unknown role"):
-            tokenizer.tokenize_blocking([{"role": "nobody", "content": []}], for_completion=True, weight=1)
+            tokenizer.tokenize_blocking([{"role": "nobody", "content": []}], for_completion=True)
     finally:
         tokenizer.close()
 
@@ -179,7 +179,7 @@ def test_costly_prompt_whose_new_messages_are_cheap_is_tokenised_here(settings: 
     try:
         tokenizer.messages.tokenize(history, for_completion=True)  # as the turn before left them
         messages = [*history, _user("and again")]
-        assert tokenizer.tokenize_blocking(messages, for_completion=True, weight=3_009) == \
+        assert tokenizer.tokenize_blocking(messages, for_completion=True) == \
             tokenize_messages(messages, True, encoding)
         assert tokenizer._executor is None
     finally:
@@ -190,11 +190,29 @@ def test_costly_new_message_is_tokenised_in_child_process_beside_kept_ones(setti
     encoding = load_encoding(settings.tiktoken_dir)
     tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=1_000, cache_bytes=1 << 20)
     try:
-        tokenizer.tokenize_blocking([_user("hi")], for_completion=True, weight=2)
+        tokenizer.tokenize_blocking([_user("hi")], for_completion=True)
         assert tokenizer._executor is None
         messages = [_user("hi"), _user("world " * 500)]
-        assert tokenizer.tokenize_blocking(messages, for_completion=True, weight=3_002) == \
+        assert tokenizer.tokenize_blocking(messages, for_completion=True) == \
             tokenize_messages(messages, True, encoding)
         assert tokenizer._executor is not None
+    finally:
+        tokenizer.close()
+
+
+def test_prompt_whose_earlier_turns_are_costly_to_tokenize_goes_to_child_process_once(settings: Settings) -> None:
+    """An unbroken run costs the square of its length (harmony/token_cost.py): the first render of a history
+    of such runs goes to the child; the next turn, its messages kept, renders only its new message here."""
+    encoding = load_encoding(settings.tiktoken_dir)
+    history = [_user("acgt" * 2_000) for _ in range(2)]  # 8,000 bytes: 250,000 characters' worth each
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100_000, cache_bytes=1 << 20)
+    try:
+        first = [*history, _user("and this one?")]
+        assert tokenizer.tokenize_blocking(first, for_completion=True) == tokenize_messages(first, True, encoding)
+        assert tokenizer._executor is not None
+        tokenizer.close()
+        second = [*first, _user("and now?")]
+        assert tokenizer.tokenize_blocking(second, for_completion=True) == tokenize_messages(second, True, encoding)
+        assert tokenizer._executor is None
     finally:
         tokenizer.close()
