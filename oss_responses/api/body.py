@@ -24,12 +24,17 @@ import anyio
 from fastapi import Request
 
 from oss_responses.config import Settings
-from oss_responses.errors import BadRequest, PayloadTooLarge
+from oss_responses.errors import BadRequest, PayloadTooLarge, ServiceError
 
 MAX_SAFE_INTEGER = 2**53
 # A lone surrogate cannot be encoded as UTF-8 (nor stored); a NUL character can, and is kept as sent
 # (PostgreSQL holds it: JSON documents are json, not jsonb).
 _UNSAFE_CHARACTERS = re.compile("[\ud800-\udfff]")
+# In the raw text: an escaped surrogate (a pair is fine, but found the same way); digits, all as one.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_DIGITS_ONLY = bytes(ord("0") if ord("0") <= byte <= ord("9") else ord(" ") for byte in range(256))
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
 T = TypeVar("T")
 
@@ -56,18 +61,26 @@ async def read_json_body(request: Request, settings: Settings, then: Callable[[A
 
 
 def _parsed(raw: bytes, max_depth: int, then: Callable[[Any], T]) -> T:
+    try:
+        return _checked(raw, max_depth, then)
+    except ServiceError as exc:
+        # Its traceback's frames hold the parsed body (a ValidationError its values too), and the frames
+        # and futures it crossed make cycles: freed only by a full collection, 40 refused 1.3 MB messages
+        # held 900 MB. Raised without them, the body is freed at once.
+        raise exc.with_traceback(None) from None
+
+
+def _checked(raw: bytes, max_depth: int, then: Callable[[Any], T]) -> T:
     value = _parse(raw)
-    check_json_value(value, max_depth)
+    check_json_value(value, max_depth, raw)
     return then(value)
 
 
-def parse_json_message(raw: bytes, settings: Settings) -> Any:
-    """A JSON message received whole (a WebSocket's), checked as a request body is."""
+def parse_json_message(raw: bytes, settings: Settings, then: Callable[[Any], T] = _same) -> T:
+    """A JSON message received whole (a WebSocket's), checked as a request body is; ``then`` applied."""
     if len(raw) > settings.max_body_bytes:
         raise _too_large(settings.max_body_bytes)
-    value = _parse(raw)
-    check_json_value(value, settings.max_json_depth)
-    return value
+    return _parsed(raw, settings.max_json_depth, then)
 
 
 async def _read_limited(request: Request, limit: int) -> bytes:
@@ -112,7 +125,37 @@ def _too_deep(param: str | None = None) -> BadRequest:
     return BadRequest("The JSON body is nested too deeply.", param=param, code="invalid_value")
 
 
-def check_json_value(value: Any, max_depth: int) -> None:
+def check_json_value(value: Any, max_depth: int, raw: bytes | None = None) -> None:
+    """The parsed body checked as the module docstring says; the first offending value named by its path.
+
+    ``raw``, the text it was parsed from, tells whether any check can fail, in C-speed scans: a lone
+    surrogate only comes from a ``\\uD800``-``\\uDFFF`` escape (UTF-8 holds none), an unsafe integer only
+    from 16 or more digits in a row, and the nesting is that of the brackets outside strings. Only then is
+    the value walked, to name what fails: a 16 MiB body of five million empty objects was walked for
+    5-11 s of the API's CPU (against 0.45 s to parse it)."""
+    if raw is None or _maybe_unsafe_scalar(raw) or _nested_deeper(raw, max_depth):
+        _walk_with_paths(value, max_depth)
+
+
+def _maybe_unsafe_scalar(raw: bytes) -> bool:
+    if b"\\u" in raw and _SURROGATE_ESCAPE.search(raw) is not None:
+        return True
+    return b"0" * 16 in raw.translate(_DIGITS_ONLY)
+
+
+def _nested_deeper(raw: bytes, max_depth: int) -> bool:
+    """Whether valid JSON ``raw`` nests more than ``max_depth`` arrays and objects: its brackets outside
+    strings, each pass deleting the innermost pairs (one level of every branch)."""
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        # A pair emptied by this pass is the next level's: marked, then dropped, not deleted at once.
+        brackets = brackets.replace(b"{}", b"x").replace(b"[]", b"x").replace(b"x", b"")
+    return bool(brackets)
+
+
+def _walk_with_paths(value: Any, max_depth: int) -> None:
     """Walk the parsed body without recursion; the first offending value is named by its path."""
     pending: list[tuple[Any, str, int]] = [(value, "", 0)]
     while pending:

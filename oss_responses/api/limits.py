@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -23,18 +24,38 @@ from oss_responses.requests import CreateResponseRequest
 log = logging.getLogger(__name__)
 
 
-def check_request_limits(settings: Settings, body: CreateResponseRequest) -> None:
-    items = len(body.input) if isinstance(body.input, list) else 1
+def counted(settings: Settings, body: Any) -> Any:
+    """``body`` as sent, once its ``input`` and ``tools`` lists are within their limits: counted before
+    anything validates their entries (a body of millions of empty items named the first one's missing
+    field, not their number)."""
+    if isinstance(body, dict):
+        _check_counts(settings, _items(body.get("input")), _length(body.get("tools")))
+    return body
+
+
+def _items(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 1  # a string is one message
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, list) else 0
+
+
+def _check_counts(settings: Settings, items: int, tools: int) -> None:
     if items > settings.max_input_items:
         raise BadRequest(
             f"Invalid value for 'input': {items} items; this service accepts at most {settings.max_input_items}.",
             param="input", code="too_many_items",
         )
-    if len(body.tools) > settings.max_tools:
+    if tools > settings.max_tools:
         raise BadRequest(
-            f"Invalid value for 'tools': {len(body.tools)} tools; this service accepts at most {settings.max_tools}.",
+            f"Invalid value for 'tools': {tools} tools; this service accepts at most {settings.max_tools}.",
             param="tools", code="too_many_tools",
         )
+
+
+def check_request_limits(settings: Settings, body: CreateResponseRequest) -> None:
+    _check_counts(settings, _items(body.input), len(body.tools))
     ceiling = settings.output_tokens_ceiling(body.model)
     if body.max_output_tokens is not None and body.max_output_tokens > ceiling:
         raise BadRequest(

@@ -79,6 +79,16 @@ def test_create_response_too_many_input_items_is_400(
     _nothing_stored(api, redis)
 
 
+@pytest.mark.parametrize("path", ["/v1/responses", "/v1/responses/input_tokens", "/v1/responses/compact"])
+def test_too_many_invalid_input_items_are_refused_by_their_number(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis, path: str
+) -> None:
+    """Counted before their entries are validated: the error says how many, not the first one's missing field."""
+    error = _error(http.post(path, json={"model": MODEL, "input": [{}] * 6}), 400)
+    assert (error["param"], error["code"]) == ("input", "too_many_items")
+    _nothing_stored(api, redis)
+
+
 def test_create_response_too_many_tools_is_400(http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis) -> None:
     tools = [{"type": "function", "name": f"f{i}", "parameters": {"type": "object"}} for i in range(3)]
     error = _error(http.post("/v1/responses", json={"model": MODEL, "input": "hi", "tools": tools}), 400)

@@ -22,7 +22,7 @@ from support.processes import start_api_process, start_worker_process, stop_proc
 from support.sockets import receive, text_of, until_end
 from websockets.exceptions import ConnectionClosed
 
-from oss_responses.api.socket import MAX_WAITING_COMMANDS
+from oss_responses.api.socket import KEEP_PARSED_BYTES, MAX_WAITING_COMMANDS
 from oss_responses.config import Settings
 from oss_responses.eventlog import parse_frame
 from oss_responses.statuses import ACTIVE_STATUSES
@@ -254,6 +254,28 @@ def test_create_beyond_waiting_limit_is_refused_on_one_lane(stack: Stack) -> Non
         while (event := _next(socket))["type"] != "error":
             pass
     assert event["status"] == 429 and event["error"]["code"] == "websocket_queue_full"
+
+
+def test_large_command_waiting_behind_running_one_runs_as_sent(stack: Stack) -> None:
+    """A waiting command over KEEP_PARSED_BYTES is held as its bytes and parsed again when its turn comes."""
+    instructions = "Answer briefly. " * 4_000  # 64 kB
+    assert len(instructions) > KEEP_PARSED_BYTES
+    with _raw_socket(stack.base_url) as socket:
+        _send(socket, input="tokens 200")
+        _send(socket, input="hi", instructions=instructions, generate=False)
+        ended = []
+        while len(ended) < 2:
+            if (event := _next(socket))["type"] in {"response.completed", "response.failed", "error"}:
+                ended.append(event)
+    assert [event["type"] for event in ended] == ["response.completed", "response.completed"]
+    assert ended[1]["response"]["instructions"] == instructions
+
+
+def test_command_of_too_many_items_gets_error_event_naming_their_number(stack: Stack) -> None:
+    with _raw_socket(stack.base_url) as socket:
+        socket.send(json.dumps({"type": "response.create", "model": MODEL, "input": [{}] * 5_000}))
+        event = _next(socket)
+    assert event["type"] == "error" and event["error"]["code"] == "too_many_items"
 
 
 def test_close_socket_cancels_running_response(stack: Stack) -> None:

@@ -34,7 +34,8 @@ DISCONNECTED = 499  # nginx's "client closed request": nobody reads it, the logs
 
 @router.post("", openapi_extra=openapi.create_body())
 async def create_response(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
-    body = await read_json_body(request, services.settings, then=parse_create_request)
+    body = await read_json_body(request, services.settings,
+                                then=lambda value: parse_create_request(limits.counted(services.settings, value)))
     accepted = await creating.create(services, body, owner)
     opening = accepted.opening
     if body.stream:
@@ -79,7 +80,9 @@ async def _final_unless_disconnected(
 @router.post("/compact", openapi_extra=openapi.subset_body(compaction.COMPACT_FIELDS, "CompactRequest"))
 async def compact_conversation(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     """Summarise the conversation into a sealed compaction item (see ``api/compaction.py``)."""
-    body = await read_json_body(request, services.settings, then=compaction.parse_compact_request)
+    body = await read_json_body(
+        request, services.settings,
+        then=lambda value: compaction.parse_compact_request(limits.counted(services.settings, value)))
     creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     await limits.check_queue_depth(services, body.model)
@@ -103,7 +106,8 @@ async def compact_conversation(request: Request, services: ServicesDep, owner: O
 async def count_input_tokens(request: Request, services: ServicesDep, owner: OwnerDep) -> JSONResponse:
     default_model = (owner.usable(services.settings.models) or services.settings.models)[0]
     body = await read_json_body(request, services.settings,
-                                then=lambda value: token_count.parse_count_request(value, default_model))
+                                then=lambda value: token_count.parse_count_request(
+                                    limits.counted(services.settings, value), default_model))
     creating.check_model(services, body.model, owner)
     limits.check_request_limits(services.settings, body)
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
