@@ -102,7 +102,8 @@ class Settings(BaseSettings):
     save_retry_seconds: float = Field(
         120.0, ge=0,
         description="How long a worker retries saving a finished response, or starting one, while the database or "
-        "Redis is unreachable",
+        "Redis is unreachable; and how long a worker starting while its Redis does not answer waits for it (a line "
+        "per try; a SIGTERM meanwhile stops it within 5 s) before it exits 1",
     )
     stale_queued_seconds: int = Field(
         600, ge=1, description="A response queued longer than this has its task sent again (once per such period)"

@@ -18,6 +18,9 @@ from oss_responses.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
+FIRST_PAUSE_SECONDS = 0.5
+LONGEST_PAUSE_SECONDS = 5.0
+
 OnCancel = Callable[[], None]
 
 
@@ -33,6 +36,7 @@ class CancelListener:
         self._running: dict[str, OnCancel] = {}
         self._task: asyncio.Task[None] | None = None
         self.subscribed = asyncio.Event()
+        self._pause = FIRST_PAUSE_SECONDS  # before the next re-subscription; doubled while Redis is away
 
     def register(self, response_id: str, on_cancel: OnCancel) -> None:
         self._running[response_id] = on_cancel
@@ -68,9 +72,12 @@ class CancelListener:
                 await self._listen()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.warning("cancel listener lost its subscription; re-subscribing", exc_info=True)
-                await asyncio.sleep(0.5)
+            except Exception as exc:
+                # One line per try, not a traceback: with Redis away this ran twice a second for as long.
+                log.warning("cancel listener lost its subscription (%s: %s); re-subscribing in %.1fs",
+                            type(exc).__name__, exc, self._pause)
+                await asyncio.sleep(self._pause)
+                self._pause = min(self._pause * 2, LONGEST_PAUSE_SECONDS)
 
     async def _listen(self) -> None:
         async with self.redis.pubsub(ignore_subscribe_messages=True) as pubsub:
@@ -78,6 +85,7 @@ class CancelListener:
             if self.subscribed.is_set():
                 await self._catch_up()
             self.subscribed.set()
+            self._pause = FIRST_PAUSE_SECONDS
             async for message in pubsub.listen():
                 if message.get("type") == "message":
                     data = message["data"]

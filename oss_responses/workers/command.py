@@ -14,6 +14,7 @@ from oss_responses.engine.frontends import Frontend, serve_frontends
 from oss_responses.logs import configure_logging
 from oss_responses.workers.celery_app import make_celery
 from oss_responses.workers.context import EngineStartError
+from oss_responses.workers.outage import StoreAwayAtStart
 from oss_responses.workers.tasks import start_error
 
 
@@ -49,7 +50,8 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     app.worker_main(args)
     if (error := start_error()) is not None:
         # Celery logs the failure but exits 0; a supervisor must see the worker did not serve.
-        why = str(error) if isinstance(error, EngineStartError) else f"{type(error).__name__}: {error}"
+        plain = isinstance(error, EngineStartError | StoreAwayAtStart)
+        why = str(error) if plain else f"{type(error).__name__}: {error}"
         sys.exit(f"oss-responses worker not started: {why}")
 
 

@@ -9,8 +9,12 @@ ten minutes by default), its clients waiting all along.
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
+from urllib.parse import urlsplit
 
+import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -37,3 +41,36 @@ class Backoff:
     def wait(self) -> None:
         time.sleep(self.delay)
         self.delay = min(self.delay * 2, 5.0)
+
+
+log = logging.getLogger(__name__)
+
+
+class StoreAwayAtStart(RuntimeError):
+    """A store did not answer while the worker started; the worker must not serve."""
+
+
+def wait_for_redis(url: str, seconds: float, stopping: Callable[[], bool] = lambda: False) -> None:
+    """A worker starting while its Redis does not answer waits for it, a line per try, for up to ``seconds``;
+    then, or once ``stopping`` (a SIGTERM meanwhile), it raises :class:`StoreAwayAtStart`. Without it the
+    start blocked on the cancel listener's subscription for good, deaf to SIGTERM, a traceback a second."""
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+    backoff = Backoff(seconds)
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except (redis.RedisError, OSError) as exc:
+                if backoff.exhausted() or stopping():
+                    raise StoreAwayAtStart(f"Redis at {_shown(url)} did not answer ({exc})") from None
+                log.warning("Redis at %s does not answer (%s); the worker waits for it (next try in %.2fs)",
+                            _shown(url), exc, backoff.delay)
+                backoff.wait()
+    finally:
+        client.close()
+
+
+def _shown(url: str) -> str:
+    parts = urlsplit(url)  # without its userinfo (where a password is)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()

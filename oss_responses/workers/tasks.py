@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import Celery, bootsteps, signals
 from celery.exceptions import Reject
+from celery.worker import state as worker_state
 
 from oss_responses.broker import send_run_response
 from oss_responses.config import Settings
@@ -96,6 +97,11 @@ def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict
             backoff.wait()
 
 
+def _stop_signalled() -> bool:
+    """Celery's SIGTERM/SIGINT/SIGQUIT handlers only set these (the worker stops once it has started)."""
+    return worker_state.should_stop is not None or worker_state.should_terminate is not None
+
+
 def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> type[bootsteps.StartStopStep]:
     class EngineStep(bootsteps.StartStopStep):  # type: ignore[misc]  # Celery ships no types: its base is Any
         """Starts the worker context with the worker; stops it (engine included) at shutdown."""
@@ -119,7 +125,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
             _metrics_server = MetricsServer(settings.worker_metrics_port)
             _context = start_worker(
                 settings, dispatch=dispatcher(worker.app, settings),
-                send_webhook=webhook_sender(worker.app, settings), frontend=frontend,
+                send_webhook=webhook_sender(worker.app, settings), frontend=frontend, stopping=_stop_signalled,
             )
             if settings.webhook_endpoints:
                 send = webhook_sender(worker.app, settings)

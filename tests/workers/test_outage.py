@@ -1,16 +1,25 @@
-"""Which failures mean a store did not answer (the task runs again) and which do not (it fails)."""
+"""Which failures mean a store did not answer (the task runs again) and which do not (it fails); a worker
+starting while Redis is away."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import IntegrityError, OperationalError
+from support import TIKTOKEN_DIR
+from support.servers import free_port
 
-from oss_responses.workers.outage import Backoff, unreachable
+from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, wait_for_redis
 
 
 @pytest.mark.parametrize("exc", [
@@ -37,3 +46,40 @@ def test_backoff_doubles_its_pause_until_its_deadline() -> None:
     backoff.wait()
     assert backoff.delay == 0.5
     assert backoff.exhausted()  # 0.25 s slept, the next 0.5 s pause would end past 0.3 s
+
+
+def test_wait_for_redis_returns_once_redis_answers(redis_url: str) -> None:
+    wait_for_redis(redis_url, seconds=5)
+
+
+def test_wait_for_redis_gives_up_after_its_time() -> None:
+    started = time.monotonic()
+    with pytest.raises(StoreAwayAtStart, match=r"Redis at redis://127\.0\.0\.1:\d+/0 did not answer"):
+        wait_for_redis(f"redis://:secret@127.0.0.1:{free_port()}/0", seconds=0.5)
+    assert time.monotonic() - started < 3
+
+
+def test_wait_for_redis_stops_waiting_once_stopping() -> None:
+    with pytest.raises(StoreAwayAtStart):
+        wait_for_redis(f"redis://127.0.0.1:{free_port()}/0", seconds=600, stopping=lambda: True)
+
+
+def test_worker_started_while_redis_is_away_stops_on_sigterm(tmp_path: Path) -> None:
+    """It waited on its cancel listener's subscription for good, deaf to SIGTERM, a traceback a second."""
+    env = {**os.environ, "OSS_RESPONSES_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+           "OSS_RESPONSES_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}",
+           "OSS_RESPONSES_TIKTOKEN_DIR": str(TIKTOKEN_DIR), "OSS_RESPONSES_WORKER_METRICS_PORT": "0"}
+    worker = subprocess.Popen([sys.executable, "-m", "oss_responses.workers"], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert worker.stdout is not None
+        for line in worker.stdout:
+            if "the worker waits for it" in line:
+                break
+        worker.send_signal(signal.SIGTERM)
+        output, _ = worker.communicate(timeout=15)
+    finally:
+        worker.kill()
+    assert worker.returncode == 1
+    assert "oss-responses worker not started: Redis at" in output
+    assert "Traceback" not in output.split("worker: Warm shutdown")[0]
