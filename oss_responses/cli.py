@@ -73,7 +73,7 @@ def run_api(args: argparse.Namespace) -> int:
 
 def run_migrate(args: argparse.Namespace) -> int:
     from alembic.util.exc import CommandError
-    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
     from oss_responses.config import get_settings
     from oss_responses.storage.migrations import current_revision, migrate
@@ -83,8 +83,11 @@ def run_migrate(args: argparse.Namespace) -> int:
     try:
         migrate(url, args.revision)
         current = current_revision(url)
-    except DBAPIError as exc:
+    except (OperationalError, InterfaceError) as exc:
         print(f"oss-responses migrate: {shown} did not answer: {exc.orig}", file=sys.stderr)
+        return 1
+    except DBAPIError as exc:
+        print(f"oss-responses migrate: a migration of {shown} failed: {exc.orig}", file=sys.stderr)
         return 1
     except CommandError as exc:  # a revision this build does not know
         print(f"oss-responses migrate: {exc}", file=sys.stderr)
@@ -102,6 +105,15 @@ def run_doctor(args: argparse.Namespace) -> int:
     return 0 if run_checks(get_settings(), CHECKS, sys.stdout) else 1
 
 
+def _database_url(value: str) -> str:
+    from oss_responses.config import valid_database_url
+
+    try:
+        return valid_database_url(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oss-responses", description="The oss-responses service: its API, workers, "
                                      "database migrations, API keys, and a check of what it needs.")
@@ -111,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("worker", help="a Celery worker for OSS_RESPONSES_WORKER_MODEL's queue; "
                                        "further arguments go to `celery worker` (e.g. -n gpu0@%%h)")
     upgrade = commands.add_parser("migrate", help="upgrade the database to the newest schema")
-    upgrade.add_argument("--url", help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
+    upgrade.add_argument("--url", type=_database_url, help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
     upgrade.add_argument("--revision", default="head")
     upgrade.set_defaults(run=run_migrate)
     commands.add_parser("keys", help="manage API keys (`oss-responses keys --help`)")

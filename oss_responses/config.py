@@ -12,6 +12,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -25,6 +26,25 @@ def _log_level(name: str) -> str:
     if level not in logging.getLevelNamesMapping():
         raise ValueError(f"unknown log level {name!r} (DEBUG, INFO, WARNING, ERROR or CRITICAL)")
     return level
+
+
+def valid_database_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        backend = make_url(url).get_backend_name()
+    except ArgumentError:
+        raise ValueError("not a database URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)") from None
+    if backend not in ("sqlite", "postgresql"):
+        raise ValueError(f"unsupported database {backend!r}: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
+    return url
+
+
+def _redis_url(url: str | None) -> str | None:
+    if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise ValueError("not a Redis URL (redis://HOST:PORT/DB, rediss://... or unix:///PATH)")
+    return url
 
 
 WEBHOOK_SECRET_PREFIX = "whsec_"
@@ -62,7 +82,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OSS_RESPONSES_", extra="ignore")
 
     # --- stores -------------------------------------------------------------
-    database_url: str = Field(
+    database_url: Annotated[str, AfterValidator(valid_database_url)] = Field(
         "sqlite:///./var/oss-responses.db",
         description="SQLAlchemy URL (sync form). sqlite:///... or postgresql+psycopg://...",
     )
@@ -71,8 +91,12 @@ class Settings(BaseSettings):
         description="Database connections each API or worker process keeps open for reuse (up to 10 more "
         "during a burst)",
     )
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis for events, leases, cancel flags")
-    broker_url: str | None = Field(None, description="Celery broker; defaults to redis_url")
+    redis_url: Annotated[str, AfterValidator(_redis_url)] = Field(
+        "redis://127.0.0.1:6379/0", description="Redis for events, leases, cancel flags"
+    )
+    broker_url: Annotated[str | None, AfterValidator(_redis_url)] = Field(
+        None, description="Celery broker; defaults to redis_url"
+    )
 
     # --- models and queues --------------------------------------------------
     models: list[str] = Field(

@@ -48,6 +48,15 @@ def test_migrate_database_that_does_not_answer_says_so_in_one_line(capsys: pytes
     assert "did not answer" in error and "Traceback" not in error and "secret" not in error
 
 
+@pytest.mark.parametrize("url", ["nonsense", "foo://bar"])
+def test_migrate_url_that_is_no_database_url_is_usage_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["migrate", "--url", url])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "argument --url: " in error and "Traceback" not in error
+
+
 def test_migrate_unknown_revision_is_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["migrate", "--url", f"sqlite:///{tmp_path / 'db.sqlite'}", "--revision", "9999"]) == 2
     assert capsys.readouterr().err == "oss-responses migrate: Can't locate revision identified by '9999'\n"

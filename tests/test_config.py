@@ -40,6 +40,11 @@ def fresh_settings() -> Iterator[None]:
      "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
     ("WEBHOOK_ENDPOINTS", '[{"url": "https://h/x", "secret": "whsec_AA=="}]',
      "OSS_RESPONSES_WEBHOOK_ENDPOINTS[0].secret: Value error, a Standard Webhooks secret"),
+    # The configuration probe: each ended in a traceback of the command that first used it.
+    ("DATABASE_URL", "nonsense", "OSS_RESPONSES_DATABASE_URL: Value error, not a database URL"),
+    ("DATABASE_URL", "foo://bar", "OSS_RESPONSES_DATABASE_URL: Value error, unsupported database 'foo'"),
+    ("REDIS_URL", "nonsense", "OSS_RESPONSES_REDIS_URL: Value error, not a Redis URL"),
+    ("BROKER_URL", "http://h:6379/0", "OSS_RESPONSES_BROKER_URL: Value error, not a Redis URL"),
 ])
 def test_get_settings_with_unusable_value_stops_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str

@@ -10,6 +10,7 @@ from logging.config import fileConfig
 from alembic import context
 
 from oss_responses.storage.db import Database, sync_url
+from oss_responses.storage.migrations.lock import one_migration_at_a_time
 from oss_responses.storage.models import Base
 
 config = context.config
@@ -33,7 +34,7 @@ def run_offline(url: str) -> None:
 def run_online(url: str) -> None:
     database = Database(url)
     try:
-        with database.engine.connect() as connection:
+        with database.engine.connect() as connection, one_migration_at_a_time(connection):
             context.configure(
                 connection=connection,
                 target_metadata=Base.metadata,
