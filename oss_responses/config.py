@@ -250,6 +250,12 @@ class Settings(BaseSettings):
     )
     max_input_items: int = Field(2048, ge=1, description="Most items one request's `input` may hold (400 beyond)")
     max_tools: int = Field(128, ge=1, description="Most entries one request's `tools` may hold (400 beyond)")
+    max_conversation_bytes: int = Field(
+        16 * 1024 * 1024, ge=1,
+        description="Most bytes of items (their JSON) a conversation may hold for items to be added to it, by "
+        "POST /v1/conversations/{id}/items or by a response created in it (400 beyond; a response's own turn is "
+        "appended whole): every response in it, and every count of its tokens, reads all of them",
+    )
     max_output_tokens_ceiling: int = Field(
         131_072, ge=16,
         description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings",

@@ -11,6 +11,7 @@ back as the next run's input.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from typing import Annotated, Any
 
@@ -27,7 +28,7 @@ from oss_responses.harmony.ids import new_id
 from oss_responses.harmony.token_cost import check_tokenizable, cost_of
 from oss_responses.requests import CreateResponseRequest, Metadata, parse_body, parse_input_item
 from oss_responses.storage import ResponseRecord, find_stored_items, utcnow
-from oss_responses.storage.conversations import ConversationRecord, get_conversation, items_through
+from oss_responses.storage.conversations import ConversationRecord, get_conversation, item_bytes, items_through
 
 MAX_ITEMS_PER_REQUEST = 20  # OpenAI's limit on items added by one request
 
@@ -101,6 +102,23 @@ async def conversation_items(services: Services, raw: list[Any], owner: Owner) -
             kept["id"] = given["id"]
         items.append(kept)
     return items
+
+
+async def check_room(
+    services: Services, conversation_id: str | None, added: list[dict[str, Any]] | int, param: str
+) -> None:
+    """A 400 if the conversation holds ``max_conversation_bytes`` with what is ``added`` (items, or their
+    bytes): one owner grew a conversation to 280 MB, 20 items at a time, and one count of its tokens then
+    held 3.5 GB of the API. What a response adds past it (its output) joins whole: the bound is loose by one turn."""
+    limit = services.settings.max_conversation_bytes
+    adding = added if isinstance(added, int) else sum(len(json.dumps(item, separators=(",", ":"))) for item in added)
+    held = 0 if conversation_id is None else await services.db.run(item_bytes, conversation_id)
+    if held + adding > limit:
+        raise BadRequest(
+            f"The conversation cannot take these items: it holds {held} bytes of items and they add {adding}; "
+            f"this service keeps at most {limit} (OSS_RESPONSES_MAX_CONVERSATION_BYTES). Start a new "
+            "conversation, or compact this one.", param=param, code="conversation_too_large",
+        )
 
 
 async def check_items_usable(

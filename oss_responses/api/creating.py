@@ -59,7 +59,10 @@ async def create(services: Services, body: CreateResponseRequest, owner: Owner) 
 
 async def _planned(services: Services, body: CreateResponseRequest, owner: Owner) -> QueuedResponse:
     chain = await jobs.load_chain(services, body.previous_response_id, owner)
-    prefix = await conversations.conversation_prefix(services, body, chain, owner)
+    prefix = await conversations.conversation_prefix(services, body, chain, owner)  # the owner's, or a 404
+    if body.conversation is not None:  # its input joins the conversation once it ended
+        await conversations.check_room(services, body.conversation, len(body.model_dump_json(include={"input"})),
+                                       "conversation")
     plan = await jobs.check_conversation(services, body, chain, owner, prefix)
     through = prefix.through if prefix is not None and body.conversation is not None else None
     return build_queued(body, services.settings, plan, conversation_through=through)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, delete, func, insert, select, update
+from sqlalchemy import CursorResult, Table, Text, delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from oss_responses.errors import BadRequest
@@ -119,6 +119,13 @@ def items_through(
     rows = session.execute(query.order_by(_items.c.position)).all()
     end = through if through is not None else (rows[-1].position if rows else -1)
     return [row.item for row in rows], end
+
+
+def item_bytes(session: Session, conversation_id: str) -> int:
+    """The bytes of the conversation's items as stored (their JSON text), counted by the database."""
+    size = func.length(_items.c.item.cast(Text))
+    total = session.execute(select(func.coalesce(func.sum(size), 0)).where(_items.c.conversation_id == conversation_id))
+    return int(total.scalar_one())
 
 
 def take_turns(session: Session, conversation_id: str) -> bool:

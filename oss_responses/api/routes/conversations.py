@@ -38,6 +38,7 @@ Include = Annotated[list[ResponseIncludable] | None, Query(alias="include[]")]
 async def create_conversation(request: Request, services: ServicesDep, owner: OwnerDep) -> dict[str, Any]:
     body = conversations.parse_create(await read_json_body(request, services.settings))
     items = await conversations.conversation_items(services, body.items or [], owner)
+    await conversations.check_room(services, None, items, "items")
     await conversations.check_items_usable(services, [], items, owner)
     record = conversations.new_conversation(owner, body.metadata)
     await services.db.run(insert_conversation, record, items)
@@ -74,6 +75,7 @@ async def create_items(
     await conversations.load_conversation(services, conversation_id, owner)
     body = conversations.parse_add(await read_json_body(request, services.settings))
     items = await conversations.conversation_items(services, body.items, owner)
+    await conversations.check_room(services, conversation_id, items, "items")
     found = await services.db.run(items_through, conversation_id)
     await conversations.check_items_usable(services, found[0] if found else [], items, owner)
     await services.db.run(add_items, conversation_id, items)
