@@ -12,7 +12,7 @@ import redis as redis_lib
 
 from oss_responses import redis_keys
 from oss_responses.api.relay import archived_frames
-from oss_responses.eventlog import EventHub, parse_frame, write_events
+from oss_responses.eventlog import EventHub, StreamNotFound, parse_frame, write_events
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.storage import (
     AsyncDatabase,
@@ -127,6 +127,40 @@ async def test_replay_starting_after_n_reads_the_rest_from_the_archive(
         assert after == before and parse_frame(after.split(b"\n\n")[0] + b"\n\n")["sequence_number"] == 25
         assert await read_all(hub, response_id, after=39) == b""
         assert await hub.last_sequence(response_id) == 39
+    finally:
+        await hub.stop()
+
+
+@pytest.mark.parametrize("after", [None, 24, 39])
+async def test_replay_of_archived_log_whose_stream_redis_lost_reads_it_from_sql(
+    redis_url, db, adb, redis, aredis, response_id, make_events, after
+) -> None:
+    """Redis restarted without its data (or was flushed): the tombstone is gone, the log in SQL is not
+    (the configuration probe got a 404 'has expired' for a log kept a day)."""
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+        before = await read_all(hub, response_id, after=after)
+        assert archive(db, redis, response_id)
+        redis.delete(redis_keys.events(response_id))
+        assert await read_all(hub, response_id, after=after) == before
+        frames = [frame async for frame in await hub.open(response_id, after=after)]
+        assert b"".join(frames) == before and all(frame.endswith(b"\n\n") for frame in frames)
+    finally:
+        await hub.stop()
+
+
+async def test_replay_of_unarchived_log_whose_stream_is_gone_is_not_found(
+    redis_url, adb, redis, aredis, response_id, make_events
+) -> None:
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(3)), close="completed", ttl_seconds=60)
+        redis.delete(redis_keys.events(response_id))
+        with pytest.raises(StreamNotFound):
+            await hub.open(response_id)
     finally:
         await hub.stop()
 
