@@ -52,6 +52,7 @@ from oss_responses.storage import (
     delete_response,
     find_referenced_items,
     get_chain,
+    get_owned_response,
     get_response,
     insert_accepted,
     utcnow,
@@ -76,8 +77,8 @@ def not_found(response_id: str) -> NotFound:
 async def load_visible(services: Services, response_id: str, owner: Owner) -> ResponseRecord:
     """A response a client may read: stored (store=true), not deleted, and its owner's; ended if its
     terminal event was written (``caught_up``)."""
-    record = await services.db.run(get_response, response_id)
-    if record is None or not record.store or not owner.may_see(record):
+    record = await services.db.run(get_owned_response, response_id, owner.name)
+    if record is None or not record.store:
         raise not_found(response_id)
     bind(model=record.model)  # this request's later log lines are about that response (its id is bound)
     if record.status == "in_progress" and await caught_up(services, response_id):

@@ -188,6 +188,22 @@ def get_response(session: Session, response_id: str) -> ResponseRecord | None:
     return _record(row) if row is not None else None
 
 
+def get_owned_response(session: Session, response_id: str, owner: str | None) -> ResponseRecord | None:
+    """The response if ``owner``'s (None: anyone's): another owner's row is compared in the database, not
+    fetched and parsed. (SQLite still reads the row up to its ``owner`` column, past a large request's
+    overflow pages: a 404 for another owner's 8 MB response took 27-35 ms against 5-11 ms for an unknown id,
+    38-46 ms before.)"""
+    if owner is None:
+        return get_response(session, response_id)
+    row = session.execute(_owned_response_by_id(), {"b_id": response_id, "b_owner": owner}).mappings().first()
+    return _record(row) if row is not None else None
+
+
+@cache
+def _owned_response_by_id() -> Select[Any]:
+    return _response_by_id().where(_responses.c.owner == bindparam("b_owner"))
+
+
 def get_chain(session: Session, response_id: str) -> list[ResponseRecord]:
     """The response and its ancestors by ``previous_response_id``, oldest first ([] if unknown)."""
     return [_record(row) for row in session.execute(_chain_of(), {"b_id": response_id}).mappings()]

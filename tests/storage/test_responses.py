@@ -11,12 +11,21 @@ from oss_responses.storage import (
     Database,
     delete_response,
     get_chain,
+    get_owned_response,
     get_response,
     insert_response,
     list_in_progress_ids,
     list_input_items,
     warm_statements,
 )
+
+
+def test_get_owned_response_reads_only_its_owner_s(db: Database) -> None:
+    record = new_response(owner="alpha")
+    db.run(insert_response, record)
+    assert db.run(get_owned_response, record.id, "alpha") == db.run(get_response, record.id)
+    assert db.run(get_owned_response, record.id, None) == db.run(get_response, record.id)
+    assert db.run(get_owned_response, record.id, "beta") is None
 
 
 def test_get_response_returns_inserted_record(db: Database) -> None:
