@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from oss_responses.harmony.builtin_tools import DEFAULT_BUILTIN_LABELS, Builtin
@@ -99,11 +107,11 @@ class Settings(BaseSettings):
     )
 
     # --- models and queues --------------------------------------------------
-    models: list[str] = Field(
-        default_factory=lambda: ["gpt-oss-20b"],
+    models: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=lambda: ["gpt-oss-20b"], min_length=1,
         description="Model names served; each has its own Celery queue (see queue_prefix)",
     )
-    queue_prefix: str = Field("responses.", description="Celery queue of a model = prefix + model name")
+    queue_prefix: str = Field("responses.", min_length=1, description="Celery queue of a model = prefix + model name")
 
     # --- event log ----------------------------------------------------------
     event_ttl_seconds: int = Field(
@@ -115,7 +123,7 @@ class Settings(BaseSettings):
     )
 
     # --- worker -------------------------------------------------------------
-    worker_model: str = Field("gpt-oss-20b", description="The model (and queue) this worker serves")
+    worker_model: str = Field("gpt-oss-20b", min_length=1, description="The model (and queue) this worker serves")
     worker_concurrency: int = Field(8, ge=1, description="Responses one worker runs at once (Celery threads)")
     engine: Literal["scripted", "vllm"] = Field("scripted", description="Which engine the worker runs")
     lease_seconds: float = Field(15.0, gt=0, description="TTL of a running response's lease; renewed every third of it")
@@ -174,14 +182,15 @@ class Settings(BaseSettings):
         0.0, ge=0, description="Scripted engine step: one token for every running response per step; 0 = no stepping"
     )
     scripted_context_tokens: int | None = Field(
-        None, description="The scripted model's context (prompt and output), as vLLM's max_model_len; unset = no limit"
+        None, ge=1,
+        description="The scripted model's context (prompt and output), as vLLM's max_model_len; unset = no limit",
     )
 
     # --- vLLM engine --------------------------------------------------------
     vllm_model: str = Field("openai/gpt-oss-20b", description="Model path or hub name for vLLM")
     vllm_dtype: str = Field("auto", description="vLLM dtype")
     vllm_tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor_parallel_size")
-    vllm_max_model_len: int | None = Field(None, description="vLLM max_model_len")
+    vllm_max_model_len: int | None = Field(None, ge=1, description="vLLM max_model_len")
     vllm_gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="vLLM gpu_memory_utilization")
     vllm_enable_prefix_caching: bool = Field(True, description="vLLM enable_prefix_caching")
     vllm_engine_args: dict[str, Any] = Field(
@@ -203,7 +212,9 @@ class Settings(BaseSettings):
     tiktoken_dir: Path = Field(
         Path("./var/tiktoken"), description="Where o200k_base.tiktoken is unpacked (TIKTOKEN_ENCODINGS_BASE)"
     )
-    knowledge_cutoff: str = Field("2024-06", description="Knowledge cutoff in gpt-oss's system message")
+    knowledge_cutoff: str = Field(
+        "2024-06", pattern=r"^\d{4}-(0[1-9]|1[0-2])$", description="Knowledge cutoff in gpt-oss's system message"
+    )
     default_reasoning_effort: Literal["low", "medium", "high"] = Field("medium", description="When a request sets none")
     default_max_output_tokens: int = Field(
         4096, ge=16,
@@ -260,7 +271,7 @@ class Settings(BaseSettings):
         131_072, ge=16,
         description="Largest max_output_tokens a request may ask of a model not in max_output_tokens_ceilings",
     )
-    max_output_tokens_ceilings: dict[str, int] = Field(
+    max_output_tokens_ceilings: dict[str, Annotated[int, Field(ge=16)]] = Field(
         default_factory=dict,
         description='Per-model max_output_tokens ceilings, as JSON: {"gpt-oss-20b": 32768} '
         "(400 naming max_output_tokens beyond)",
@@ -290,7 +301,9 @@ class Settings(BaseSettings):
         description='Webhook endpoints, as JSON: [{"url": "https://...", "secret": "whsec_..."}]; each gets '
         "response.completed/failed/cancelled/incomplete of background responses, signed (Standard Webhooks)",
     )
-    webhook_queue: str = Field("webhooks", description="Celery queue of webhook deliveries (workers consume it)")
+    webhook_queue: str = Field(
+        "webhooks", min_length=1, description="Celery queue of webhook deliveries (workers consume it)"
+    )
     webhook_max_attempts: int = Field(10, ge=1, description="Attempts of one webhook delivery before it is given up")
     webhook_backoff_seconds: float = Field(
         2.0, ge=0,
@@ -333,6 +346,15 @@ class Settings(BaseSettings):
         1, ge=1, le=64,
         description="API processes sharing the port (uvicorn's workers): each relays its streams on its own core",
     )
+
+    @field_validator("webhook_queue")
+    @classmethod
+    def _webhook_queue_apart(cls, queue: str, info: ValidationInfo) -> str:
+        prefix = info.data.get("queue_prefix", "")
+        models = {*info.data.get("models", []), info.data.get("worker_model", "")}
+        if queue in {f"{prefix}{model}" for model in models}:
+            raise ValueError(f"{queue!r} is a model's queue: deliveries and responses would be taken for each other")
+        return queue
 
     @property
     def encryption_key_values(self) -> list[str]:

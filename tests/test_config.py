@@ -45,6 +45,12 @@ def fresh_settings() -> Iterator[None]:
     ("DATABASE_URL", "foo://bar", "OSS_RESPONSES_DATABASE_URL: Value error, unsupported database 'foo'"),
     ("REDIS_URL", "nonsense", "OSS_RESPONSES_REDIS_URL: Value error, not a Redis URL"),
     ("BROKER_URL", "http://h:6379/0", "OSS_RESPONSES_BROKER_URL: Value error, not a Redis URL"),
+    ("MODELS", "[]", "OSS_RESPONSES_MODELS: List should have at least 1 item"),
+    ("SCRIPTED_CONTEXT_TOKENS", "-10", "OSS_RESPONSES_SCRIPTED_CONTEXT_TOKENS: Input should be greater than or equal"),
+    ("MAX_OUTPUT_TOKENS_CEILINGS", '{"gpt-oss-20b": -5}', "OSS_RESPONSES_MAX_OUTPUT_TOKENS_CEILINGS.gpt-oss-20b"),
+    ("QUEUE_PREFIX", "", "OSS_RESPONSES_QUEUE_PREFIX: String should have at least 1 character"),
+    ("KNOWLEDGE_CUTOFF", "yesterday", "OSS_RESPONSES_KNOWLEDGE_CUTOFF: String should match pattern"),
+    ("WEBHOOK_QUEUE", "responses.gpt-oss-20b", "OSS_RESPONSES_WEBHOOK_QUEUE: Value error, 'responses.gpt-oss-20b' is"),
 ])
 def test_get_settings_with_unusable_value_stops_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
