@@ -335,6 +335,11 @@ class Settings(BaseSettings):
         "owner may have at once: streamed ones take workers as background ones do; beyond, a 429 with Retry-After "
         "(keys mode; 0 = no limit)",
     )
+    max_streams_per_key: int = Field(
+        256, ge=0, description="Event streams (SSE: a streamed create or GET ?stream=true; a WebSocket connection) a "
+        "key's owner may hold open at once on one API process; beyond, a 429 too_many_streams with Retry-After "
+        "(keys mode; 0 = no limit)",
+    )
     background_limit_retry_after_seconds: int = Field(
         5, ge=0, description="Retry-After of a 429 refused for a key's background responses in flight"
     )

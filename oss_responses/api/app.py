@@ -18,6 +18,7 @@ from oss_responses.api.relay import archived_frames
 from oss_responses.api.request_id import RequestIdMiddleware
 from oss_responses.api.routes import conversations, health, metrics, models, responses
 from oss_responses.api.services import Services, TaskQueue, api_redis
+from oss_responses.api.stream_slots import StreamSlots
 from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
@@ -41,7 +42,8 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
                             cache_bytes=settings.render_cache_bytes)
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
-                       encoding=encoding, metrics=exporter, sealer=sealer)
+                       encoding=encoding, metrics=exporter, sealer=sealer,
+                       streams=StreamSlots(settings.max_streams_per_key))
     finally:
         await hub.stop()
         await encoding.aclose()

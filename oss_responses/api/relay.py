@@ -32,6 +32,7 @@ from starlette.types import Receive, Scope, Send
 
 from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
+from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
@@ -85,6 +86,7 @@ class FrameStream(EventSourceResponse):
     completes; raising :class:`EventHubStopped`, it is cut."""
 
     _client_left = False  # set by the listener when it cancels the sending task
+    release: Release | None = None  # gives the owner's stream slot back once the response is done
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
@@ -101,6 +103,8 @@ class FrameStream(EventSourceResponse):
         finally:
             self.active = False  # before any await: the listener cancels nothing from here on
             listener.cancel()
+            if self.release is not None:
+                self.release()
             await self._close_body()
 
     async def _send_body(self, send: Send) -> None:
@@ -151,6 +155,7 @@ async def relay(
     head: Sequence[bytes] = (),
     after: int | None = None,
     cancel_on_disconnect: bool = False,
+    release: Release | None = None,
 ) -> EventSourceResponse:
     """Stream ``head`` (frames already in hand), then the log after event ``after``, to its end.
 
@@ -160,4 +165,6 @@ async def relay(
     """
     log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head,
                                            client_stream=True)
-    return FrameStream(_frames(services, response_id, head, log_frames, cancel_on_disconnect))
+    stream = FrameStream(_frames(services, response_id, head, log_frames, cancel_on_disconnect))
+    stream.release = release
+    return stream

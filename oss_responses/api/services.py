@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 from celery import Celery
@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
+from oss_responses.api.stream_slots import StreamSlots
 from oss_responses.broker import TRANSPORT, send_run_response
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
@@ -111,3 +112,4 @@ class Services:
     encoding: LazyEncoding  # harmony, for counting input tokens; loaded on first use
     metrics: MetricsExporter
     sealer: Sealer | None = None  # None: no encryption keys configured
+    streams: StreamSlots = field(default_factory=lambda: StreamSlots(0))  # per-owner open streams

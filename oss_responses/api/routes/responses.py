@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 
 from oss_responses.api import compaction, conversations, creating, jobs, limits, openapi, token_count
-from oss_responses.api.auth import authenticate
+from oss_responses.api.auth import Owner, authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import OwnerDep, PageDep, ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
@@ -23,7 +23,7 @@ from oss_responses.api.services import Services
 from oss_responses.api.socket import ResponsesSocket
 from oss_responses.errors import BadRequest, NotFound, ServiceError
 from oss_responses.eventlog.hub import StreamNotFound
-from oss_responses.requests import parse_create_request
+from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import list_input_items
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
@@ -36,17 +36,26 @@ DISCONNECTED = 499  # nginx's "client closed request": nobody reads it, the logs
 async def create_response(request: Request, services: ServicesDep, owner: OwnerDep) -> Response:
     body = await read_json_body(request, services.settings,
                                 then=lambda value: parse_create_request(limits.counted(services.settings, value)))
+    if body.stream:
+        return await _create_streamed(services, body, owner)
     accepted = await creating.create(services, body, owner)
     opening = accepted.opening
-    if body.stream:
-        return await relay(
-            services, accepted.response_id, head=opening, after=len(opening) - 1,
-            cancel_on_disconnect=not body.background,
-        )
     if body.background:
         return JSONResponse(jobs.queued_json(accepted.queued))
     final = await _final_unless_disconnected(request, services, accepted.response_id, after=len(opening) - 1)
     return Response(status_code=DISCONNECTED) if final is None else JSONResponse(final)
+
+
+async def _create_streamed(services: Services, body: CreateResponseRequest, owner: Owner) -> Response:
+    release = services.streams.take(owner)  # before anything is stored: a refusal leaves nothing behind
+    try:
+        accepted = await creating.create(services, body, owner)
+        opening = accepted.opening
+        return await relay(services, accepted.response_id, head=opening, after=len(opening) - 1,
+                           cancel_on_disconnect=not body.background, release=release)
+    except BaseException:
+        release()
+        raise
 
 
 @router.websocket("")
@@ -54,12 +63,16 @@ async def responses_socket(websocket: WebSocket, services: ServicesDep) -> None:
     """The Responses API's WebSocket mode (``api/socket.py``). A key refused is refused as over HTTP: the
     handshake is answered with the 401 and its error body."""
     try:
-        await authenticate(services.settings, services.db, websocket.headers.get("authorization"))
+        owner = await authenticate(services.settings, services.db, websocket.headers.get("authorization"))
+        release = services.streams.take(owner)  # the connection's, for as long as it is open
     except ServiceError as exc:
         await websocket.send_denial_response(
             JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None))
         return
-    await ResponsesSocket(websocket, services).serve()
+    try:
+        await ResponsesSocket(websocket, services).serve()
+    finally:
+        release()
 
 
 async def _final_unless_disconnected(
@@ -127,11 +140,16 @@ async def retrieve_response(
     record = await jobs.load_visible(services, response_id, owner)
     if not stream:
         return JSONResponse(jobs.public_json(record))
+    release = services.streams.take(owner)
     try:
-        return await relay(services, response_id, after=starting_after)
+        return await relay(services, response_id, after=starting_after, release=release)
     except StreamNotFound as exc:
+        release()
         raise NotFound(f"The event stream of response '{response_id}' has expired; retrieve it without stream.",
                        param="stream") from exc
+    except BaseException:
+        release()
+        raise
 
 
 @router.post("/{response_id}/cancel")
