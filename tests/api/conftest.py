@@ -12,7 +12,7 @@ import pytest
 from openai import OpenAI
 from support import MODEL
 from support.api_server import ApiServer, serve_in_thread
-from support.key_clients import KeyClients
+from support.key_clients import KeyClient, KeyClients
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -53,3 +53,14 @@ def keys(api: ApiServer) -> Iterator[KeyClients]:
     clients = KeyClients(api)
     yield clients
     clients.close()
+
+
+@pytest.fixture
+def alice(keys: KeyClients) -> KeyClient:
+    """A key of owner "alice" (a module whose ``settings`` has ``auth="keys"``)."""
+    return keys.new("alice")
+
+
+@pytest.fixture
+def bob(keys: KeyClients) -> KeyClient:
+    return keys.new("bob")

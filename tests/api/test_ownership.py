@@ -10,7 +10,7 @@ import pytest
 import redis as redis_lib
 from support import MODEL
 from support.api_server import ApiServer
-from support.key_clients import KeyClient, KeyClients
+from support.key_clients import KeyClient
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -40,16 +40,6 @@ ROUTES = [
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"auth": "keys"})
-
-
-@pytest.fixture
-def alice(keys: KeyClients) -> KeyClient:
-    return keys.new("alice")
-
-
-@pytest.fixture
-def bob(keys: KeyClients) -> KeyClient:
-    return keys.new("bob")
 
 
 def _request(client: httpx2.Client, method: str, path: str, body: dict | None, response_id: str) -> httpx2.Response:

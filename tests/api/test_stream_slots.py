@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select
 from support import MODEL
 from support.api_server import ApiServer
-from support.key_clients import KeyClient, KeyClients
+from support.key_clients import KeyClient
 from websockets.exceptions import InvalidStatus
 from websockets.sync import client as ws_client
 
@@ -24,16 +24,6 @@ LIMIT = 2
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"auth": "keys", "max_streams_per_key": LIMIT})
-
-
-@pytest.fixture
-def alice(keys: KeyClients) -> KeyClient:
-    return keys.new("alice")
-
-
-@pytest.fixture
-def bob(keys: KeyClients) -> KeyClient:
-    return keys.new("bob")
 
 
 def test_slots_are_counted_per_owner_and_given_back_once() -> None:
