@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -67,11 +67,32 @@ async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
+    if _not_migrated(exc):
+        return await _database_not_migrated(request, exc)
     log.warning("database unreachable on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__,
                 str(exc).splitlines()[0] if str(exc) else "")
     error = ServiceUnavailable("The service cannot reach its database right now. Retry shortly.",
                                code="database_unavailable")
     return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+def _not_migrated(exc: Exception) -> bool:
+    """A table missing: SQLite's "no such table", PostgreSQL's undefined_table (SQLSTATE 42P01)."""
+    orig = getattr(exc, "orig", None)
+    return "no such table" in str(orig) or getattr(orig, "sqlstate", None) == "42P01"
+
+
+async def _database_not_migrated(request: Request, exc: Exception) -> JSONResponse:
+    log.error("the database is not migrated (%s %s): run `oss-responses migrate`", request.method, request.url.path)
+    error = ServiceUnavailable("The service's database is not set up yet (its operator must run its migrations). "
+                               "Retry later.", code="database_not_migrated")
+    return JSONResponse(error.to_body(), status_code=error.status_code)
+
+
+async def _programming_error(request: Request, exc: Exception) -> JSONResponse:
+    if _not_migrated(exc):
+        return await _database_not_migrated(request, exc)
+    return await _unexpected_error(request, exc)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
@@ -88,4 +109,5 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RedisTimeoutError, _redis_unreachable)
     for database_error in (OperationalError, InterfaceError, PoolTimeoutError):
         app.add_exception_handler(database_error, _database_unreachable)
+    app.add_exception_handler(ProgrammingError, _programming_error)
     app.add_exception_handler(Exception, _unexpected_error)

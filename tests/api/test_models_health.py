@@ -13,6 +13,7 @@ from support.api_server import serve_in_thread
 from support.servers import free_port
 
 from oss_responses.config import Settings
+from oss_responses.storage.db import ensure_sqlite_directory
 
 
 def test_list_models_returns_configured_models(client: OpenAI) -> None:
@@ -54,6 +55,17 @@ def test_readyz_with_database_not_migrated_is_503(redis_url: str, tmp_path: Path
         response = httpx2.get(f"{base_url}/readyz", timeout=10)
         assert response.status_code == 503
         assert response.json()["database"] == "error: NotMigrated" and response.json()["redis"] == "ok"
+
+
+def test_create_with_database_not_migrated_says_so_not_that_it_is_unreachable(
+    redis_url: str, empty_database_url: str
+) -> None:
+    """It answered "cannot reach its database" (the configuration probe), for an operator's missing step."""
+    ensure_sqlite_directory(empty_database_url)
+    settings = Settings(database_url=empty_database_url, redis_url=redis_url, models=[MODEL])
+    for base_url in serve_in_thread(settings):
+        response = httpx2.post(f"{base_url}/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=10)
+        assert response.status_code == 503 and response.json()["error"]["code"] == "database_not_migrated"
 
 
 def test_readyz_with_broker_down_is_503(database_url: str, redis_url: str) -> None:
