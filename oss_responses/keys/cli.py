@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from oss_responses.cli import positive_int
 from oss_responses.config import get_settings
@@ -26,7 +27,9 @@ def _models(value: str) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m oss_responses.keys", description="Manage API keys.")
+    # Reached as `oss-responses keys` (the console script) or `python -m oss_responses.keys`: usage says which.
+    prog = "oss-responses keys" if Path(sys.argv[0]).name == "oss-responses" else "python -m oss_responses.keys"
+    parser = argparse.ArgumentParser(prog=prog, description="Manage API keys.")
     parser.add_argument("--url", help="SQLAlchemy URL of the database (default: OSS_RESPONSES_DATABASE_URL)")
     commands = parser.add_subparsers(dest="command", required=True)
     create = commands.add_parser("create", help="create a key; prints its secret once")
