@@ -116,7 +116,8 @@ def main() -> None:
             print(f"  {index + 1:8d}  {messages:8d}  {tokens:6d}   {ms_whole:9.2f}      {ms_kept:9.2f}")
     print(f"per response: whole render p50 {percentile(before, 0.5):.2f} ms, total {sum(before) / 1e3:.2f} s; "
           f"kept messages p50 {percentile(after, 0.5):.2f} ms, total {sum(after) / 1e3:.2f} s")
-    print(f"render of the last response's prompt with kept messages: {after[-1]:.2f} ms (whole: {before[-1]:.2f} ms)")
+    print(f"render of the last response's prompt: whole {before[-1]:.2f} ms, from kept messages {after[-1]:.2f} ms")
+    print(f"agent_last_prompt_render_kept: {after[-1]:.2f} ms")
 
 
 if __name__ == "__main__":
