@@ -289,8 +289,8 @@ def _ends_right_after_read(
     the storage function in ``api.jobs`` that reads it), before the API reads the log."""
     real, ended = getattr(jobs, reader), []
 
-    def read_then_end(session: Any, wanted: str) -> Any:
-        found = real(session, wanted)
+    def read_then_end(session: Any, wanted: str, *rest: Any) -> Any:
+        found = real(session, wanted, *rest)
         if wanted == response_id and not ended:
             ended.append(wanted)
             _save_and_end(api, redis, response_id)
@@ -327,7 +327,7 @@ def test_retrieve_response_ended_between_its_sql_and_its_log_reads_returns_it_en
     # Its log ends (its end marker, then its archive) once the turn is saved: no terminal event to see
     # there then, and SQL read a moment earlier said in_progress (the race probe: 2-5 in 100 GETs).
     response_id = _running_with_events(api, redis, settings, ResponseCompletedEvent)
-    _ends_right_after_read(api, redis, response_id, monkeypatch, "get_response")
+    _ends_right_after_read(api, redis, response_id, monkeypatch, "get_owned_response")
 
     assert client.responses.retrieve(response_id).status == "completed"
 
