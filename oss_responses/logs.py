@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from oss_responses.config import Settings
 
@@ -135,3 +136,10 @@ def configure_logging(settings: Settings) -> None:
     # Above DEBUG, the HTTP clients' line per request (MCP calls, webhook POSTs) is noise: warnings only.
     for name in CHATTY_LIBRARIES:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else logging.WARNING)
+
+
+def safe_url(url: str) -> str:
+    """The URL without its userinfo (where passwords are), for log lines and reports."""
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=netloc).geturl()

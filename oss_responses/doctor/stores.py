@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import redis as redis_lib
 from sqlalchemy import URL, make_url, text
@@ -13,18 +12,12 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
+from oss_responses.logs import safe_url
 from oss_responses.storage import Database
 from oss_responses.storage.db import most_connections
 from oss_responses.storage.migrations import current_revision, head_revision
 
 TIMEOUT_SECONDS = 3
-
-
-def safe_url(url: str) -> str:
-    """The URL without its userinfo (where passwords are)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=netloc).geturl()
 
 
 def check_redis(settings: Settings) -> Iterator[CheckResult]:

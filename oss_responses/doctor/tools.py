@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
-from oss_responses.doctor.stores import safe_url
 from oss_responses.harmony.mcp_tools import McpToolSpec
+from oss_responses.logs import safe_url
 from oss_responses.tools.endpoints import McpEndpoint
 from oss_responses.tools.mcp_client import McpSessionPool, McpUnavailable
 

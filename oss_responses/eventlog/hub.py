@@ -138,8 +138,13 @@ def archived_after(end: dict[bytes, bytes], cursor: EntryId) -> int | None:
     last = end.get(ARCHIVED)
     if last is None:
         return None
-    seen = cursor[1] - 1 if cursor[0] == 0 else -1
+    seen = seen_through(cursor)
     return seen if int(last) > seen else None
+
+
+def seen_through(cursor: EntryId) -> int:
+    """The sequence number of the last event a subscriber at ``cursor`` has read (-1: none)."""
+    return cursor[1] - 1 if cursor[0] == 0 else -1
 
 
 async def _pages_as_frames(pages: Iterable[list[bytes]], chunked: bool) -> AsyncIterator[bytes]:
@@ -325,7 +330,7 @@ class EventHub:
     ) -> Iterable[list[bytes]] | None:
         if self._archive is None:
             return None
-        return await self._archive(response_id, cursor[1] - 1 if cursor[0] == 0 else -1, joined)
+        return await self._archive(response_id, seen_through(cursor), joined)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""

@@ -3,15 +3,16 @@
 harmony renders a conversation (``auto_drop_analysis`` off, as this service asks) as the concatenation
 of its messages, each rendered alone with one conversation-wide option (whether a developer message
 declares ``functions`` tools), then, for a completion, ``<|start|>assistant``. Yet every call pays
-~0.13 ms per message before its text (harmony encodes each formatting token by building the set of every
-special token), and a continued conversation renders its whole history again each turn: an agent's 40th
-turn of 440 messages (72k tokens) took 127 ms here, holding the GIL, so every response running in the
-worker stalled for it, turn after turn. Its messages' tokens are known from the turn before.
+~0.13 ms per message before its text (harmony encodes each formatting token anew), and a continued
+conversation renders its whole history again each turn: an agent's 160th response (441 messages, 72k
+tokens; bench/prompt_render.py) took 139 ms here, holding the GIL, so every response running in the worker
+stalled for it, turn after turn. Its messages' tokens are known from the turn before.
 
 ``MessageTokens`` keeps each rendered message's tokens, keyed by the message itself (its pickle) and that
 option, evicting the least recently used past a byte budget; a prompt then renders only its new messages
-(the same agent turn: ~1 ms). Rendering what is missing is the caller's (``RenderMissing``): in this
-thread, or in a child process for a costly text (``prompt_tokenizer.py``).
+(the same response: 4-5 ms, most of it naming the kept messages and copying their tokens). Rendering
+what is missing is the caller's (``RenderMissing``): in this thread, or in a child process for a costly
+text (``prompt_tokenizer.py``).
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from urllib.parse import urlsplit
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+from oss_responses.logs import safe_url
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -63,14 +64,9 @@ def wait_for_redis(url: str, seconds: float, stopping: Callable[[], bool] = lamb
                 return
             except (redis.RedisError, OSError) as exc:
                 if backoff.exhausted() or stopping():
-                    raise StoreAwayAtStart(f"Redis at {_shown(url)} did not answer ({exc})") from None
+                    raise StoreAwayAtStart(f"Redis at {safe_url(url)} did not answer ({exc})") from None
                 log.warning("Redis at %s does not answer (%s); the worker waits for it (next try in %.2fs)",
-                            _shown(url), exc, backoff.delay)
+                            safe_url(url), exc, backoff.delay)
                 backoff.wait()
     finally:
         client.close()
-
-
-def _shown(url: str) -> str:
-    parts = urlsplit(url)  # without its userinfo (where a password is)
-    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
