@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 
+import anyio
 from fastapi import FastAPI
 
 from oss_responses.api.auth import log_auth_mode
 from oss_responses.api.draining import on_stop_signals
-from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.openapi import install_openapi
@@ -22,13 +22,16 @@ from oss_responses.api.stream_slots import StreamSlots
 from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.sealing import build_sealer
 from oss_responses.storage import AsyncDatabase
+from oss_responses.vocab import load_encoding
 
 
 @asynccontextmanager
 async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
+    tokenizer = await _prompt_tokenizer(settings)
     db = AsyncDatabase(settings.database_url, pool_size=settings.database_pool_size)
     redis = api_redis(settings.redis_url)
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db),
@@ -38,19 +41,25 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     await hub.start()
     await redis.ping()  # its first connection now, not in the first accept (~1.3 ms)
     await tasks.warm([settings.queue_for(model) for model in settings.models] + [settings.webhook_queue])
-    encoding = LazyEncoding(settings.tiktoken_dir, process_above_chars=settings.render_process_above_chars,
-                            cache_bytes=settings.render_cache_bytes)
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
-                       encoding=encoding, metrics=exporter, sealer=sealer,
+                       tokenizer=tokenizer, metrics=exporter, sealer=sealer,
                        streams=StreamSlots(settings.max_streams_per_key))
     finally:
         await hub.stop()
-        await encoding.aclose()
+        await anyio.to_thread.run_sync(tokenizer.close)  # its child may be tokenising
         await tasks.aclose()
         exporter.close()
         await redis.aclose()
         await db.dispose()
+
+
+async def _prompt_tokenizer(settings: Settings) -> PromptTokenizer:
+    """harmony's encoding loaded before the API serves: loading it holds the GIL for 0.3 s here (1.2 s seen on
+    CI), which on the first count would have stalled every stream this process relays (55 MB, once a process)."""
+    encoding = await anyio.to_thread.run_sync(load_encoding, settings.tiktoken_dir)
+    return PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=settings.render_process_above_chars,
+                           cache_bytes=settings.render_cache_bytes)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -10,12 +10,12 @@ import anyio
 from celery import Celery
 from redis.asyncio import Redis
 
-from oss_responses.api.encoding import LazyEncoding
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.stream_slots import StreamSlots
 from oss_responses.broker import TRANSPORT, send_run_response
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import PatientPool
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
@@ -109,7 +109,7 @@ class Services:
     redis: Redis
     hub: EventHub
     tasks: TaskQueue
-    encoding: LazyEncoding  # harmony, for counting input tokens; loaded on first use
+    tokenizer: PromptTokenizer  # harmony, for counting input tokens; loaded at start-up
     metrics: MetricsExporter
     sealer: Sealer | None = None  # None: no encryption keys configured
     streams: StreamSlots = field(default_factory=lambda: StreamSlots(0))  # per-owner open streams

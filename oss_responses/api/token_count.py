@@ -9,9 +9,8 @@ With ``truncation: "auto"`` the prompt is cut as a worker of the model would cut
 workers announce in Redis while up (``redis_keys.model_context``); the answer's room is the default output
 budget (a count request has no ``max_output_tokens``). With no worker of the model up, nothing is cut.
 
-The harmony encoding is loaded once per API process, on the first count, off the event loop
-(``api/encoding.py``); rendering runs in a thread too, and a costly prompt's tokens are computed in a
-child process (``prompt_tokenizer.py``).
+The harmony encoding is loaded once per API process, at its start (``app.py``); rendering runs in a
+thread, and a costly prompt's tokens are computed in a child process (``prompt_tokenizer.py``).
 """
 
 from __future__ import annotations
@@ -54,7 +53,7 @@ async def count_input_tokens(
 ) -> dict[str, Any]:
     """``history`` is the chain's turns, the request's item references already resolved against it."""
     options = render_options(services.settings, utcnow(), sealer=services.sealer, owner=owner.name)
-    tokenizer = await services.encoding.tokenizer()
+    tokenizer = services.tokenizer
     budget = await _truncation_budget(services, request)
     rendered = await anyio.to_thread.run_sync(
         partial(render_prompt, request, history, options, tokenizer.encoding, budget,

@@ -11,10 +11,12 @@ import pytest
 import redis as redis_lib
 from openai import OpenAI
 from support import MODEL
+from support.api_server import serve_in_thread
 from support.stalls import waits_meanwhile
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -92,3 +94,11 @@ def test_count_input_tokens_of_costly_input_does_not_stall_api(client: OpenAI, a
     )
     assert counted > 5_000  # 8 characters a token
     assert len(waits) > 10 and max(waits) < 0.5, max(waits)
+
+
+def test_api_loads_harmony_encoding_before_it_serves(settings: Settings, redis: redis_lib.Redis) -> None:
+    """Loading the vocabulary holds the GIL for 0.3 s (1.2 s seen on CI): loaded on an API's first count, it
+    stalled every stream the process relayed meanwhile (the test above, failed so on CI)."""
+    load_encoding.cache_clear()  # as in a new process
+    for _base_url in serve_in_thread(settings):
+        assert load_encoding.cache_info().currsize == 1
