@@ -256,6 +256,21 @@ class Settings(BaseSettings):
         16 * 1024 * 1024, ge=1,
         description="Largest request body accepted; a larger one is a 413 before it is read whole",
     )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="Browser origins (scheme://host[:port]) whose requests are served, with CORS headers, as JSON; "
+        "a request with any other Origin header (a web page's) is a 403 origin_not_allowed; [\"*\"]: any origin",
+    )
+    max_header_bytes: int = Field(
+        64 * 1024, ge=4096,
+        description="Largest request header block (request line and headers); a larger one is a 431 and the "
+        "connection is closed",
+    )
+    request_read_seconds: float = Field(
+        60.0, gt=0,
+        description="A request's headers, and then its body, must each arrive within this; else a 408 and the "
+        "connection is closed (a connection that sends no request is closed after it too)",
+    )
     max_json_depth: int = Field(
         64, ge=1, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)"
     )

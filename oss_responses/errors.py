@@ -38,6 +38,11 @@ class Unauthorized(ServiceError):
     type = "invalid_request_error"
 
 
+class Forbidden(ServiceError):
+    status_code = 403
+    type = "invalid_request_error"
+
+
 class NotFound(ServiceError):
     status_code = 404
     type = "invalid_request_error"
@@ -53,6 +58,11 @@ class PayloadTooLarge(ServiceError):
     type = "invalid_request_error"
 
 
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+    type = "invalid_request_error"
+
+
 class TooManyRequests(ServiceError):
     """A limit reached for now: the client may retry after the ``Retry-After`` header's seconds."""
 
@@ -61,8 +71,16 @@ class TooManyRequests(ServiceError):
 
 
 class ServiceUnavailable(ServiceError):
+    """A dependency (Redis, the database, the broker) not answering for now: the SDKs retry after
+    ``Retry-After``."""
+
     status_code = 503
     type = "server_error"
+    RETRY_AFTER_SECONDS = 5
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.headers.setdefault("Retry-After", str(self.RETRY_AFTER_SECONDS))
 
 
 class VocabularyError(RuntimeError):

@@ -23,6 +23,7 @@ from oss_responses.api.server import ApiServer
 from oss_responses.config import Settings, get_settings
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
+from oss_responses.http_protocol import server_options
 from oss_responses.logs import configure_logging
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.vocab import ensure_vocabulary
@@ -40,15 +41,13 @@ def main() -> None:
         return
     with multiprocess_folder():
         uvicorn.run("oss_responses.api.__main__:process_app", factory=True, workers=settings.api_processes,
-                    host=settings.api_host, port=settings.api_port, log_config=None,
-                    ws_max_size=settings.max_body_bytes)
+                    host=settings.api_host, port=settings.api_port, log_config=None, **server_options(settings))
 
 
 def _serve_one(settings: Settings) -> None:
     """``uvicorn.run`` for one process, on the API's own server (it wakes once a second when idle)."""
-    # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
     config = uvicorn.Config(_ready_app(settings), host=settings.api_host, port=settings.api_port, log_config=None,
-                            ws_max_size=settings.max_body_bytes)
+                            **server_options(settings))
     server = ApiServer(config)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()

@@ -8,10 +8,12 @@ from functools import partial
 
 import anyio
 from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
 
 from oss_responses.api.auth import log_auth_mode
 from oss_responses.api.draining import on_stop_signals
 from oss_responses.api.errors import install_error_handlers
+from oss_responses.api.header_guard import RefuseUnsafeHeaders
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.openapi import install_openapi
 from oss_responses.api.relay import archived_frames
@@ -77,6 +79,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Host header, and would answer it before any API key is checked.
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
     install_error_handlers(app)
+    if settings.allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.allowed_origins, allow_methods=["*"],
+                           allow_headers=["*"], expose_headers=["x-request-id", "retry-after"])
+    app.add_middleware(RefuseUnsafeHeaders, allowed_origins=settings.allowed_origins)
     app.add_middleware(RequestIdMiddleware)
     app.add_middleware(RefuseNulInUrl)
     app.include_router(responses.router)

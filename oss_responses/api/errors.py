@@ -18,12 +18,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
 
@@ -34,9 +35,13 @@ def error_body(message: str, *, type: str, param: str | None = None, code: str |
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+def error_response(error: ServiceError) -> JSONResponse:
+    return JSONResponse(error.to_body(), status_code=error.status_code, headers=error.headers or None)
+
+
 async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    return JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None)
+    return error_response(exc)
 
 
 def _param_of(loc: tuple[Any, ...]) -> str | None:
@@ -54,16 +59,25 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(BadRequest(message, param=param, code="invalid_value").to_body(), status_code=400)
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     kind = "invalid_request_error" if exc.status_code < 500 else "server_error"
-    return JSONResponse(error_body(str(exc.detail), type=kind), status_code=exc.status_code, headers=exc.headers)
+    # Only routing raises these: a path no route has is OpenAI's "Invalid URL (METHOD /path)".
+    message = f"Invalid URL ({request.method} {request.url.path})" if exc.status_code == 404 else str(exc.detail)
+    return JSONResponse(error_body(message, type=kind), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _client_left(request: Request, exc: Exception) -> Response:
+    """The client closed its connection (or it was closed for it: ``oss_responses/http_protocol.py``) before its request
+    body arrived. Nobody reads the answer; not an error of the service's."""
+    log.info("%s %s: the client left before its request body arrived", request.method, request.url.path)
+    return Response(status_code=400)
 
 
 async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
     log.warning("Redis unreachable on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
     error = ServiceUnavailable("The service cannot reach its Redis right now. Retry shortly.", code="redis_unavailable")
-    return JSONResponse(error.to_body(), status_code=error.status_code)
+    return error_response(error)
 
 
 async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
@@ -73,7 +87,7 @@ async def _database_unreachable(request: Request, exc: Exception) -> JSONRespons
                 str(exc).splitlines()[0] if str(exc) else "")
     error = ServiceUnavailable("The service cannot reach its database right now. Retry shortly.",
                                code="database_unavailable")
-    return JSONResponse(error.to_body(), status_code=error.status_code)
+    return error_response(error)
 
 
 def _not_migrated(exc: Exception) -> bool:
@@ -86,7 +100,7 @@ async def _database_not_migrated(request: Request, exc: Exception) -> JSONRespon
     log.error("the database is not migrated (%s %s): run `oss-responses migrate`", request.method, request.url.path)
     error = ServiceUnavailable("The service's database is not set up yet (its operator must run its migrations). "
                                "Retry later.", code="database_not_migrated")
-    return JSONResponse(error.to_body(), status_code=error.status_code)
+    return error_response(error)
 
 
 async def _programming_error(request: Request, exc: Exception) -> JSONResponse:
@@ -105,6 +119,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(ClientDisconnect, _client_left)
     app.add_exception_handler(RedisConnectionError, _redis_unreachable)
     app.add_exception_handler(RedisTimeoutError, _redis_unreachable)
     for database_error in (OperationalError, InterfaceError, PoolTimeoutError):

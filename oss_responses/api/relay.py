@@ -88,6 +88,12 @@ class FrameStream(EventSourceResponse):
     _client_left = False  # set by the listener when it cancels the sending task
     release: Release | None = None  # gives the owner's stream slot back once the response is done
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # sse-starlette's "Connection: keep-alive" is uvicorn's to say (hop-by-hop): to a client that sent
+        # "Connection: close" both went out.
+        self.raw_headers = [(name, value) for name, value in self.raw_headers if name != b"connection"]
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         sending = asyncio.current_task()

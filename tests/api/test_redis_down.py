@@ -43,6 +43,7 @@ def test_create_response_with_redis_down_is_503_storing_nothing(
     assert time.monotonic() - started < 10
     error = response.json()["error"]
     assert error["type"] == "server_error" and error["code"] == "queue_unavailable"
+    assert response.headers["retry-after"] == "5"  # the SDKs wait that long before their retry
     rows = api.db.run(lambda session: session.execute(select(func.count()).select_from(ResponseRow)).scalar_one())
     assert rows == 0
 
@@ -65,6 +66,7 @@ def test_redis_route_with_redis_down_is_503_changing_nothing(
     assert response.status_code == 503, response.text
     error = response.json()["error"]
     assert error["type"] == "server_error" and error["code"] == "redis_unavailable"
+    assert response.headers["retry-after"] == "5"
     after = http.get(f"/v1/responses/{response_id}")  # the same keep-alive connection
     assert after.status_code == 200 and after.json()["status"] == "queued"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -52,6 +53,21 @@ def test_stream_quiet_response_gets_keep_alive_comments(http: httpx2.Client) -> 
     opening, _, rest = received.partition(KEEP_ALIVE)
     assert opening.count(b"\n\n") == 2  # response.created, response.queued
     assert rest == KEEP_ALIVE  # nothing between two comments while nothing happened
+
+
+def test_stream_to_client_closing_its_connection_says_connection_once(api) -> None:  # type: ignore[no-untyped-def]
+    """"Connection" is hop-by-hop, uvicorn's to set: sse-starlette's "keep-alive" went out beside its "close"."""
+    with httpx2.Client(base_url=api.base_url) as http:
+        response_id = _queued(http)
+    host, port = api.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET /v1/responses/{response_id}?stream=true HTTP/1.1\r\nHost: x\r\n"
+                     "Connection: close\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(65536)
+    headers = [line.split(b":")[0].lower() for line in head.partition(b"\r\n\r\n")[0].split(b"\r\n")[1:]]
+    assert headers.count(b"connection") == 1 and b"connection: close" in head.lower()
 
 
 def test_stream_sdk_reads_through_keep_alive_comments(http: httpx2.Client, client: OpenAI) -> None:

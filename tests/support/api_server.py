@@ -11,6 +11,7 @@ import uvicorn
 
 from oss_responses.api import create_app
 from oss_responses.config import Settings
+from oss_responses.http_protocol import server_options
 from oss_responses.storage import Database
 from support.servers import START_TIMEOUT_S, free_port
 
@@ -34,7 +35,8 @@ class _Server(uvicorn.Server):
 
 def serve_in_thread(settings: Settings) -> Iterator[str]:
     port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+                            **server_options(settings))
     server = _Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()

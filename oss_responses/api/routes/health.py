@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from oss_responses.api.deps import ServicesDep
+from oss_responses.errors import ServiceUnavailable
 
 router = APIRouter(tags=["health"])
 
@@ -54,4 +55,6 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     )
     ready = database == redis == broker == "ok"
     body = {"status": "ok" if ready else "unavailable", "database": database, "redis": redis, "broker": broker}
-    return JSONResponse(body, status_code=200 if ready else 503)
+    if ready:
+        return JSONResponse(body)
+    return JSONResponse(body, status_code=503, headers={"Retry-After": str(ServiceUnavailable.RETRY_AFTER_SECONDS)})

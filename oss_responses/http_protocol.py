@@ -1,0 +1,159 @@
+"""The API's connections: uvicorn's httptools protocol with the bounds it lacks, on a request's headers and on
+the time it may take to send it.
+
+uvicorn reads headers with no size limit (httptools joins a header's value chunk by chunk, so one header of
+64 MiB took 8 s of the event loop, every other client waiting, and held its bytes; half-sent header blocks
+were held until the client left) and with no deadline (a connection that sent nothing, part of its headers
+or part of its body stayed open for good, before any API key was checked, and a stopping API waited for it).
+So, per connection:
+
+- a request's headers larger than ``max_header_bytes`` are answered 431 and the connection closed (counted
+  as they arrive, before httptools has joined them);
+- headers or a body not received whole within ``read_seconds`` of their start: 408, closed;
+- a server that stops closes a connection whose request body is still arriving (uvicorn would wait for it).
+
+The app sees a closed request as a disconnect (``http.disconnect``), as when the client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+if TYPE_CHECKING:
+    from oss_responses.config import Settings
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+def error_bytes(status: int, message: str, code: str) -> bytes:
+    """A whole HTTP/1.1 response carrying an OpenAI-style error, after which the connection closes."""
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
+                                 "code": code}}).encode()
+    head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, _REASONS[status], len(body)))
+    return head + body
+
+
+class BoundedHttpProtocol(HttpToolsProtocol):
+    """Built by uvicorn per connection (``http=`` a ``functools.partial`` giving the two bounds)."""
+
+    def __init__(self, *args: Any, max_header_bytes: int, read_seconds: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.max_header_bytes = max_header_bytes
+        self.read_seconds = read_seconds
+        self._reading_headers = False  # a request has begun and its headers are not all here
+        self._header_bytes = 0
+        self._body_bytes_fed = 0  # of the data being fed now: what httptools handed on as body
+        self._read_timer: asyncio.TimerHandle | None = None
+
+    # --- asyncio.Protocol -------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self._headers_late)  # a connection that never sends a request is closed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._body_bytes_fed = 0
+        super().data_received(data)
+        if self._reading_headers and not self.transport.is_closing():
+            self._header_bytes += len(data) - self._body_bytes_fed
+            if self._header_bytes > self.max_header_bytes:
+                self._refuse(431, f"The request's headers exceed {self.max_header_bytes} bytes.",
+                             "request_headers_too_large")
+
+    def shutdown(self) -> None:
+        if self._body_arriving():
+            self._end_cycle()  # the app's receive() sees a disconnect; uvicorn no longer waits for the body
+            self.transport.close()
+            return
+        super().shutdown()
+
+    # --- httptools callbacks ----------------------------------------------------------------------
+    def handle_websocket_upgrade(self) -> None:
+        self._disarm()  # the WebSocket protocol takes the connection over
+        super().handle_websocket_upgrade()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._reading_headers, self._header_bytes = True, 0
+        if self._read_timer is None:
+            self._arm(self._headers_late)
+
+    def on_headers_complete(self) -> None:
+        self._reading_headers = False
+        self._arm(self._body_late)
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes_fed += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm(self._headers_late)  # uvicorn's keep-alive timer is reset by every byte; this is not
+
+    # --- deadlines --------------------------------------------------------------------------------
+    def _headers_late(self) -> None:
+        self._read_timer = None
+        if self._reading_headers:
+            self._refuse(408, f"The request's headers did not arrive within {self.read_seconds:g} s.",
+                         "request_timeout")
+        elif self.cycle is None or self.cycle.response_complete:
+            self.transport.close()  # idle: no request begun
+
+    def _body_late(self) -> None:
+        self._read_timer = None
+        if self._body_arriving():
+            self._end_cycle()
+            self._refuse(408, f"The request body did not arrive within {self.read_seconds:g} s.", "request_timeout")
+
+    def _body_arriving(self) -> bool:
+        cycle = self.cycle
+        return cycle is not None and cycle.more_body and not cycle.response_complete and not self._reading_headers
+
+    def _end_cycle(self) -> None:
+        """The app's request ends as if its client had left: its sends are dropped from now on."""
+        self.cycle.disconnected = True
+        self.cycle.message_event.set()
+
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        self._disarm()
+        cycle = self.cycle  # an answer only where no other response is under way on this connection
+        if cycle is None or cycle.response_complete or not cycle.response_started:
+            self.transport.write(error_bytes(status, message, code))
+        self.transport.close()
+
+    def _arm(self, deadline: Any) -> None:
+        self._disarm()
+        self._read_timer = self.loop.call_later(self.read_seconds, deadline)
+
+    def _disarm(self) -> None:
+        if self._read_timer is not None:
+            self._read_timer.cancel()
+            self._read_timer = None
+
+
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's options for the API's connections, in one process or several.
+
+    The protocol is outside ``oss_responses.api`` (whose package imports the whole app) because uvicorn's
+    supervisor pickles it into each process it spawns: unpickled before the process answers the
+    supervisor's health check, importing the app there took over its 5 s under load, and the process was
+    killed and started again."""
+    protocol = partial(BoundedHttpProtocol, max_header_bytes=settings.max_header_bytes,
+                       read_seconds=settings.request_read_seconds)
+    # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
+    return {"http": protocol, "ws_max_size": settings.max_body_bytes}

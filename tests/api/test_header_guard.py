@@ -1,0 +1,86 @@
+"""Requests refused by their headers before any route runs (``api/header_guard.py``): a web page's origin not
+allowed, a single-valued header sent twice, a body in a content coding; and what the API answers a browser
+whose origin is allowed (CORS)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import socket
+import time
+
+import httpx2
+import pytest
+import websockets.sync.client as ws_client
+from support import MODEL
+from websockets.exceptions import InvalidStatus
+
+BODY = {"model": MODEL, "input": "hi", "background": True}
+ALLOWED = "https://app.example"
+
+
+@pytest.fixture
+def settings(settings):  # type: ignore[no-untyped-def]
+    return settings.model_copy(update={"allowed_origins": [ALLOWED]})
+
+
+def _code(response: httpx2.Response) -> str:
+    return str(response.json()["error"]["code"])
+
+
+def test_create_response_from_origin_not_allowed_is_403(http: httpx2.Client) -> None:
+    refused = http.post("/v1/responses", json=BODY, headers={"Origin": "https://evil.example"})
+    assert (refused.status_code, _code(refused)) == (403, "origin_not_allowed")
+
+
+def test_connect_socket_from_origin_not_allowed_is_denied(api) -> None:  # type: ignore[no-untyped-def]
+    """Browsers apply no CORS to WebSockets: the handshake itself is refused."""
+    url = api.base_url.replace("http://", "ws://") + "/v1/responses"
+    with pytest.raises(InvalidStatus) as denied:
+        ws_client.connect(url, origin="https://evil.example")  # type: ignore[arg-type]
+    assert denied.value.response.status_code == 403
+    assert json.loads(denied.value.response.body)["error"]["code"] == "origin_not_allowed"
+
+
+def test_create_response_from_allowed_origin_gets_cors_headers(http: httpx2.Client) -> None:
+    preflight = http.options("/v1/responses", headers={
+        "Origin": ALLOWED, "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization, content-type"})
+    assert preflight.status_code == 200 and preflight.headers["access-control-allow-origin"] == ALLOWED
+    created = http.post("/v1/responses", json=BODY, headers={"Origin": ALLOWED})
+    assert created.status_code == 200 and created.headers["access-control-allow-origin"] == ALLOWED
+
+
+@pytest.mark.parametrize("header", ["Authorization", "Content-Type"])
+def test_create_response_with_single_valued_header_twice_is_400(http: httpx2.Client, header: str) -> None:
+    values = {"Authorization": ["Bearer a", "Bearer b"], "Content-Type": ["application/json", "text/plain"]}[header]
+    refused = http.post("/v1/responses", content=json.dumps(BODY),
+                        headers=[(header, value) for value in values] + [("Accept", "application/json")])
+    assert (refused.status_code, _code(refused), refused.json()["error"]["param"]) == (400, "duplicate_header", header)
+
+
+def test_create_response_with_gzipped_body_is_415(http: httpx2.Client) -> None:
+    refused = http.post("/v1/responses", content=gzip.compress(json.dumps(BODY).encode()),
+                        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+    assert (refused.status_code, _code(refused)) == (415, "unsupported_content_encoding")
+
+
+def test_request_to_unknown_path_is_404_naming_it_as_openai_does(http: httpx2.Client) -> None:
+    missing = http.get("/v1/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == "Invalid URL (GET /v1/nope)"
+
+
+def test_client_leaving_before_its_body_arrived_is_no_error(api, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    host, port = api.base_url.removeprefix("http://").split(":")
+    caplog.set_level(logging.INFO, logger="oss_responses.api.errors")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"model\": ")
+        time.sleep(0.2)
+    deadline = time.monotonic() + 5
+    while not any("left before its request body" in record.getMessage() for record in caplog.records):
+        assert time.monotonic() < deadline, [record.getMessage() for record in caplog.records]
+        time.sleep(0.05)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []

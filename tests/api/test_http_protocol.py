@@ -1,0 +1,150 @@
+"""The API's connections (``oss_responses/http_protocol.py``): a request's headers are bounded in size, headers and body
+in time, and a stopping API does not wait for a body still arriving. Raw sockets: what no SDK would send."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from support import MODEL
+from support.processes import ServiceProcess, start_api_process, stop_process
+
+from oss_responses.config import Settings
+
+HEADER_LIMIT = 8192
+READ_S = 1.0
+
+
+@pytest.fixture
+def settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Settings:
+    database = tmp_path / "api.db"
+    shutil.copyfile(sqlite_template, database)
+    return Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
+                    max_header_bytes=HEADER_LIMIT, request_read_seconds=READ_S)
+
+
+@pytest.fixture
+def address(api) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    host, port = api.base_url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+@pytest.fixture
+def conn(address: tuple[str, int]) -> Iterator[socket.socket]:
+    with socket.create_connection(address, timeout=10) as sock:
+        yield sock
+
+
+def _answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """Everything the server sends until it closes the connection: status, headers, body."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, body
+
+
+def _error_code(body: bytes) -> str:
+    error = json.loads(body)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return str(error["code"])
+
+
+def test_request_headers_over_limit_get_431_and_connection_closed(conn: socket.socket, api) -> None:  # type: ignore[no-untyped-def]
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    with pytest.raises(OSError):  # the server closes while the header is still being sent
+        for _ in range(1024):
+            conn.sendall(b"a" * 4096)
+    status, headers, body = _answer(conn)
+    assert (status, _error_code(body)) == (431, "request_headers_too_large")
+    assert headers["content-type"] == "application/json"
+    assert httpx2.get(f"{api.base_url}/v1/models").status_code == 200
+
+
+def test_request_headers_under_limit_are_served(conn: socket.socket) -> None:
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * (HEADER_LIMIT // 2)
+                 + b"\r\n\r\n")
+    assert _answer(conn)[0] == 200
+
+
+def test_large_body_arriving_with_its_headers_is_not_counted_as_headers(api) -> None:  # type: ignore[no-untyped-def]
+    """The body read in the same chunks as the headers is the body's, not the headers' (20x the limit)."""
+    counted = httpx2.post(f"{api.base_url}/v1/responses/input_tokens",
+                          json={"model": MODEL, "input": "word " * (HEADER_LIMIT * 4)})
+    assert counted.status_code == 200, counted.text
+
+
+def test_request_headers_sent_too_slowly_get_408(conn: socket.socket) -> None:
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+    started = time.monotonic()
+    status, _, body = _answer(conn)
+    assert (status, _error_code(body)) == (408, "request_timeout")
+    assert READ_S - 0.1 <= time.monotonic() - started < READ_S + 2
+
+
+def test_request_headers_trickled_byte_by_byte_get_408_by_deadline(conn: socket.socket) -> None:
+    """Each byte arrives in time for uvicorn's keep-alive timer; the deadline holds for the whole block."""
+    started = time.monotonic()
+    with pytest.raises(OSError):
+        for byte in b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100:
+            conn.sendall(bytes([byte]))
+            time.sleep(0.05)
+    assert time.monotonic() - started < READ_S + 2
+
+
+def test_connection_sending_no_request_is_closed_after_read_time(conn: socket.socket) -> None:
+    started = time.monotonic()
+    assert conn.recv(1) == b""
+    assert READ_S - 0.1 <= time.monotonic() - started < READ_S + 2
+
+
+def test_request_body_sent_too_slowly_gets_408(conn: socket.socket) -> None:
+    conn.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100\r\n\r\n{\"model\": ")
+    status, _, body = _answer(conn)
+    assert (status, _error_code(body)) == (408, "request_timeout")
+
+
+def test_request_on_kept_alive_connection_is_served_after_slow_client_between_requests(conn: socket.socket) -> None:
+    """The deadline starts with the request, not with the connection."""
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    conn.sendall(request)
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    time.sleep(READ_S / 2)
+    conn.sendall(request)
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+@pytest.fixture
+def started() -> Iterator[list[ServiceProcess]]:
+    processes: list[ServiceProcess] = []
+    yield processes
+    for process in processes:
+        stop_process(process)
+
+
+def test_stop_api_does_not_wait_for_request_body_still_arriving(
+    settings: Settings, tmp_path: Path, started: list[ServiceProcess]
+) -> None:
+    slow = settings.model_copy(update={"request_read_seconds": 60.0})
+    api, base_url = start_api_process(slow, tmp_path / "api.log")
+    started.append(api)
+    host, port = base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"model\": ")
+        time.sleep(0.3)  # the request is with the app, reading its body
+        stop_asked = time.monotonic()
+        api.send_signal(signal.SIGTERM)
+        api.wait(timeout=10)
+    assert time.monotonic() - stop_asked < 5
+    assert "Traceback" not in (tmp_path / "api.log").read_text()
