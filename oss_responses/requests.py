@@ -441,6 +441,22 @@ class CreateResponseRequest(BaseModel):
 _adapter = TypeAdapter(CreateResponseRequest)
 
 
+class _Included(BaseModel):
+    """``include`` alone, checked as a create request's is (``GET /v1/responses/{id}`` takes it in its query)."""
+
+    model_config = ConfigDict(strict=True)
+
+    include: list[ResponseIncludable]
+
+
+_included_adapter = TypeAdapter(_Included)
+
+
+def parse_include(values: list[str]) -> list[ResponseIncludable]:
+    """A query's ``include`` values, refused as a create's are: a 400 ``invalid_value`` naming ``include[i]``."""
+    return parse_body(_included_adapter, {"include": values}).include
+
+
 # A choice naming one tool: its required keys, then its optional ones.
 _CHOICE_KEYS: dict[str, tuple[set[str], set[str]]] = {
     "function": ({"type", "name"}, set()),

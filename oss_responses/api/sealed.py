@@ -8,19 +8,33 @@ foreign blob is a 400 naming ``input[i].encrypted_content`` there.)
 An MCP tool's ``authorization`` or ``headers`` are kept sealed beside the response (never in clear in
 SQL, Redis or a task), so that any worker that runs or takes over the response can use them: without
 keys they are a 400 naming the field.
+
+``GET /v1/responses/{id}`` takes ``include`` too, checked as a create's is: with
+``reasoning.encrypted_content`` its reasoning items carry their harmony message sealed, the very message
+the worker stored for the turn (``output_messages``), as the worker would have sealed it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 from openai.types.responses.tool import Mcp
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.messages import text_message
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.sealing import Sealer
+from oss_responses.storage.records import ResponseRecord
 
 
 def check_include(request: CreateResponseRequest, sealer: Sealer | None) -> None:
-    if sealer is None and REASONING_ENCRYPTED_CONTENT in (request.include or ()):
+    check_included(request.include or (), sealer)
+
+
+def check_included(include: Collection[str], sealer: Sealer | None) -> None:
+    """A create's or a retrieve's ``include``: what it asks for needs keys this server has."""
+    if sealer is None and REASONING_ENCRYPTED_CONTENT in include:
         raise BadRequest(
             f"'{REASONING_ENCRYPTED_CONTENT}' needs encryption keys on this server: set "
             "OSS_RESPONSES_ENCRYPTION_KEYS (a JSON list of keys) on the API and the workers.",
@@ -41,3 +55,40 @@ def check_mcp_credentials(request: CreateResponseRequest, sealer: Sealer | None)
                     param=f"tools[{index}].{field}",
                     code="unsupported_value",
                 )
+
+
+def with_included(body: dict[str, Any], record: ResponseRecord, include: Collection[str],
+                  sealer: Sealer | None) -> dict[str, Any]:
+    """A stored response's JSON as retrieved with ``include`` (checked by ``check_included``): with
+    ``reasoning.encrypted_content``, each reasoning item without it gets it, sealed for the response's
+    owner. Other values change nothing: the items are as the response's own ``include`` made them."""
+    if sealer is None or REASONING_ENCRYPTED_CONTENT not in include or not body.get("output"):
+        return body
+    messages = [message for message in record.output_messages if _is_reasoning(message)]
+    output = []
+    for item in body["output"]:
+        if isinstance(item, dict) and item.get("type") == "reasoning" and item.get("encrypted_content") is None:
+            sealed = sealer.seal("reasoning", [_reasoning_message(item, messages)], record.owner)
+            item = {**item, "encrypted_content": sealed}
+        output.append(item)
+    return {**body, "output": output}
+
+
+def _is_reasoning(message: dict[str, Any]) -> bool:
+    """A harmony message that is a reasoning item: the assistant's, on ``analysis``, to nobody."""
+    return message.get("role") == "assistant" and message.get("channel") == "analysis" and not message.get("recipient")
+
+
+def _text(parts: Any) -> str:
+    return "".join(part.get("text", "") for part in parts or () if isinstance(part, dict))
+
+
+def _reasoning_message(item: dict[str, Any], messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The stored message ``item`` stands for (the first of ``messages`` with its text, taken from them):
+    the one the worker seals, so that a replay renders the same tokens. One not found (a row stored
+    otherwise) is the message the worker would have stored for that text."""
+    text = _text(item.get("content"))
+    for index, message in enumerate(messages):
+        if _text(message.get("content")) == text:
+            return messages.pop(index)
+    return text_message("assistant", text, channel="analysis")

@@ -3,6 +3,7 @@ server without encryption keys."""
 
 from __future__ import annotations
 
+import httpx2
 import openai
 import pytest
 from openai import OpenAI
@@ -71,3 +72,15 @@ def test_create_response_mcp_credentials_without_keys_is_bad_request_and_stores_
         client.responses.create(model=MODEL, input="hi", background=True, tools=[tool])  # type: ignore[list-item]
     assert raised.value.param == f"tools[0].{field}" and "OSS_RESPONSES_ENCRYPTION_KEYS" in raised.value.message  # type: ignore[attr-defined]
     assert _stored_rows(api) == 0
+
+
+def test_retrieve_response_include_encrypted_content_without_keys_is_bad_request_as_create(
+    client: OpenAI, http: httpx2.Client
+) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.retrieve(created.id, include=["reasoning.encrypted_content"])
+    on_create = http.post("/v1/responses", json={"model": MODEL, "input": "hi",
+                                                 "include": ["reasoning.encrypted_content"]})
+    assert on_create.status_code == 400 and raised.value.body == on_create.json()["error"]
+    assert raised.value.param == "include" and raised.value.code == "unsupported_value"  # type: ignore[attr-defined]

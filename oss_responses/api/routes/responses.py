@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 
-from oss_responses.api import compaction, conversations, creating, jobs, limits, openapi, token_count
+from oss_responses.api import compaction, conversations, creating, jobs, limits, openapi, sealed, token_count
 from oss_responses.api.auth import Owner, authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import OwnerDep, PageDep, ServicesDep
@@ -23,7 +23,7 @@ from oss_responses.api.services import Services
 from oss_responses.api.socket import ResponsesSocket
 from oss_responses.errors import BadRequest, NotFound, ServiceError
 from oss_responses.eventlog.hub import StreamNotFound
-from oss_responses.requests import CreateResponseRequest, parse_create_request
+from oss_responses.requests import CreateResponseRequest, parse_create_request, parse_include
 from oss_responses.storage import list_input_items
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
@@ -136,10 +136,17 @@ async def retrieve_response(
     owner: OwnerDep,
     stream: bool = False,
     starting_after: Annotated[int | None, Query(ge=-1, le=MAX_SAFE_INTEGER)] = None,
+    include_listed: Annotated[list[str] | None, Query(alias="include[]")] = None,
+    include: Annotated[list[str] | None, Query()] = None,
 ) -> Response:
+    """``include`` as the SDK sends it (``include[]=``, repeated) or plain (``include=``), checked as a
+    create's is and applied to the JSON (``sealed.with_included``). A stream (``stream=true``) replays the
+    events a live client got, as they were written: ``include`` is checked, and changes none of them."""
+    included = parse_include([*(include_listed or ()), *(include or ())])
+    sealed.check_included(included, services.sealer)
     record = await jobs.load_visible(services, response_id, owner)
     if not stream:
-        return JSONResponse(jobs.public_json(record))
+        return JSONResponse(sealed.with_included(jobs.public_json(record), record, included, services.sealer))
     release = services.streams.take(owner)
     try:
         return await relay(services, response_id, after=starting_after, release=release)
