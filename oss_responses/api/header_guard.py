@@ -9,8 +9,9 @@ or a browser another.
 - **Two ``Authorization`` or ``Content-Type`` headers** (single-valued, RFC 9110): Starlette reads the first,
   a gateway that adds its own key instead of replacing the client's may read the last. 400
   ``duplicate_header``.
-- **A ``Content-Encoding``** other than ``identity``: bodies are read as they come, and a gzipped one
-  failed as "not valid UTF-8". 415 ``unsupported_content_encoding``.
+- **A ``Content-Encoding``** other than ``identity`` (or a ``Transfer-Encoding`` other than ``chunked``):
+  bodies are read as they come, and a gzipped one failed as "not valid UTF-8". 415
+  ``unsupported_content_encoding``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ class RefuseUnsafeHeaders:
                 origin = value.decode("latin-1")
             elif name == b"content-encoding":
                 encoding = value.decode("latin-1").strip().lower()
+            elif name == b"transfer-encoding":  # uvicorn un-chunks; any other coding would reach the JSON parser
+                codings = [coding.strip() for coding in value.decode("latin-1").lower().split(",")]
+                encoding = next((coding for coding in codings if coding not in ("chunked", "identity")), encoding)
         if origin is not None and origin not in self.allowed_origins and "*" not in self.allowed_origins:
             return Forbidden(f"Requests from the origin {origin!r} are not allowed (OSS_RESPONSES_ALLOWED_ORIGINS).",
                              code="origin_not_allowed")
