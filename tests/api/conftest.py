@@ -13,6 +13,7 @@ from openai import OpenAI
 from support import MODEL
 from support.api_server import ApiServer, serve_in_thread
 from support.key_clients import KeyClient, KeyClients
+from support.processes import ServiceProcess, stop_process
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -33,6 +34,15 @@ def api(settings: Settings, redis) -> Iterator[ApiServer]:  # type: ignore[no-un
     for base_url in serve_in_thread(settings):
         yield ApiServer(settings=settings, base_url=base_url, db=db)
     db.dispose()
+
+
+@pytest.fixture
+def started() -> Iterator[list[ServiceProcess]]:
+    """Service processes a test starts (``support.processes``), stopped after it."""
+    processes: list[ServiceProcess] = []
+    yield processes
+    for process in processes:
+        stop_process(process)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2
 import pytest
 from support import MODEL
-from support.processes import ServiceProcess, start_api_process, stop_process
+from support.processes import ServiceProcess, start_api_process
 
 from oss_responses.config import Settings
 
@@ -122,14 +122,6 @@ def test_request_on_kept_alive_connection_is_served_after_slow_client_between_re
     time.sleep(READ_S / 2)
     conn.sendall(request)
     assert conn.recv(65536).startswith(b"HTTP/1.1 200")
-
-
-@pytest.fixture
-def started() -> Iterator[list[ServiceProcess]]:
-    processes: list[ServiceProcess] = []
-    yield processes
-    for process in processes:
-        stop_process(process)
 
 
 def test_stop_api_does_not_wait_for_request_body_still_arriving(

@@ -10,7 +10,6 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
@@ -18,7 +17,7 @@ import pytest
 from openai import OpenAI
 from sqlalchemy import select
 from support import MODEL
-from support.processes import ServiceProcess, service_env, start_api_process, start_worker_process, stop_process
+from support.processes import ServiceProcess, service_env, start_api_process, start_worker_process
 
 from oss_responses.api.relay import KEEP_ALIVE
 from oss_responses.config import Settings
@@ -97,14 +96,6 @@ def api_settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Setti
     database = tmp_path / "api.db"
     shutil.copyfile(sqlite_template, database)
     return Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL, QUEUED_MODEL])
-
-
-@pytest.fixture
-def started() -> Iterator[list[ServiceProcess]]:
-    processes: list[ServiceProcess] = []
-    yield processes
-    for process in processes:
-        stop_process(process)
 
 
 class Follower(threading.Thread):
