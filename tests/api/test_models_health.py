@@ -39,12 +39,19 @@ def test_readyz_with_database_and_redis_up_is_200(http: httpx2.Client) -> None:
     assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "broker": "ok"}
 
 
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_probe_with_head_is_200_without_body(http: httpx2.Client, path: str) -> None:
+    """Some load balancers probe with HEAD."""
+    response = http.head(path)
+    assert (response.status_code, response.content) == (200, b"")
+
+
 def test_readyz_with_database_down_is_503(redis_url: str) -> None:
     unreachable = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
     settings = Settings(database_url=unreachable, redis_url=redis_url, models=[MODEL])
     for base_url in serve_in_thread(settings):
         response = httpx2.get(f"{base_url}/readyz", timeout=10)
-        assert response.status_code == 503
+        assert response.status_code == 503 and response.headers["retry-after"] == "5"
         assert response.json()["database"].startswith("error") and response.json()["redis"] == "ok"
 
 

@@ -43,12 +43,13 @@ async def _check(probe: Any) -> str:
     return "ok"
 
 
-@router.get("/healthz")
+# HEAD too: some load balancers probe with it (uvicorn sends a HEAD answer without its body).
+@router.api_route("/healthz", methods=["GET", "HEAD"])
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.api_route("/readyz", methods=["GET", "HEAD"])
 async def readyz(services: ServicesDep) -> JSONResponse:
     database, redis, broker = await asyncio.gather(
         _check(services.db.run(_migrated)), _check(services.redis.ping()), _check(services.tasks.ping())
