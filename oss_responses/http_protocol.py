@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from oss_responses.errors import BadRequest
 
 if TYPE_CHECKING:
     from oss_responses.config import Settings
@@ -32,8 +35,7 @@ _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 def error_bytes(status: int, message: str, code: str) -> bytes:
     """A whole HTTP/1.1 response carrying an OpenAI-style error, after which the connection closes."""
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None,
-                                 "code": code}}).encode()
+    body = json.dumps(BadRequest(message, code=code).to_body()).encode()  # its shape; the status is ours
     head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
             % (status, _REASONS[status], len(body)))
     return head + body
@@ -136,7 +138,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.transport.write(error_bytes(status, message, code))
         self.transport.close()
 
-    def _arm(self, deadline: Any) -> None:
+    def _arm(self, deadline: Callable[[], None]) -> None:
         self._disarm()
         self._read_timer = self.loop.call_later(self.read_seconds, deadline)
 

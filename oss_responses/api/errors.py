@@ -56,7 +56,7 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     first = errors[0] if errors else {"loc": (), "msg": "Invalid request."}
     param = _param_of(tuple(first.get("loc", ())))
     message = f"Invalid value for '{param}': {first['msg']}" if param else str(first["msg"])
-    return JSONResponse(BadRequest(message, param=param, code="invalid_value").to_body(), status_code=400)
+    return error_response(BadRequest(message, param=param, code="invalid_value"))
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:

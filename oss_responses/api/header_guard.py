@@ -46,8 +46,9 @@ class RefuseUnsafeHeaders:
         seen: dict[bytes, int] = {}
         origin = encoding = None
         for name, value in headers:
-            seen[name] = seen.get(name, 0) + 1
-            if name == b"origin":
+            if name in SINGLE_VALUED:
+                seen[name] = seen.get(name, 0) + 1
+            elif name == b"origin":
                 origin = value.decode("latin-1")
             elif name == b"content-encoding":
                 encoding = value.decode("latin-1").strip().lower()

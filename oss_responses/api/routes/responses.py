@@ -16,6 +16,7 @@ from oss_responses.api.auth import Owner, authenticate
 from oss_responses.api.body import MAX_SAFE_INTEGER, read_json_body
 from oss_responses.api.deps import OwnerDep, PageDep, ServicesDep
 from oss_responses.api.disconnect import ClientDisconnected, unless_disconnected
+from oss_responses.api.errors import error_response
 from oss_responses.api.items import item_list_json
 from oss_responses.api.queued import build_queued
 from oss_responses.api.relay import relay
@@ -66,8 +67,7 @@ async def responses_socket(websocket: WebSocket, services: ServicesDep) -> None:
         owner = await authenticate(services.settings, services.db, websocket.headers.get("authorization"))
         release = services.streams.take(owner)  # the connection's, for as long as it is open
     except ServiceError as exc:
-        await websocket.send_denial_response(
-            JSONResponse(exc.to_body(), status_code=exc.status_code, headers=exc.headers or None))
+        await websocket.send_denial_response(error_response(exc))
         return
     try:
         await ResponsesSocket(websocket, services).serve()
