@@ -218,7 +218,8 @@ class Settings(BaseSettings):
     default_reasoning_effort: Literal["low", "medium", "high"] = Field("medium", description="When a request sets none")
     default_max_output_tokens: int = Field(
         4096, ge=16,
-        description="Output budget when a request sets none: workers generate up to it, the API counts it out of "
+        description="Output budget when a request sets none (at most the model's max_output_tokens ceiling): "
+        "workers generate up to it, the API counts it out of "
         "the context for input_tokens' truncation (set it alike on both)",
     )
 
@@ -389,6 +390,11 @@ class Settings(BaseSettings):
 
     def output_tokens_ceiling(self, model: str) -> int:
         return self.max_output_tokens_ceilings.get(model, self.max_output_tokens_ceiling)
+
+    def output_budget(self, model: str, requested: int | None) -> int:
+        """The tokens a response may generate: what it asked (the API held that to the model's ceiling),
+        else the default, which a model's lower ceiling also bounds (a request could not ask for more)."""
+        return requested or min(self.default_max_output_tokens, self.output_tokens_ceiling(model))
 
 
 class InvalidSettings(SystemExit):

@@ -65,10 +65,10 @@ async def count_input_tokens(
 async def _truncation_budget(services: Services, request: CreateResponseRequest) -> int | None:
     """With ``truncation: "auto"``, the prompt's budget in the model's context as its workers announce it
     (None: no cut, as when no worker of the model is up). The request's answer room is the default
-    output budget: a count request carries no ``max_output_tokens``."""
+    output budget (held to the model's ceiling): a count request carries no ``max_output_tokens``."""
     if request.truncation != "auto":
         return None
     context = await services.redis.get(redis_keys.model_context(request.model))
     if context is None:
         return None
-    return context_budget(int(context), services.settings.default_max_output_tokens)
+    return context_budget(int(context), services.settings.output_budget(request.model, None))

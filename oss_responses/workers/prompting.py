@@ -108,7 +108,7 @@ def prompt_budget(ctx: WorkerContext, request: CreateResponseRequest) -> int | N
     limit = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
     if request.truncation != "auto" or limit is None:
         return None
-    return context_budget(limit, request.max_output_tokens or ctx.settings.default_max_output_tokens)
+    return context_budget(limit, ctx.settings.output_budget(request.model, request.max_output_tokens))
 
 
 def forced_tokens(ctx: WorkerContext, request: CreateResponseRequest) -> list[int] | None:
@@ -121,7 +121,7 @@ def sampling(
     ctx: WorkerContext, request: CreateResponseRequest, mcp_tools: dict[str, list[McpToolSpec]]
 ) -> SamplingSettings:
     return SamplingSettings(
-        max_tokens=request.max_output_tokens or ctx.settings.default_max_output_tokens,
+        max_tokens=ctx.settings.output_budget(request.model, request.max_output_tokens),
         stop_token_ids=ctx.stop_token_ids,
         temperature=request.temperature,
         top_p=request.top_p,

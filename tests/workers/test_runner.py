@@ -153,6 +153,19 @@ def test_run_response_with_truncation_disabled_keeps_whole_conversation(
     assert final_text(response).split("Earlier you said: ")[1].startswith('1. "alpha')
 
 
+def test_run_response_without_max_output_tokens_stops_at_model_ceiling_below_default(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    # The API refuses a max_output_tokens above the model's ceiling: the default must not exceed it either.
+    ceiling = {"max_output_tokens_ceilings": {settings.worker_model: 20}, "default_max_output_tokens": 4096}
+    with local_worker(settings.model_copy(update=ceiling)) as ctx:
+        response_id = accept(db, redis, settings, input="tokens 100")
+        assert run_response_now(response_id, worker=ctx) == "incomplete"
+    response = db.run(get_response, response_id).response  # type: ignore[union-attr]
+    assert response["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert response["usage"]["output_tokens"] == 20
+
+
 def test_run_response_whose_prompt_exceeds_context_fails_saying_so(
     small_context_worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
