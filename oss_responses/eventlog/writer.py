@@ -37,6 +37,8 @@ from typing import Any
 
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import (
@@ -57,6 +59,16 @@ from oss_responses.eventlog.pipe import PipeBroken, RedisPipe
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
 
 log = logging.getLogger(__name__)
+# Redis away is an outage, not a bug: one line per failed write says so; a traceback each time (every
+# flush tries again) would bury the rest of the log while it lasts.
+_OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
+
+
+def _log_failure(exc: Exception, message: str, *args: object) -> None:
+    if isinstance(exc, _OUTAGE_ERRORS):
+        log.error(message + ": %s", *args, exc)
+    else:
+        log.exception(message, *args)
 
 # An engine step whose tokens take longer than this to translate ships what it has so far. Each early
 # flush costs the loop more than its write (a reply to read, a wake): at 128 streams paced like a GPU
@@ -412,7 +424,7 @@ class EventWriter:
         try:
             pipe = await self._connected_pipe()
         except Exception as exc:  # Redis unreachable: every response in the batch failed
-            log.exception("the event writer could not connect to Redis")
+            _log_failure(exc, "the event writer could not connect to Redis")
             batch.lay_out()  # its journal's owners fail too
             self._done(batch, dict.fromkeys(range(len(batch.commands)), exc))
             return
@@ -446,7 +458,7 @@ class EventWriter:
             # Every reply retrieved, errors included: a broken pipe fails them all at once.
             errors: dict[int, str | Exception] = dict(failed_commands([_outcome(reply) for reply in replies]))
         except Exception as exc:  # connection lost, or a whole script call refused: the batch failed
-            log.exception("event log flush of %d commands failed", len(batch.commands))
+            _log_failure(exc, "event log flush of %d commands failed", len(batch.commands))
             errors = dict.fromkeys(range(len(batch.commands)), exc)
             if self._pipe is pipe:  # the batches written after it fail as well; the next flush reconnects
                 self._pipe = None

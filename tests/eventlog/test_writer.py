@@ -182,6 +182,18 @@ async def test_every_flush_to_an_unreachable_redis_fails_its_responses(make_even
     await unreachable.aclose()
 
 
+async def test_flush_to_unreachable_redis_logs_one_line_without_traceback(make_events, caplog) -> None:
+    unreachable = Redis.from_url("redis://127.0.0.1:1")
+    writer = EventWriter(unreachable, ttl_seconds=60)
+    writer.append("resp_a", make_events(range(1)))
+    with caplog.at_level("ERROR", logger=writer_module.__name__), pytest.raises(EventWriteError):
+        await writer.drain("resp_a")
+    failures = [r for r in caplog.records if "could not connect to Redis" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is None
+    assert "Connect call failed" in failures[0].getMessage()  # what went wrong, in the line itself
+    await unreachable.aclose()
+
+
 async def test_appends_without_events_leave_the_writer_working(aredis, redis, make_events) -> None:
     writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=0)  # every later append flushes early
     writer.append("warm_up", make_events(range(1)))
