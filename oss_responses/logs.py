@@ -98,6 +98,24 @@ class AccessQueryFilter(logging.Filter):
         return True
 
 
+_stream_cut: ContextVar[bool] = ContextVar("stream_cut", default=False)
+UNFINISHED_RESPONSE = "ASGI callable returned without completing response."  # uvicorn's ERROR line
+
+
+def note_stream_cut() -> None:
+    """This request's response is left unfinished on purpose: a stopping API cuts its SSE streams (their
+    clients resume elsewhere), and logs so itself. Set in the request's task, where uvicorn logs."""
+    _stream_cut.set(True)
+
+
+class CutStreamFilter(logging.Filter):
+    """Drops uvicorn's ERROR for a response left unfinished when it was cut on purpose (one per stream
+    a deploy cut, which read as a fault); any other unfinished response stays an ERROR."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_stream_cut.get() and record.name == "uvicorn.error" and record.msg == UNFINISHED_RESPONSE)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -119,6 +137,7 @@ def make_handler(log_format: str, stream: Any = None) -> logging.Handler:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(WebSocketTrafficFilter())
     handler.addFilter(AccessQueryFilter())
+    handler.addFilter(CutStreamFilter())
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
     return handler

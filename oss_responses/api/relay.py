@@ -36,6 +36,7 @@ from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
 from oss_responses.eventlog.hub import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.logs import note_stream_cut
 from oss_responses.metrics import ACTIVE_STREAMS
 from oss_responses.storage import AsyncDatabase, get_event_log
 
@@ -106,6 +107,7 @@ class FrameStream(EventSourceResponse):
                 raise
         except EventHubStopped:
             log.info("the API is stopping: the stream it was relaying is cut")
+            note_stream_cut()
         finally:
             self.active = False  # before any await: the listener cancels nothing from here on
             listener.cancel()

@@ -138,6 +138,9 @@ def test_stop_api_cuts_open_streams_at_once(
         follower.join(timeout=STOPPED_WITHIN_S)
     assert time.monotonic() - stop_asked < STOPPED_WITHIN_S
     assert [follower.outcome for follower in followers] == ["cut"] * 3
+    log = (tmp_path / "api.log").read_text()
+    assert log.count("the stream it was relaying is cut") == 3
+    assert "ERROR" not in log  # uvicorn's "ASGI callable returned without completing response." per cut stream
 
 
 def test_stop_api_cancels_the_responses_its_streaming_clients_ran(
