@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -131,6 +132,18 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             line["exc_info"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def say_as_json(msg: str, f: Any = None) -> None:
+    """Celery's ``celery.apps.worker.safe_say``, as a JSON log line on stderr: Celery writes its shutdown
+    lines ("worker: Warm shutdown (MainProcess)") from its signal handlers with ``os.write``, past logging,
+    so a JSON log had plain text among its lines. Written the same way (no lock a signal could find held)."""
+    line = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "level": "INFO",
+            "logger": "celery.apps.worker", "message": msg.strip()}
+    try:
+        os.write(2, (json.dumps(line, ensure_ascii=False) + "\n").encode())
+    except OSError:  # a closed stderr: the line is not worth a crash
+        pass
 
 
 def make_handler(log_format: str, stream: Any = None) -> logging.Handler:

@@ -17,6 +17,7 @@ import logging
 from typing import Any
 
 from celery import Celery, bootsteps, signals
+from celery.apps import worker as celery_worker
 from celery.exceptions import Reject
 from celery.worker import state as worker_state
 
@@ -25,7 +26,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.frontends import Frontend
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
-from oss_responses.logs import configure_logging, log_context
+from oss_responses.logs import configure_logging, log_context, say_as_json
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.statuses import RUN_RESPONSE_TASK
@@ -186,5 +187,7 @@ def register(app: Celery, settings: Settings, frontend: Frontend | None = None) 
     # Connected, this replaces Celery's own logging set-up: the worker logs as the API does (logs.py).
     def setup_logging(**_: Any) -> None:
         configure_logging(settings)
+        if settings.log_format == "json":
+            celery_worker.safe_say = say_as_json
 
     signals.setup_logging.connect(setup_logging, weak=False)
