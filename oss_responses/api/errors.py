@@ -6,8 +6,8 @@
 - Redis unreachable (a refused or timed-out connection, from any route that reads or writes it) →
   503 ``redis_unavailable``, logged in one line: the client's SDK retries it, and Starlette's
   catch-all would also have reset the client's keep-alive connection after its 500.
-- The database unreachable (a refused connection, a pool that timed out, a locked SQLite) → 503
-  ``database_unavailable``, logged in one line, as Redis's.
+- The database unreachable (a refused connection, a pool that timed out, a locked SQLite), or refusing
+  writes while read-only (a failover) → 503 ``database_unavailable``, logged in one line, as Redis's.
 - Anything else → 500 ``server_error``, logged with its traceback on the server side only.
 """
 
@@ -21,12 +21,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import InterfaceError, InternalError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
+from oss_responses.storage.db import refused_read_only
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,13 @@ async def _programming_error(request: Request, exc: Exception) -> JSONResponse:
     return await _unexpected_error(request, exc)
 
 
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """psycopg's InternalError: a read-only database (a failover) is unavailable for now, not a bug."""
+    if refused_read_only(exc):
+        return await _database_unreachable(request, exc)
+    return await _unexpected_error(request, exc)
+
+
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     body = error_body("The server had an error while processing your request.", type="server_error")
@@ -125,4 +133,5 @@ def install_error_handlers(app: FastAPI) -> None:
     for database_error in (OperationalError, InterfaceError, PoolTimeoutError):
         app.add_exception_handler(database_error, _database_unreachable)
     app.add_exception_handler(ProgrammingError, _programming_error)
+    app.add_exception_handler(InternalError, _internal_error)
     app.add_exception_handler(Exception, _unexpected_error)

@@ -18,6 +18,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
 from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
@@ -47,6 +48,17 @@ def _with_driver(url: str | URL, *, sqlite: str, postgresql: str) -> URL:
     if backend not in drivers:
         raise ValueError(f"unsupported database URL {parsed.render_as_string(hide_password=True)!r}")
     return parsed.set(drivername=drivers[backend])
+
+
+# PostgreSQL's read_only_sql_transaction: a primary demoted by a failover (or a standby reached before the
+# address moved, or default_transaction_read_only during maintenance) refuses every write until the
+# new primary is reached. It passes as a refused connection does; psycopg raises it as an InternalError.
+READ_ONLY_SQLSTATE = "25006"
+
+
+def refused_read_only(exc: BaseException) -> bool:
+    """``exc`` is a write the database refused for being read-only for now (a failover under way)."""
+    return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == READ_ONLY_SQLSTATE
 
 
 def _sqlite_file(url: URL) -> str | None:

@@ -48,3 +48,18 @@ def test_route_with_database_down_is_503_database_unavailable(
     error = response.json()["error"]
     assert (error["type"], error["code"]) == ("server_error", "database_unavailable")
     assert redis.llen(api.settings.queue_for(MODEL)) == 0
+
+
+def test_create_with_database_read_only_is_503_database_unavailable(
+    http: httpx2.Client, api: ApiServer, own_postgres: PostgresCluster, redis: redis_lib.Redis,
+) -> None:
+    """A failover's demoted primary refuses writes ("cannot execute INSERT in a read-only transaction"):
+    unavailable for now, as a refused connection is; it was a 500, and the 500 reset the client's
+    keep-alive connection too."""
+    own_postgres.execute('ALTER DATABASE "down" SET default_transaction_read_only = on')
+    own_postgres.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'down'")
+    response = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
+    assert response.status_code == 503, response.text
+    assert response.json()["error"]["code"] == "database_unavailable"
+    assert response.headers["retry-after"]
+    assert redis.llen(api.settings.queue_for(MODEL)) == 0

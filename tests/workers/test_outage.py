@@ -15,10 +15,12 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from support import TIKTOKEN_DIR
-from support.servers import free_port
+from support.servers import PostgresCluster, free_port
 
+from oss_responses.storage import Database
 from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, wait_for_redis
 
 
@@ -38,6 +40,21 @@ def test_unreachable_store_is_tried_again(exc: BaseException) -> None:
 ], ids=["constraint", "redis refusal", "bug"])
 def test_refusal_or_bug_is_not_tried_again(exc: BaseException) -> None:
     assert not unreachable(exc)
+
+
+@pytest.mark.postgres
+def test_unreachable_counts_write_refused_by_read_only_database(postgres_cluster: PostgresCluster) -> None:
+    """A failover's demoted primary refuses writes for a while: saving a generated turn then must be tried
+    again, not failed (raised, it failed the response, and each takeover after failed the same way until
+    the response ended ``worker_lost``)."""
+    db = Database(postgres_cluster.url("postgres"))
+    try:
+        with pytest.raises(DBAPIError) as refused, db.session() as session:
+            session.execute(text("SET TRANSACTION READ ONLY"))
+            session.execute(text("CREATE TEMPORARY TABLE t (x int)"))
+    finally:
+        db.dispose()
+    assert unreachable(refused.value)
 
 
 def test_backoff_doubles_its_pause_until_its_deadline() -> None:
