@@ -99,6 +99,12 @@ class Settings(BaseSettings):
         description="Database connections each API or worker process keeps open for reuse (up to 10 more "
         "during a burst)",
     )
+    database_prepared_statements: bool = Field(
+        True,
+        description="PostgreSQL: let psycopg prepare a statement one connection ran 5 times; false behind a "
+        "PgBouncer in transaction pooling mode (before 1.21's max_prepared_statements), where the next "
+        "transaction may run on another server connection",
+    )
     redis_url: Annotated[str, AfterValidator(_redis_url)] = Field(
         "redis://127.0.0.1:6379/0", description="Redis for events, leases, cancel flags"
     )

@@ -34,7 +34,8 @@ from oss_responses.vocab import load_encoding
 async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     sealer = build_sealer(settings.encryption_key_values)  # first: a bad key stops the start-up here
     tokenizer = await _prompt_tokenizer(settings)
-    db = AsyncDatabase(settings.database_url, pool_size=settings.database_pool_size)
+    db = AsyncDatabase(settings.database_url, pool_size=settings.database_pool_size,
+                       prepared_statements=settings.database_prepared_statements)
     redis = api_redis(settings.redis_url)
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db),
                    heartbeat_seconds=settings.stream_ping_seconds)

@@ -86,7 +86,7 @@ def most_connections(pool_size: int) -> int:
     return pool_size + BURST_CONNECTIONS
 
 
-def _engine_options(url: URL, pool_size: int | None) -> dict[str, Any]:
+def _engine_options(url: URL, pool_size: int | None, prepared_statements: bool = True) -> dict[str, Any]:
     """``pool_size``: connections kept open for reuse. SQLAlchemy keeps 5 and opens up to 10 more for
     a burst, closing each again when it is returned: on PostgreSQL every such connection is a new
     server process, forked and authenticated, and 8 concurrent requests cost it ~4 ms of CPU each
@@ -95,6 +95,11 @@ def _engine_options(url: URL, pool_size: int | None) -> dict[str, Any]:
     sqlite = url.get_backend_name() == "sqlite"
     in_memory = sqlite and _sqlite_file(url) is None
     options: dict[str, Any] = {} if sqlite else {"pool_pre_ping": True}
+    if not sqlite and not prepared_statements:
+        # psycopg prepares a statement once one connection ran it 5 times; through a PgBouncer pooling
+        # transactions the next run may land on another server connection ("prepared statement
+        # \"_pg3_0\" does not exist"). None: never prepare (the URL cannot say None, only a string).
+        options["connect_args"] = {"prepare_threshold": None}
     if pool_size is not None and not in_memory:
         options |= {"pool_size": pool_size, "max_overflow": BURST_CONNECTIONS}
     return options
@@ -115,10 +120,12 @@ def _configure(engine: Engine) -> None:
 class Database:
     """A sync engine and its sessions; ``session()`` is one transaction (commit, or rollback on error)."""
 
-    def __init__(self, url: str | URL, *, pool_size: int | None = None, **engine_options: Any) -> None:
+    def __init__(self, url: str | URL, *, pool_size: int | None = None, prepared_statements: bool = True,
+                 **engine_options: Any) -> None:
         self.url = sync_url(url)
         ensure_sqlite_directory(self.url)
-        self.engine = create_engine(self.url, **(_engine_options(self.url, pool_size) | engine_options))
+        options = _engine_options(self.url, pool_size, prepared_statements)
+        self.engine = create_engine(self.url, **(options | engine_options))
         _configure(self.engine)
         database = _sqlite_file(self.url)
         if database is not None:
@@ -152,11 +159,12 @@ class Database:
 class AsyncDatabase:
     """An async engine for the API; ``run`` executes a sync data-access function via ``run_sync``."""
 
-    def __init__(self, url: str | URL, *, pool_size: int | None = None, **engine_options: Any) -> None:
+    def __init__(self, url: str | URL, *, pool_size: int | None = None, prepared_statements: bool = True,
+                 **engine_options: Any) -> None:
         self.url = async_url(url)
         ensure_sqlite_directory(self.url)
         self.engine: AsyncEngine = create_async_engine(
-            self.url, **(_engine_options(self.url, pool_size) | engine_options)
+            self.url, **(_engine_options(self.url, pool_size, prepared_statements) | engine_options)
         )
         _configure(self.engine.sync_engine)
         self._sessions = async_sessionmaker(self.engine, expire_on_commit=False)

@@ -252,7 +252,8 @@ def start_worker(
             engine=engine or build_engine(settings, encoding, frontend),
             # Kept open, not opened and closed per transaction (storage/db.py says why). Sized for the
             # database, not per Celery thread: transactions are short, and PostgreSQL's connections few.
-            db=Database(settings.database_url, pool_size=settings.database_pool_size),
+            db=Database(settings.database_url, pool_size=settings.database_pool_size,
+                        prepared_statements=settings.database_prepared_statements),
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
                 settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT,

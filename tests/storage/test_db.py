@@ -164,3 +164,39 @@ def test_in_memory_sqlite_databases_take_a_pool_size() -> None:
     finally:
         sync.dispose()
     assert asyncio.run(scenario()) == 1
+
+
+def _prepared_after_repeats(db: Database) -> int:
+    """Statements prepared on one connection that ran the same query 10 times."""
+    with db.engine.connect() as connection:
+        for _ in range(10):
+            connection.execute(text("SELECT 1 WHERE 1 = :x"), {"x": 1})
+        return connection.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar_one()
+
+
+@pytest.mark.postgres
+def test_database_without_prepared_statements_prepares_none_for_pgbouncer(postgres_url: str) -> None:
+    """Behind a PgBouncer pooling transactions, a statement psycopg prepared on one server connection is
+    run on another ("prepared statement "_pg3_0" does not exist": creates answered 500)."""
+    prepared, unprepared = Database(postgres_url), Database(postgres_url, prepared_statements=False)
+    try:
+        assert _prepared_after_repeats(prepared) > 0  # psycopg's default: prepared after 5 runs
+        assert _prepared_after_repeats(unprepared) == 0
+    finally:
+        prepared.dispose()
+        unprepared.dispose()
+
+
+@pytest.mark.postgres
+def test_async_database_without_prepared_statements_prepares_none_for_pgbouncer(postgres_url: str) -> None:
+    async def count() -> int:
+        db = AsyncDatabase(postgres_url, prepared_statements=False)
+        try:
+            async with db.engine.connect() as connection:
+                for _ in range(10):
+                    await connection.execute(text("SELECT 1 WHERE 1 = :x"), {"x": 1})
+                return (await connection.execute(text("SELECT count(*) FROM pg_prepared_statements"))).scalar_one()
+        finally:
+            await db.dispose()
+
+    assert asyncio.run(count()) == 0
