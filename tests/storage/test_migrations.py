@@ -6,15 +6,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import MetaData, Table, insert, inspect
+from sqlalchemy import MetaData, Table, insert, inspect, text
 from sqlalchemy.orm import Session
 from support.rows import new_response
 
 from oss_responses.storage import Base, Database, ResponseRecord, find_stored_items, get_response, migrate
 from oss_responses.storage.migrations import alembic_config
+from oss_responses.storage.migrations.lock import one_migration_at_a_time
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -146,3 +148,26 @@ def test_import_api_and_worker_leaves_alembic_unloaded() -> None:
               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.postgres
+def test_migration_lock_ends_with_its_transaction_for_transaction_poolers(postgres_url: str) -> None:
+    """Behind a PgBouncer pooling transactions the server connection is another client's once a transaction
+    ends, and the next statement may run elsewhere: a session lock's unlock missed, and the lock left on
+    the pooled connection made every later ``migrate`` wait forever. The lock must end with the
+    migration's own transaction, the connection still open (as the pooler keeps it)."""
+    database, watcher = Database(postgres_url), Database(postgres_url)
+
+    def held() -> int:
+        with watcher.engine.connect() as other:
+            granted = text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
+            return other.execute(granted).scalar_one()
+
+    try:
+        with database.engine.connect() as connection:
+            with connection.begin(), one_migration_at_a_time(connection):
+                assert held() == 1
+            assert held() == 0
+    finally:
+        database.dispose()
+        watcher.dispose()

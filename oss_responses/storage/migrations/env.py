@@ -34,14 +34,14 @@ def run_offline(url: str) -> None:
 def run_online(url: str) -> None:
     database = Database(url)
     try:
-        with database.engine.connect() as connection, one_migration_at_a_time(connection):
+        with database.engine.connect() as connection:
             context.configure(
                 connection=connection,
                 target_metadata=Base.metadata,
                 compare_type=True,
                 render_as_batch=connection.dialect.name == "sqlite",  # SQLite alters tables by copying
             )
-            with context.begin_transaction():
+            with context.begin_transaction(), one_migration_at_a_time(connection):
                 context.run_migrations()
     finally:
         database.dispose()
