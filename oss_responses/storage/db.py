@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import anyio
-from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy import URL, Engine, ExceptionContext, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -115,6 +115,16 @@ def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def _configure(engine: Engine) -> None:
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _set_sqlite_pragmas)
+    else:
+        event.listen(engine, "handle_error", _drop_connections_to_read_only)
+
+
+def _drop_connections_to_read_only(context: ExceptionContext) -> None:
+    """A write refused as read-only means a failover: the pool's connections lead to the demoted primary
+    (where ``pool_pre_ping``'s probe still passes), so they are all dropped, as after a lost connection,
+    and the next checkout connects to wherever the address leads now."""
+    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
+        context.is_disconnect = True
 
 
 class Database:

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from support.db_connections import (
     async_connects_in_two_rounds,
     connects_in_two_rounds,
@@ -20,6 +21,7 @@ from oss_responses.storage import (
     insert_response,
     sync_url,
 )
+from oss_responses.storage.db import refused_read_only
 
 
 @pytest.mark.parametrize(
@@ -200,3 +202,20 @@ def test_async_database_without_prepared_statements_prepares_none_for_pgbouncer(
             await db.dispose()
 
     assert asyncio.run(count()) == 0
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)  # PostgreSQL's failover
+def test_database_reconnects_after_write_refused_as_read_only(database_url: str) -> None:
+    """After a failover the pool's connections lead to the demoted primary, read-only from then on (here:
+    the kept connection made read-only; new ones are not): the refusal drops them, the retry connects anew."""
+    db = Database(database_url, pool_size=1)
+    try:
+        with db.engine.connect() as connection:  # the pool's one kept connection
+            connection.execute(text("SET SESSION default_transaction_read_only = on"))
+            connection.commit()
+        with pytest.raises(DBAPIError) as refused:
+            db.run(insert_response, new_response())
+        assert refused_read_only(refused.value) and refused.value.connection_invalidated
+        db.run(insert_response, new_response())  # on a new connection
+    finally:
+        db.dispose()
