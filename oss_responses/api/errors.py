@@ -31,6 +31,9 @@ from oss_responses.storage.db import refused_read_only
 
 log = logging.getLogger(__name__)
 
+# A database that did not answer: a refused connection (down, or at max_connections), a pool that timed out.
+DATABASE_UNREACHABLE = (OperationalError, InterfaceError, PoolTimeoutError)
+
 
 def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
@@ -130,7 +133,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ClientDisconnect, _client_left)
     app.add_exception_handler(RedisConnectionError, _redis_unreachable)
     app.add_exception_handler(RedisTimeoutError, _redis_unreachable)
-    for database_error in (OperationalError, InterfaceError, PoolTimeoutError):
+    for database_error in DATABASE_UNREACHABLE:
         app.add_exception_handler(database_error, _database_unreachable)
     app.add_exception_handler(ProgrammingError, _programming_error)
     app.add_exception_handler(InternalError, _internal_error)

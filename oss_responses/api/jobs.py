@@ -28,6 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from oss_responses import redis_keys
 from oss_responses.api.auth import Owner
+from oss_responses.api.errors import DATABASE_UNREACHABLE
 from oss_responses.api.queued import QueuedResponse
 from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
@@ -337,11 +338,20 @@ async def _wait_in_sql(services: Services, response_id: str, timeout: float = 12
 
 
 async def final_response(services: Services, response_id: str, last_event: dict[str, Any] | None) -> dict[str, Any]:
-    """The response after its stream ended: from SQL, or from its terminal event if SQL lags."""
-    record = await services.db.run(get_response, response_id)
+    """The response after its stream ended: from SQL, or from its terminal event if SQL lags or does not
+    answer (a 503 would tell the client of a response that ran to retry it: it would run again)."""
+    ended = last_event is not None and last_event.get("type") in TERMINAL_EVENT_TYPES
+    try:
+        record = await services.db.run(get_response, response_id)
+    except DATABASE_UNREACHABLE as exc:
+        if not ended:
+            raise
+        log.warning("response %s ended, but the database did not answer (%s): answered from its terminal event",
+                    response_id, type(exc).__name__)
+        record = None
     if record is not None and record.is_terminal:
         return public_json(record)
-    if last_event is not None and last_event.get("type") in TERMINAL_EVENT_TYPES:
+    if last_event is not None and ended:
         return dict(last_event["response"])
     if record is not None:
         return public_json(record)

@@ -15,6 +15,8 @@ import pytest
 import redis as redis_lib
 from openai import AsyncOpenAI, OpenAI
 from openai.types.responses import ResponseCompletedEvent, ResponseInProgressEvent
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 from support import MODEL
 from support.api_server import ApiServer
 from support.workers import accept, overwrite_row
@@ -31,6 +33,7 @@ from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import plan_conversation
 from oss_responses.sealing import build_sealer, open_secrets
 from oss_responses.storage import delete_response, get_chain, get_response, list_input_items
+from oss_responses.workers.testing import local_worker, run_response_now
 
 
 def _queued_task(redis: redis_lib.Redis, queue: str) -> dict:
@@ -371,3 +374,34 @@ def test_create_response_continuing_running_response_is_400(
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model=MODEL, input="next", previous_response_id=previous, background=True)
     assert refused.value.param == "previous_response_id" and "still in_progress" in refused.value.message
+
+
+def test_create_response_waited_for_whose_final_read_finds_database_away_returns_its_terminal_event(
+    client: OpenAI, api: ApiServer, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The PostgreSQL probe (max_connections reached, 200 concurrent creates): 3 waited-for creates ran to
+    # completion and answered 503 "Retry shortly." (the SDK retries it: the response runs again).
+    def database_away(*_: Any) -> None:
+        raise OperationalError("SELECT", {}, Exception("sorry, too many clients already"))
+
+    monkeypatch.setattr(jobs, "get_response", database_away)
+    with local_worker(settings) as worker:
+        runner = threading.Thread(target=lambda: run_response_now(_first_queued(api), worker=worker))
+        runner.start()
+        response = client.responses.create(model=MODEL, input="tokens 5")
+        runner.join()
+
+    stored = api.db.run(get_response, response.id)
+    assert stored is not None
+    assert (response.status, response.output_text) == ("completed", stored.response["output"][-1]["content"][0]["text"])
+
+
+def _first_queued(api: ApiServer, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with api.db.engine.connect() as connection:
+            found = connection.execute(text("SELECT id FROM responses WHERE status = 'queued'")).scalar()
+        if found is not None:
+            return str(found)
+        time.sleep(0.02)
+    raise AssertionError("no response was accepted")
