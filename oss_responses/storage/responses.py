@@ -255,8 +255,10 @@ def save_turn(
     error: dict[str, Any] | None = None,
     state: dict[str, Any] | None = None,
     completed_at: datetime | None = None,
+    from_statuses: Iterable[Status] = ACTIVE_STATUSES,
 ) -> bool:
-    """Store the end of a turn, unless the response already ended (then nothing changes: False).
+    """Store the end of a turn, unless the response already ended, or is not in ``from_statuses`` (then
+    nothing changes: False).
 
     ``store=False``: the response is deleted once ended (its row only carried it while it ran;
     nobody may read it later), in the same transaction.
@@ -274,7 +276,7 @@ def save_turn(
         fields["function_calls"] = function_calls
     if input_messages is not None:
         fields["input_messages"] = input_messages
-    ended = transition(session, response_id, from_statuses=ACTIVE_STATUSES, to_status=status, **fields)
+    ended = transition(session, response_id, from_statuses=from_statuses, to_status=status, **fields)
     conversation = response.get("conversation")
     if ended and conversation and status in TURN_TAKEN:  # before a store=false response's input items go
         append_turn(session, conversation["id"], response_id, response.get("output") or [])

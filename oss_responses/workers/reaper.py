@@ -41,7 +41,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -54,6 +54,7 @@ from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
+from oss_responses.statuses import ACTIVE_STATUSES, Status
 from oss_responses.storage import (
     Database,
     ResponseRecord,
@@ -119,14 +120,15 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
 
 
 def store_failure(
-    db: Database, response_id: str, store: bool, response: Response, webhooks: Sequence[DeliveryRow] = ()
+    db: Database, response_id: str, store: bool, response: Response, webhooks: Sequence[DeliveryRow] = (),
+    from_statuses: Iterable[Status] = ACTIVE_STATUSES,
 ) -> bool:
     """Save the response failed (deleted when ``store`` is false), its ``webhooks`` logged pending with it;
-    False if it had ended already."""
+    False if it had ended already (or is in none of ``from_statuses``)."""
     error = wire_json(response.error) if response.error else None
     return db.run(
         ended_with_deliveries, webhooks, save_turn, response_id, store=store, status="failed",
-        response=response_json(response), output_messages=[], error=error,
+        response=response_json(response), output_messages=[], error=error, from_statuses=from_statuses,
     )
 
 

@@ -84,6 +84,7 @@ from oss_responses.workers.tooling import (
     list_new_tools,
     prepare_tools,
 )
+from oss_responses.workers.unrun import fail_unrun
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,25 @@ Outcome = Literal[
 
 
 def run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None = None) -> Outcome:
-    """Run one response to its end, or take it over from a lost worker (the body of the Celery task)."""
+    """Run one response to its end, or take it over from a lost worker (the body of the Celery task).
+    Raising, for anything but an outage (which the task tries again), it first fails the response if
+    it never started (``workers/unrun.py``)."""
+    try:
+        return _run_response(ctx, response_id, secrets)
+    except Exception as exc:
+        if not unreachable(exc):
+            _fail_unrun(ctx, response_id, exc)
+        raise
+
+
+def _fail_unrun(ctx: WorkerContext, response_id: str, exc: Exception) -> None:
+    try:
+        fail_unrun(ctx, response_id, exc)
+    except Exception:  # the store that broke the run may break this too: the original error is raised
+        log.warning("could not fail %s after its run raised", response_id, exc_info=True)
+
+
+def _run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None) -> Outcome:
     job = load_job(ctx.db, response_id, ctx.settings, secrets, ctx.sealer)
     if job is None:
         return "missing"

@@ -1,0 +1,40 @@
+"""A response whose task raised before it ran: failed at once, saying so.
+
+A task that raises is acknowledged (Celery's ``acks_late`` still acks a failure), so a response whose
+run broke before it started (a bug in loading or rendering it, or a database refusing it in a way no
+retry mends: PgBouncer's lost prepared statements did this) stayed ``queued`` until the stale sweep sent
+it again, ``OSS_RESPONSES_STALE_QUEUED_SECONDS`` later, its waiting client held all that time, and then
+the same again. An outage is not this: the task retries it (``workers/tasks.py``). A response running
+(``in_progress``) or leased elsewhere is left to its worker, or to the reaper's takeovers.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from oss_responses import redis_keys
+from oss_responses.storage import get_response
+from oss_responses.webhooks.notify import log_rows
+from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.ended import planned_webhooks, response_ended
+from oss_responses.workers.reaper import close_with_failure, failed_response, store_failure
+
+log = logging.getLogger(__name__)
+
+# Not the exception's text: a database error's carries its SQL and parameters, the request's data.
+MESSAGE = "The response failed in the worker before it started ({}). Retry it; the worker's log has the cause."
+
+
+def fail_unrun(ctx: WorkerContext, response_id: str, exc: Exception) -> bool:
+    """Fail the response if it is still queued and nobody holds its lease; True if this failed it."""
+    record = ctx.db.run(get_response, response_id)
+    if record is None or record.status != "queued" or ctx.sync_redis.exists(redis_keys.lease(response_id)):
+        return False
+    response = failed_response(record, MESSAGE.format(type(exc).__name__))
+    webhooks = planned_webhooks(ctx.webhooks, response_id, "failed", background=record.background)
+    if not store_failure(ctx.db, response_id, record.store, response, log_rows(webhooks), from_statuses=("queued",)):
+        return False
+    close_with_failure(ctx.sync_redis, response_id, response, ctx.settings.event_ttl_seconds)
+    response_ended(ctx.webhooks, record.model, "failed", webhooks)
+    log.error("response %s failed before it started: %s", response_id, type(exc).__name__)
+    return True
