@@ -30,15 +30,17 @@ from openai.types.responses import ResponseErrorEvent
 from sse_starlette import EventSourceResponse
 from starlette.types import Receive, Scope, Send
 
+from oss_responses.api.errors import DATABASE_UNREACHABLE
 from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
-from oss_responses.eventlog.hub import EventHubStopped, StreamLost
+from oss_responses.eventlog.hub import ArchiveUnreadable, EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.logs import note_stream_cut
 from oss_responses.metrics import ACTIVE_STREAMS
 from oss_responses.storage import AsyncDatabase, get_event_log
+from oss_responses.storage.event_logs import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +75,17 @@ async def _frames(
 
 def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
     """The last frame a client gets when Redis lost the stream it follows: an ``error`` event (the
-    response itself ends ``failed`` in SQL once a worker or the reaper finds its progress gone)."""
-    return frame(EventEmitter(lost.last_sequence + 1).emit(
-        ResponseErrorEvent, code="event_log_lost", param=None,
-        message=f"The event stream of response '{response_id}' was lost (its Redis lost its data); "
-        "retrieve the response for its final state.",
-    ))
+    response itself ends ``failed`` in SQL once a worker or the reaper finds its progress gone); or
+    when the rest of an archived stream could not be read from SQL (the events are there: it resumes)."""
+    if isinstance(lost, ArchiveUnreadable):
+        code, message = "event_log_unavailable", (
+            f"The rest of the event stream of response '{response_id}' could not be read (its database did not "
+            f"answer); resume it with starting_after={lost.last_sequence}, or retrieve the response.")
+    else:
+        code, message = "event_log_lost", (
+            f"The event stream of response '{response_id}' was lost (its Redis lost its data); "
+            "retrieve the response for its final state.")
+    return frame(EventEmitter(lost.last_sequence + 1).emit(ResponseErrorEvent, code=code, param=None, message=message))
 
 
 class FrameStream(EventSourceResponse):
@@ -152,8 +159,28 @@ async def archived_frames(
 ) -> Iterator[list[bytes]] | None:
     """The hub's archive reader: a finished response's frames after event ``after``, from SQL, in pages
     decompressed as they are sent (the log stays compressed in memory: ~1/50 of its frames' bytes)."""
-    event_log = await db.run(get_event_log, response_id)
+    event_log = await _read_event_log(db, response_id)
     return None if event_log is None else event_log.pages_after(after, joined=joined)
+
+
+ARCHIVE_OUTAGE_SECONDS = 30.0  # as long as the hub waits for Redis (EventHub's outage_seconds)
+
+
+async def _read_event_log(db: AsyncDatabase, response_id: str) -> EventLog | None:
+    """The archived log, read again while the database does not answer (a restart, a full pool), as the
+    hub reads Redis again: a replay must not end early for a blip."""
+    delay, waited = 0.1, 0.0
+    while True:
+        try:
+            return await db.run(get_event_log, response_id)
+        except DATABASE_UNREACHABLE:
+            if waited >= ARCHIVE_OUTAGE_SECONDS:
+                raise
+            log.warning("the archived event log of %s: the database did not answer; retrying in %.1fs",
+                        response_id, delay)
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 2.0)
 
 
 async def relay(

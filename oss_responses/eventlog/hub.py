@@ -83,6 +83,11 @@ class StreamLost(StreamNotFound):
         self.last_sequence = cursor[1] - 1  # of the last event the subscriber got (-1: none)
 
 
+class ArchiveUnreadable(StreamLost):
+    """The stream was archived (moved to SQL) before this subscriber read it all, and the archive did not
+    answer (its reader gave up: the database away for longer than it waits)."""
+
+
 class EventHubStopped(RuntimeError):
     """The hub stopped while a subscriber was following a stream."""
 
@@ -468,7 +473,12 @@ class EventHub:
         after = archived_after(end, cursor)
         if after is None:
             return ()
-        pages = None if self._archive is None else await self._archive(response_id, after, joined)
+        try:
+            pages = None if self._archive is None else await self._archive(response_id, after, joined)
+        except Exception as exc:  # the reader's store failed: the subscriber learns where its stream stopped
+            log.error("the archived event log of %s could not be read (%s): its stream ends early", response_id,
+                      type(exc).__name__)
+            raise ArchiveUnreadable(cursor) from exc
         if pages is None:
             log.error("the event log of %s was archived but the archive is gone: its stream ends early", response_id)
             return ()

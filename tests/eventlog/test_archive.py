@@ -9,10 +9,13 @@ from functools import partial
 
 import pytest
 import redis as redis_lib
+from sqlalchemy.exc import OperationalError
 
 from oss_responses import redis_keys
+from oss_responses.api import relay
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, StreamNotFound, parse_frame, write_events
+from oss_responses.eventlog.hub import ArchiveUnreadable
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.storage import (
     AsyncDatabase,
@@ -233,3 +236,53 @@ async def test_archive_outlives_the_tombstone(db, redis, aredis, response_id, ma
 
     expires_at = db.run(lambda session: session.get(EventLogRow, response_id).expires_at)
     assert expires_at > utcnow() + timedelta(seconds=redis.ttl(redis_keys.events(response_id)))
+
+
+class _FlakyDatabase:
+    """An AsyncDatabase whose first ``failures`` reads fail as a database that does not answer."""
+
+    def __init__(self, adb: AsyncDatabase, failures: int) -> None:
+        self.adb, self.failures = adb, failures
+
+    async def run(self, *args: object) -> object:
+        if self.failures > 0:
+            self.failures -= 1
+            raise OperationalError("SELECT", {}, ConnectionRefusedError("the database restarts"))
+        return await self.adb.run(*args)  # type: ignore[arg-type]
+
+
+async def test_replay_of_archive_reads_it_again_while_the_database_does_not_answer(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+    plain = archiving_hub(redis_url, adb)
+    await plain.start()
+    try:
+        before = await read_all(plain, response_id, after=24)
+    finally:
+        await plain.stop()
+    assert archive(db, redis, response_id)
+    hub = EventHub(redis_url, block_ms=10_000, archive=partial(archived_frames, _FlakyDatabase(adb, 3)))
+    await hub.start()
+    try:
+        assert await read_all(hub, response_id, after=24) == before
+    finally:
+        await hub.stop()
+
+
+async def test_replay_of_archive_the_database_never_answers_ends_saying_where_to_resume(
+    redis_url, db, adb, redis, aredis, response_id, make_events, monkeypatch
+) -> None:
+    monkeypatch.setattr(relay, "ARCHIVE_OUTAGE_SECONDS", 0.2)
+    await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+    assert archive(db, redis, response_id)
+    hub = EventHub(redis_url, block_ms=10_000, archive=partial(archived_frames, _FlakyDatabase(adb, 10**6)))
+    await hub.start()
+    try:
+        with pytest.raises(ArchiveUnreadable) as unreadable:
+            await read_all(hub, response_id, after=24)
+    finally:
+        await hub.stop()
+    event = parse_frame(relay.lost_stream_frame(response_id, unreadable.value))
+    assert event["type"] == "error" and event["code"] == "event_log_unavailable"
+    assert event["sequence_number"] == 25 and "starting_after=24" in event["message"]
