@@ -70,6 +70,7 @@ from oss_responses.webhooks.notify import WebhookNotifier, log_rows
 from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.ended import planned_webhooks, response_ended
 from oss_responses.workers.job import stored_response
+from oss_responses.workers.outage import unreachable
 from oss_responses.workers.stream_tail import next_from_tail
 from oss_responses.workers.unclosed import end_unclosed_stream
 
@@ -290,8 +291,11 @@ class Reaper:
             started = time.monotonic()
             try:
                 reaped = self.reap_once()
-            except Exception:
-                log.exception("reaper pass failed")
+            except Exception as exc:
+                if unreachable(exc):  # an outage: a line per pass, not a traceback a second while it lasts
+                    log.warning("reaper pass skipped: a store did not answer (%s)", str(exc).splitlines()[0])
+                else:
+                    log.exception("reaper pass failed")
                 continue
             if reaped:
                 log.warning("reaper handled %d lost responses in %.3fs", len(reaped), time.monotonic() - started)

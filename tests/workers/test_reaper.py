@@ -3,8 +3,10 @@ dispatcher, failed with their streams ended; responses queued for too long have 
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
+import pytest
 import redis as redis_lib
 from sqlalchemy import select
 from support.streams import assert_contiguous, events_of, is_closed
@@ -206,3 +208,21 @@ def test_reaper_dispatches_handoff_again_when_no_worker_took_it(
     # Still a handoff: the worker that takes it over does not count a loss.
     assert redis.get(redis_keys.resume(response_id)) == HANDOFF.encode()
     assert redis.ttl(redis_keys.resume(response_id)) > 3600 - reaper.resume_seconds
+
+
+def test_reaper_running_while_database_is_away_logs_a_line_per_pass_without_traceback(
+    redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    unreachable_db = Database("postgresql+psycopg://u@127.0.0.1:1/none")  # nothing listens there
+    reaping = Reaper(unreachable_db, redis, worker_id="test", interval_seconds=0.05, lease_seconds=3,
+                     event_ttl_seconds=60)
+    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
+        reaping.start()
+        deadline = time.monotonic() + 10
+        while sum("reaper pass" in r.getMessage() for r in caplog.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reaping.stop()
+    passes = [r for r in caplog.records if "reaper pass" in r.getMessage()]
+    assert len(passes) >= 2
+    assert all(r.levelname == "WARNING" and r.exc_info is None and "skipped" in r.getMessage() for r in passes)
+    unreachable_db.dispose()
