@@ -44,6 +44,9 @@ def valid_database_url(url: str) -> str:
         backend = make_url(url).get_backend_name()
     except ArgumentError:
         raise ValueError("not a database URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)") from None
+    except ValueError:  # the port's int(): an unescaped '@', ':' or '/' in the password moved the parts
+        raise ValueError("not a database URL: percent-encode special characters in the user name and "
+                         "password (@ as %40, : as %3A, / as %2F, # as %23)") from None
     if backend not in ("sqlite", "postgresql"):
         raise ValueError(f"unsupported database {backend!r}: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
     return url

@@ -51,6 +51,8 @@ def fresh_settings() -> Iterator[None]:
     ("QUEUE_PREFIX", "", "OSS_RESPONSES_QUEUE_PREFIX: String should have at least 1 character"),
     ("KNOWLEDGE_CUTOFF", "yesterday", "OSS_RESPONSES_KNOWLEDGE_CUTOFF: String should match pattern"),
     ("WEBHOOK_QUEUE", "responses.gpt-oss-20b", "OSS_RESPONSES_WEBHOOK_QUEUE: Value error, 'responses.gpt-oss-20b' is"),
+    ("DATABASE_URL", "postgresql+psycopg://app:p@ss:w/rd@db:5432/oss",
+     "OSS_RESPONSES_DATABASE_URL: Value error, not a database URL: percent-encode special characters"),
 ])
 def test_get_settings_with_unusable_value_stops_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
