@@ -69,9 +69,17 @@ def database_result(database_url: str) -> CheckResult:
     try:
         current = current_revision(_with_connect_timeout(url))
     except (SQLAlchemyError, OSError) as exc:
-        return CheckResult("database", "FAIL", f"{shown}: cannot connect ({type(exc).__name__}); "
+        return CheckResult("database", "FAIL", f"{shown}: cannot connect ({_reason(exc)}); "
                                                "start the database or fix OSS_RESPONSES_DATABASE_URL")
     return _revision_result(shown, current, head_revision())
+
+
+def _reason(exc: Exception) -> str:
+    """The driver's own first line (libpq's "server does not support SSL, but SSL was required", "password
+    authentication failed"): the exception's type alone left the operator to run migrate to learn it."""
+    cause = getattr(exc, "orig", None) or exc
+    lines = str(cause).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300]}" if lines else type(exc).__name__
 
 
 def check_database_connections(settings: Settings) -> Iterator[CheckResult]:
