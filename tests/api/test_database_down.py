@@ -63,3 +63,14 @@ def test_create_with_database_read_only_is_503_database_unavailable(
     assert response.json()["error"]["code"] == "database_unavailable"
     assert response.headers["retry-after"]
     assert redis.llen(api.settings.queue_for(MODEL)) == 0
+
+
+def test_readyz_with_database_read_only_is_503_naming_it(
+    http: httpx2.Client, api: ApiServer, own_postgres: PostgresCluster
+) -> None:
+    # Every create would be a 503: a load balancer should send them to a replica whose database takes them.
+    own_postgres.execute('ALTER DATABASE "down" SET default_transaction_read_only = on')
+    own_postgres.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'down'")
+    response = http.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["database"] == "error: ReadOnly"

@@ -1,5 +1,5 @@
-"""Liveness (``/healthz``: the process answers) and readiness (``/readyz``: the database answers and is
-migrated, Redis and the broker answer: what every create needs)."""
+"""Liveness (``/healthz``: the process answers) and readiness (``/readyz``: the database answers, is
+migrated and takes writes, Redis and the broker answer: what every create needs)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,18 @@ CHECK_TIMEOUT_SECONDS = 2.0
 
 class NotMigrated(Exception):
     """The database answers but holds no schema: ``oss-responses migrate`` was not run against it."""
+
+
+class ReadOnly(Exception):
+    """The database answers but refuses writes (a failover's demoted primary, or maintenance's
+    default_transaction_read_only): every create would be a 503."""
+
+
+def _ready(session: Session) -> None:
+    _migrated(session)
+    if session.get_bind().dialect.name == "postgresql":
+        if session.execute(text("SHOW transaction_read_only")).scalar() == "on":
+            raise ReadOnly()
 
 
 def _migrated(session: Session) -> None:
@@ -52,7 +64,7 @@ async def healthz() -> dict[str, str]:
 @router.api_route("/readyz", methods=["GET", "HEAD"])
 async def readyz(services: ServicesDep) -> JSONResponse:
     database, redis, broker = await asyncio.gather(
-        _check(services.db.run(_migrated)), _check(services.redis.ping()), _check(services.tasks.ping())
+        _check(services.db.run(_ready)), _check(services.redis.ping()), _check(services.tasks.ping())
     )
     ready = database == redis == broker == "ok"
     body = {"status": "ok" if ready else "unavailable", "database": database, "redis": redis, "broker": broker}
