@@ -7,8 +7,10 @@ start raises out of the bootstep, so Celery stops the worker with the reason ins
 Shutdown (SIGTERM, Ctrl-C): Celery's ``worker_shutting_down`` signal comes first, before Celery waits
 for running tasks; then every running response is handed off (``runner``), so the tasks end within a
 second or so and the worker exits well inside an orchestrator's grace period. A task that starts
-after that sends its response back to the queue untouched. Celery stops this step before its pool:
-the step's stop waits for the task threads (``WorkerContext.stop``) before the engine goes.
+after that sends its response back to the queue untouched. Celery stops this step before its pool (it
+requires the pool): the step's stop hands off what still runs (a shutdown that sent no signal:
+``celery control shutdown``, SIGQUIT) and waits for the task threads (``WorkerContext.stop``) before the
+engine goes.
 """
 
 from __future__ import annotations
@@ -108,6 +110,12 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
         """Starts the worker context with the worker; stops it (engine included) at shutdown."""
 
         label = "oss-responses engine"
+        # Started after the pool, so stopped before it. Without it Celery's boot order put this step
+        # on either side of the pool, a different side per process: where the pool stopped first, a
+        # shutdown that sends no ``worker_shutting_down`` (``celery control shutdown``; SIGQUIT, whose
+        # cold handler fails on the threads pool before sending it) waited for every running response
+        # to end instead of handing it off.
+        requires = ("celery.worker.components:Pool",)
 
         def start(self, worker: Any) -> None:
             global _start_error

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import redis as redis_lib
+from celery.worker.components import Pool
 from support import MODEL
 from support.processes import (
     launch,
@@ -94,3 +95,23 @@ def test_celery_worker_with_json_logs_writes_only_json_lines(redis_url: str, tmp
     assert stderr.strip() and all(json.loads(line) for line in stderr.splitlines())
     assert any(json.loads(line)["message"] == "worker: Warm shutdown (MainProcess)" for line in stderr.splitlines())
     assert not stdout.strip()  # neither the banner nor Celery's shutdown lines
+
+
+def test_worker_engine_step_is_stopped_before_the_pool(redis_url: str, tmp_path: Path) -> None:
+    """Celery stops a worker's steps in the reverse of its boot order, which puts a step that requires
+    nothing on either side of the pool (a different side per process). Stopped after the pool, the
+    engine step never handed off: ``celery control shutdown`` (and SIGQUIT) waited for every running
+    response to end."""
+    settings = worker_settings(f"sqlite:///{tmp_path / 'unused.db'}", redis_url)
+    worker = make_celery(settings).WorkController(hostname="steps@test", pool_cls="threads", concurrency=1)
+    graph = worker.blueprint.graph
+    engine = next(type(step) for step in worker.blueprint.order if step.label == "oss-responses engine")
+    required: set[type] = set()
+    pending = [engine]
+    while pending:
+        for step in graph.adjacent[pending.pop()]:
+            required.add(step)
+            pending.append(step)
+    assert Pool in required
+    aliases = [step.alias for step in worker.blueprint.order]
+    assert aliases.index("Pool") < aliases.index("oss-responses engine")  # started after it, stopped before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -168,6 +169,28 @@ def test_sigtermed_worker_hands_running_response_to_another_worker(
     assert len(story_text(events).split()) == 400
     assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
     assert "handing off 1 running responses" in leaving.log.read_text()
+    db.dispose()
+
+
+def test_worker_shut_down_by_celery_control_hands_running_response_to_another_worker(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """``celery control shutdown`` sends no ``worker_shutting_down``: the engine step's stop hands off."""
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    leaving = start_worker(settings, "leaving", fork=False)  # a boot order of its own (see test_celery_worker)
+    response_id = _start_response(db, redis, settings, "tokens 400")
+    _wait_for_deltas(redis, response_id, 10)
+    start_worker(_unpaced(settings), "staying")
+    signalled = time.monotonic()
+    make_celery(settings).control.shutdown(destination=[f"leaving@{socket.gethostname()}"])
+    leaving.process.wait(timeout=30)
+    exited_after = time.monotonic() - signalled
+    events = wait_for_end(redis, response_id, timeout=30)
+    assert_one_story(events, db, response_id)
+    assert len(story_text(events).split()) == 400
+    assert "handed_off" in leaving.log.read_text()
+    assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
     db.dispose()
 
 
