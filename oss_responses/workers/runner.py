@@ -45,7 +45,7 @@ from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.metrics import TAKEOVERS
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
-from oss_responses.storage import cancel_queued, get_response, save_turn, transition
+from oss_responses.storage import ResponseRecord, cancel_queued, get_response, save_turn, transition
 from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
 from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json, wire_json
@@ -238,12 +238,36 @@ def _stop(run: _Run, cause: StopCause) -> None:
         run.stop_cause = cause
 
 
+def cancel_revoked(ctx: WorkerContext, response_id: str) -> Outcome:
+    """A task of this response that Celery discarded unrun (``celery control revoke``): a queued response
+    is cancelled, as if its client had asked, rather than left ``queued`` until the stale sweep sends its
+    task again; one running or ended (a revoked duplicate) is left alone.
+
+    Listed among the open streams first, as the API's cancel does: should the end marker not reach Redis,
+    the reaper ends the stream (``workers/unclosed.py``)."""
+    record = ctx.db.run(get_response, response_id)
+    if record is None:
+        return "missing"
+    if record.status != "queued":
+        return "skipped"
+    ctx.sync_redis.sadd(redis_keys.OPEN_STREAMS, response_id)
+    # Lost: it left the queue meanwhile (a duplicate of its task runs it), or it ended.
+    return "cancelled" if _end_queued(ctx, record) else "skipped"
+
+
 def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
-    webhooks = planned_webhooks(ctx.webhooks, job.response_id, "cancelled", background=job.record.background)
-    if ctx.db.run(ended_with_deliveries, log_rows(webhooks), cancel_queued, job.response_id, job.record.response):
-        ctx.loop.run(_close_stream(ctx, job.response_id, "cancelled"))
-        response_ended(ctx.webhooks, job.record.model, "cancelled", webhooks)
+    _end_queued(ctx, job.record)
     return "cancelled"
+
+
+def _end_queued(ctx: WorkerContext, record: ResponseRecord) -> bool:
+    """A queued response cancelled, its stream closed and its end announced; False if it was not queued."""
+    webhooks = planned_webhooks(ctx.webhooks, record.id, "cancelled", background=record.background)
+    if not ctx.db.run(ended_with_deliveries, log_rows(webhooks), cancel_queued, record.id, record.response):
+        return False
+    ctx.loop.run(_close_stream(ctx, record.id, "cancelled"))
+    response_ended(ctx.webhooks, record.model, "cancelled", webhooks)
+    return True
 
 
 def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:

@@ -184,6 +184,24 @@ def _hand_off_on_shutdown(
         log.warning("worker shutting down (%s): handing off %d running responses", how or sig, handed)
 
 
+def _cancel_revoked(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
+    """Celery discarded a revoked ``run_response`` task unrun (``celery control revoke ID``): its response
+    is cancelled (``runner.cancel_revoked``). Without this it stayed ``queued``, its stream open, until the
+    stale sweep sent its task again and it ran after all. (A running task is never revoked: the threads
+    pool cannot terminate it; ``POST /v1/responses/{id}/cancel`` stops it.)"""
+    if getattr(sender, "name", None) != RUN_RESPONSE_TASK or terminated or _context is None or not request.args:
+        return
+    response_id = request.args[0]
+    with log_context(response_id=response_id, model=_context.settings.worker_model, worker_id=_context.worker_id):
+        try:
+            outcome = runner.cancel_revoked(_context, response_id)
+        except Exception:  # the stores: it stays queued, and the stale sweep sends its task again
+            log.exception("response %s: its task was revoked, and cancelling it failed", response_id)
+            return
+        log.info("response %s: its task was revoked: %s", response_id, outcome)
+    TASK_OUTCOMES.labels(_context.settings.worker_model, outcome).inc()
+
+
 def register(app: Celery, settings: Settings, frontend: Frontend | None = None) -> None:
     app.task(
         name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
@@ -191,6 +209,7 @@ def register(app: Celery, settings: Settings, frontend: Frontend | None = None) 
     register_webhook_task(app, settings, lambda: current_context().db)
     app.steps["worker"].add(make_worker_step(settings, frontend))
     signals.worker_shutting_down.connect(_hand_off_on_shutdown, weak=False)
+    signals.task_revoked.connect(_cancel_revoked, weak=False)
 
     # Connected, this replaces Celery's own logging set-up: the worker logs as the API does (logs.py).
     def setup_logging(**_: Any) -> None:

@@ -115,3 +115,33 @@ def test_worker_engine_step_is_stopped_before_the_pool(redis_url: str, tmp_path:
     assert Pool in required
     aliases = [step.alias for step in worker.blueprint.order]
     assert aliases.index("Pool") < aliases.index("oss-responses engine")  # started after it, stopped before
+
+
+def test_celery_revoke_of_queued_task_cancels_its_response(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """``celery control revoke ID`` of a response's task still in its queue: the worker that meets it
+    discards it, and its response ends ``cancelled`` with its stream closed (it had stayed ``queued`` until
+    the stale sweep sent its task again, ten minutes later, and then ran)."""
+    settings = worker_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    start_worker(settings, "revoking")
+    node, queue = f"revoking@{socket.gethostname()}", settings.queue_for(MODEL)
+    control = make_celery(settings).control
+    # Ready (its engine up) comes before Celery's consumer listens to control commands.
+    deadline = time.monotonic() + 30
+    while not control.ping(destination=[node], timeout=1) and time.monotonic() < deadline:
+        pass
+    control.cancel_consumer(queue, destination=[node], reply=True, timeout=10)  # the task waits in Redis
+    time.sleep(2)  # kombu's BRPOP already waiting (1 s at a time) still names the queue
+    response_id = accept(db, redis, settings, input="tokens 20", background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    [message] = [json.loads(raw) for raw in redis.lrange(queue, 0, -1)]
+    assert response_id in message["headers"]["argsrepr"]
+    control.revoke(message["headers"]["id"], destination=[node], reply=True, timeout=10)
+    control.add_consumer(queue, destination=[node], reply=True, timeout=10)
+    events = wait_for_end(redis, response_id)
+    assert [event["type"] for event in events] == ["response.created", "response.queued"]
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "cancelled"
+    db.dispose()
