@@ -174,7 +174,8 @@ class Settings(BaseSettings):
     )
     visibility_timeout_seconds: int = Field(
         300, ge=1,
-        description="Redis broker: when an unacknowledged task is redelivered",
+        description="Redis broker: when an unacknowledged task is redelivered (set it alike on every worker: any "
+        "worker redelivers any model's)",
     )
     stream_interval: int = Field(
         1, ge=1, le=64,
