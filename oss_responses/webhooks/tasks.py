@@ -32,7 +32,9 @@ def register_webhook_task(app: Celery, settings: Settings, database: Callable[[]
             raise _retry(self, backoff_seconds(settings, attempt_number))
         return state
 
-    app.task(name=DELIVER_WEBHOOK_TASK, bind=True, acks_late=True, ignore_result=True)(deliver_webhook)
+    # shared=False: the task is this app's alone (Celery's default hands it to every app made later in the
+    # process, where another app's closure then met it: "already registered to a different callable").
+    app.task(name=DELIVER_WEBHOOK_TASK, bind=True, acks_late=True, ignore_result=True, shared=False)(deliver_webhook)
 
 
 def _retry(task: Task, countdown: float) -> Exception:

@@ -204,7 +204,7 @@ def _cancel_revoked(sender: Any = None, request: Any = None, terminated: bool = 
 
 def register(app: Celery, settings: Settings, frontend: Frontend | None = None) -> None:
     app.task(
-        name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+        name=RUN_RESPONSE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True, shared=False,
     )(run_response)
     register_webhook_task(app, settings, lambda: current_context().db)
     app.steps["worker"].add(make_worker_step(settings, frontend))
