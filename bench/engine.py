@@ -508,6 +508,8 @@ STAGES = (
     ("first vLLM output", "first_output"),
     ("first vLLM output making an event", "event_output"),
     ("its events in Redis", "first_written"),
+    ("first vLLM output making a delta", "delta_output"),
+    ("that delta in Redis", "delta_written"),
     ("first delta at the client", "delta"),
 )
 

@@ -20,8 +20,11 @@ was in_progress (``in_progress``), the engine's ``stream`` ran (``generate``), v
 (``submitted``: ``AsyncLLM.add_request``), vLLM's first output came (``first_output``), the first
 output that made an event came (``event_output``: harmony's header tokens, ``<|channel|>analysis``,
 make none, so this is a decode step or two later) and its events were in Redis (``first_written``:
-Redis's reply read): the split of the time to first token on the worker's side. With
-``$BENCH_THREADS_FILE`` it keeps there the name of every Python thread by its kernel id
+Redis's reply read; these are the new item's ``output_item.added`` and ``content_part.added``), then
+the same for the first output that made a ``*.delta`` event, the first a client counts
+(``delta_output``, ``delta_written``: a decode step after the first, as the item opens on the
+``<|message|>`` token and its text starts with the next): the split of the time to first token on the
+worker's side. With ``$BENCH_THREADS_FILE`` it keeps there the name of every Python thread by its kernel id
 (``native_id name`` lines), so a bench can tell whose CPU is whose.
 """
 
@@ -46,6 +49,8 @@ _latencies: deque[float] = deque()
 
 _stages: deque[str] = deque()
 _first_written: set[str] = set()
+_first_delta: dict[tuple[str, str], float] = {}  # each response's first *.delta event, until written
+_delta_seen: set[str] = set()
 
 
 def _stage(name: str, response_id: str, at: float | None = None) -> None:
@@ -70,7 +75,11 @@ def _traced_append(self: writer_module.EventWriter, response_id: str, events: An
     if output_at is not None:
         key = redis_keys.events(response_id)
         for event in events:
-            _pending[(key, redis_keys.event_id(event.sequence_number))] = output_at
+            entry = (key, redis_keys.event_id(event.sequence_number))
+            _pending[entry] = output_at
+            if event.type.endswith(".delta") and key not in _delta_seen:
+                _delta_seen.add(key)
+                _first_delta[entry] = output_at
     _append(self, response_id, events)
 
 
@@ -79,6 +88,11 @@ def _traced_replied(self: writer_module.EventWriter, pipe: Any, batch: Any, *arg
     _replied(self, pipe, batch, *args)
     written_at = time.monotonic()
     for entry in sent:
+        delta_output_at = _first_delta.pop(entry, None)
+        if delta_output_at is not None:
+            response_id = entry[0].rsplit(":", 1)[-1]
+            _stage("delta_output", response_id, delta_output_at)
+            _stage("delta_written", response_id)
         output_at = _pending.pop(entry, None)
         if output_at is not None:
             _latencies.append(written_at - output_at)
