@@ -293,7 +293,7 @@ class Reaper:
                 reaped = self.reap_once()
             except Exception as exc:
                 if unreachable(exc):  # an outage: a line per pass, not a traceback a second while it lasts
-                    log.warning("reaper pass skipped: a store did not answer (%s)", str(exc).splitlines()[0])
+                    log.warning("reaper pass skipped: its database or Redis is away (%s)", str(exc).splitlines()[0])
                 else:
                     log.exception("reaper pass failed")
                 continue
