@@ -340,19 +340,19 @@ async def _wait_in_sql(services: Services, response_id: str, timeout: float = 12
 async def final_response(services: Services, response_id: str, last_event: dict[str, Any] | None) -> dict[str, Any]:
     """The response after its stream ended: from SQL, or from its terminal event if SQL lags or does not
     answer (a 503 would tell the client of a response that ran to retry it: it would run again)."""
-    ended = last_event is not None and last_event.get("type") in TERMINAL_EVENT_TYPES
+    ended = last_event if last_event is not None and last_event.get("type") in TERMINAL_EVENT_TYPES else None
     try:
         record = await services.db.run(get_response, response_id)
     except DATABASE_UNREACHABLE as exc:
-        if not ended:
+        if ended is None:
             raise
         log.warning("response %s ended, but the database did not answer (%s): answered from its terminal event",
                     response_id, type(exc).__name__)
         record = None
     if record is not None and record.is_terminal:
         return public_json(record)
-    if last_event is not None and ended:
-        return dict(last_event["response"])
+    if ended is not None:
+        return dict(ended["response"])
     if record is not None:
         return public_json(record)
     raise not_found(response_id)

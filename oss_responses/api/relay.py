@@ -35,7 +35,7 @@ from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
-from oss_responses.eventlog.hub import ArchiveUnreadable, EventHubStopped, StreamLost
+from oss_responses.eventlog.hub import ArchiveUnreadable, EventHubStopped, StreamLost, patiently
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.logs import note_stream_cut
 from oss_responses.metrics import ACTIVE_STREAMS
@@ -169,18 +169,8 @@ ARCHIVE_OUTAGE_SECONDS = 30.0  # as long as the hub waits for Redis (EventHub's 
 async def _read_event_log(db: AsyncDatabase, response_id: str) -> EventLog | None:
     """The archived log, read again while the database does not answer (a restart, a full pool), as the
     hub reads Redis again: a replay must not end early for a blip."""
-    delay, waited = 0.1, 0.0
-    while True:
-        try:
-            return await db.run(get_event_log, response_id)
-        except DATABASE_UNREACHABLE:
-            if waited >= ARCHIVE_OUTAGE_SECONDS:
-                raise
-            log.warning("the archived event log of %s: the database did not answer; retrying in %.1fs",
-                        response_id, delay)
-            await asyncio.sleep(delay)
-            waited += delay
-            delay = min(delay * 2, 2.0)
+    return await patiently(lambda: db.run(get_event_log, response_id), DATABASE_UNREACHABLE,
+                           ARCHIVE_OUTAGE_SECONDS, f"the archived event log of {response_id}")
 
 
 async def relay(

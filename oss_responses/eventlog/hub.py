@@ -44,7 +44,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -57,6 +57,8 @@ from oss_responses.eventlog.frames import frame_type
 from oss_responses.eventlog.lane import ReadLane
 from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
+
+_T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +92,24 @@ class ArchiveUnreadable(StreamLost):
 
 class EventHubStopped(RuntimeError):
     """The hub stopped while a subscriber was following a stream."""
+
+
+async def patiently(
+    call: Callable[[], Awaitable[_T]], away: tuple[type[Exception], ...], seconds: float, what: str
+) -> _T:
+    """``call()``, tried again while it raises one of ``away`` (its store did not answer: a restart, a full
+    pool), pausing 0.1 s doubling to 2 s, for up to ``seconds``; past that the last error is raised."""
+    delay, waited = 0.1, 0.0
+    while True:
+        try:
+            return await call()
+        except away:
+            if waited >= seconds:
+                raise
+            log.warning("%s: its store did not answer; retrying in %.1fs", what, delay)
+            await asyncio.sleep(delay)
+            waited += delay
+            delay = min(delay * 2, 2.0)
 
 
 def parse_id(entry_id: bytes) -> EntryId:
@@ -498,17 +518,10 @@ class EventHub:
 
     async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
         """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
-        delay, waited = 0.1, 0.0
-        while True:
-            try:
-                return as_entries(await self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count))
-            except (RedisConnectionError, RedisTimeoutError):
-                if waited >= self._outage_seconds:
-                    raise
-                log.warning("event hub: Redis unreachable reading %s; retrying in %.1fs", key, delay)
-                await asyncio.sleep(delay)
-                waited += delay
-                delay = min(delay * 2, 2.0)
+        page = await patiently(lambda: self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count),
+                               (RedisConnectionError, RedisTimeoutError), self._outage_seconds,
+                               f"event hub reading {key}")
+        return as_entries(page)
 
     # --- the shared reader ----------------------------------------------------------------------
     def _attach(self, key: str, sub: _Subscriber, cursor: EntryId, start: EntryId) -> bool:

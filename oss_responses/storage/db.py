@@ -57,8 +57,10 @@ READ_ONLY_SQLSTATE = "25006"
 
 
 def refused_read_only(exc: BaseException) -> bool:
-    """``exc`` is a write the database refused for being read-only for now (a failover under way)."""
-    return isinstance(exc, DBAPIError) and getattr(exc.orig, "sqlstate", None) == READ_ONLY_SQLSTATE
+    """``exc`` (SQLAlchemy's, or the driver's own) is a write the database refused for being read-only for
+    now (a failover under way)."""
+    driver_error = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(driver_error, "sqlstate", None) == READ_ONLY_SQLSTATE
 
 
 def _sqlite_file(url: URL) -> str | None:
@@ -123,7 +125,7 @@ def _drop_connections_to_read_only(context: ExceptionContext) -> None:
     """A write refused as read-only means a failover: the pool's connections lead to the demoted primary
     (where ``pool_pre_ping``'s probe still passes), so they are all dropped, as after a lost connection,
     and the next checkout connects to wherever the address leads now."""
-    if getattr(context.original_exception, "sqlstate", None) == READ_ONLY_SQLSTATE:
+    if refused_read_only(context.original_exception):
         context.is_disconnect = True
 
 

@@ -120,6 +120,20 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     close_after(redis, response_id, [event], "failed", ttl_seconds)
 
 
+def end_failed(
+    db: Database, redis: Redis, webhooks: WebhookNotifier | None, record: ResponseRecord, response: Response,
+    ttl_seconds: int, from_statuses: Iterable[Status] = ACTIVE_STATUSES,
+) -> bool:
+    """End the response ``failed``: saved with its webhooks, its stream given ``response.failed`` and its end,
+    its end announced; False if it had ended already (or is in none of ``from_statuses``)."""
+    planned = planned_webhooks(webhooks, record.id, "failed", background=record.background)
+    if not store_failure(db, record.id, record.store, response, log_rows(planned), from_statuses):
+        return False
+    close_with_failure(redis, record.id, response, ttl_seconds)
+    response_ended(webhooks, record.model, "failed", planned)
+    return True
+
+
 def store_failure(
     db: Database, response_id: str, store: bool, response: Response, webhooks: Sequence[DeliveryRow] = (),
     from_statuses: Iterable[Status] = ACTIVE_STATUSES,
@@ -267,14 +281,10 @@ class Reaper:
         record = self.db.run(get_response, response_id)
         if record is None or record.status != "in_progress":
             return False
-        response = failed_response(record)
-        webhooks = planned_webhooks(self.webhooks, response_id, "failed", background=record.background)
-        if not store_failure(self.db, response_id, record.store, response, log_rows(webhooks)):
+        if not end_failed(self.db, self.redis, self.webhooks, record, failed_response(record), self.ttl_seconds):
             return False
         log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
-        close_with_failure(self.redis, response_id, response, self.ttl_seconds)
         REAPER_ACTIONS.labels("failed").inc()
-        response_ended(self.webhooks, record.model, "failed", webhooks)
         return True
 
     def start(self) -> None:

@@ -70,12 +70,7 @@ from oss_responses.workers.journal import (
 from oss_responses.workers.lease import Lease, run_owner
 from oss_responses.workers.outage import Backoff, unreachable
 from oss_responses.workers.prompting import forced_tokens, prompt_budget, render, render_early, sampling
-from oss_responses.workers.reaper import (
-    HANDOFF,
-    close_with_failure,
-    failed_response,
-    store_failure,
-)
+from oss_responses.workers.reaper import HANDOFF, end_failed, failed_response
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import (
     PreparedTools,
@@ -358,12 +353,9 @@ def _fail_without_replay(run: _Run, message: str = PROGRESS_LOST_MESSAGE, code: 
     """The response cannot be continued: Redis lost its stream and journal (a restart without persistence),
     or what it continues is gone. It fails, saying why; its stream gets that failure after its last event
     (a new stream holds it alone), then its end."""
-    ctx, job = run.ctx, run.job
-    response = failed_response(job.record, message, code)
-    webhooks = planned_webhooks(ctx.webhooks, job.response_id, "failed", background=job.record.background)
-    if store_failure(ctx.db, job.response_id, job.record.store, response, log_rows(webhooks)):
-        close_with_failure(ctx.sync_redis, job.response_id, response, ctx.settings.event_ttl_seconds)
-        response_ended(ctx.webhooks, job.record.model, "failed", webhooks)
+    ctx, record = run.ctx, run.job.record
+    end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, failed_response(record, message, code),
+               ctx.settings.event_ttl_seconds)
     return "failed"
 
 

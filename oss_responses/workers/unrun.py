@@ -14,10 +14,8 @@ import logging
 
 from oss_responses import redis_keys
 from oss_responses.storage import get_response
-from oss_responses.webhooks.notify import log_rows
 from oss_responses.workers.context import WorkerContext
-from oss_responses.workers.ended import planned_webhooks, response_ended
-from oss_responses.workers.reaper import close_with_failure, failed_response, store_failure
+from oss_responses.workers.reaper import end_failed, failed_response
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +29,8 @@ def fail_unrun(ctx: WorkerContext, response_id: str, exc: Exception) -> bool:
     if record is None or record.status != "queued" or ctx.sync_redis.exists(redis_keys.lease(response_id)):
         return False
     response = failed_response(record, MESSAGE.format(type(exc).__name__))
-    webhooks = planned_webhooks(ctx.webhooks, response_id, "failed", background=record.background)
-    if not store_failure(ctx.db, response_id, record.store, response, log_rows(webhooks), from_statuses=("queued",)):
+    if not end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, response, ctx.settings.event_ttl_seconds,
+                      from_statuses=("queued",)):
         return False
-    close_with_failure(ctx.sync_redis, response_id, response, ctx.settings.event_ttl_seconds)
-    response_ended(ctx.webhooks, record.model, "failed", webhooks)
     log.error("response %s failed before it started: %s", response_id, type(exc).__name__)
     return True
