@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
-from oss_responses.storage.db import refused_read_only
+from oss_responses.storage.db import refused_read_only, schema_missing
 
 log = logging.getLogger(__name__)
 
@@ -85,19 +85,13 @@ async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
-    if _not_migrated(exc):
+    if schema_missing(exc):
         return await _database_not_migrated(request, exc)
     log.warning("database unreachable on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__,
                 str(exc).splitlines()[0] if str(exc) else "")
     error = ServiceUnavailable("The service cannot reach its database right now. Retry shortly.",
                                code="database_unavailable")
     return error_response(error)
-
-
-def _not_migrated(exc: Exception) -> bool:
-    """A table missing: SQLite's "no such table", PostgreSQL's undefined_table (SQLSTATE 42P01)."""
-    orig = getattr(exc, "orig", None)
-    return "no such table" in str(orig) or getattr(orig, "sqlstate", None) == "42P01"
 
 
 async def _database_not_migrated(request: Request, exc: Exception) -> JSONResponse:
@@ -108,7 +102,7 @@ async def _database_not_migrated(request: Request, exc: Exception) -> JSONRespon
 
 
 async def _programming_error(request: Request, exc: Exception) -> JSONResponse:
-    if _not_migrated(exc):
+    if schema_missing(exc):
         return await _database_not_migrated(request, exc)
     return await _unexpected_error(request, exc)
 

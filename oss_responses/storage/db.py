@@ -63,6 +63,19 @@ def refused_read_only(exc: BaseException) -> bool:
     return getattr(driver_error, "sqlstate", None) == READ_ONLY_SQLSTATE
 
 
+_SCHEMA_MISSING_SQLITE = ("no such table", "no such column", "has no column named")
+_SCHEMA_MISSING_SQLSTATES = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
+
+
+def schema_missing(exc: BaseException) -> bool:
+    """``exc`` names a table or column the database lacks: it was never migrated, or it is behind this
+    build's code (a release deployed before its migration ran, or a database restored from before it).
+    Not a bug of the request's: the operator's ``oss-responses migrate`` ends it."""
+    driver_error = exc.orig if isinstance(exc, DBAPIError) else exc
+    return (any(text in str(driver_error) for text in _SCHEMA_MISSING_SQLITE)
+            or getattr(driver_error, "sqlstate", None) in _SCHEMA_MISSING_SQLSTATES)
+
+
 def _sqlite_file(url: URL) -> str | None:
     """The file of a SQLite URL; None for an in-memory database or another backend."""
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):

@@ -19,17 +19,18 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from oss_responses.logs import safe_url
-from oss_responses.storage.db import refused_read_only
+from oss_responses.storage.db import refused_read_only, schema_missing
 
 
 def unreachable(exc: BaseException) -> bool:
     """``exc`` says a store did not answer (worth trying again), not that the request was refused. A
     database refusing writes while it is read-only (a failover) counts: raised, it failed a response whose
     turn was generated (its takeovers then failed the same way, once a second, until it ended
-    ``worker_lost``)."""
+    ``worker_lost``). So does a schema behind this build's code (a release's workers started before its
+    migration ran): it failed every response they took, where the migration lets them run."""
     if isinstance(exc, DBAPIError):
         return (exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
-                or refused_read_only(exc))
+                or refused_read_only(exc) or schema_missing(exc))
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
 
 

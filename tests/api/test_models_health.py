@@ -13,6 +13,7 @@ from support.api_server import serve_in_thread
 from support.servers import free_port
 
 from oss_responses.config import Settings
+from oss_responses.storage import migrate
 from oss_responses.storage.db import ensure_sqlite_directory
 
 
@@ -73,6 +74,33 @@ def test_create_with_database_not_migrated_says_so_not_that_it_is_unreachable(
     for base_url in serve_in_thread(settings):
         response = httpx2.post(f"{base_url}/v1/responses", json={"model": MODEL, "input": "hi"}, timeout=10)
         assert response.status_code == 503 and response.json()["error"]["code"] == "database_not_migrated"
+
+
+@pytest.fixture
+def database_behind_url(empty_database_url: str) -> str:
+    """A database at migration 0009: responses.conversation_id (0010) is missing, as it is for a release
+    started before its migration ran."""
+    migrate(empty_database_url, "0009")
+    return empty_database_url
+
+
+def test_readyz_with_database_behind_this_build_is_503(redis_url: str, database_behind_url: str) -> None:
+    # A new release's replicas stay out of the load balancer until its migration has run.
+    settings = Settings(database_url=database_behind_url, redis_url=redis_url, models=[MODEL])
+    for base_url in serve_in_thread(settings):
+        response = httpx2.get(f"{base_url}/readyz", timeout=10)
+        assert response.status_code == 503 and response.json()["database"] == "error: NotMigrated"
+
+
+def test_retrieve_response_with_database_behind_this_build_is_503_database_not_migrated(
+    redis_url: str, database_behind_url: str
+) -> None:
+    """It was a 500 and a traceback (PostgreSQL's UndefinedColumn, SQLite's "no such column")."""
+    settings = Settings(database_url=database_behind_url, redis_url=redis_url, models=[MODEL])
+    for base_url in serve_in_thread(settings):
+        response = httpx2.get(f"{base_url}/v1/responses/resp_0123", timeout=10)
+        assert response.status_code == 503, response.text
+        assert response.json()["error"]["code"] == "database_not_migrated"
 
 
 def test_readyz_with_broker_down_is_503(database_url: str, redis_url: str) -> None:

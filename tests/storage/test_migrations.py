@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from support.rows import new_response
 
 from oss_responses.storage import Base, Database, ResponseRecord, find_stored_items, get_response, migrate
-from oss_responses.storage.migrations import alembic_config
+from oss_responses.storage.migrations import alembic_config, head_revision, schema_behind
 from oss_responses.storage.migrations.lock import one_migration_at_a_time
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,6 +139,16 @@ def _insert_all(session: Session, records: list[ResponseRecord]) -> None:
     responses = Table("responses", MetaData(), autoload_with=session.connection())
     rows = [{**dataclasses.asdict(record), "updated_at": record.created_at} for record in records]
     session.execute(insert(responses), [{column.name: row[column.name] for column in responses.c} for row in rows])
+
+
+def test_schema_behind_for_never_migrated_or_older_revision_not_for_head_or_newer() -> None:
+    """A revision this build does not know is a newer release's: the previous release still runs on it
+    during a rolling upgrade."""
+    head = head_revision()
+    assert head is not None
+    older = f"{int(head) - 1:04d}"
+    assert schema_behind(None) and schema_behind(older)
+    assert not schema_behind(head) and not schema_behind(f"{int(head) + 1:04d}")
 
 
 def test_import_api_and_worker_leaves_alembic_unloaded() -> None:

@@ -57,6 +57,19 @@ def test_unreachable_counts_write_refused_by_read_only_database(postgres_cluster
     assert unreachable(refused.value)
 
 
+@pytest.mark.postgres
+def test_unreachable_counts_column_missing_from_database_behind_this_build(postgres_cluster: PostgresCluster) -> None:
+    """A release's workers started before its migration ran: each response they took failed on the
+    missing column (PostgreSQL's UndefinedColumn), where waiting lets the migration end it."""
+    db = Database(postgres_cluster.url("postgres"))
+    try:
+        with pytest.raises(DBAPIError) as missing, db.session() as session:
+            session.execute(text("SELECT no_such_column FROM pg_database"))
+    finally:
+        db.dispose()
+    assert unreachable(missing.value)
+
+
 def test_backoff_doubles_its_pause_until_its_deadline() -> None:
     backoff = Backoff(0.3)
     assert not backoff.exhausted()

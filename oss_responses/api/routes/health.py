@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from oss_responses.api.deps import ServicesDep
 from oss_responses.errors import ServiceUnavailable
+from oss_responses.storage.migrations import schema_behind
 
 router = APIRouter(tags=["health"])
 
@@ -21,7 +22,8 @@ CHECK_TIMEOUT_SECONDS = 2.0
 
 
 class NotMigrated(Exception):
-    """The database answers but holds no schema: ``oss-responses migrate`` was not run against it."""
+    """The database answers but holds no schema, or one older than this build's: ``oss-responses migrate``
+    was not run against it (yet: a new release's replicas stay unready until it has)."""
 
 
 class ReadOnly(Exception):
@@ -43,7 +45,7 @@ def _migrated(session: Session) -> None:
         if "alembic_version" not in str(exc):  # not the missing table: the database did not answer
             raise
         revision = None
-    if revision is None:
+    if schema_behind(revision):
         raise NotMigrated()
 
 

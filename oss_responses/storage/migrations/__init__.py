@@ -10,6 +10,7 @@ starts ~0.2 s.
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,21 @@ def head_revision() -> str | None:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
+
+
+@cache
+def _known_revisions() -> frozenset[str]:
+    """The revisions of this build, from its scripts' names (``0011_conversation_next_position.py``):
+    without importing alembic, which the API does not load."""
+    return frozenset(path.name[:4] for path in (MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def schema_behind(revision: str | None) -> bool:
+    """Is a database at ``revision`` older than this build's code (never migrated, or a revision this
+    build knows that is not its newest)? A revision it does not know is newer: during a rolling upgrade
+    the previous release runs on the next one's schema, which only adds to it."""
+    known = _known_revisions()
+    return revision is None or (revision in known and revision != max(known))
 
 
 def current_revision(url: str | URL) -> str | None:
