@@ -87,11 +87,21 @@ async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
 async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
     if schema_missing(exc):
         return await _database_not_migrated(request, exc)
-    log.warning("database unreachable on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__,
-                str(exc).splitlines()[0] if str(exc) else "")
-    error = ServiceUnavailable("The service cannot reach its database right now. Retry shortly.",
-                               code="database_unavailable")
-    return error_response(error)
+    busy = _timed_out(exc)
+    log.warning("database %s on %s %s (%s: %s)", "timed out" if busy else "unreachable", request.method,
+                request.url.path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+    message = ("The service's database is too busy right now (a lock or statement timeout). Retry shortly."
+               if busy else "The service cannot reach its database right now. Retry shortly.")
+    return error_response(ServiceUnavailable(message, code="database_unavailable"))
+
+
+# PostgreSQL's lock_not_available (lock_timeout) and query_canceled (statement_timeout): the database
+# answered; "cannot reach" sent its operator to look for a network fault.
+_TIMEOUT_SQLSTATES = ("55P03", "57014")
+
+
+def _timed_out(exc: Exception) -> bool:
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _TIMEOUT_SQLSTATES
 
 
 async def _database_not_migrated(request: Request, exc: Exception) -> JSONResponse:

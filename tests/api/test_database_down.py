@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import httpx2
+import psycopg
 import pytest
 import redis as redis_lib
 from support import MODEL
@@ -63,6 +64,21 @@ def test_create_with_database_read_only_is_503_database_unavailable(
     assert response.json()["error"]["code"] == "database_unavailable"
     assert response.headers["retry-after"]
     assert redis.llen(api.settings.queue_for(MODEL)) == 0
+
+
+def test_retrieve_response_past_lock_timeout_is_503_saying_database_busy(
+    http: httpx2.Client, api: ApiServer, own_postgres: PostgresCluster
+) -> None:
+    """A lock held past PostgreSQL's lock_timeout (an operator's migration or maintenance): the database
+    answered, so "cannot reach its database" was the wrong thing to tell."""
+    own_postgres.execute("""ALTER DATABASE "down" SET lock_timeout = '200ms'""")
+    own_postgres.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'down'")
+    with psycopg.connect(host="127.0.0.1", port=own_postgres.port, user="postgres", dbname="down") as holder:
+        holder.execute("LOCK TABLE responses IN ACCESS EXCLUSIVE MODE")
+        response = http.get("/v1/responses/resp_0123")
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == "database_unavailable" and "too busy" in error["message"]
 
 
 def test_readyz_with_database_read_only_is_503_naming_it(
