@@ -147,7 +147,9 @@ class Settings(BaseSettings):
         "per try; a SIGTERM meanwhile stops it within 5 s) before it exits 1",
     )
     stale_queued_seconds: int = Field(
-        600, ge=1, description="A response queued longer than this has its task sent again (once per such period)"
+        600, ge=1,
+        description="A response queued longer than this has its task sent again (once per such period, while a "
+        "worker serves its model)",
     )
     max_takeovers: int = Field(
         3, ge=0, description="A response whose workers were lost more often than this fails instead of being taken over"

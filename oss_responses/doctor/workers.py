@@ -3,13 +3,11 @@
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from collections.abc import Iterator
 
 import redis as redis_lib
 
-from oss_responses import redis_keys
+from oss_responses.announcements import ready_workers
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
 from oss_responses.doctor.stores import TIMEOUT_SECONDS
@@ -19,7 +17,7 @@ def check_workers(settings: Settings) -> Iterator[CheckResult]:
     client = redis_lib.Redis.from_url(settings.redis_url, socket_timeout=TIMEOUT_SECONDS,
                                       socket_connect_timeout=TIMEOUT_SECONDS)
     try:
-        ready = Counter(_model_of(client.get(key)) for key in client.scan_iter(redis_keys.worker_ready("*")))
+        ready = ready_workers(client)
     except redis_lib.RedisError:  # the redis check FAILs for it; this line says what is not known
         yield CheckResult("workers", "warn", "not checked: workers announce themselves in Redis, which does not answer")
         return
@@ -32,9 +30,3 @@ def check_workers(settings: Settings) -> Iterator[CheckResult]:
             yield CheckResult("workers", "warn", f"{model}: no worker ready; its responses wait in the queue "
                                                  f"{settings.queue_for(model)} until one starts")
 
-
-def _model_of(announced: bytes | str | None) -> str | None:
-    try:
-        return str(json.loads(announced or b"{}").get("model"))
-    except (ValueError, AttributeError):
-        return None

@@ -19,7 +19,8 @@ end marker; a pass also ends the open streams of responses no longer running who
 (``workers/unclosed.py``), so no client follows such a stream until its TTL.
 
 It also sweeps: a response still ``queued`` after ``stale_queued_seconds`` may have lost its task (a
-Redis that kept no AOF, a flushed queue); its task is sent again, once per that period. A duplicate of
+Redis that kept no AOF, a flushed queue); its task is sent again, once per that period, while a worker
+announces its model (a queue nobody consumes keeps what it holds). A duplicate of
 a task that was only waiting is harmless: the second run finds the response leased or ended. The sweep
 and the purge of expired event logs run every tenth of ``stale_queued_seconds`` (a minute at most),
 not every pass.
@@ -50,6 +51,7 @@ from openai.types.responses import Response, ResponseFailedEvent
 from redis import Redis
 
 from oss_responses import redis_keys
+from oss_responses.announcements import ready_workers
 from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
@@ -243,18 +245,22 @@ class Reaper:
 
     def sweep_queued(self) -> list[str]:
         """Send again the task of every response queued for longer than ``stale_queued_seconds``."""
-        assert self.dispatch is not None
         before = utcnow() - timedelta(seconds=self.stale_queued_seconds)
-        sent = []
-        for response_id, model in self.db.run(list_stale_queued, before):
-            if self.redis.set(redis_keys.resume(response_id), "sweeper", nx=True, ex=self.stale_queued_seconds):
-                log.warning(
-                    "%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds
-                )
-                self.dispatch(response_id, model, None)
-                REAPER_ACTIONS.labels("requeued_stale").inc()
-                sent.append(response_id)
-        return sent
+        stale = self.db.run(list_stale_queued, before)
+        # A model no worker serves keeps its task waiting in the queue: a copy a period would pile up
+        # there (counted against the model's queue limit) until a worker came and ran them all.
+        served = ready_workers(self.redis) if stale else {}
+        return [response_id for response_id, model in stale
+                if served.get(model) and self._send_again(response_id, model)]
+
+    def _send_again(self, response_id: str, model: str) -> bool:
+        assert self.dispatch is not None
+        if not self.redis.set(redis_keys.resume(response_id), "sweeper", nx=True, ex=self.stale_queued_seconds):
+            return False  # another worker's sweep sent it this period
+        log.warning("%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds)
+        self.dispatch(response_id, model, None)
+        REAPER_ACTIONS.labels("requeued_stale").inc()
+        return True
 
     def _dispatch_takeover(self, response_id: str) -> bool:
         assert self.dispatch is not None

@@ -3,6 +3,7 @@ dispatcher, failed with their streams ended; responses queued for too long have 
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -124,10 +125,30 @@ def test_reaper_sends_task_of_stale_queued_response_again_once(
     stale = accept(db, redis, settings, input="hi", background=True)  # its task was lost: never enqueued
     overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
     fresh = accept(db, redis, settings, input="hi", background=True)
+    announce_worker(redis, "gpt-oss-20b")
     sent: list[tuple] = []  # type: ignore[type-arg]
     assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
     assert dispatching_reaper(db, redis, sent).reap_once() == []
     assert sent == [(stale, "gpt-oss-20b")] and fresh not in {rid for rid, _ in sent}
+
+
+def test_reaper_leaves_stale_queued_response_of_model_no_worker_serves(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """Its task waits in a queue nobody consumes: a copy sent each period piled up there, counted against
+    the model's queue limit, until a worker came and ran them all."""
+    stale = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+    announce_worker(redis, "another-model")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap_once() == [] and sent == []
+    announce_worker(redis, "gpt-oss-20b")  # a worker for it started: the task may have been lost
+    assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
+
+
+def announce_worker(redis: redis_lib.Redis, model: str) -> None:
+    """What a worker's context keeps set while its engine is up (``workers/context.py``)."""
+    redis.set(redis_keys.worker_ready(f"worker-of-{model}"), json.dumps({"model": model, "engine": "scripted"}))
 
 
 def test_reaper_purges_event_logs_past_their_ttl(db: Database, redis: redis_lib.Redis, settings: Settings) -> None:
@@ -175,6 +196,7 @@ def test_reaper_purges_and_sweeps_once_per_housekeeping_interval(
     db.run(save_event_log, expired, 0, [b"x"], utcnow() - timedelta(seconds=1))
     stale = accept(db, redis, settings, input="hi", background=True)
     overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+    announce_worker(redis, "gpt-oss-20b")
 
     clock.now += 59
     assert pass_maker.reap_once() == [] and sent == []
