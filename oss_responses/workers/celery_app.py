@@ -21,6 +21,7 @@ from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
+from oss_responses.workers.pool import POOL
 from oss_responses.workers.tasks import dispatcher, register
 
 
@@ -35,7 +36,7 @@ def make_celery(settings: Settings, frontend: Frontend | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_pool="threads",
+        worker_pool=POOL,
         worker_concurrency=settings.worker_concurrency,
         task_default_queue=queue,
         task_routes={

@@ -39,7 +39,6 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
         # JSON logs are for a log pipeline: Celery's banner (a block of text on stdout) is left out.
         *(["--quiet"] if settings.log_format == "json" else []),
         "worker",
-        "--pool=threads",
         f"--concurrency={settings.worker_concurrency}",
         f"--queues={settings.queue_for(settings.worker_model)},{settings.webhook_queue}",
         "--loglevel=INFO",

@@ -250,6 +250,17 @@ def cancel_revoked(ctx: WorkerContext, response_id: str) -> Outcome:
     return "cancelled" if _end_queued(ctx, record) else "skipped"
 
 
+def cancel_terminated(ctx: WorkerContext, response_id: str) -> None:
+    """A running task that Celery was told to terminate (``celery control revoke ID --terminate``): its
+    response is cancelled as a client's cancel does, through every worker's listener, since the pool
+    cannot kill the thread that runs it (``workers/pool.py``)."""
+    with ctx.sync_redis.pipeline(transaction=False) as pipe:
+        pipe.set(redis_keys.cancel(response_id), "1", ex=ctx.settings.event_ttl_seconds)
+        pipe.sadd(redis_keys.OPEN_STREAMS, response_id)
+        pipe.publish(redis_keys.CANCEL_CHANNEL, response_id)
+        pipe.execute()
+
+
 def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
     _end_queued(ctx, job.record)
     return "cancelled"

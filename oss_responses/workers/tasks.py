@@ -185,15 +185,19 @@ def _hand_off_on_shutdown(
 
 
 def _cancel_revoked(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
-    """Celery discarded a revoked ``run_response`` task unrun (``celery control revoke ID``): its response
-    is cancelled (``runner.cancel_revoked``). Without this it stayed ``queued``, its stream open, until the
-    stale sweep sent its task again and it ran after all. (A running task is never revoked: the threads
-    pool cannot terminate it; ``POST /v1/responses/{id}/cancel`` stops it.)"""
-    if getattr(sender, "name", None) != RUN_RESPONSE_TASK or terminated or _context is None or not request.args:
+    """Celery revoked a ``run_response`` task. Discarded unrun (``celery control revoke ID``), its queued
+    response is cancelled (``runner.cancel_revoked``): it had stayed ``queued``, its stream open, until the
+    stale sweep sent its task again and it ran after all. Terminated while it ran (``--terminate``), its
+    response is cancelled as a client's cancel would (``runner.cancel_terminated``)."""
+    if getattr(sender, "name", None) != RUN_RESPONSE_TASK or _context is None or not request.args:
         return
     response_id = request.args[0]
     with log_context(response_id=response_id, model=_context.settings.worker_model, worker_id=_context.worker_id):
         try:
+            if terminated:
+                runner.cancel_terminated(_context, response_id)
+                log.info("response %s: its task was terminated: cancelling it", response_id)
+                return
             outcome = runner.cancel_revoked(_context, response_id)
         except Exception:  # the stores: it stays queued, and the stale sweep sends its task again
             log.exception("response %s: its task was revoked, and cancelling it failed", response_id)

@@ -21,7 +21,7 @@ from support.processes import (
     start_worker_process,
     stop_process,
 )
-from support.streams import assert_contiguous, wait_for_end
+from support.streams import assert_contiguous, wait_for_end, wait_for_event
 from support.workers import accept, worker_settings
 
 from oss_responses.storage import Database, get_response, migrate
@@ -115,6 +115,30 @@ def test_worker_engine_step_is_stopped_before_the_pool(redis_url: str, tmp_path:
     assert Pool in required
     aliases = [step.alias for step in worker.blueprint.order]
     assert aliases.index("Pool") < aliases.index("oss-responses engine")  # started after it, stopped before
+
+
+def test_celery_revoke_with_terminate_of_running_task_cancels_its_response(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """``celery control revoke ID --terminate`` of a running response's task: the threads pool cannot kill
+    the thread, and said so with a traceback in the control handler while the response ran on. It is
+    cancelled instead, its stream ending on the cancel."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=20.0)
+    db = Database(settings.database_url)
+    worker = start_worker(settings, "terminating")
+    node = f"terminating@{socket.gethostname()}"
+    control = make_celery(settings).control
+    response_id = accept(db, redis, settings, input="tokens 400", background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)
+    wait_for_event(redis, response_id, "response.output_text.delta")
+    [active] = control.inspect(destination=[node], timeout=5).active()[node]
+    control.revoke(active["id"], terminate=True, destination=[node], reply=True, timeout=10)
+    events = wait_for_end(redis, response_id)
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "cancelled"
+    assert len(events) < 400 and "response.completed" not in {event["type"] for event in events}
+    assert "Traceback" not in worker.log.read_text()
+    db.dispose()
 
 
 def test_celery_revoke_of_queued_task_cancels_its_response(

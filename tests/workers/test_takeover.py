@@ -194,6 +194,31 @@ def test_worker_shut_down_by_celery_control_hands_running_response_to_another_wo
     db.dispose()
 
 
+def test_worker_sent_sigquit_hands_running_response_to_another_worker(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """Celery's cold shutdown stops the pool before it sends ``worker_shutting_down``: the threads pool
+    waited there for every running response to end (or, before the pool was ours, failed with a CRITICAL
+    ``NotImplementedError``)."""
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    leaving = start_worker(settings, "quitting")
+    response_id = _start_response(db, redis, settings, "tokens 400")
+    _wait_for_deltas(redis, response_id, 10)
+    start_worker(_unpaced(settings), "staying")
+    signalled = time.monotonic()
+    leaving.process.send_signal(signal.SIGQUIT)
+    leaving.process.wait(timeout=30)
+    exited_after = time.monotonic() - signalled
+    events = wait_for_end(redis, response_id, timeout=30)
+    assert_one_story(events, db, response_id)
+    assert len(story_text(events).split()) == 400
+    log_text = leaving.log.read_text()
+    assert "handed_off" in log_text and "CRITICAL" not in log_text
+    assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
+    db.dispose()
+
+
 def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str, tmp_path: Path) -> None:
     server = start_redis(appendonly=True)
     worker = None
