@@ -284,6 +284,11 @@ class Settings(BaseSettings):
         description="A request's headers, and then its body, must each arrive within this; else a 408 and the "
         "connection is closed (a connection that sends no request is closed after it too)",
     )
+    send_stall_seconds: float = Field(
+        120.0, ge=0,
+        description="A client that reads nothing of its answer for this long (its connection's send buffer full all "
+        "along: an event stream it stopped reading) is disconnected, as if it had left; 0: never",
+    )
     max_json_depth: int = Field(
         64, ge=1, description="Deepest nesting of arrays and objects a JSON body may have (400 beyond)"
     )

@@ -10,7 +10,10 @@ So, per connection:
 - a request's headers larger than ``max_header_bytes`` are answered 431 and the connection closed (counted
   as they arrive, before httptools has joined them);
 - headers or a body not received whole within ``read_seconds`` of their start: 408, closed;
-- a server that stops closes a connection whose request body is still arriving (uvicorn would wait for it).
+- a server that stops closes a connection whose request body is still arriving (uvicorn would wait for it);
+- a client that reads nothing of its answer for ``send_stall_seconds`` (the connection's send buffer full
+  all along) is disconnected: an event stream's relay waited on it for good, holding its stream slot, and
+  the frames it could not send stayed in memory.
 
 The app sees a closed request as a disconnect (``http.disconnect``), as when the client leaves.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -29,6 +33,8 @@ from oss_responses.errors import BadRequest
 
 if TYPE_CHECKING:
     from oss_responses.config import Settings
+
+log = logging.getLogger(__name__)
 
 _REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
@@ -44,10 +50,14 @@ def error_bytes(status: int, message: str, code: str) -> bytes:
 class BoundedHttpProtocol(HttpToolsProtocol):
     """Built by uvicorn per connection (``http=`` a ``functools.partial`` giving the two bounds)."""
 
-    def __init__(self, *args: Any, max_header_bytes: int, read_seconds: float, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, max_header_bytes: int, read_seconds: float, send_stall_seconds: float = 0, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.max_header_bytes = max_header_bytes
         self.read_seconds = read_seconds
+        self.send_stall_seconds = send_stall_seconds
+        self._stall_timer: asyncio.TimerHandle | None = None
         self._reading_headers = False  # a request has begun and its headers are not all here
         self._header_bytes = 0
         self._body_bytes_fed = 0  # of the data being fed now: what httptools handed on as body
@@ -60,7 +70,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._writing_resumed()
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self.send_stall_seconds and self._stall_timer is None:
+            self._stall_timer = self.loop.call_later(self.send_stall_seconds, self._stalled)
+
+    def resume_writing(self) -> None:
+        self._writing_resumed()
+        super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
         self._body_bytes_fed = 0
@@ -122,6 +142,17 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._end_cycle()
             self._refuse(408, f"The request body did not arrive within {self.read_seconds:g} s.", "request_timeout")
 
+    def _writing_resumed(self) -> None:
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+
+    def _stalled(self) -> None:
+        """Aborted, not closed: a close would wait to flush the buffer the client does not read."""
+        self._stall_timer = None
+        log.info("a client read nothing for %g s: its connection is dropped", self.send_stall_seconds)
+        self.transport.abort()
+
     def _body_arriving(self) -> bool:
         cycle = self.cycle
         return cycle is not None and cycle.more_body and not cycle.response_complete and not self._reading_headers
@@ -156,6 +187,6 @@ def server_options(settings: Settings) -> dict[str, Any]:
     supervisor's health check, importing the app there took over its 5 s under load, and the process was
     killed and started again."""
     protocol = partial(BoundedHttpProtocol, max_header_bytes=settings.max_header_bytes,
-                       read_seconds=settings.request_read_seconds)
+                       read_seconds=settings.request_read_seconds, send_stall_seconds=settings.send_stall_seconds)
     # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
     return {"http": protocol, "ws_max_size": settings.max_body_bytes}

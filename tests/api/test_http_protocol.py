@@ -3,6 +3,7 @@ in time, and a stopping API does not wait for a body still arriving. Raw sockets
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -13,13 +14,17 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import redis as redis_lib
 from support import MODEL
 from support.processes import ServiceProcess, start_api_process
+from support.workers import accept
 
+from oss_responses import redis_keys
 from oss_responses.config import Settings
 
 HEADER_LIMIT = 8192
 READ_S = 1.0
+STALL_S = 1.0
 
 
 @pytest.fixture
@@ -27,7 +32,7 @@ def settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Settings:
     database = tmp_path / "api.db"
     shutil.copyfile(sqlite_template, database)
     return Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
-                    max_header_bytes=HEADER_LIMIT, request_read_seconds=READ_S)
+                    max_header_bytes=HEADER_LIMIT, request_read_seconds=READ_S, send_stall_seconds=STALL_S)
 
 
 @pytest.fixture
@@ -140,3 +145,27 @@ def test_stop_api_does_not_wait_for_request_body_still_arriving(
         api.wait(timeout=10)
     assert time.monotonic() - stop_asked < 5
     assert "Traceback" not in (tmp_path / "api.log").read_text()
+
+
+def test_client_reading_nothing_of_its_event_stream_is_disconnected(
+    api, address: tuple[str, int], redis: redis_lib.Redis
+) -> None:  # type: ignore[no-untyped-def]
+    """Its relay waited on the full send buffer for good, holding the owner's stream slot and the frames
+    it could not send."""
+    response_id = accept(api.db, redis, api.settings, input="hi", background=True)
+    text = "x" * 60_000
+    deltas = [b"event: response.output_text.delta\ndata: " + json.dumps({"type": "response.output_text.delta",
+              "sequence_number": n, "delta": text}).encode() + b"\n\n" for n in range(2, 202)]
+    for n, delta in enumerate(deltas, start=2):
+        redis.xadd(redis_keys.events(response_id), {"f": delta}, id=redis_keys.event_id(n))
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+        sock.settimeout(10)
+        sock.connect(address)
+        sock.sendall(f"GET /v1/responses/{response_id}?stream=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        time.sleep(STALL_S + 2)  # reading nothing
+        received = 0
+        with contextlib.suppress(ConnectionResetError):  # the server's close ends what it had sent either way
+            while chunk := sock.recv(65536):
+                received += len(chunk)
+    assert received < sum(map(len, deltas)), f"all {received} bytes received: the connection was kept"
