@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
 def error_bytes(status: int, message: str, code: str) -> bytes:
@@ -90,6 +90,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             if self._header_bytes > self.max_header_bytes:
                 self._refuse(431, f"The request's headers exceed {self.max_header_bytes} bytes.",
                              "request_headers_too_large")
+
+    def send_400_response(self, msg: str) -> None:
+        """What httptools cannot parse: uvicorn answered it in text/plain, where every other error the API
+        gives is OpenAI's JSON."""
+        self._refuse(400, "The request is not valid HTTP/1.1.", "invalid_http_request")
 
     def shutdown(self) -> None:
         if self._body_arriving():

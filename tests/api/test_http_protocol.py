@@ -75,6 +75,14 @@ def test_request_headers_over_limit_get_431_and_connection_closed(conn: socket.s
     assert httpx2.get(f"{api.base_url}/v1/models").status_code == 200
 
 
+def test_request_httptools_cannot_parse_gets_json_400_and_connection_closed(conn: socket.socket) -> None:
+    # uvicorn's own answer was text/plain "Invalid HTTP request received."
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nBad Header Line\r\n\r\n")
+    status, headers, body = _answer(conn)
+    assert (status, headers["content-type"]) == (400, "application/json")
+    assert _error_code(body) == "invalid_http_request"
+
+
 def test_request_headers_under_limit_are_served(conn: socket.socket) -> None:
     conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * (HEADER_LIMIT // 2)
                  + b"\r\n\r\n")
