@@ -13,7 +13,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -154,22 +154,9 @@ def test_worker_paused_past_its_lease_writes_nothing_once_another_took_over(
 def test_sigtermed_worker_hands_running_response_to_another_worker(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
 ) -> None:  # type: ignore[no-untyped-def]
-    settings = _takeover_settings(database_url, redis_url)
-    db = Database(settings.database_url)
-    leaving = start_worker(settings, "leaving")
-    response_id = _start_response(db, redis, settings, "tokens 400")
-    _wait_for_deltas(redis, response_id, 10)
-    start_worker(_unpaced(settings), "staying")
-    signalled = time.monotonic()
-    leaving.process.send_signal(signal.SIGTERM)
-    leaving.process.wait(timeout=10)
-    exited_after = time.monotonic() - signalled
-    events = wait_for_end(redis, response_id, timeout=30)
-    assert_one_story(events, db, response_id)
-    assert len(story_text(events).split()) == 400
-    assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
-    assert "handing off 1 running responses" in leaving.log.read_text()
-    db.dispose()
+    log_text = _stop_while_running(database_url, redis_url, redis, start_worker,
+                                   lambda leaving: leaving.process.send_signal(signal.SIGTERM))
+    assert "handing off 1 running responses" in log_text
 
 
 def test_worker_shut_down_by_celery_control_hands_running_response_to_another_worker(
@@ -177,21 +164,12 @@ def test_worker_shut_down_by_celery_control_hands_running_response_to_another_wo
 ) -> None:  # type: ignore[no-untyped-def]
     """``celery control shutdown`` sends no ``worker_shutting_down``: the engine step's stop hands off."""
     settings = _takeover_settings(database_url, redis_url)
-    db = Database(settings.database_url)
-    leaving = start_worker(settings, "leaving", fork=False)  # a boot order of its own (see test_celery_worker)
-    response_id = _start_response(db, redis, settings, "tokens 400")
-    _wait_for_deltas(redis, response_id, 10)
-    start_worker(_unpaced(settings), "staying")
-    signalled = time.monotonic()
-    make_celery(settings).control.shutdown(destination=[f"leaving@{socket.gethostname()}"])
-    leaving.process.wait(timeout=30)
-    exited_after = time.monotonic() - signalled
-    events = wait_for_end(redis, response_id, timeout=30)
-    assert_one_story(events, db, response_id)
-    assert len(story_text(events).split()) == 400
-    assert "handed_off" in leaving.log.read_text()
-    assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
-    db.dispose()
+    log_text = _stop_while_running(
+        database_url, redis_url, redis, start_worker,
+        lambda leaving: make_celery(settings).control.shutdown(destination=[f"leaving@{socket.gethostname()}"]),
+        fork=False,  # a boot order of its own (see test_celery_worker)
+    )
+    assert "handed_off" in log_text
 
 
 def test_worker_sent_sigquit_hands_running_response_to_another_worker(
@@ -200,23 +178,33 @@ def test_worker_sent_sigquit_hands_running_response_to_another_worker(
     """Celery's cold shutdown stops the pool before it sends ``worker_shutting_down``: the threads pool
     waited there for every running response to end (or, before the pool was ours, failed with a CRITICAL
     ``NotImplementedError``)."""
+    log_text = _stop_while_running(database_url, redis_url, redis, start_worker,
+                                   lambda leaving: leaving.process.send_signal(signal.SIGQUIT))
+    assert "handed_off" in log_text and "CRITICAL" not in log_text
+
+
+def _stop_while_running(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker: Any,
+    stop: Callable[[WorkerProcess], object], *, fork: bool = True,
+) -> str:
+    """A worker stopped by ``stop`` while it generates: its response goes on elsewhere, whole, and it
+    exits within 5 s. Its log."""
     settings = _takeover_settings(database_url, redis_url)
     db = Database(settings.database_url)
-    leaving = start_worker(settings, "quitting")
+    leaving = start_worker(settings, "leaving", fork=fork)
     response_id = _start_response(db, redis, settings, "tokens 400")
     _wait_for_deltas(redis, response_id, 10)
     start_worker(_unpaced(settings), "staying")
     signalled = time.monotonic()
-    leaving.process.send_signal(signal.SIGQUIT)
+    stop(leaving)
     leaving.process.wait(timeout=30)
     exited_after = time.monotonic() - signalled
     events = wait_for_end(redis, response_id, timeout=30)
     assert_one_story(events, db, response_id)
     assert len(story_text(events).split()) == 400
-    log_text = leaving.log.read_text()
-    assert "handed_off" in log_text and "CRITICAL" not in log_text
     assert exited_after < 5, f"the worker took {exited_after:.1f}s to exit"
     db.dispose()
+    return str(leaving.log.read_text())
 
 
 def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str, tmp_path: Path) -> None:
