@@ -127,6 +127,12 @@ class Settings(BaseSettings):
         86_400, ge=1,
         description="How long a response's event stream is kept after it ended",
     )
+    unstored_event_ttl_seconds: int = Field(
+        300, ge=1,
+        description="How long the event stream of a store=false response is kept after it ended (at most "
+        "event_ttl_seconds): no route reads it once its own client's stream ended, and it holds the whole output "
+        "(~90 KB for 256 tokens)",
+    )
     stream_ping_seconds: float = Field(
         15.0, gt=0, description="a stream with no event for this long gets an SSE keep-alive comment"
     )

@@ -298,9 +298,10 @@ class EventWriter:
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
         self._buffer(response_id, packed_events(response_id, events))
 
-    def close(self, response_id: str, status: str) -> None:
-        """Buffer the end marker and the TTL; the stream then ends for every subscriber."""
-        commands = close_commands(response_id, status, self._ttl_seconds)
+    def close(self, response_id: str, status: str, *, ttl_seconds: int | None = None) -> None:
+        """Buffer the end marker and the TTL (the writer's, or ``ttl_seconds``); the stream then ends for every
+        subscriber."""
+        commands = close_commands(response_id, status, ttl_seconds or self._ttl_seconds)
         self._buffer(response_id, [pack_command(command) for command in commands], closing=True)
 
     def append_journal(self, response_id: str, step: Any) -> None:

@@ -271,7 +271,7 @@ def _end_queued(ctx: WorkerContext, record: ResponseRecord) -> bool:
     webhooks = planned_webhooks(ctx.webhooks, record.id, "cancelled", background=record.background)
     if not ctx.db.run(ended_with_deliveries, log_rows(webhooks), cancel_queued, record.id, record.response):
         return False
-    ctx.loop.run(_close_stream(ctx, record.id, "cancelled"))
+    ctx.loop.run(_close_stream(ctx, record, "cancelled"))
     response_ended(ctx.webhooks, record.model, "cancelled", webhooks)
     return True
 
@@ -589,7 +589,7 @@ def _finish(run: _Run) -> Outcome:
     saved = _save_retrying(run, log_rows(webhooks))
     deleted = not saved and job.record.store and ctx.db.run(get_response, job.response_id) is None
     if saved or not job.record.store or deleted:
-        ctx.loop.run(_close_stream(ctx, job.response_id, status))
+        ctx.loop.run(_close_stream(ctx, job.record, status))
     if saved and job.record.store:  # a response not stored has no row to hold its log, nor a reader later
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     elif deleted:
@@ -639,8 +639,15 @@ def _state(job: Job, rendered: RenderedPrompt | None) -> dict[str, Any] | None:
     return {"prompt_messages": rendered.prompt_messages}
 
 
-async def _close_stream(ctx: WorkerContext, response_id: str, status: str) -> None:
-    ctx.writer.close(response_id, status)
+async def _close_stream(ctx: WorkerContext, record: ResponseRecord, status: str) -> None:
+    """The end marker and the stream's TTL. A ``store: false`` response's stream has no reader once its own
+    client read it (no route serves it, and it is not archived), yet holds its whole output: it expires
+    after ``unstored_event_ttl_seconds``, not the day of a stored one's tombstone (Codex CLI sends every
+    request unstored: ~90 KB of Redis each for the whole event TTL)."""
+    response_id = record.id
+    settings = ctx.settings
+    ttl = None if record.store else min(settings.unstored_event_ttl_seconds, settings.event_ttl_seconds)
+    ctx.writer.close(response_id, status, ttl_seconds=ttl)
     try:
         await ctx.writer.drain(response_id)
     except EventWriteError:  # the stream stays among the open ones: the reaper ends it (workers/unclosed.py)

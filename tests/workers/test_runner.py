@@ -283,6 +283,20 @@ def test_run_response_deletes_row_when_store_is_false(
     assert is_closed(redis, response_id)
 
 
+def test_run_response_expires_stream_soon_when_store_is_false(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    # No route reads an unstored response's stream once its client's own stream ended: it held its whole
+    # output (~90 KB for 256 tokens) for the day of the event TTL.
+    unstored = accept(db, redis, settings, input="tokens 7", store=False)
+    stored = accept(db, redis, settings, input="tokens 7")
+    run_response_now(unstored, worker=worker)
+    run_response_now(stored, worker=worker)
+    assert is_closed(redis, unstored)
+    assert 0 < redis.ttl(redis_keys.events(unstored)) <= settings.unstored_event_ttl_seconds
+    assert redis.ttl(redis_keys.events(stored)) > settings.unstored_event_ttl_seconds
+
+
 def test_run_response_cancelled_while_queued_generates_nothing(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
