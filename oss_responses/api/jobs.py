@@ -34,6 +34,7 @@ from oss_responses.api.references import conversation_items, referenced_ids, res
 from oss_responses.api.services import Services
 from oss_responses.conversation import BrokenChain, ConversationPrefix, history_of, render_options, with_prefix
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
+from oss_responses.eventlog.archive import drop_closed_stream
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.hub import StreamLost, StreamNotFound
 from oss_responses.eventlog.writer import framed, write_events, write_frames
@@ -372,6 +373,11 @@ async def remove(services: Services, record: ResponseRecord) -> None:
         await request_cancel(services, record)
     if not await services.db.run(delete_response, record.id):
         raise not_found(record.id)
+    try:
+        await drop_closed_stream(services.redis, record.id)
+    except RedisError:  # deleted in SQL, the truth: its stream goes at its TTL
+        log.warning("dropping the event stream of deleted %s failed: it stays in Redis until its TTL", record.id,
+                    exc_info=True)
 
 
 def public_json(record: ResponseRecord) -> dict[str, Any]:

@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.hub import ARCHIVED, parse_id
+from oss_responses.eventlog.hub import ARCHIVED, as_entries, parse_id
 
 # KEYS[1] the stream; ARGV: the archived end marker's id, its status, the last sequence number.
 # A stream's newest node is allocated at stream-node-max-bytes (4 KB) whatever it holds; DUMP and
@@ -72,3 +73,17 @@ def leave_tombstone(redis: Redis, response_id: str, closed: ClosedStream) -> boo
         closed.end_id, closed.status, closed.last_sequence_number,
     )
     return bool(done)
+
+
+async def drop_closed_stream(redis: AsyncRedis, response_id: str) -> bool:
+    """A deleted response's closed stream, not archived (still queued when deleted, cancelled while queued,
+    failed by the reaper), replaced by a tombstone of no event (-1): its frames (instructions, tools,
+    metadata; an ended one's output) would stay in Redis for the event TTL after the DELETE. A running
+    stream is its worker's to drop when it ends (``workers/archive.py``); a tombstone is left as it is.
+    True if this dropped it."""
+    key = redis_keys.events(response_id)
+    tail = as_entries(await redis.xrevrange(key, "+", "-", count=1))
+    if not tail or b"end" not in tail[0][1] or ARCHIVED in tail[0][1]:
+        return False
+    end_id, end = tail[0]
+    return bool(await redis.eval(TOMBSTONE_SCRIPT, 1, key, end_id, end[b"end"], -1))

@@ -84,6 +84,16 @@ def test_delete_response_then_retrieve_is_404(client: OpenAI, http: httpx2.Clien
         client.responses.delete(created.id)
 
 
+def test_delete_response_queued_drops_its_event_stream(client: OpenAI, redis: redis_lib.Redis) -> None:
+    # No worker takes it: the DELETE cancels it while queued. Its opening events (instructions, tools,
+    # metadata) stayed in Redis for the whole event TTL after the DELETE.
+    created = client.responses.create(model=MODEL, input="hi", background=True, instructions="a secret prompt")
+    client.responses.delete(created.id)
+    [(_, fields)] = redis.xrange(redis_keys.events(created.id))
+    assert fields == {b"end": b"cancelled", b"archived": b"-1"}
+    assert redis.ttl(redis_keys.events(created.id)) > 0
+
+
 def test_delete_response_with_sdk(client: OpenAI) -> None:
     created = client.responses.create(model=MODEL, input="hi", background=True)
     assert client.responses.delete(created.id) is None
