@@ -152,6 +152,11 @@ class Settings(BaseSettings):
         "Redis is unreachable; and how long a worker starting while its Redis does not answer waits for it (a line "
         "per try; a SIGTERM meanwhile stops it within 5 s) before it exits 1",
     )
+    response_retention_seconds: int = Field(
+        0, ge=0,
+        description="A stored response is deleted (as a DELETE would, with its webhook deliveries) this long after it "
+        "was created, once it has ended; 0: kept until deleted. OpenAI keeps responses 30 days: 2592000",
+    )
     stale_queued_seconds: int = Field(
         600, ge=1,
         description="A response queued longer than this has its task sent again (once per such period, while a "

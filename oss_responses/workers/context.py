@@ -278,6 +278,7 @@ def start_worker(
             ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
             lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
             dispatch=dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
+            retention_seconds=settings.response_retention_seconds,
         )
         ctx.reaper.start()
     log.info("worker %s ready: model %s, engine %s", ctx.worker_id, settings.worker_model, settings.engine)

@@ -67,6 +67,7 @@ from oss_responses.storage import (
     save_turn,
     utcnow,
 )
+from oss_responses.storage.retention import purge_responses_created_before
 from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
 from oss_responses.webhooks.notify import WebhookNotifier, log_rows
 from oss_responses.wire import response_json, wire_json
@@ -149,12 +150,16 @@ def store_failure(
     )
 
 
+RETENTION_BATCH = 500
+RETENTION_BATCHES = 10
+
+
 class Reaper:
     def __init__(
         self, db: Database, redis: Redis, *, worker_id: str, interval_seconds: float, lease_seconds: float,
         event_ttl_seconds: int, dispatch: Callable[[str, str, dict[str, Any] | None], None] | None = None,
         stale_queued_seconds: int = 600, webhooks: WebhookNotifier | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        retention_seconds: int = 0, clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -166,6 +171,7 @@ class Reaper:
         # A dispatched takeover that no worker picked up within this is dispatched again.
         self.resume_seconds = max(60, int(lease_seconds * 4))
         self.stale_queued_seconds = stale_queued_seconds
+        self.retention_seconds = retention_seconds
         # The sweep and the purge look for what takes minutes to appear: not every pass.
         self.housekeeping_seconds = max(interval_seconds, min(60.0, stale_queued_seconds / 10))
         self._housekept_at: float | None = None
@@ -189,6 +195,7 @@ class Reaper:
                 if self.dispatch is not None:
                     handled += self.sweep_queued()
                 self.db.run(purge_expired_event_logs)  # their tombstones in Redis expired with them
+                self.purge_retained()
             return handled
         finally:
             self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
@@ -210,6 +217,23 @@ class Reaper:
             return []
         leases = self.redis.mget([redis_keys.lease(rid) for rid in response_ids])
         return [rid for rid, holder in zip(response_ids, leases, strict=True) if holder is None]
+
+    def purge_retained(self) -> int:
+        """Delete the ended responses older than ``retention_seconds``, a batch at a time, for at most
+        ``RETENTION_BATCHES`` batches a pass: a backlog (retention just turned on) goes over several passes
+        rather than holding the reaper's lock."""
+        if not self.retention_seconds:
+            return 0
+        cutoff = utcnow() - timedelta(seconds=self.retention_seconds)
+        purged = 0
+        for _ in range(RETENTION_BATCHES):
+            batch = self.db.run(purge_responses_created_before, cutoff, limit=RETENTION_BATCH)
+            purged += batch
+            if batch < RETENTION_BATCH:
+                break
+        if purged:
+            log.info("deleted %d responses created over %ds ago (retention)", purged, self.retention_seconds)
+        return purged
 
     def _housekeeping_due(self) -> bool:
         now = self._clock()

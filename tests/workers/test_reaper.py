@@ -24,6 +24,7 @@ from oss_responses.storage import (
     transition,
     utcnow,
 )
+from oss_responses.workers import reaper as reaper_module
 from oss_responses.workers.reaper import HANDOFF, REAPER_LOCK, Reaper
 
 
@@ -159,6 +160,24 @@ def test_reaper_purges_event_logs_past_their_ttl(db: Database, redis: redis_lib.
     reaper(db, redis, settings).reap_once()
 
     assert not has_row(db, expired) and db.run(get_event_log, live) is not None
+
+
+def test_reaper_deletes_ended_responses_past_retention_in_batches(
+    db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reaper_module, "RETENTION_BATCH", 2)  # 5 old responses: three batches in one pass
+    old = [accept(db, redis, settings, input="hi") for _ in range(5)]
+    for response_id in old:
+        overwrite_row(db, response_id, status="completed", created_at=utcnow() - timedelta(days=31))
+    fresh = accept(db, redis, settings, input="hi")
+    overwrite_row(db, fresh, status="completed")
+    keeping = Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60,
+                     retention_seconds=30 * 86_400)
+
+    keeping.reap_once()
+
+    assert [db.run(get_response, rid) for rid in old] == [None] * 5
+    assert db.run(get_response, fresh) is not None
 
 
 def has_row(db: Database, response_id: str) -> bool:
