@@ -45,7 +45,7 @@ from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
-from oss_responses.workers.outage import wait_for_redis
+from oss_responses.workers.outage import wait_for_redis, wait_for_schema
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)
@@ -234,8 +234,12 @@ def start_worker(
     stopping: Callable[[], bool] = lambda: False,
 ) -> WorkerContext:
     """Bring a worker up (see the module docstring); raises EngineStartError if the engine fails,
-    StoreAwayAtStart if Redis does not answer within ``save_retry_seconds`` (or ``stopping`` says so first)."""
+    StoreAwayAtStart if Redis does not answer, or the database is not migrated to this build's schema,
+    within ``save_retry_seconds`` (or ``stopping`` says so first)."""
     wait_for_redis(settings.redis_url, settings.save_retry_seconds, stopping)
+    # Before the engine: a vLLM start takes minutes, and its memory is better not held by a worker that
+    # cannot serve yet.
+    wait_for_schema(settings.database_url, settings.save_retry_seconds, stopping)
     loop = EngineLoop().start()
     try:
         encoding = encoding or load_encoding(settings.tiktoken_dir)

@@ -19,7 +19,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from oss_responses.logs import safe_url
-from oss_responses.storage.db import refused_read_only, schema_missing
+from oss_responses.storage.db import Database, refused_read_only, schema_missing
+from oss_responses.storage.migrations import database_revision, newest_revision, schema_behind
 
 
 def unreachable(exc: BaseException) -> bool:
@@ -76,3 +77,42 @@ def wait_for_redis(url: str, seconds: float, stopping: Callable[[], bool] = lamb
                 backoff.wait()
     finally:
         client.close()
+
+
+def wait_for_schema(database_url: str, seconds: float, stopping: Callable[[], bool] = lambda: False) -> None:
+    """A worker starting on a database behind this build's schema (its release's workers started before
+    its migration ran) waits for ``oss-responses migrate``, a line per try, for up to ``seconds``, as it
+    waits for a database that does not answer; then, or once ``stopping``, it raises
+    :class:`StoreAwayAtStart`. Without it the start's first statements met the missing column and Celery
+    stopped with "Unrecoverable error" and the SQL, while a worker already running waited for the same
+    migration (``unreachable``)."""
+    database = Database(database_url, pool_size=1)
+    shown = database.url.render_as_string(hide_password=True)
+    backoff = Backoff(seconds)
+    try:
+        while True:
+            why = _schema_not_ready(database)
+            if why is None:
+                return
+            if backoff.exhausted() or stopping():
+                raise StoreAwayAtStart(f"the database at {shown} {why}")
+            log.warning("the database at %s %s; the worker waits for it (next try in %.2fs)", shown, why,
+                        backoff.delay)
+            backoff.wait()
+    finally:
+        database.dispose()
+
+
+def _schema_not_ready(database: Database) -> str | None:
+    """Why this worker cannot run on the database yet, or None."""
+    try:
+        revision = database.run(database_revision)
+    except DBAPIError as exc:
+        if not unreachable(exc):
+            raise
+        lines = str(exc.orig).strip().splitlines()
+        return f"did not answer ({lines[0] if lines else type(exc).__name__})"
+    if schema_behind(revision):
+        return (f"is at revision {revision or 'none'}, behind this release's {newest_revision()}: "
+                "run `oss-responses migrate`")
+    return None

@@ -1,5 +1,5 @@
 """Which failures mean a store did not answer (the task runs again) and which do not (it fails); a worker
-starting while Redis is away."""
+starting while Redis is away, or on a database behind its migrations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,8 +22,13 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from support import TIKTOKEN_DIR
 from support.servers import PostgresCluster, free_port
 
-from oss_responses.storage import Database
-from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, wait_for_redis
+from oss_responses.storage import Database, migrate
+from oss_responses.storage.migrations import newest_revision
+from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, wait_for_redis, wait_for_schema
+
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+# The revision before conversation_through (0009): the newest release's first statements name it.
+OLD_REVISION = "0008"
 
 
 @pytest.mark.parametrize("exc", [
@@ -113,3 +120,61 @@ def test_worker_started_while_redis_is_away_stops_on_sigterm(tmp_path: Path) -> 
     assert worker.returncode == 1
     assert "oss-responses worker not started: Redis at" in output
     assert "Traceback" not in output.split("worker: Warm shutdown")[0]
+
+
+@pytest.fixture(params=BACKENDS)
+def old_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database the previous releases migrated (``OLD_REVISION``), not yet this build's."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'old.db'}"
+        migrate(url, OLD_REVISION)
+        yield url
+        return
+    cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+    name = f"old_schema_{os.getpid()}_{time.monotonic_ns()}"
+    url = cluster.create_database(name)
+    migrate(url, OLD_REVISION)
+    yield url
+    cluster.drop_database(name)
+
+
+def test_wait_for_schema_gives_up_on_database_behind_this_build(old_database_url: str) -> None:
+    with pytest.raises(StoreAwayAtStart, match=rf"is at revision {OLD_REVISION}, behind this release's "
+                                               rf"{newest_revision()}: run `oss-responses migrate`"):
+        wait_for_schema(old_database_url, seconds=0.5)
+
+
+def test_wait_for_schema_returns_once_database_is_migrated(old_database_url: str) -> None:
+    waited: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            wait_for_schema(old_database_url, seconds=30)
+            waited.append(None)
+        except BaseException as exc:  # noqa: BLE001  # reported by the assert below
+            waited.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.5)
+    assert not waited
+    migrate(old_database_url)
+    waiter.join(timeout=15)
+    assert waited == [None]
+
+
+def test_worker_started_on_database_behind_this_build_exits_saying_to_migrate(redis_url: str, tmp_path: Path) -> None:
+    """A release's workers started before its migration ran (a rolling deploy whose migrate job is late):
+    the start's first statement met the missing column, and the worker stopped on the driver's error and
+    its SQL, where a running worker waits for the migration."""
+    database_url = f"sqlite:///{tmp_path / 'old.db'}"
+    migrate(database_url, OLD_REVISION)
+    env = {**os.environ, "OSS_RESPONSES_REDIS_URL": redis_url,
+           "OSS_RESPONSES_DATABASE_URL": database_url, "OSS_RESPONSES_SAVE_RETRY_SECONDS": "1",
+           "OSS_RESPONSES_TIKTOKEN_DIR": str(TIKTOKEN_DIR), "OSS_RESPONSES_WORKER_METRICS_PORT": "0"}
+    worker = subprocess.run([sys.executable, "-m", "oss_responses.workers"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert worker.returncode == 1
+    assert (f"oss-responses worker not started: the database at {database_url} is at revision {OLD_REVISION}, "
+            f"behind this release's {newest_revision()}") in worker.stdout
+    assert "no such column" not in worker.stdout

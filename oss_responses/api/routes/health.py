@@ -9,12 +9,11 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from oss_responses.api.deps import ServicesDep
 from oss_responses.errors import ServiceUnavailable
-from oss_responses.storage.migrations import schema_behind
+from oss_responses.storage.migrations import database_revision, schema_behind
 
 router = APIRouter(tags=["health"])
 
@@ -39,13 +38,7 @@ def _ready(session: Session) -> None:
 
 
 def _migrated(session: Session) -> None:
-    try:
-        revision = session.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    except DBAPIError as exc:
-        if "alembic_version" not in str(exc):  # not the missing table: the database did not answer
-            raise
-        revision = None
-    if schema_behind(revision):
+    if schema_behind(database_revision(session)):
         raise NotMigrated()
 
 

@@ -14,7 +14,9 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import URL
+from sqlalchemy import URL, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from oss_responses.storage.db import Database, ensure_sqlite_directory
 
@@ -54,6 +56,22 @@ def _known_revisions() -> frozenset[str]:
     """The revisions of this build, from its scripts' names (``0011_conversation_next_position.py``):
     without importing alembic, which the API does not load."""
     return frozenset(path.name[:4] for path in (MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def newest_revision() -> str:
+    """This build's newest revision, from its scripts' names (no alembic import)."""
+    return max(_known_revisions())
+
+
+def database_revision(session: Session) -> str | None:
+    """The revision the session's database is at; None when it was never migrated (no ``alembic_version``).
+    Raises what the database raised for anything else (it did not answer)."""
+    try:
+        return session.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except DBAPIError as exc:
+        if "alembic_version" not in str(exc):  # not the missing table: the database did not answer
+            raise
+        return None
 
 
 def schema_behind(revision: str | None) -> bool:
