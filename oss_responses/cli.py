@@ -76,11 +76,17 @@ def run_migrate(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
     from oss_responses.config import get_settings
-    from oss_responses.storage.migrations import current_revision, migrate
+    from oss_responses.storage.migrations import current_revision, migrate, newest_revision, schema_newer
 
     url = args.url or get_settings().database_url
     shown = make_url(url).render_as_string(hide_password=True)
     try:
+        if schema_newer(current := current_revision(url)):
+            # A rollback: Alembic would refuse the revision it cannot locate, and a deployment that runs
+            # migrate before its API and workers (docker-compose) would not start the previous release.
+            print(f"{shown} at revision {current}, newer than this release's {newest_revision()} (a newer "
+                  "release migrated it): left as it is; this release runs on it")
+            return 0
         migrate(url, args.revision)
         current = current_revision(url)
     except (OperationalError, InterfaceError) as exc:

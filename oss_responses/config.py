@@ -149,8 +149,8 @@ class Settings(BaseSettings):
     save_retry_seconds: float = Field(
         120.0, ge=0,
         description="How long a worker retries saving a finished response, or starting one, while the database or "
-        "Redis is unreachable; and how long a worker starting while its Redis, or its database, does not answer (or the "
-        "database is behind the release's migrations) waits for it (a line per try; a SIGTERM meanwhile stops it "
+        "Redis is unreachable; and how long a worker starting while its Redis, or its database, does not answer (or "
+        "the database is behind the release's migrations) waits for it (a line per try; a SIGTERM meanwhile stops it "
         "within 5 s) before it exits 1",
     )
     response_retention_seconds: int = Field(

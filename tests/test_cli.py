@@ -9,9 +9,11 @@ import types
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 from support.servers import free_port
 
 from oss_responses.cli import build_parser, main
+from oss_responses.storage import Database
 from oss_responses.storage.migrations import current_revision, head_revision
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +38,23 @@ def test_migrate_upgrades_database_to_head(tmp_path: Path, capsys: pytest.Captur
 
     assert current_revision(url) == head_revision()
     assert capsys.readouterr().out.strip().endswith(f"at revision {head_revision()}")
+
+
+def test_migrate_database_of_newer_release_leaves_it_and_succeeds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rollback: Alembic refused the revision it could not locate (exit 2), and a deployment that runs
+    migrate before its API and workers did not start the previous release."""
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    assert main(["migrate", "--url", url]) == 0
+    newer = f"{int(head_revision() or 0) + 1:04d}"
+    with Database(url).session() as session:
+        session.execute(text("UPDATE alembic_version SET version_num = :newer"), {"newer": newer})
+
+    assert main(["migrate", "--url", url]) == 0
+
+    assert current_revision(url) == newer
+    assert f"at revision {newer}, newer than this release's {head_revision()}" in capsys.readouterr().out
 
 
 def test_migrate_database_that_does_not_answer_says_so_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ from oss_responses.doctor.report import CheckResult
 from oss_responses.logs import safe_url
 from oss_responses.storage import Database
 from oss_responses.storage.db import most_connections
-from oss_responses.storage.migrations import current_revision, head_revision
+from oss_responses.storage.migrations import current_revision, head_revision, schema_newer
 
 TIMEOUT_SECONDS = 3
 
@@ -120,9 +120,11 @@ def _revision_result(shown: str, current: str | None, head: str | None) -> Check
         return CheckResult("database", "ok", f"{shown} at revision {current} (head)")
     if current is None:
         return CheckResult("database", "FAIL", f"{shown} is not migrated (head is {head}); run `oss-responses migrate`")
+    if schema_newer(current):
+        return CheckResult("database", "warn", f"{shown} at revision {current}, newer than this release's {head}: "
+                                               "a newer release migrated it (a rollback runs on it as it is)")
     return CheckResult("database", "FAIL", f"{shown} at revision {current}, head is {head}; run `oss-responses "
-                                           "migrate` (a revision this build does not know means a newer release "
-                                           "migrated it)")
+                                           "migrate`")
 
 
 def _missing_sqlite_file(url: URL) -> bool:

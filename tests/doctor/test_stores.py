@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 from alembic import command
+from sqlalchemy import text
 from support.servers import free_port, start_redis
 
 from oss_responses.config import Settings
 from oss_responses.doctor import CheckResult
 from oss_responses.doctor.stores import check_database, check_database_connections, check_redis
+from oss_responses.storage import Database
 from oss_responses.storage.migrations import alembic_config, head_revision
 
 
@@ -80,6 +82,16 @@ def test_check_database_fails_before_head(settings: Settings) -> None:
 
     assert result.status == "FAIL"
     assert f"head is {head_revision()}" in result.detail and "oss-responses migrate" in result.detail
+
+
+def test_check_database_warns_at_revision_of_newer_release(settings: Settings) -> None:
+    newer = f"{int(head_revision() or 0) + 1:04d}"
+    with Database(settings.database_url).session() as session:
+        session.execute(text("UPDATE alembic_version SET version_num = :newer"), {"newer": newer})
+
+    result = only(check_database(settings))
+
+    assert result.status == "warn" and "newer than this release's" in result.detail
 
 
 def test_check_database_fails_when_not_migrated(settings: Settings) -> None:

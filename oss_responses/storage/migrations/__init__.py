@@ -82,6 +82,13 @@ def schema_behind(revision: str | None) -> bool:
     return revision is None or (revision in known and revision != max(known))
 
 
+def schema_newer(revision: str | None) -> bool:
+    """Was the database at ``revision`` migrated by a newer release than this one (a revision this build
+    does not know, past its newest)? This release runs on it: every migration only adds (README: upgrading
+    a running deployment), so a rollback needs nothing of its ``migrate``."""
+    return revision is not None and revision not in _known_revisions() and revision > newest_revision()
+
+
 def current_revision(url: str | URL) -> str | None:
     """The revision the database at ``url`` is at (None: never migrated). Connects; raises if it cannot."""
     from alembic.runtime.migration import MigrationContext
