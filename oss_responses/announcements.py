@@ -1,23 +1,42 @@
 """What the workers announce in Redis while their engines are up (``workers/context.py`` sets it, with a
-TTL they keep refreshing), read back: how many workers are ready for each model."""
+TTL they keep refreshing), read back: how many workers are ready for each model, and which run a release
+older than this one (the schema revision it was built for; none before the field was announced)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 import redis as redis_lib
 
 from oss_responses import redis_keys
 
 
+def announcements(client: redis_lib.Redis) -> list[dict[str, Any]]:
+    """Every ready worker's announcement ({} for one this build cannot read)."""
+    return [_parsed(client.get(key)) for key in client.scan_iter(redis_keys.worker_ready("*"))]
+
+
 def ready_workers(client: redis_lib.Redis) -> Counter[str | None]:
     """Ready workers per model (None: an announcement this build cannot read)."""
-    return Counter(_model_of(client.get(key)) for key in client.scan_iter(redis_keys.worker_ready("*")))
+    return Counter(_model_of(announced) for announced in announcements(client))
 
 
-def _model_of(announced: bytes | str | None) -> str | None:
+def older_release(announced: dict[str, Any], newest: str) -> bool:
+    """Was the worker built for an older schema than ``newest`` (or before workers announced theirs)?"""
+    schema = announced.get("schema")
+    return not isinstance(schema, str) or schema < newest
+
+
+def _parsed(announced: bytes | str | None) -> dict[str, Any]:
     try:
-        return str(json.loads(announced or b"{}").get("model"))
-    except (ValueError, AttributeError):
-        return None
+        parsed = json.loads(announced or b"{}")
+    except ValueError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _model_of(announced: dict[str, Any]) -> str | None:
+    model = announced.get("model")
+    return str(model) if model is not None else None

@@ -40,6 +40,7 @@ from oss_responses.redis_pool import driver_info
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
 from oss_responses.storage import Database, warm_statements
+from oss_responses.storage.migrations import newest_revision
 from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
@@ -201,7 +202,9 @@ def _announced(ctx: WorkerContext) -> dict[str, str]:
     """What a worker keeps set in Redis while its engine is up: its readiness and, when its engine has
     one, its model's context (the API's token count cuts by it; a model's workers share their engine
     settings, so any one of them tells it)."""
-    ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid()})
+    # "schema": the doctor tells an operator of workers an upgrade left on an older release.
+    ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid(),
+                        "schema": newest_revision()})
     announced = {redis_keys.worker_ready(ctx.worker_id): ready}
     context = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
     if context is not None:
