@@ -60,12 +60,12 @@ def kill_redis_when(worker: WorkerContext, server: RedisServer, method: str, hap
     original = getattr(worker.writer, method)
     killed = False
 
-    def hooked(*args: Any) -> Any:
+    def hooked(*args: Any, **kwargs: Any) -> Any:
         nonlocal killed
         if not killed and happens(*args):
             killed = True
             server.kill()
-        return original(*args)
+        return original(*args, **kwargs)
 
     setattr(worker.writer, method, hooked)
 
