@@ -65,3 +65,22 @@ def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
         (entry_id, dict(zip(fields[::2], fields[1::2], strict=True))) for entry_id, fields in tail
     ]
     return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=next_from_tail(entries))
+
+
+# KEYS: lease, events. ARGV: owner, then each opening frame's entry id and bytes. Written only while the
+# lease is this run's and the stream is still empty; 1 if written.
+_REOPEN = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('XLEN', KEYS[2]) > 0 then return 0 end
+for i = 2, #ARGV, 2 do redis.call('XADD', KEYS[2], ARGV[i], 'f', ARGV[i + 1]) end
+return 1
+"""
+
+
+def reopen(redis: Redis, lease: Lease, response_id: str, frames: list[tuple[int, bytes]]) -> bool:
+    """Write a queued response's opening events again where its stream is gone: the accept gave them a TTL
+    (``event_ttl_seconds``) that ran out while the response waited in its queue, or Redis lost them. Without
+    them the run would number its events from 0 again: a follower, which saw the opening's numbers, would
+    drop the run's first events, and a replay would not begin with ``response.created``."""
+    entries = [part for number, data in frames for part in (redis_keys.event_id(number), data)]
+    return bool(redis.eval(_REOPEN, 2, lease.key, redis_keys.events(response_id), lease.owner, *entries))

@@ -37,9 +37,10 @@ from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import PromptTooLongError, SchemaNotConstrainable
-from oss_responses.eventlog.writer import EventWriteError, Fence
+from oss_responses.eventlog.writer import EventWriteError, Fence, framed
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
+from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import RenderedPrompt, hosted_builtins, hosted_calls, offered_functions
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.metrics import TAKEOVERS
@@ -51,7 +52,7 @@ from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.archive import archive_event_log, drop_event_log
 from oss_responses.workers.cancel import is_cancel_requested
-from oss_responses.workers.claim import Claim, claim
+from oss_responses.workers.claim import Claim, claim, reopen
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import planned_webhooks, response_ended
 from oss_responses.workers.generation import Generation, StopCause
@@ -176,6 +177,8 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
         if taken.cancel_requested:
             return _cancel_queued(ctx, job)
         run.first_sequence_number = taken.next_sequence_number or 0
+        if taken.next_sequence_number == 0 and job.load_error is None:
+            run.first_sequence_number = _reopen_stream(run)
         run.early_prompt = render_early(ctx, job)
         if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
             return "skipped"  # cancelled by the API meanwhile
@@ -183,6 +186,18 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
     finally:
         ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
         ctx.running.pop(job.response_id, None)
+
+
+def _reopen_stream(run: _Run) -> int:
+    """A queued response whose stream is gone (its opening events expired while it waited): the opening
+    written again, as the API wrote it, from the stored Response; the next sequence number."""
+    response_id = run.job.response_id
+    opening = framed(opening_events(run.job.response))
+    if reopen(run.ctx.sync_redis, run.lease, response_id, opening):
+        log.warning("the event stream of %s was gone (its opening events expired in the queue): written again",
+                    response_id)
+        return len(opening)
+    return run.ctx.loop.run(next_sequence_number(run.ctx.redis, response_id)) or 0
 
 
 def _claim(run: _Run) -> Claim | None:

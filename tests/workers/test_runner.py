@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
-from support.streams import assert_contiguous, events_of, is_closed
+from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries
 from support.workers import accept, overwrite_row
 
 from oss_responses import redis_keys
@@ -37,6 +37,24 @@ def test_run_response_completes_row_and_stream(
     assert_contiguous(events)
     assert [e["type"] for e in events[:3]] == ["response.created", "response.queued", "response.in_progress"]
     assert events[-1]["type"] == "response.completed" and is_closed(redis, response_id)
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_run_response_whose_opening_events_expired_while_queued_writes_them_again(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, background: bool
+) -> None:
+    # The accept's opening events expire (OSS_RESPONSES_EVENT_TTL_SECONDS) unless a worker claims the stream:
+    # a response that waited longer in its queue began its stream at in_progress, numbered 0, so a follower
+    # (which had seen 0 and 1) dropped in_progress and output_item.added, and a replay had no response.created.
+    response_id = accept(db, redis, settings, input="tokens 7", background=background)
+    opening = [fields[b"f"] for _, fields in stream_entries(redis, response_id)]
+    redis.delete(redis_keys.events(response_id))
+    assert run_response_now(response_id, worker=worker) == "completed"
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert [e["type"] for e in events[: len(opening) + 1]] == [
+        "response.created", *(["response.queued"] if background else []), "response.in_progress"]
+    assert archived_frames(response_id)[: len(opening)] == opening
 
 
 def test_run_response_deletes_journal_when_stream_closes(
