@@ -17,6 +17,15 @@ unacknowledged message stays in the broker's unacked hash and is redelivered aft
 timeout, and a redelivered task whose response already ended, or runs elsewhere under a lease, does
 nothing. So this transport skips them when the channel's connection is gone, and the consumer
 reconnects as Celery intends.
+
+Consuming survives a Redis that refuses writes too. At ``maxmemory`` under ``noeviction`` Redis refuses
+every command inside MULTI (kombu's ack and its reject's put-back: ``OOM command not allowed``), and a
+replica promoted away or a failed snapshot refuses them as well (``READONLY``, ``MISCONF``). kombu lets
+such a reply escape the consumer, which stopped the worker and every response it ran. An ack or reject
+so refused leaves the message unacknowledged, as on a lost connection. A message just taken off its queue
+whose entry in the unacked set was refused is run all the same: kombu dropped it with the worker (its
+response then waited for the stale sweep); run, only a redelivery after this worker's death is missing,
+and a response's lease, or the stale sweep, covers that.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as kombu_redis
+from redis.exceptions import ResponseError
 
 from oss_responses.statuses import RUN_RESPONSE_TASK
 
@@ -61,6 +71,14 @@ class QoS(kombu_redis.QoS):
             return
         super().restore_unacked(client)  # type: ignore[no-untyped-call]  # kombu's QoS has no annotations
 
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        try:
+            super().append(message, delivery_tag)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:
+            log.warning("the broker refused to record task %s as unacknowledged (%s): it runs, but is not "
+                        "redelivered should this worker die", delivery_tag, exc)
+            super(kombu_redis.QoS, self).append(message, delivery_tag)  # type: ignore[no-untyped-call]  # local
+
     def ack(self, delivery_tag: Any) -> None:
         if not self._connected():
             log.warning("broker connection lost: task %s stays unacknowledged (its redelivery is a no-op)",
@@ -68,7 +86,10 @@ class QoS(kombu_redis.QoS):
             # Forget it locally. kombu's QoS methods have no annotations (here and below).
             super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]
             return
-        super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+        try:
+            super().ack(delivery_tag)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:
+            self._refused("acknowledge", delivery_tag, exc)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         # A task rejected as its broker went away (a webhook whose retry could not be sent): on a dead
@@ -78,7 +99,16 @@ class QoS(kombu_redis.QoS):
                         "visibility timeout)", delivery_tag)
             super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]  # forgotten locally
             return
-        super().reject(delivery_tag, requeue)  # type: ignore[no-untyped-call]
+        try:
+            super().reject(delivery_tag, requeue)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:
+            self._refused("reject", delivery_tag, exc)
+
+    def _refused(self, what: str, delivery_tag: Any, exc: ResponseError) -> None:
+        """Redis answered, but refused the write (full, read-only): the task stays in the unacked set."""
+        log.warning("the broker refused to %s task %s (%s): it stays unacknowledged (redelivered after the "
+                    "visibility timeout; its redelivery is a no-op)", what, delivery_tag, exc)
+        super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]  # forgotten locally
 
     def _connected(self) -> bool:
         # The channel's transport drops its client (the kombu Connection) when the connection closes.

@@ -85,3 +85,42 @@ def test_reject_on_lost_broker_connection_leaves_task_unacknowledged(redis_url: 
         channel.connection.client = None  # what kombu's close of the connection leaves
 
         channel.qos.reject("tag-1", requeue=False)  # raised AttributeError
+
+
+def test_ack_on_full_redis_leaves_task_unacknowledged(redis_url: str, redis: redis_lib.Redis) -> None:
+    # Redis at maxmemory (noeviction) refuses every command inside MULTI, kombu's ack and its reject's
+    # put-back among them: the OutOfMemoryError escaped the consumer and stopped the worker ("Unrecoverable
+    # error"), every response it ran with it (the redislimits probe).
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        channel = connection.default_channel
+        queue = connection.SimpleQueue("responses.full")
+        queue.put({"n": 1})
+        queue.put({"n": 2})
+        acked, rejected = queue.get(timeout=5), queue.get(timeout=5)
+        redis.config_set("maxmemory", 1)
+        try:
+            channel.qos.ack(acked.delivery_tag)  # raised OutOfMemoryError
+            channel.qos.reject(rejected.delivery_tag, requeue=True)
+        finally:
+            redis.config_set("maxmemory", 0)
+        for message in (acked, rejected):  # redelivered after the visibility timeout
+            assert redis.hexists("unacked", message.delivery_tag)
+        channel.qos._flush()
+        assert not channel.qos._delivered  # forgotten by this consumer: it takes the next task
+        queue.close()
+
+
+def test_get_on_full_redis_delivers_the_task_it_took(redis_url: str, redis: redis_lib.Redis) -> None:
+    # The consumer pops a message, then records it in the unacked set inside MULTI, which a Redis at
+    # maxmemory refuses: the OutOfMemoryError stopped the worker, and the popped task was lost with it.
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        queue = connection.SimpleQueue("responses.full")
+        queue.put({"n": 1})
+        redis.config_set("maxmemory", 1)
+        try:
+            message = queue.get(timeout=5)  # raised OutOfMemoryError
+            message.ack()
+        finally:
+            redis.config_set("maxmemory", 0)
+        assert message.payload == {"n": 1}
+        queue.close()
