@@ -19,6 +19,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from oss_responses.logs import safe_url
+from oss_responses.redis_refusals import refuses_writes
 from oss_responses.storage.db import Database, refused_read_only, schema_missing
 from oss_responses.storage.migrations import database_revision, newest_revision, schema_behind
 
@@ -32,7 +33,8 @@ def unreachable(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError):
         return (exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
                 or refused_read_only(exc) or schema_missing(exc))
-    return isinstance(exc, (RedisConnectionError, RedisTimeoutError))
+    # A Redis refusing writes (full, read-only) is one too: failed, every queued response a full Redis met was.
+    return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) or refuses_writes(exc)
 
 
 class Backoff:

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis as redis_lib
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
@@ -47,6 +48,26 @@ def test_unreachable_store_is_tried_again(exc: BaseException) -> None:
 ], ids=["constraint", "redis refusal", "bug"])
 def test_refusal_or_bug_is_not_tried_again(exc: BaseException) -> None:
     assert not unreachable(exc)
+
+
+@pytest.mark.parametrize("exc", [
+    ReadOnlyError("You can't write against a read only replica."),
+    ResponseError("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk"),
+], ids=["read-only replica", "misconf"])
+def test_unreachable_counts_write_refused_by_redis(exc: BaseException) -> None:
+    assert unreachable(exc)
+
+
+def test_unreachable_counts_write_refused_by_full_redis(redis: redis_lib.Redis) -> None:
+    # maxmemory under noeviction (README's recommendation): failed, every queued response whose task met
+    # it ended failed, where it runs once the operator raises maxmemory (the redislimits probe).
+    redis.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(ResponseError) as refused:
+            redis.set("k", "v")
+    finally:
+        redis.config_set("maxmemory", 0)
+    assert unreachable(refused.value)
 
 
 @pytest.mark.postgres

@@ -52,6 +52,21 @@ def test_run_response_meeting_database_outage_before_it_starts_leaves_it_queued(
     assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
 
 
+def test_run_response_meeting_full_redis_before_it_starts_leaves_it_queued(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    # Redis at maxmemory (noeviction) refuses the claim's lease: the probe's queued responses ended failed
+    # (server_error) instead of running once the operator raised maxmemory.
+    response_id = accept(db, redis, settings, input="hi")
+    redis.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis_lib.ResponseError):
+            run_response_now(response_id, worker=worker)
+    finally:
+        redis.config_set("maxmemory", 0)
+    assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
+
+
 def test_run_response_raising_leaves_response_leased_elsewhere_alone(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,16 @@
+"""A Redis that answers but refuses writes for a while, as an outage is: full (``maxmemory`` under
+``noeviction``: ``OOM command not allowed``), a replica (a failover's demoted primary: ``READONLY``), or
+unable to persist its snapshot (``MISCONF``). Each passes once its operator acts, like a restart; none
+is a bug or a refusal of the request. Treated as a failure, a full Redis failed every queued response
+whose task it met, and the API answered its creates and cancels with a 500."""
+
+from __future__ import annotations
+
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError
+
+
+def refuses_writes(exc: BaseException) -> bool:
+    if isinstance(exc, (OutOfMemoryError, ReadOnlyError)):
+        return True
+    # redis-py has no class of its own for MISCONF: the reply's text keeps its code.
+    return isinstance(exc, ResponseError) and str(exc).startswith("MISCONF")
