@@ -6,6 +6,8 @@
 - Redis unreachable (a refused or timed-out connection, from any route that reads or writes it) →
   503 ``redis_unavailable``, logged in one line: the client's SDK retries it, and Starlette's
   catch-all would also have reset the client's keep-alive connection after its 500.
+- Redis refusing writes (full under ``noeviction``, a read-only replica, ``MISCONF``; from a command or
+  from an event log's write) → 503 ``redis_unavailable`` too: it passes once its operator acts.
 - The database unreachable (a refused connection, a pool that timed out, a locked SQLite), or refusing
   writes while read-only (a failover) → 503 ``database_unavailable``, logged in one line, as Redis's.
 - Anything else → 500 ``server_error``, logged with its traceback on the server side only.
@@ -20,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError as RedisResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import InterfaceError, InternalError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -27,6 +30,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
+from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.redis_refusals import refuses_writes
 from oss_responses.storage.db import refused_read_only, schema_missing
 
 log = logging.getLogger(__name__)
@@ -84,6 +89,15 @@ async def _redis_unreachable(request: Request, exc: Exception) -> JSONResponse:
     return error_response(error)
 
 
+async def _redis_refused(request: Request, exc: Exception) -> JSONResponse:
+    if isinstance(exc, RedisResponseError) and not refuses_writes(exc):
+        return await _unexpected_error(request, exc)
+    log.warning("Redis refused a write on %s %s (%s: %s)", request.method, request.url.path, type(exc).__name__, exc)
+    error = ServiceUnavailable("The service's Redis is refusing writes right now (full or read-only). Retry shortly.",
+                               code="redis_unavailable")
+    return error_response(error)
+
+
 async def _database_unreachable(request: Request, exc: Exception) -> JSONResponse:
     if schema_missing(exc):
         return await _database_not_migrated(request, exc)
@@ -137,6 +151,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ClientDisconnect, _client_left)
     app.add_exception_handler(RedisConnectionError, _redis_unreachable)
     app.add_exception_handler(RedisTimeoutError, _redis_unreachable)
+    app.add_exception_handler(RedisResponseError, _redis_refused)
+    app.add_exception_handler(EventWriteError, _redis_refused)  # its Redis answered each command with an error
     for database_error in DATABASE_UNREACHABLE:
         app.add_exception_handler(database_error, _database_unreachable)
     app.add_exception_handler(ProgrammingError, _programming_error)

@@ -37,7 +37,7 @@ from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooMa
 from oss_responses.eventlog.archive import drop_closed_stream
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.hub import StreamLost, StreamNotFound
-from oss_responses.eventlog.writer import framed, write_events, write_frames
+from oss_responses.eventlog.writer import EventWriteError, framed, write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
@@ -69,6 +69,9 @@ log = logging.getLogger(__name__)
 
 # What an unreachable Redis raises: from our client, from Celery's producer (kombu), from the socket.
 BROKER_ERRORS = (RedisError, OperationalError, OSError)
+# ... and what a Redis refusing the opening events' writes (full under noeviction) raises: the frames'
+# pipeline reports its commands' refusals so (it was a 500, the response stored and later run anyway).
+ACCEPT_ERRORS = (*BROKER_ERRORS, EventWriteError)
 
 
 
@@ -219,10 +222,11 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
         # Expiring until a worker claims it: should Redis fail next, the undo below may not delete it.
         await write_frames(services.redis, response.id, opening, ttl_seconds=services.settings.event_ttl_seconds)
         await services.tasks.run_response(response.id, services.settings.queue_for(response.model))
-    except BROKER_ERRORS as exc:
+    except ACCEPT_ERRORS as exc:
         await _undo_accept(services, response.id, exc)
         raise ServiceUnavailable(
-            "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
+            "The service cannot queue responses right now (its Redis is unreachable or refusing writes); nothing "
+            "was stored. "
             "Retry shortly.", code="queue_unavailable",
         ) from exc
     ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
@@ -275,8 +279,10 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
     async with services.redis.pipeline(transaction=False) as pipe:
         pipe.set(redis_keys.cancel(record.id), "1", ex=ttl)
         pipe.sadd(redis_keys.OPEN_STREAMS, record.id)
-        pipe.publish(redis_keys.CANCEL_CHANNEL, record.id)
         await pipe.execute()
+    # Published only once the flag and the listing are written: a full Redis refuses those but not a
+    # PUBLISH, and a running response was cancelled while its client was told 503, nothing changed.
+    await services.redis.publish(redis_keys.CANCEL_CHANNEL, record.id)
     # Its webhooks logged pending with the cancel itself (see webhooks/notify.py).
     deliveries = planned_deliveries(
         services.settings, record.id, "cancelled", background=record.background, ended_at=int(time.time())
