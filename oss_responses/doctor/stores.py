@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis as redis_lib
+from redis.exceptions import NoPermissionError
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -32,6 +33,12 @@ def _redis_result(name: str, url: str) -> CheckResult:
         client.ping()
         aof = client.info("persistence").get("aof_enabled")
         policy = str(client.info("memory").get("maxmemory_policy", "noeviction"))
+        # Leases, the event writer's fence and kombu's consumer run Lua scripts: a user without them (an ACL
+        # without @scripting, as managed services hand out) stopped every worker at its start.
+        client.eval("return 1", 0)
+    except NoPermissionError as exc:
+        return CheckResult(name, "FAIL", f"{safe_url(url)} answers, but refuses this user a command the service "
+                                         f"needs ({exc}): grant it INFO and Lua scripts (EVAL, EVALSHA, SCRIPT)")
     except redis_lib.RedisError as exc:
         return CheckResult(name, "FAIL", f"{safe_url(url)} does not answer ({type(exc).__name__}): start Redis "
                                          f"or fix OSS_RESPONSES_{name.upper()}_URL")

@@ -53,6 +53,22 @@ def test_check_redis_warns_when_redis_may_evict_keys(policy: str) -> None:
     assert f"maxmemory-policy is {policy}" in result.detail and "set maxmemory-policy noeviction" in result.detail
 
 
+def test_check_redis_fails_when_its_user_may_not_run_scripts() -> None:
+    # A managed Redis's ACL without @scripting: the doctor said ok, and every worker stopped at its start
+    # ("Unrecoverable error: NoPermissionError ... 'evalsha'").
+    server = start_redis(appendonly=True)
+    try:
+        redis_lib.Redis.from_url(server.url).acl_setuser(
+            "app", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"], commands=["+@all", "-@scripting"])
+        url = server.url.replace("redis://", "redis://app:pw@")
+        result = only(check_redis(Settings(redis_url=url)))
+    finally:
+        server.stop()
+
+    assert result.status == "FAIL"
+    assert "'eval'" in result.detail and "Lua scripts" in result.detail and "pw@" not in result.detail
+
+
 def test_check_redis_fails_when_nothing_listens() -> None:
     result = only(check_redis(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")))
 
