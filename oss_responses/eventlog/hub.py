@@ -67,6 +67,10 @@ Entry = tuple[bytes, dict[bytes, bytes]]  # (stream entry id, fields)
 
 FIRST: EntryId = (0, 0)  # before event 0 (entry id 0-1)
 ARCHIVED = b"archived"  # the tombstone's field: the last sequence number, its events in SQL
+# The end marker's field of a stream written anew after Redis lost it (FLUSHALL, an eviction, a restart
+# without persistence): how many events the new stream holds. A follower that had read the lost one is
+# past them (its cursor skips their ids) and would see a clean end with no terminal event.
+REWRITTEN = b"rewritten"
 
 # (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
 # one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
@@ -152,6 +156,13 @@ def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], Ent
         frames.append(data)
         cursor = parse_id(entry_id)
     return frames, cursor, None
+
+
+def missed_rewrite(end: dict[bytes, bytes], cursor: EntryId) -> bool:
+    """The stream was lost and written anew while this subscriber followed it: its cursor is not where the
+    new stream's events end, so it did not get them (the failure saying why)."""
+    rewritten = end.get(REWRITTEN)
+    return rewritten is not None and cursor[1] != int(rewritten)
 
 
 def archived_after(end: dict[bytes, bytes], cursor: EntryId) -> int | None:
@@ -431,7 +442,7 @@ class EventHub:
                     yield frames
                 del frames
                 if end is not None:
-                    for rest in await self._archived_rest(response_id, cursor, end, joined):
+                    for rest in await self._rest(response_id, cursor, end, joined):
                         yield rest
                     return
                 if more_history:
@@ -455,7 +466,7 @@ class EventHub:
                         yield frames
                     del frames
                     if end is not None:
-                        for rest in await self._archived_rest(response_id, cursor, end, joined):
+                        for rest in await self._rest(response_id, cursor, end, joined):
                             yield rest
                         return
                 page = await self._range(key, cursor)  # fell behind and was detached
@@ -484,6 +495,15 @@ class EventHub:
                 yield None
                 continue
             await sub.wait()
+
+    async def _rest(
+        self, response_id: str, cursor: EntryId, end: dict[bytes, bytes], joined: bool
+    ) -> Iterable[list[bytes]]:
+        """What a subscriber lacks once it reached the end marker: the archive's events, or, for a stream
+        written anew after Redis lost it, :class:`StreamLost` (its relay then says so in an ``error`` event)."""
+        if missed_rewrite(end, cursor):
+            raise StreamLost(cursor)
+        return await self._archived_rest(response_id, cursor, end, joined)
 
     async def _archived_rest(
         self, response_id: str, cursor: EntryId, end: dict[bytes, bytes], joined: bool

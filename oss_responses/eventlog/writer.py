@@ -218,13 +218,15 @@ def packed_events(response_id: str, events: Iterable[StreamEvent]) -> list[Packe
     return pack_event_entries(redis_keys.events(response_id).encode(), entries)
 
 
-def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Command]:
+def close_commands(response_id: str, status: str, ttl_seconds: int, *, rewritten: int | None = None) -> list[Command]:
     # ``*`` puts the end marker after every 0-N event id; a late event XADD then fails instead of
     # landing after the end. The journal is of no use once the response ended (and saved), and the
     # stream leaves the open streams with its end marker (a lost end keeps it there: workers/unclosed.py).
+    # ``rewritten``: the stream was lost and holds only these many events written anew (hub.REWRITTEN).
     key = redis_keys.events(response_id)
+    marker = ("end", status) if rewritten is None else ("end", status, "rewritten", rewritten)
     return [
-        ("XADD", key, "*", "end", status),
+        ("XADD", key, "*", *marker),
         ("EXPIRE", key, ttl_seconds),
         ("DEL", redis_keys.journal(response_id)),
         ("SREM", redis_keys.OPEN_STREAMS, response_id),
@@ -232,13 +234,16 @@ def close_commands(response_id: str, status: str, ttl_seconds: int) -> list[Comm
 
 
 def close_after(
-    redis: SyncRedis, response_id: str, events: Iterable[StreamEvent], status: str, ttl_seconds: int
+    redis: SyncRedis, response_id: str, events: Iterable[StreamEvent], status: str, ttl_seconds: int, *,
+    rewritten: bool = False,
 ) -> None:
     """Append ``events``, then the end marker and TTL, in one round trip, from a thread (the reaper's, or a
     worker's task thread ending a response it cannot run). An XADD refused (the stream ended meanwhile)
-    is fine."""
+    is fine. ``rewritten``: the stream was lost, and ``events`` are all it holds now."""
+    events = list(events)
+    close = close_commands(response_id, status, ttl_seconds, rewritten=len(events) if rewritten else None)
     with redis.pipeline(transaction=False) as pipe:
-        for command in event_commands(response_id, events) + close_commands(response_id, status, ttl_seconds):
+        for command in event_commands(response_id, events) + close:
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         pipe.execute(raise_on_error=False)
 

@@ -115,12 +115,15 @@ def next_sequence_number(redis: Redis, response_id: str) -> int | None:
 
 
 def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_seconds: int) -> None:
-    """Append ``response.failed`` after the last event, then the end marker (one round trip)."""
+    """Append ``response.failed`` after the last event, then the end marker (one round trip). A stream Redis
+    lost (every accepted response's holds its opening events) gets it alone, its end marked rewritten: a
+    follower that had read the lost stream is past its id, and gets an ``error`` event instead of a
+    clean end with no terminal event (the Redis-limits probe: FLUSHALL and evictions ended streams so)."""
     sequence_number = next_sequence_number(redis, response_id)
     if sequence_number is None:
         return
     event = EventEmitter(sequence_number).emit(ResponseFailedEvent, response=response)
-    close_after(redis, response_id, [event], "failed", ttl_seconds)
+    close_after(redis, response_id, [event], "failed", ttl_seconds, rewritten=sequence_number == 0)
 
 
 def end_failed(

@@ -9,6 +9,7 @@ from redis.asyncio import Redis
 from support.hub_frames import collect, until
 from support.servers import start_redis
 
+from oss_responses import redis_keys
 from oss_responses.eventlog import (
     EventHub,
     EventHubStopped,
@@ -17,6 +18,8 @@ from oss_responses.eventlog import (
     parse_frame,
     write_events,
 )
+from oss_responses.eventlog.hub import StreamLost
+from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
 pytestmark = pytest.mark.anyio
@@ -81,6 +84,25 @@ async def test_subscribers_follow_a_concurrent_writer_without_gap_or_duplicate(h
     for (after, _), numbers in zip(starts, results[1:], strict=True):
         first = 0 if after is None else after + 1
         assert numbers == list(range(first, total))
+
+
+async def test_follower_of_stream_lost_and_written_anew_gets_stream_lost(hub, aredis, redis, make_events) -> None:
+    """FLUSHALL or an eviction while a response ran: its takeover wrote the failure into a new stream, at ids
+    the follower of the lost one had passed, and the follower saw a clean end with no terminal event."""
+    await write_events(aredis, "resp_a", make_events(range(5)), ttl_seconds=60)
+    subscription = hub.subscribe("resp_a", after=None)
+    assert await collect(subscription, limit=5) == [0, 1, 2, 3, 4]
+    redis.delete(redis_keys.events("resp_a"))
+    close_after(redis, "resp_a", make_events(range(1)), "failed", 60, rewritten=True)
+    with pytest.raises(StreamLost) as lost:
+        await collect(subscription)
+    assert lost.value.last_sequence == 4
+
+
+async def test_subscriber_of_stream_written_anew_gets_its_events_and_end(hub, redis, make_events) -> None:
+    # Opened after the loss, it reads the new stream whole: the failure, then the end.
+    close_after(redis, "resp_a", make_events(range(1)), "failed", 60, rewritten=True)
+    assert await collect(hub.subscribe("resp_a", after=None)) == [0]
 
 
 async def test_two_subscribers_of_one_stream_share_one_read(hub, aredis, make_events) -> None:

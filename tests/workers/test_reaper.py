@@ -50,6 +50,19 @@ def test_reaper_fails_lost_response_and_closes_stream(db: Database, redis: redis
     assert is_closed(redis, response_id)
 
 
+def test_reaper_failing_response_whose_stream_redis_lost_marks_its_end_rewritten(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """A follower of the lost stream is past the new one's ids: the mark has the API's hub tell it (an
+    ``error`` event) rather than end its stream cleanly with no terminal event."""
+    response_id = in_progress(db, redis, settings)
+    redis.delete(redis_keys.events(response_id))  # FLUSHALL, an eviction
+    assert reaper(db, redis, settings).reap_once() == [response_id]
+    *_, (_, end) = redis.xrange(redis_keys.events(response_id))
+    assert [event["type"] for event in events_of(redis, response_id)] == ["response.failed"]
+    assert end == {b"end": b"failed", b"rewritten": b"1"}
+
+
 def test_reaper_leaves_leased_response_running(db: Database, redis: redis_lib.Redis, settings: Settings) -> None:
     response_id = in_progress(db, redis, settings)
     redis.set(redis_keys.lease(response_id), "alive-worker", px=5000)
