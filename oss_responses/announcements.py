@@ -20,7 +20,11 @@ def announcements(client: redis_lib.Redis) -> list[dict[str, Any]]:
 
 def ready_workers(client: redis_lib.Redis) -> Counter[str | None]:
     """Ready workers per model (None: an announcement this build cannot read)."""
-    return Counter(_model_of(announced) for announced in announcements(client))
+    return per_model(announcements(client))
+
+
+def per_model(announced: list[dict[str, Any]]) -> Counter[str | None]:
+    return Counter(_model_of(worker) for worker in announced)
 
 
 def older_release(announced: dict[str, Any], newest: str) -> bool:

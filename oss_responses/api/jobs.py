@@ -32,6 +32,7 @@ from oss_responses.api.errors import DATABASE_UNREACHABLE
 from oss_responses.api.queued import QueuedResponse
 from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
+from oss_responses.cancel_request import flag_commands
 from oss_responses.conversation import BrokenChain, ConversationPrefix, history_of, render_options, with_prefix
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.archive import drop_closed_stream
@@ -277,12 +278,10 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
     saved, the reaper ends the stream (``workers/unclosed.py``)."""
     ttl = services.settings.event_ttl_seconds
     async with services.redis.pipeline(transaction=False) as pipe:
-        pipe.set(redis_keys.cancel(record.id), "1", ex=ttl)
-        pipe.sadd(redis_keys.OPEN_STREAMS, record.id)
+        for command in flag_commands(record.id, ttl):
+            pipe.execute_command(*command)
         await pipe.execute()
-    # Published only once the flag and the listing are written: a full Redis refuses those but not a
-    # PUBLISH, and a running response was cancelled while its client was told 503, nothing changed.
-    await services.redis.publish(redis_keys.CANCEL_CHANNEL, record.id)
+    await services.redis.publish(redis_keys.CANCEL_CHANNEL, record.id)  # once flagged: cancel_request.py
     # Its webhooks logged pending with the cancel itself (see webhooks/notify.py).
     deliveries = planned_deliveries(
         services.settings, record.id, "cancelled", background=record.background, ended_at=int(time.time())

@@ -5,13 +5,12 @@ upgrade left workers on an older release than this one: README's upgrade order r
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import redis as redis_lib
 
-from oss_responses.announcements import announcements, older_release
+from oss_responses.announcements import announcements, older_release, per_model
 from oss_responses.config import Settings
 from oss_responses.doctor.report import CheckResult
 from oss_responses.doctor.stores import TIMEOUT_SECONDS
@@ -28,7 +27,7 @@ def check_workers(settings: Settings) -> Iterator[CheckResult]:
         return
     finally:
         client.close()
-    ready = Counter(worker.get("model") for worker in announced)
+    ready = per_model(announced)
     for model in settings.models:
         if ready[model]:
             yield CheckResult("workers", "ok", f"{model}: {ready[model]} worker(s) ready")

@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
+from oss_responses.cancel_request import flag_commands
 from oss_responses.engine.base import PromptTooLongError, SchemaNotConstrainable
 from oss_responses.eventlog.writer import EventWriteError, Fence, framed
 from oss_responses.harmony.history import listed_tools
@@ -270,10 +271,10 @@ def cancel_terminated(ctx: WorkerContext, response_id: str) -> None:
     response is cancelled as a client's cancel does, through every worker's listener, since the pool
     cannot kill the thread that runs it (``workers/pool.py``)."""
     with ctx.sync_redis.pipeline(transaction=False) as pipe:
-        pipe.set(redis_keys.cancel(response_id), "1", ex=ctx.settings.event_ttl_seconds)
-        pipe.sadd(redis_keys.OPEN_STREAMS, response_id)
-        pipe.publish(redis_keys.CANCEL_CHANNEL, response_id)
+        for command in flag_commands(response_id, ctx.settings.event_ttl_seconds):
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
         pipe.execute()
+    ctx.sync_redis.publish(redis_keys.CANCEL_CHANNEL, response_id)  # once flagged: cancel_request.py
 
 
 def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:

@@ -78,8 +78,7 @@ def schema_behind(revision: str | None) -> bool:
     """Is a database at ``revision`` older than this build's code (never migrated, or a revision this
     build knows that is not its newest)? A revision it does not know is newer: during a rolling upgrade
     the previous release runs on the next one's schema, which only adds to it."""
-    known = _known_revisions()
-    return revision is None or (revision in known and revision != max(known))
+    return revision is None or (revision in _known_revisions() and revision != newest_revision())
 
 
 def schema_newer(revision: str | None) -> bool:
