@@ -26,7 +26,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from oss_responses.storage.models import EventLogRow
-from oss_responses.storage.records import utcnow
+from oss_responses.storage.records import database_now, utcnow
 
 _SAVED_COLUMNS = ("first_sequence_number", "event_count", "frames", "expires_at")
 # Statements on the table, not the ORM class: an insert of the class takes SQLAlchemy's ORM bulk path,
@@ -187,7 +187,7 @@ def get_event_log(session: Session, response_id: str) -> EventLog | None:
 
 def purge_expired_event_logs(session: Session, *, limit: int = 1_000) -> int:
     """Delete up to ``limit`` event logs past their TTL; how many went."""
-    expired = select(EventLogRow.response_id).where(EventLogRow.expires_at <= utcnow()).limit(limit)
+    expired = select(EventLogRow.response_id).where(EventLogRow.expires_at <= database_now(session)).limit(limit)
     ids = list(session.execute(expired).scalars())
     if ids:
         session.execute(delete(EventLogRow).where(EventLogRow.response_id.in_(ids)))

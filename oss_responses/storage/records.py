@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
 from oss_responses.statuses import TERMINAL_STATUSES, Status
 
 Order = Literal["asc", "desc"]
@@ -13,6 +16,17 @@ Order = Literal["asc", "desc"]
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def database_now(session: Session) -> datetime:
+    """Now by the database's clock, for a cutoff compared with timestamps other hosts wrote: the reaper's
+    lock and the webhook sweeper's elect any worker, and one whose clock ran 2 hours fast deleted every
+    response that ended in the last 2 hours of a 1-hour retention, and sent again every task queued a
+    minute before it (the clock probe). PostgreSQL's ``now()`` is the same clock whoever asks; a SQLite
+    file is shared only by processes on its own host, whose clock this is."""
+    if session.get_bind().dialect.name == "postgresql":
+        return session.execute(select(func.now())).scalar_one().astimezone(UTC)
+    return utcnow()
 
 
 @dataclass(frozen=True, kw_only=True)

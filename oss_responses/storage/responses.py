@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any, cast
 
@@ -35,7 +35,7 @@ from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import lock_owner_keys
 from oss_responses.storage.conversations import append_turn, last_position, take_turns
 from oss_responses.storage.models import InputItemRow, OutputItemRow, ResponseRow
-from oss_responses.storage.records import ResponseRecord, utcnow
+from oss_responses.storage.records import ResponseRecord, database_now, utcnow
 
 _responses = cast(Table, ResponseRow.__table__)
 _input_items = cast(Table, InputItemRow.__table__)
@@ -305,8 +305,10 @@ def list_in_progress_ids(session: Session) -> list[str]:
     return list(session.execute(query).scalars())
 
 
-def list_stale_queued(session: Session, created_before: datetime) -> list[tuple[str, str]]:
-    """(id, model) of the responses still queued that were accepted before ``created_before``."""
+def list_stale_queued(session: Session, older_than: timedelta) -> list[tuple[str, str]]:
+    """(id, model) of the responses still queued that were accepted over ``older_than`` ago, by the
+    database's clock (``database_now``)."""
+    created_before = database_now(session) - older_than
     query = (
         select(_responses.c.id, _responses.c.model)
         .where(_responses.c.status == "queued", _responses.c.created_at < created_before)

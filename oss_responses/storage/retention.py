@@ -8,13 +8,14 @@ keeps them: they log what was sent)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage.models import ResponseRow, WebhookDeliveryRow
+from oss_responses.storage.records import database_now
 
 
 def purge_responses_created_before(session: Session, cutoff: datetime, *, limit: int = 500) -> int:
@@ -31,3 +32,8 @@ def purge_responses_created_before(session: Session, cutoff: datetime, *, limit:
         session.execute(delete(WebhookDeliveryRow).where(WebhookDeliveryRow.response_id.in_(ids)))
         session.execute(delete(ResponseRow).where(ResponseRow.id.in_(ids)))
     return len(ids)
+
+
+def purge_responses_older_than(session: Session, age: timedelta, *, limit: int = 500) -> int:
+    """``purge_responses_created_before`` the database's now less ``age`` (not the caller's clock)."""
+    return purge_responses_created_before(session, database_now(session) - age, limit=limit)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import RowMapping, select, update
 from sqlalchemy.orm import Session
 
 from oss_responses.storage.models import WebhookDeliveryRow
-from oss_responses.storage.records import utcnow
+from oss_responses.storage.records import database_now, utcnow
 
 _deliveries = WebhookDeliveryRow.__table__
 _FAILED_STATES = ("retrying", "failed")
@@ -77,10 +77,12 @@ def delivery_state(session: Session, webhook_id: str, url: str) -> tuple[str, in
 
 
 def claim_stale(
-    session: Session, *, pending_before: datetime, retrying_before: datetime, limit: int = 100
+    session: Session, *, pending_for: timedelta, retrying_for: timedelta, limit: int = 100
 ) -> list[DeliveryRecord]:
-    """Deliveries whose task seems lost (pending, or retrying, untouched since these times); each one's
-    ``updated_at`` is set to now, so that the next sweep leaves it alone for as long again."""
+    """Deliveries whose task seems lost (pending, or retrying, untouched for these long by the database's
+    clock); each one's ``updated_at`` is set to now, so that the next sweep leaves it alone for as long again."""
+    now = database_now(session)
+    pending_before, retrying_before = now - pending_for, now - retrying_for
     stale = (
         (_deliveries.c.state == "pending") & (_deliveries.c.updated_at < pending_before)
     ) | ((_deliveries.c.state == "retrying") & (_deliveries.c.updated_at < retrying_before))
@@ -88,7 +90,7 @@ def claim_stale(
     rows = list(session.execute(query).mappings())
     if rows:
         row = WebhookDeliveryRow
-        session.execute(update(row).where(row.id.in_([r["id"] for r in rows])).values(updated_at=utcnow()))
+        session.execute(update(row).where(row.id.in_([r["id"] for r in rows])).values(updated_at=now))
     return _records(rows)
 
 

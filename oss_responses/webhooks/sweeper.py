@@ -19,7 +19,7 @@ from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, utcnow
+from oss_responses.storage import Database
 from oss_responses.storage.webhook_deliveries import DeliveryRecord, claim_stale
 from oss_responses.webhooks.delivery import longest_backoff
 from oss_responses.webhooks.events import WebhookDelivery
@@ -53,10 +53,9 @@ class WebhookSweeper:
         if not self._redis.set(redis_keys.WEBHOOK_SWEEP_LOCK, self._owner, nx=True, px=lock_ms):
             return 0
         try:
-            now = utcnow()
             stale = self._db.run(
-                claim_stale, pending_before=now - timedelta(seconds=self._resend_after),
-                retrying_before=now - timedelta(seconds=self._resend_after + self._longest_backoff),
+                claim_stale, pending_for=timedelta(seconds=self._resend_after),
+                retrying_for=timedelta(seconds=self._resend_after + self._longest_backoff),
             )
             for record in stale:
                 log.warning("webhook %s to %s is still %s: sending it again", record.webhook_id,

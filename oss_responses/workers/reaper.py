@@ -65,9 +65,8 @@ from oss_responses.storage import (
     list_stale_queued,
     purge_expired_event_logs,
     save_turn,
-    utcnow,
 )
-from oss_responses.storage.retention import purge_responses_created_before
+from oss_responses.storage.retention import purge_responses_older_than
 from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
 from oss_responses.webhooks.notify import WebhookNotifier, log_rows
 from oss_responses.wire import response_json, wire_json
@@ -227,10 +226,10 @@ class Reaper:
         rather than holding the reaper's lock."""
         if not self.retention_seconds:
             return 0
-        cutoff = utcnow() - timedelta(seconds=self.retention_seconds)
+        age = timedelta(seconds=self.retention_seconds)
         purged = 0
         for _ in range(RETENTION_BATCHES):
-            batch = self.db.run(purge_responses_created_before, cutoff, limit=RETENTION_BATCH)
+            batch = self.db.run(purge_responses_older_than, age, limit=RETENTION_BATCH)
             purged += batch
             if batch < RETENTION_BATCH:
                 break
@@ -272,8 +271,7 @@ class Reaper:
 
     def sweep_queued(self) -> list[str]:
         """Send again the task of every response queued for longer than ``stale_queued_seconds``."""
-        before = utcnow() - timedelta(seconds=self.stale_queued_seconds)
-        stale = self.db.run(list_stale_queued, before)
+        stale = self.db.run(list_stale_queued, timedelta(seconds=self.stale_queued_seconds))
         # A model no worker serves keeps its task waiting in the queue: a copy a period would pile up
         # there (counted against the model's queue limit) until a worker came and ran them all.
         served = ready_workers(self.redis) if stale else {}

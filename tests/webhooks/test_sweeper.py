@@ -14,6 +14,7 @@ from oss_responses.config import Settings
 from oss_responses.storage import Database, utcnow
 from oss_responses.storage.models import WebhookDeliveryRow
 from oss_responses.storage.webhook_deliveries import add_pending, record_attempt
+from oss_responses.webhooks import sweeper as sweeper_module
 from oss_responses.webhooks.events import WebhookDelivery
 from oss_responses.webhooks.notify import log_rows
 from oss_responses.webhooks.sweeper import WebhookSweeper
@@ -67,3 +68,16 @@ def test_sweep_leaves_recent_and_finished_deliveries_alone(db: Database, redis: 
     _age(db, "evt_retry", 120)  # its next attempt may be up to an hour away: not lost yet
     sent: list[list[Any]] = []
     assert _sweeper(db, redis, sent).sweep_once() == 0
+
+
+def test_sweep_leaves_recent_delivery_alone_when_its_clock_runs_ahead(
+    db: Database, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweeper's lock elects any worker: one whose clock ran past ``webhook_resend_after_seconds`` took
+    every delivery just logged (by another host's clock) for a lost one and sent it twice."""
+    if not db.engine.dialect.name == "postgresql":
+        pytest.skip("SQLite: the database and the worker share one host's clock")
+    monkeypatch.setattr(sweeper_module, "utcnow", lambda: utcnow() + timedelta(minutes=11), raising=False)
+    db.run(add_pending, log_rows([EVENT]))
+    sent: list[list[Any]] = []
+    assert _sweeper(db, redis, sent).sweep_once() == 0 and sent == []

@@ -280,3 +280,41 @@ def test_reaper_running_while_database_is_away_logs_a_line_per_pass_without_trac
     assert len(passes) >= 2
     assert all(r.levelname == "WARNING" and r.exc_info is None and "skipped" in r.getMessage() for r in passes)
     unreachable_db.dispose()
+
+
+def clock_runs_ahead(monkeypatch: pytest.MonkeyPatch, module: object, settings: Settings, hours: float) -> None:
+    """``module``'s wall clock ``hours`` fast, as on a worker host whose clock drifted: only PostgreSQL's
+    server can have a clock of its own (a SQLite file is shared by the processes of one host)."""
+    if not settings.database_url.startswith("postgresql"):
+        pytest.skip("SQLite: the database and the worker share one host's clock")
+    monkeypatch.setattr(module, "utcnow", lambda: utcnow() + timedelta(hours=hours), raising=False)
+
+
+def test_reaper_keeps_fresh_responses_when_its_clock_runs_hours_ahead(
+    db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reaper's lock elects any worker: one host 2 hours fast deleted every response that ended in the
+    last 2 hours under a 1-hour retention (the clock probe)."""
+    clock_runs_ahead(monkeypatch, reaper_module, settings, hours=2)
+    fresh = accept(db, redis, settings, input="hi")
+    overwrite_row(db, fresh, status="completed")
+    keeping = Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60,
+                     retention_seconds=3600)
+
+    keeping.reap_once()
+
+    assert db.run(get_response, fresh) is not None
+
+
+def test_reaper_leaves_fresh_queued_response_when_its_clock_runs_ahead(
+    db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker 11 minutes fast took every response queued a moment ago for one queued over 600 s, and sent
+    each one's task again (a warning each; the copies counted against the model's queue limit)."""
+    clock_runs_ahead(monkeypatch, reaper_module, settings, hours=11 / 60)
+    fresh = accept(db, redis, settings, input="hi", background=True)
+    announce_worker(redis, "gpt-oss-20b")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+
+    assert dispatching_reaper(db, redis, sent).reap_once() == []
+    assert sent == [] and db.run(get_response, fresh) is not None
