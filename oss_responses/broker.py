@@ -26,16 +26,24 @@ so refused leaves the message unacknowledged, as on a lost connection. A message
 whose entry in the unacked set was refused is run all the same: kombu dropped it with the worker (its
 response then waited for the stale sweep); run, only a redelivery after this worker's death is missing,
 and a response's lease, or the stale sweep, covers that.
+
+A Redis that refuses writes refuses the consumer's BRPOP too (a pop is a write; full, Redis still allows
+it, but not unable to write its append-only file or snapshot, ``MISCONF``, nor as a replica, ``READONLY``):
+the reply escaped the consumer as well and stopped the worker for good, so that once Redis wrote again no
+worker was left to run anything. Refused, the consumer waits ``REFUSED_POP_PAUSE_SECONDS`` and asks again.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport.virtual import Empty
 from redis.exceptions import ResponseError
 
+from oss_responses.redis_refusals import refuses_writes
 from oss_responses.statuses import RUN_RESPONSE_TASK
 
 if TYPE_CHECKING:
@@ -44,6 +52,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSPORT = f"{__name__}:Transport"
+# How long a consumer whose pop Redis refused waits before it pops again: one refused BRPOP a second
+# while the outage lasts, not a busy loop (the reply comes at once).
+REFUSED_POP_PAUSE_SECONDS = 1.0
 
 
 def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[str, Any] | None = None) -> None:
@@ -70,6 +81,16 @@ class QoS(kombu_redis.QoS):
             self._delivered.clear()
             return
         super().restore_unacked(client)  # type: ignore[no-untyped-call]  # kombu's QoS has no annotations
+
+    def restore_visible(self, *args: Any, **kwargs: Any) -> None:
+        # The pass that puts back tasks unacknowledged past the visibility timeout takes a lock (a SET):
+        # refused, it is left to a later pass instead of escaping the consumer.
+        try:
+            super().restore_visible(*args, **kwargs)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:
+            if not refuses_writes(exc):
+                raise
+            log.debug("the broker refused to restore unacknowledged tasks (%s): a later pass does", exc)
 
     def append(self, message: Any, delivery_tag: Any) -> None:
         try:
@@ -118,6 +139,39 @@ class QoS(kombu_redis.QoS):
 class Channel(kombu_redis.Channel):
     QoS = QoS
     _sync_client: Any = None
+    _pop_paused_until = 0.0  # monotonic: no BRPOP before then (Redis refused the last one)
+    _pop_refused = False  # the outage is logged once, and its end once
+
+    def _brpop_start(self, timeout: int | None = None) -> None:
+        if time.monotonic() < self._pop_paused_until:
+            return  # the poller asks again on its next tick
+        super()._brpop_start(timeout)  # type: ignore[no-untyped-call]
+
+    def _brpop_read(self, **options: Any) -> bool:
+        try:
+            taken: bool = super()._brpop_read(**options)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:
+            if not refuses_writes(exc):
+                raise
+            self._refuse_pops(exc)
+            raise Empty() from None
+        except Empty:  # answered: no task within the BRPOP's timeout
+            self._pops_answered()
+            raise
+        self._pops_answered()
+        return taken
+
+    def _pops_answered(self) -> None:
+        if self._pop_refused:
+            self._pop_refused = False
+            log.warning("the broker hands out tasks again")
+
+    def _refuse_pops(self, exc: ResponseError) -> None:
+        if not self._pop_refused:
+            self._pop_refused = True
+            log.warning("the broker refuses to hand out tasks (%s): asking again every %.0f s until it writes "
+                        "again", exc, REFUSED_POP_PAUSE_SECONDS)
+        self._pop_paused_until = time.monotonic() + REFUSED_POP_PAUSE_SECONDS
 
     def _create_client(self, asynchronous: bool = False) -> Any:
         if asynchronous:  # the consumer's own client (its BRPOP): kombu manages it

@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 import anyio
+import pytest
 import redis as redis_lib
 from celery import Celery
 from kombu import Connection
+from support.servers import free_port
 
 from oss_responses.api.services import TaskQueue
 from oss_responses.broker import TRANSPORT, send_run_response
@@ -123,4 +125,25 @@ def test_get_on_full_redis_delivers_the_task_it_took(redis_url: str, redis: redi
         finally:
             redis.config_set("maxmemory", 0)
         assert message.payload == {"n": 1}
+        queue.close()
+
+
+def test_get_on_redis_refusing_writes_waits_and_takes_task_once_it_writes(
+    redis_url: str, redis: redis_lib.Redis
+) -> None:
+    # A Redis that refuses writes refuses the consumer's BRPOP (a pop writes): a replica's READONLY here, as
+    # MISCONF when it cannot write its append-only file (the clock probe: a full disk under Redis). The
+    # reply escaped the consumer and stopped the worker for good ("Unrecoverable error: ResponseError").
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        queue = connection.SimpleQueue("responses.refused")
+        queue.put({"n": 1})
+        redis.replicaof("127.0.0.1", free_port())  # a primary that is not there: writes refused, data kept
+        try:
+            with pytest.raises(queue.Empty):
+                queue.get(timeout=1)  # raised ReadOnlyError
+        finally:
+            redis.replicaof("NO", "ONE")
+        message = queue.get(timeout=5)
+        assert message.payload == {"n": 1}
+        message.ack()
         queue.close()
