@@ -102,8 +102,10 @@ def terminal_response(
 ) -> Response:
     update: dict[str, Any] = {"status": status, "output": list(output), "usage": response_usage, "error": error}
     if status == "completed":
-        # OpenAI's timestamps are whole seconds.
-        update["completed_at"] = int(time.time()) if completed_at is None else completed_at
+        # OpenAI's timestamps are whole seconds. Never before ``created_at``: the API that stamped that and
+        # the worker that ends the response read different hosts' clocks, and a client subtracts the two.
+        ended = int(time.time()) if completed_at is None else completed_at
+        update["completed_at"] = max(ended, int(response.created_at))
     if status == "incomplete":
         update["incomplete_details"] = IncompleteDetails(reason="max_output_tokens")
     return response.model_copy(update=update)

@@ -224,6 +224,17 @@ def test_request_without_tools_completes(encoding) -> None:
     assert translator.response.output[0].content[0].text == "Paris is the capital of France."
 
 
+def test_completed_at_is_never_before_created_at_when_worker_clock_is_behind(encoding) -> None:
+    # The API stamps created_at, the worker completed_at, each by its own host's clock: a worker 10 minutes
+    # behind stated a completion 599 s before the creation (the clock probe).
+    response = make_response()
+    translator = ResponseTranslator(response, encoding=encoding, first_sequence_number=1)
+    translator.start()
+    translator.feed(golden_tokens(encoding, "no_tools"))
+    translator.finish("stop", completed_at=int(response.created_at) - 600)
+    assert translator.response.completed_at == int(response.created_at)
+
+
 def test_usage_counts_input_cached_output_and_reasoning(encoding) -> None:
     run = run_scenario(encoding, SCENARIOS["reasoning_final"])
     usage = run.translator.response.usage
