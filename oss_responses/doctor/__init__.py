@@ -7,6 +7,7 @@ to run against production.
 
 from __future__ import annotations
 
+from oss_responses.doctor.clocks import check_clocks
 from oss_responses.doctor.report import Check, CheckResult, run_checks
 from oss_responses.doctor.runtime import check_encryption_keys, check_engine, check_vocabulary
 from oss_responses.doctor.stores import check_database, check_database_connections, check_redis
@@ -22,6 +23,7 @@ CHECKS: tuple[Check, ...] = (
     check_tool_servers,
     check_encryption_keys,
     check_workers,
+    check_clocks,
 )
 
 __all__ = ["CHECKS", "CheckResult", "run_checks"]

@@ -31,6 +31,7 @@ from redis.exceptions import RedisError
 from redis.retry import Retry
 
 from oss_responses import redis_keys
+from oss_responses.clocks import SKEW_WARN_SECONDS, redis_skew, skewed
 from oss_responses.config import Settings
 from oss_responses.engine.base import ContextLimited, Engine
 from oss_responses.engine.frontends import Frontend
@@ -179,33 +180,51 @@ async def _call_all(callbacks: list[Callable[[], None]]) -> None:
         callback()
 
 
-async def _keep_ready(redis_client: redis_asyncio.Redis, announced: dict[str, str]) -> None:
+async def _keep_ready(redis_client: redis_asyncio.Redis, announced: dict[str, dict[str, Any] | str]) -> None:
     """Until cancelled, whatever Redis does: a failed refresh had ended the task, and a worker that lived
     through a Redis restart was then never ready again (doctor: "no worker ready" while it served)."""
+    skew = 0.0
     while True:
         try:
-            await _announce(redis_client, announced)
+            was, skew = skew, await _announce(redis_client, announced)
+            _warn_of_skew(skew, was)
         except RedisError as exc:
             log.warning("announcing this worker's readiness failed (%s: %s); trying again in %s s",
                         type(exc).__name__, exc, READY_REFRESH_SECONDS)
         await asyncio.sleep(READY_REFRESH_SECONDS)
 
 
-async def _announce(redis_client: redis_asyncio.Redis, announced: dict[str, str]) -> None:
+async def _announce(redis_client: redis_asyncio.Redis, announced: dict[str, dict[str, Any] | str]) -> float:
+    """Each entry set with its TTL; a dict (the readiness) as JSON, with this host's clock skew measured
+    now, which is returned."""
+    skew = await redis_skew(redis_client)
     async with redis_client.pipeline(transaction=False) as pipe:
         for key, value in announced.items():
-            pipe.set(key, value, ex=READY_TTL_SECONDS)
+            pipe.set(key, json.dumps({**value, "clock_skew": skew}) if isinstance(value, dict) else value,
+                     ex=READY_TTL_SECONDS)
         await pipe.execute()
+    return skew
 
 
-def _announced(ctx: WorkerContext) -> dict[str, str]:
+def _warn_of_skew(skew: float, was: float) -> None:
+    """A line when this host's clock goes off (and one when it comes back), not at every refresh."""
+    if skewed(skew) and not skewed(was):
+        log.warning("this host's clock is %+.1f s from Redis's (over %.0f s): the webhooks this worker signs are "
+                    "refused by receivers beyond 5 minutes, and its timestamps disagree with other hosts'; run NTP",
+                    skew, SKEW_WARN_SECONDS)
+    elif skewed(was) and not skewed(skew):
+        log.warning("this host's clock is within %.0f s of Redis's again", SKEW_WARN_SECONDS)
+
+
+def _announced(ctx: WorkerContext) -> dict[str, dict[str, Any] | str]:
     """What a worker keeps set in Redis while its engine is up: its readiness and, when its engine has
     one, its model's context (the API's token count cuts by it; a model's workers share their engine
     settings, so any one of them tells it)."""
     # "schema": the doctor tells an operator of workers an upgrade left on an older release.
-    ready = json.dumps({"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid(),
-                        "schema": newest_revision()})
-    announced = {redis_keys.worker_ready(ctx.worker_id): ready}
+    # "clock_skew" (added at each refresh): the doctor tells of a host whose clock is off (clocks.py).
+    ready = {"model": ctx.settings.worker_model, "engine": ctx.settings.engine, "pid": os.getpid(),
+             "schema": newest_revision()}
+    announced: dict[str, dict[str, Any] | str] = {redis_keys.worker_ready(ctx.worker_id): ready}
     context = ctx.engine.context_tokens if isinstance(ctx.engine, ContextLimited) else None
     if context is not None:
         announced[redis_keys.model_context(ctx.settings.worker_model)] = str(context)

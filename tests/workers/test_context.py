@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 import redis as redis_lib
@@ -29,6 +30,42 @@ def test_worker_whose_engine_has_no_context_announces_none(worker: WorkerContext
     assert not redis.exists(redis_keys.model_context(worker.settings.worker_model))
 
 
+def test_worker_announces_its_clock_skew_from_redis(worker: WorkerContext, redis: redis_lib.Redis) -> None:
+    # The doctor tells of a worker host whose clock is off (what it stamps and signs, others compare).
+    announced = json.loads(redis.get(redis_keys.worker_ready(worker.worker_id)) or b"{}")
+    assert abs(announced["clock_skew"]) < 1  # this host's own clock, Redis here
+
+
+def test_keep_ready_warns_once_when_host_clock_is_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from oss_responses.workers import context
+
+    skews = [0.1, 600.0, 600.2, 599.9, 0.2]
+
+    class Done(Exception):
+        pass
+
+    async def announce(_client: object, _announced: dict[str, str]) -> float:
+        if not skews:
+            raise Done  # not a RedisError: ends the loop
+        return skews.pop(0)
+
+    monkeypatch.setattr(context, "_announce", announce)
+    monkeypatch.setattr(context, "READY_REFRESH_SECONDS", 0.001)
+
+    async def scenario() -> None:
+        with pytest.raises(Done):
+            await context._keep_ready(None, {})  # type: ignore[arg-type]
+
+    with caplog.at_level("WARNING", logger=context.__name__):
+        asyncio.run(scenario())
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2
+    assert lines[0].startswith("this host's clock is +600.0 s from Redis's") and "NTP" in lines[0]
+    assert "again" in lines[1]
+
+
 def test_keep_ready_goes_on_announcing_after_a_redis_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker that lived through a Redis restart stayed unready for good: the refresh task had died with
     the first failed refresh."""
@@ -38,10 +75,11 @@ def test_keep_ready_goes_on_announcing_after_a_redis_error(monkeypatch: pytest.M
 
     calls: list[int] = []
 
-    async def announce(_client: object, _announced: dict[str, str]) -> None:
+    async def announce(_client: object, _announced: dict[str, str]) -> float:
         calls.append(len(calls))
         if len(calls) == 1:
             raise RedisConnectionError("Connection refused")
+        return 0.0
 
     monkeypatch.setattr(context, "_announce", announce)
     monkeypatch.setattr(context, "READY_REFRESH_SECONDS", 0.01)
