@@ -99,6 +99,13 @@ class RedisPipe(asyncio.Protocol):
             self._transport.close()
         self._fail(PipeBroken("the event writer's Redis connection was closed"))
 
+    def abort(self, why: str) -> None:
+        """Close at once, dropping what is not sent yet: a connection given up on for its silence, whose
+        send buffer may never drain (``close`` waits for it)."""
+        if self._transport is not None:
+            self._transport.abort()
+        self._fail(PipeBroken(f"the event writer's Redis connection was given up: {why}"))
+
     # --- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.

@@ -59,6 +59,14 @@ from oss_responses.eventlog.pipe import PipeBroken, RedisPipe
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
 
 log = logging.getLogger(__name__)
+# A flush still missing replies this long after it was written (or a connection not made and greeted
+# within it) met a silent network: a blackholed link, a lost NAT entry or load-balancer flow, where no
+# RST ever comes and the kernel reports nothing for minutes (with data unacknowledged, ~15 min of TCP
+# retries; a proxy that holds the bytes, never). Its connection is given up, as the API's hub gives up
+# a read silent 10 s past its BLOCK (lane.py): without it every later flush waited behind it for good
+# while the leases were renewed on other connections, so each response on the worker froze and none
+# was taken over. A flush's replies take milliseconds; this leaves room for a slow link.
+REPLY_SECONDS = 10.0
 # Redis away is an outage, not a bug: one line per failed write says so; a traceback each time (every
 # flush tries again) would bury the rest of the log while it lasts.
 _OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
@@ -285,10 +293,12 @@ async def write_frames(
 class EventWriter:
     """Buffers stream writes of all responses; flushes them once per loop iteration, pipelined."""
 
-    def __init__(self, redis: Redis, *, ttl_seconds: int, early_flush_seconds: float = EARLY_FLUSH_SECONDS) -> None:
+    def __init__(self, redis: Redis, *, ttl_seconds: int, early_flush_seconds: float = EARLY_FLUSH_SECONDS,
+                 reply_seconds: float = REPLY_SECONDS) -> None:
         self._redis = redis  # whose settings the writer's own connection copies
         self._ttl_seconds = ttl_seconds
         self._early_flush_seconds = early_flush_seconds
+        self._reply_seconds = reply_seconds
         self._pending = _Batch()
         self._last_batch: dict[str, _Batch] = {}  # response id -> latest batch holding its writes
         self._failed: dict[str, BaseException] = {}
@@ -440,7 +450,7 @@ class EventWriter:
         if self._pipe is None or not self._pipe.usable:
             self._pipe = None
             # The script is loaded on every new connection: a restarted Redis has lost it.
-            self._pipe = await RedisPipe.open(self._redis, [_LOAD_SCRIPT])
+            self._pipe = await asyncio.wait_for(RedisPipe.open(self._redis, [_LOAD_SCRIPT]), self._reply_seconds)
         return self._pipe
 
     def _write(self, pipe: RedisPipe, batch: _Batch) -> None:
@@ -453,13 +463,26 @@ class EventWriter:
             return
         # Redis answers in order, and a broken pipe fails the replies in order: the last one done
         # means all are.
+        deadline = asyncio.get_running_loop().call_later(
+            self._reply_seconds, self._give_up, pipe, replies[-1], context=contextvars.Context()
+        )
         replies[-1].add_done_callback(
-            partial(self._replied, pipe, batch, replies, time.perf_counter()), context=contextvars.Context()
+            partial(self._replied, pipe, batch, replies, time.perf_counter(), deadline), context=contextvars.Context()
         )
 
+    def _give_up(self, pipe: RedisPipe, last_reply: asyncio.Future[Any]) -> None:
+        """A flush's replies did not come within ``REPLY_SECONDS``: its connection is closed, which fails
+        every reply still awaited on it (this flush's and later ones'), and the next flush reconnects."""
+        if not last_reply.done():
+            log.error("no reply from Redis to an event log flush within %.1fs: giving up its connection",
+                      self._reply_seconds)
+            pipe.abort(f"no reply within {self._reply_seconds:.1f}s")
+
     def _replied(
-        self, pipe: RedisPipe, batch: _Batch, replies: list[asyncio.Future[Any]], started: float, _: object
+        self, pipe: RedisPipe, batch: _Batch, replies: list[asyncio.Future[Any]], started: float,
+        deadline: asyncio.TimerHandle, _: object,
     ) -> None:
+        deadline.cancel()
         try:
             # Every reply retrieved, errors included: a broken pipe fails them all at once.
             errors: dict[int, str | Exception] = dict(failed_commands([_outcome(reply) for reply in replies]))

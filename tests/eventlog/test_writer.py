@@ -6,6 +6,7 @@ import time
 import pytest
 import redis as redis_lib
 from redis.asyncio import Redis
+from support.silent_link import SilentLink
 
 from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
@@ -192,6 +193,42 @@ async def test_flush_to_unreachable_redis_logs_one_line_without_traceback(make_e
     assert len(failures) == 1 and failures[0].exc_info is None
     assert "Connect call failed" in failures[0].getMessage()  # what went wrong, in the line itself
     await unreachable.aclose()
+
+
+async def test_writer_gives_up_a_connection_that_fell_silent(redis_url, redis, make_events) -> None:
+    # A blackholed link (no RST ever): the flush awaiting its replies failed nobody, and every later
+    # flush waited behind it for good while the leases went on being renewed elsewhere (the network
+    # probe: every response of the worker frozen, none taken over).
+    link = await SilentLink(redis.connection_pool.connection_kwargs["port"]).start()
+    client = Redis(port=link.port)
+    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    link.silence()
+    writer.append("resp_a", make_events(range(1, 2)))
+    started = time.monotonic()
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    assert time.monotonic() - started < 2
+    writer.append("resp_b", make_events(range(1)))  # the next flush connects again, and lands
+    await asyncio.wait_for(writer.drain("resp_b"), 5)
+    assert redis.xlen(redis_keys.events("resp_b")) == 1
+    await writer.aclose()
+    await client.aclose()
+    await link.stop()
+
+
+async def test_writer_gives_up_a_connect_that_is_never_answered(make_events) -> None:
+    # A server that accepts and never answers (a load balancer whose backend is gone): the greeting
+    # awaited forever, the batch with it.
+    server = await asyncio.start_server(lambda reader, writer: None, "127.0.0.1", 0)
+    client = Redis(port=server.sockets[0].getsockname()[1])
+    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
+    writer.append("resp_a", make_events(range(1)))
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    await client.aclose()
+    server.close()
 
 
 async def test_appends_without_events_leave_the_writer_working(aredis, redis, make_events) -> None:
