@@ -101,6 +101,20 @@ def most_connections(pool_size: int) -> int:
     return pool_size + BURST_CONNECTIONS
 
 
+# libpq's guards against a peer gone silent (a blackholed link, a lost NAT entry or load-balancer flow:
+# no RST ever comes). Without them a connect waited for the kernel (~2 min of SYN retries), and a
+# statement whose reply never came waited for good (keepalives only after libpq's default of 2 hours
+# idle), holding its pool slot: in a worker, a response's save stuck so while its lease went on being
+# renewed (never taken over), in the API a request. A dead connection is now known within ~25 s idle
+# (keepalives) or 30 s of unacknowledged data (tcp_user_timeout, Linux), and raised as an
+# OperationalError: an outage to the worker (workers/outage.py), a 503 to the API. A URL's own
+# ``?keepalives_idle=...`` (any of these) is kept.
+PG_SILENT_PEER_GUARDS: dict[str, int] = {
+    "connect_timeout": 10, "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+    "keepalives_count": 3, "tcp_user_timeout": 30_000,
+}
+
+
 def _engine_options(url: URL, pool_size: int | None, prepared_statements: bool = True) -> dict[str, Any]:
     """``pool_size``: connections kept open for reuse. SQLAlchemy keeps 5 and opens up to 10 more for
     a burst, closing each again when it is returned: on PostgreSQL every such connection is a new
@@ -110,11 +124,13 @@ def _engine_options(url: URL, pool_size: int | None, prepared_statements: bool =
     sqlite = url.get_backend_name() == "sqlite"
     in_memory = sqlite and _sqlite_file(url) is None
     options: dict[str, Any] = {} if sqlite else {"pool_pre_ping": True}
+    if not sqlite:
+        options["connect_args"] = {key: value for key, value in PG_SILENT_PEER_GUARDS.items() if key not in url.query}
     if not sqlite and not prepared_statements:
         # psycopg prepares a statement once one connection ran it 5 times; through a PgBouncer pooling
         # transactions the next run may land on another server connection ("prepared statement
         # \"_pg3_0\" does not exist"). None: never prepare (the URL cannot say None, only a string).
-        options["connect_args"] = {"prepare_threshold": None}
+        options["connect_args"]["prepare_threshold"] = None
     if pool_size is not None and not in_memory:
         options |= {"pool_size": pool_size, "max_overflow": BURST_CONNECTIONS}
     return options

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
+import time
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import make_url, text
+from sqlalchemy.exc import DBAPIError, OperationalError
 from support.db_connections import (
     async_connects_in_two_rounds,
     connects_in_two_rounds,
@@ -21,7 +24,8 @@ from oss_responses.storage import (
     insert_response,
     sync_url,
 )
-from oss_responses.storage.db import refused_read_only
+from oss_responses.storage.db import PG_SILENT_PEER_GUARDS, refused_read_only
+from oss_responses.workers.outage import unreachable
 
 
 @pytest.mark.parametrize(
@@ -219,3 +223,43 @@ def test_database_reconnects_after_write_refused_as_read_only(database_url: str)
         db.run(insert_response, new_response())  # on a new connection
     finally:
         db.dispose()
+
+
+@pytest.mark.postgres
+def test_database_gives_up_a_postgresql_server_that_never_answers(postgres_url: str) -> None:
+    """A blackholed link or a load balancer whose backend is gone accepts and answers nothing: the connect
+    waited for good (a worker's task thread, an API request, their pool slots with it)."""
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts; nobody ever answers
+    port = silent.getsockname()[1]
+    database = Database(make_url(postgres_url).set(port=port), pool_size=1)
+    done: list[BaseException] = []
+
+    def connect() -> None:
+        try:
+            database.run(lambda session: session.execute(text("SELECT 1")))
+        except BaseException as exc:  # noqa: BLE001  (what it raised is the assertion's)
+            done.append(exc)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    thread.join(30)
+    try:
+        assert done, "the connect still waits after 30 s"
+        assert isinstance(done[0], OperationalError) and unreachable(done[0])
+        assert time.monotonic() - started < 20
+    finally:
+        silent.close()
+        database.dispose()
+
+
+@pytest.mark.postgres
+def test_database_keeps_a_urls_own_keepalive_settings(postgres_url: str) -> None:
+    database = Database(make_url(postgres_url).update_query_dict({"keepalives_idle": "60"}))
+    try:
+        with database.engine.connect() as connection:
+            parameters = connection.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
+        assert parameters["keepalives_idle"] == "60"
+        assert parameters["tcp_user_timeout"] == str(PG_SILENT_PEER_GUARDS["tcp_user_timeout"])
+    finally:
+        database.dispose()
