@@ -30,7 +30,7 @@ import contextvars
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from typing import Any
@@ -143,11 +143,14 @@ class _Batch:
             group = self.groups[response_id] = _Group(response_id, fence)
         return group
 
-    def lay_out(self) -> None:
+    def lay_out(self, failed: Callable[[_Group], bool] = lambda group: False) -> None:
         """The commands to send: per response its guard (when fenced), its journal RPUSH (before the
         events it produced, and before a close's DEL), then its commands. Unfenced responses (tests,
-        benches) go first: a failed guard skips everything up to the next one."""
-        groups = [*self.retired, *self.groups.values()]
+        benches) go first: a failed guard skips everything up to the next one. A ``failed`` group is
+        left out: an earlier write of its run failed, and what followed it must not land after a gap."""
+        every = [*self.retired, *self.groups.values()]
+        self.response_ids = {group.owner[0] for group in every}
+        groups = [group for group in every if not failed(group)]
         if any(group.fence is None for group in groups):
             groups = [g for g in groups if g.fence is None] + [g for g in groups if g.fence is not None]
         out, owners = self.commands, self.owners
@@ -162,7 +165,6 @@ class _Batch:
                 owners += [owner] * (len(commands) + 1)
             else:
                 self._add(group, commands)
-        self.response_ids = set(self.groups) | {group.owner[0] for group in self.retired}
         self.groups, self.retired = {}, []
 
     def _add(self, group: _Group, commands: list[Packed]) -> None:
@@ -455,7 +457,12 @@ class EventWriter:
 
     def _write(self, pipe: RedisPipe, batch: _Batch) -> None:
         """Put the batch on the wire now; it is settled once its replies came."""
-        batch.lay_out()
+        # A run whose earlier flush failed (a lost connection, perhaps never delivered) writes nothing
+        # more: buffered while that flush awaited its replies, its next events and journal steps went
+        # out on the new connection after the lost ones, leaving a gap in its stream and journal (the
+        # network probe: its takeovers' replays ran short of the stream, XADD refused them, and the
+        # response failed worker_lost after 4 takeovers).
+        batch.lay_out(self._run_failed)
         payload, count = script_calls(batch.commands)
         replies = pipe.send(payload, count)
         if not replies:  # an early flush of a batch that only ever got empty appends
@@ -469,6 +476,10 @@ class EventWriter:
         replies[-1].add_done_callback(
             partial(self._replied, pipe, batch, replies, time.perf_counter(), deadline), context=contextvars.Context()
         )
+
+    def _run_failed(self, group: _Group) -> bool:
+        response_id, fence = group.owner
+        return response_id in self._failed and self._fences.get(response_id) is fence
 
     def _give_up(self, pipe: RedisPipe, last_reply: asyncio.Future[Any]) -> None:
         """A flush's replies did not come within ``REPLY_SECONDS``: its connection is closed, which fails

@@ -218,6 +218,30 @@ async def test_writer_gives_up_a_connection_that_fell_silent(redis_url, redis, m
     await link.stop()
 
 
+async def test_writer_writes_nothing_after_a_lost_flush_of_the_same_run(redis_url, redis, make_events) -> None:
+    # Buffered while a flush awaited its replies on a connection that then died, a run's next events
+    # went out on the new connection after the lost ones: a gap in its stream (1 missing, 2 there) and
+    # its journal, which its takeovers could not replay (the response failed worker_lost).
+    link = await SilentLink(redis.connection_pool.connection_kwargs["port"]).start()
+    client = Redis(port=link.port)
+    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
+    writer.fence("resp_a", Fence(redis_keys.lease("resp_a"), "w/1"))
+    redis.set(redis_keys.lease("resp_a"), "w/1")
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    link.silence()
+    writer.append("resp_a", make_events(range(1, 2)))  # written: lost
+    await asyncio.sleep(0.05)
+    writer.append("resp_a", make_events(range(2, 3)))  # buffered behind it
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    await writer.flush()
+    assert [entry_id for entry_id, _ in redis.xrange(redis_keys.events("resp_a"))] == [b"0-1"]
+    await writer.aclose()
+    await client.aclose()
+    await link.stop()
+
+
 async def test_writer_gives_up_a_connect_that_is_never_answered(make_events) -> None:
     # A server that accepts and never answers (a load balancer whose backend is gone): the greeting
     # awaited forever, the batch with it.
