@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import socket
 import time
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -25,6 +26,19 @@ CONNECT_PAUSE_SECONDS = 0.1
 # again) if the ping fails. After a Redis restart every idle pooled connection is stale, and each one's
 # next command failed (a create's queue-depth read, its opening events: a 503) before redis-py dropped it.
 IDLE_CHECK_SECONDS = 1.0
+
+
+# The kernel's guards against a Redis gone silent (a blackholed link, a lost NAT entry or load-balancer
+# flow: no RST ever comes), as storage/db.py's for PostgreSQL: a dead connection is known within ~25 s
+# idle (keepalives) or 30 s of unacknowledged data (TCP_USER_TIMEOUT, Linux), and its command fails as
+# on a lost connection. Without them a command waited for TCP's ~15 minutes of retries, or 2 hours idle.
+_KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3, "TCP_USER_TIMEOUT": 30_000}
+
+
+def silent_peer_guards() -> dict[str, Any]:
+    """Connection options for redis-py (and kombu's Redis transport, which passes them on)."""
+    options = {getattr(socket, name): value for name, value in _KEEPALIVE.items() if hasattr(socket, name)}
+    return {"socket_keepalive": True, "socket_keepalive_options": options}
 
 
 @functools.cache
@@ -52,6 +66,8 @@ class PatientPool(BlockingConnectionPool):
 
     def __init__(self, *args: Any, **connection_kwargs: Any) -> None:
         connection_kwargs.setdefault("driver_info", driver_info())
+        for name, value in silent_peer_guards().items():
+            connection_kwargs.setdefault(name, value)
         super().__init__(*args, **connection_kwargs)
         self._released: WeakKeyDictionary[AbstractConnection, float] = WeakKeyDictionary()
 

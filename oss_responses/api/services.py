@@ -16,7 +16,7 @@ from oss_responses.broker import TRANSPORT, send_run_response
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.prompt_tokenizer import PromptTokenizer
-from oss_responses.redis_pool import PatientPool
+from oss_responses.redis_pool import PatientPool, silent_peer_guards
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
@@ -51,7 +51,7 @@ class TaskQueue:
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
             # With Redis down, a POST answers 503 within a few seconds instead of retrying for long.
             task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
-            broker_transport_options={"socket_connect_timeout": 2, "socket_timeout": 5},
+            broker_transport_options={"socket_connect_timeout": 2, "socket_timeout": 5, **silent_peer_guards()},
         )
 
     async def warm(self, queues: Iterable[str]) -> None:

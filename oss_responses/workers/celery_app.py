@@ -19,6 +19,7 @@ from celery import Celery
 from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend
+from oss_responses.redis_pool import silent_peer_guards
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.workers.pool import POOL
@@ -44,13 +45,23 @@ def make_celery(settings: Settings, frontend: Frontend | None = None) -> Celery:
             DELIVER_WEBHOOK_TASK: {"queue": settings.webhook_queue},
         },
         broker_transport=TRANSPORT,  # kombu's Redis transport, surviving a Redis restart (broker.py)
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout_seconds},
+        broker_transport_options=broker_transport_options(settings),
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )
     register(app, settings, frontend)
     return app
+
+
+def broker_transport_options(settings: Settings) -> dict[str, Any]:
+    """The consumer's Redis connections: the visibility timeout, and bounds on a broker gone silent (no
+    RST: a lost NAT entry or load-balancer flow). Without a socket timeout the heartbeat's PUBLISH waited
+    on such a connection for good, in the consumer's own thread: the worker looked alive and never took a
+    task again (the network probe: 0 of 16 new tasks, 6 minutes after the cut). Timed out, it is a lost
+    connection, and Celery's consumer connects again. kombu's BRPOP waits 1 s: 10 s leaves room."""
+    return {"visibility_timeout": settings.visibility_timeout_seconds, "socket_connect_timeout": 5,
+            "socket_timeout": 10, **silent_peer_guards()}
 
 
 def enqueue(

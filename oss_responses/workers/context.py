@@ -37,7 +37,7 @@ from oss_responses.engine.base import ContextLimited, Engine
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.prompt_tokenizer import PromptTokenizer
-from oss_responses.redis_pool import driver_info
+from oss_responses.redis_pool import driver_info, silent_peer_guards
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
 from oss_responses.storage import Database, warm_statements
@@ -283,7 +283,7 @@ def start_worker(
             redis=redis_client,
             sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
                 settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT,
-                driver_info=driver_info())),
+                driver_info=driver_info(), **silent_peer_guards())),
             # Its own connection, opened with this client's settings and never retried (see RECONNECT).
             writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
@@ -329,6 +329,7 @@ async def _async_redis(url: str, max_connections: int) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
     retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries)
     pool = redis_asyncio.BlockingConnectionPool.from_url(
-        url, max_connections=max_connections, timeout=None, retry=retry, driver_info=driver_info()
+        url, max_connections=max_connections, timeout=None, retry=retry, driver_info=driver_info(),
+        **silent_peer_guards(),
     )
     return redis_asyncio.Redis(connection_pool=pool)
