@@ -296,6 +296,13 @@ class Settings(BaseSettings):
         description="A request's headers, and then its body, must each arrive within this; else a 408 and the "
         "connection is closed (a connection that sends no request is closed after it too)",
     )
+    keep_alive_seconds: float = Field(
+        75.0, gt=0,
+        description="How long a connection may stay idle between two requests before the API closes it; keep it "
+        "above the idle timeout of the proxy or load balancer in front, which reuses its connections to the API "
+        "(AWS ALB and nginx's upstream keepalive_timeout: 60 s): a request it sends on one the API is closing "
+        "is answered 502",
+    )
     send_stall_seconds: float = Field(
         120.0, ge=0,
         description="A client that reads nothing of its answer for this long (its connection's send buffer full all "

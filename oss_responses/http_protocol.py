@@ -10,6 +10,8 @@ So, per connection:
 - a request's headers larger than ``max_header_bytes`` are answered 431 and the connection closed (counted
   as they arrive, before httptools has joined them);
 - headers or a body not received whole within ``read_seconds`` of their start: 408, closed;
+- a connection idle between two requests for ``keep_alive_seconds`` is closed (uvicorn's 5 s, shorter than a
+  load balancer's idle timeout, closed connections the balancer then sent a request on: its 502);
 - a server that stops closes a connection whose request body is still arriving (uvicorn would wait for it);
 - a client that reads nothing of its answer for ``send_stall_seconds`` (the connection's send buffer full
   all along) is disconnected: an event stream's relay waited on it for good, holding its stream slot, and
@@ -51,17 +53,20 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     """Built by uvicorn per connection (``http=`` a ``functools.partial`` giving the two bounds)."""
 
     def __init__(
-        self, *args: Any, max_header_bytes: int, read_seconds: float, send_stall_seconds: float = 0, **kwargs: Any
+        self, *args: Any, max_header_bytes: int, read_seconds: float, send_stall_seconds: float = 0,
+        keep_alive_seconds: float | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
         self.max_header_bytes = max_header_bytes
         self.read_seconds = read_seconds
+        self.keep_alive_seconds = read_seconds if keep_alive_seconds is None else keep_alive_seconds
         self.send_stall_seconds = send_stall_seconds
         self._stall_timer: asyncio.TimerHandle | None = None
         self._reading_headers = False  # a request has begun and its headers are not all here
         self._header_bytes = 0
         self._body_bytes_fed = 0  # of the data being fed now: what httptools handed on as body
         self._read_timer: asyncio.TimerHandle | None = None
+        self._idle = False  # the timer armed is the keep-alive between two requests, not a request's deadline
 
     # --- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -111,8 +116,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._reading_headers, self._header_bytes = True, 0
-        if self._read_timer is None:
-            self._arm(self._headers_late)
+        if self._read_timer is None or self._idle:
+            self._arm(self._headers_late)  # from the request's first byte, not from the idle time before it
 
     def on_headers_complete(self) -> None:
         self._reading_headers = False
@@ -130,7 +135,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing():
-            self._arm(self._headers_late)  # uvicorn's keep-alive timer is reset by every byte; this is not
+            # uvicorn's keep-alive timer is reset by every byte; this is not
+            self._arm(self._headers_late, self.keep_alive_seconds, idle=True)
 
     # --- deadlines --------------------------------------------------------------------------------
     def _headers_late(self) -> None:
@@ -174,11 +180,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self.transport.write(error_bytes(status, message, code))
         self.transport.close()
 
-    def _arm(self, deadline: Callable[[], None]) -> None:
+    def _arm(self, deadline: Callable[[], None], seconds: float | None = None, *, idle: bool = False) -> None:
         self._disarm()
-        self._read_timer = self.loop.call_later(self.read_seconds, deadline)
+        self._idle = idle
+        self._read_timer = self.loop.call_later(self.read_seconds if seconds is None else seconds, deadline)
 
     def _disarm(self) -> None:
+        self._idle = False
         if self._read_timer is not None:
             self._read_timer.cancel()
             self._read_timer = None
@@ -192,6 +200,8 @@ def server_options(settings: Settings) -> dict[str, Any]:
     supervisor's health check, importing the app there took over its 5 s under load, and the process was
     killed and started again."""
     protocol = partial(BoundedHttpProtocol, max_header_bytes=settings.max_header_bytes,
-                       read_seconds=settings.request_read_seconds, send_stall_seconds=settings.send_stall_seconds)
+                       read_seconds=settings.request_read_seconds, send_stall_seconds=settings.send_stall_seconds,
+                       keep_alive_seconds=settings.keep_alive_seconds)
     # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
-    return {"http": protocol, "ws_max_size": settings.max_body_bytes}
+    # uvicorn's own keep-alive timer (5 s by default) would close an idle connection before ours.
+    return {"http": protocol, "ws_max_size": settings.max_body_bytes, "timeout_keep_alive": settings.keep_alive_seconds}

@@ -25,6 +25,7 @@ from oss_responses.config import Settings
 HEADER_LIMIT = 8192
 READ_S = 1.0
 STALL_S = 1.0
+KEEP_ALIVE_S = 2.5
 
 
 @pytest.fixture
@@ -32,7 +33,8 @@ def settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Settings:
     database = tmp_path / "api.db"
     shutil.copyfile(sqlite_template, database)
     return Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
-                    max_header_bytes=HEADER_LIMIT, request_read_seconds=READ_S, send_stall_seconds=STALL_S)
+                    max_header_bytes=HEADER_LIMIT, request_read_seconds=READ_S, send_stall_seconds=STALL_S,
+                    keep_alive_seconds=KEEP_ALIVE_S)
 
 
 @pytest.fixture
@@ -135,6 +137,36 @@ def test_request_on_kept_alive_connection_is_served_after_slow_client_between_re
     time.sleep(READ_S / 2)
     conn.sendall(request)
     assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_serve_request_on_kept_alive_connection_when_idle_longer_than_read_time(conn: socket.socket) -> None:
+    """A load balancer reuses its idle connections to the API for up to its own idle timeout (60 s for AWS ALB
+    and nginx): closed earlier (uvicorn's 5 s), a request it sent as the API closed one was answered 502."""
+    request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    conn.sendall(request)
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    time.sleep(READ_S * 1.5)
+    conn.sendall(request)
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+
+
+def test_close_kept_alive_connection_when_idle_for_keep_alive_time(conn: socket.socket) -> None:
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    answered = time.monotonic()
+    assert conn.recv(1) == b""
+    assert KEEP_ALIVE_S - 0.1 <= time.monotonic() - answered < KEEP_ALIVE_S + 2
+
+
+def test_request_headers_after_idle_keep_alive_get_read_time_from_first_byte(conn: socket.socket) -> None:
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert conn.recv(65536).startswith(b"HTTP/1.1 200")
+    time.sleep(KEEP_ALIVE_S - 1)
+    conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+    started = time.monotonic()
+    status, _, body = _answer(conn)
+    assert (status, _error_code(body)) == (408, "request_timeout")
+    assert READ_S - 0.1 <= time.monotonic() - started < READ_S + 2
 
 
 def test_stop_api_does_not_wait_for_request_body_still_arriving(
