@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from support.mcp import demo_mcp_server
+from support.servers import start_redis
 
 from oss_responses.config import Settings
 
@@ -21,3 +22,13 @@ def settings(database_url: str, redis_url: str, tmp_path: Path) -> Settings:
 def calculator_url() -> Iterator[str]:
     with demo_mcp_server("calculator") as url:
         yield url
+
+
+@pytest.fixture
+def own_redis_url() -> Iterator[str]:
+    """A redis-server of the test's own: no other test's workers announced themselves there."""
+    server = start_redis()
+    try:
+        yield server.url
+    finally:
+        server.stop()

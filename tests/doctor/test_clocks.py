@@ -4,24 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
-from support.servers import start_redis
 
 from oss_responses import clocks, redis_keys
 from oss_responses.config import Settings
 from oss_responses.doctor.clocks import check_clocks
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    server = start_redis()  # its own: no other test's workers announced there
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def _announce(url: str, worker_id: str, pid: int, clock_skew: float | None) -> None:
@@ -34,29 +23,29 @@ def _announce(url: str, worker_id: str, pid: int, clock_skew: float | None) -> N
     client.close()
 
 
-def test_check_clocks_ok_when_host_and_workers_agree(redis_url: str) -> None:
-    _announce(redis_url, "w1", 11, 0.004)
-    _announce(redis_url, "w2", 12, None)
-    results = list(check_clocks(Settings(redis_url=redis_url)))
+def test_check_clocks_ok_when_host_and_workers_agree(own_redis_url: str) -> None:
+    _announce(own_redis_url, "w1", 11, 0.004)
+    _announce(own_redis_url, "w2", 12, None)
+    results = list(check_clocks(Settings(redis_url=own_redis_url)))
     assert [(result.status, result.detail) for result in results] == [
         ("ok", "this host and 2 ready worker(s) within 2 s of Redis's clock")
     ]
 
 
-def test_check_clocks_warns_of_ready_workers_whose_clock_is_off(redis_url: str) -> None:
-    _announce(redis_url, "w1", 11, 0.01)
-    _announce(redis_url, "w2", 12, -600.4)
-    _announce(redis_url, "w3", 13, 3.5)
-    results = list(check_clocks(Settings(redis_url=redis_url)))
+def test_check_clocks_warns_of_ready_workers_whose_clock_is_off(own_redis_url: str) -> None:
+    _announce(own_redis_url, "w1", 11, 0.01)
+    _announce(own_redis_url, "w2", 12, -600.4)
+    _announce(own_redis_url, "w3", 13, 3.5)
+    results = list(check_clocks(Settings(redis_url=own_redis_url)))
     assert [result.status for result in results] == ["warn"]
     assert results[0].detail.startswith("2 ready worker(s) have a clock over 2 s from Redis's (up to -600.4 s")
     assert "13" in results[0].detail and "12" in results[0].detail and "NTP" in results[0].detail
 
 
-def test_check_clocks_warns_of_this_host_clock_off(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_clocks_warns_of_this_host_clock_off(own_redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     real = time.time
     monkeypatch.setattr(clocks.time, "time", lambda: real() + 120)
-    results = list(check_clocks(Settings(redis_url=redis_url)))
+    results = list(check_clocks(Settings(redis_url=own_redis_url)))
     assert [result.status for result in results] == ["warn"]
     assert results[0].detail.startswith("this host's clock is +120.0 s from Redis's")
 

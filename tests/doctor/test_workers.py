@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
-import pytest
 import redis as redis_lib
-from support.servers import free_port, start_redis
+from support.servers import free_port
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.doctor.workers import check_workers
 from oss_responses.storage.migrations import newest_revision
-
-
-@pytest.fixture
-def redis_url() -> Iterator[str]:
-    server = start_redis()  # its own: no other test's workers announced there
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def _announce(url: str, worker_id: str, model: str, schema: str | None = None) -> None:
@@ -34,10 +23,10 @@ def _announce(url: str, worker_id: str, model: str, schema: str | None = None) -
     client.close()
 
 
-def test_check_workers_warns_for_model_no_worker_serves(redis_url: str) -> None:
-    _announce(redis_url, "w1", "gpt-oss-20b")
-    _announce(redis_url, "w2", "gpt-oss-20b")
-    settings = Settings(redis_url=redis_url, models=["gpt-oss-20b", "gpt-oss-120b"])
+def test_check_workers_warns_for_model_no_worker_serves(own_redis_url: str) -> None:
+    _announce(own_redis_url, "w1", "gpt-oss-20b")
+    _announce(own_redis_url, "w2", "gpt-oss-20b")
+    settings = Settings(redis_url=own_redis_url, models=["gpt-oss-20b", "gpt-oss-120b"])
 
     results = [(r.status, r.detail) for r in check_workers(settings)]
 
@@ -48,13 +37,13 @@ def test_check_workers_warns_for_model_no_worker_serves(redis_url: str) -> None:
     ]
 
 
-def test_check_workers_warns_of_workers_left_on_older_release(redis_url: str) -> None:
+def test_check_workers_warns_of_workers_left_on_older_release(own_redis_url: str) -> None:
     """An upgrade that left a worker behind: one from before migration 0009 ran a new API's conversation
     turns without their conversation (the upgrade probe)."""
-    _announce(redis_url, "w1", "gpt-oss-20b")
-    _announce(redis_url, "w2", "gpt-oss-20b", schema="0010")
-    _announce(redis_url, "w3", "gpt-oss-20b", schema="")  # announced no schema: older still
-    settings = Settings(redis_url=redis_url, models=["gpt-oss-20b"])
+    _announce(own_redis_url, "w1", "gpt-oss-20b")
+    _announce(own_redis_url, "w2", "gpt-oss-20b", schema="0010")
+    _announce(own_redis_url, "w3", "gpt-oss-20b", schema="")  # announced no schema: older still
+    settings = Settings(redis_url=own_redis_url, models=["gpt-oss-20b"])
 
     *_, last = check_workers(settings)
 
