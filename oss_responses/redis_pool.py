@@ -41,6 +41,39 @@ def silent_peer_guards() -> dict[str, Any]:
     return {"socket_keepalive": True, "socket_keepalive_options": options}
 
 
+def reset_is_lost_connection(pool: BlockingConnectionPool) -> BlockingConnectionPool:
+    """``pool``, its connections of a class that reports a write to a connection the network reset as a
+    lost connection (``ConnectionError``: reconnected, and retried where the client retries).
+
+    On uvloop a write to a transport closed under it (an RST from a restarted proxy or NAT, read by the
+    loop while the connection sat in the pool) raises ``RuntimeError: ... the handler is closed``, which
+    redis-py neither reconnects nor retries on: a worker's lease release raised out of its task, and an
+    outage before a response started would have failed the response (the network probe's reset)."""
+    base = pool.connection_class
+    if base not in _RESET_IS_LOST:
+        _RESET_IS_LOST[base] = _reset_is_lost(base)
+    pool.connection_class = _RESET_IS_LOST[base]
+    return pool
+
+
+_RESET_IS_LOST: dict[type[AbstractConnection], type[AbstractConnection]] = {}  # one subclass per base
+
+
+def _reset_is_lost(base: type[AbstractConnection]) -> type[AbstractConnection]:
+    class ResetIsLost(base):  # type: ignore[valid-type,misc]  # of whichever class the URL chose (TLS, unix)
+        async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+            transport = self._writer.transport if self._writer is not None else None
+            try:
+                await super().send_packed_command(command, check_health)
+            except RuntimeError as exc:
+                if transport is None or not transport.is_closing():
+                    raise
+                raise RedisConnectionError(f"Error while writing to Redis: the connection was reset ({exc})") from exc
+
+    ResetIsLost.__name__ = ResetIsLost.__qualname__ = f"ResetIsLost{base.__name__}"
+    return ResetIsLost
+
+
 @functools.cache
 def driver_info() -> DriverInfo:
     """What this process's connections tell Redis about their client (``CLIENT SETINFO``), built once.
@@ -69,6 +102,7 @@ class PatientPool(BlockingConnectionPool):
         for name, value in silent_peer_guards().items():
             connection_kwargs.setdefault(name, value)
         super().__init__(*args, **connection_kwargs)
+        reset_is_lost_connection(self)
         self._released: WeakKeyDictionary[AbstractConnection, float] = WeakKeyDictionary()
 
     async def release(self, connection: AbstractConnection) -> None:

@@ -37,7 +37,7 @@ from oss_responses.engine.base import ContextLimited, Engine
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.prompt_tokenizer import PromptTokenizer
-from oss_responses.redis_pool import driver_info, silent_peer_guards
+from oss_responses.redis_pool import driver_info, reset_is_lost_connection, silent_peer_guards
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
 from oss_responses.storage import Database, warm_statements
@@ -328,8 +328,8 @@ RECONNECT = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
 async def _async_redis(url: str, max_connections: int) -> redis_asyncio.Redis:
     # Built on the loop that will use it: redis.asyncio connections belong to one event loop.
     retry = AsyncRetry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT._retries)
-    pool = redis_asyncio.BlockingConnectionPool.from_url(
+    pool = reset_is_lost_connection(redis_asyncio.BlockingConnectionPool.from_url(
         url, max_connections=max_connections, timeout=None, retry=retry, driver_info=driver_info(),
         **silent_peer_guards(),
-    )
+    ))
     return redis_asyncio.Redis(connection_pool=pool)

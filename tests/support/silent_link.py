@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import struct
 
 
 class SilentLink:
@@ -16,9 +18,11 @@ class SilentLink:
         self._dead: set[asyncio.StreamWriter] = set()
         self._open: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.port = 0
 
     async def start(self) -> SilentLink:
+        self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -26,6 +30,18 @@ class SilentLink:
     def silence(self) -> None:
         """The connections open now die silently."""
         self._dead |= self._open
+
+    def reset(self) -> None:
+        """The connections open now are reset (RST, as a restarted proxy or a NAT sends), not closed; safe to
+        call from another thread than the link's."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._reset)
+
+    def _reset(self) -> None:
+        for writer in list(self._open):
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
 
     async def stop(self) -> None:
         for writer in self._open:

@@ -3,6 +3,8 @@ handle, an in-process worker (scripted engine, no reaper), and the MCP servers o
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 import redis as redis_lib
 from support.mcp import CALCULATOR, MISBEHAVING, mcp_server
 from support.processes import WorkerProcess, ready_workers
+from support.silent_link import SilentLink
 from support.tool_turns import ToolEnv, tool_settings
 from support.workers import worker_settings
 
@@ -77,3 +80,20 @@ def start_worker(tmp_path: Path, redis: redis_lib.Redis) -> Iterator:  # type: i
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture
+def silent_link(redis_url: str) -> Iterator[SilentLink]:
+    """A link to the test's Redis that can fall silent or reset, on an event loop of its own (the client under
+    test runs on another: kombu's is synchronous)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    link = asyncio.run_coroutine_threadsafe(SilentLink(port).start(), loop).result(5)
+    try:
+        yield link
+    finally:
+        asyncio.run_coroutine_threadsafe(link.stop(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)

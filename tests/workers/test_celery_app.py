@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
@@ -15,22 +12,6 @@ from support.silent_link import SilentLink
 from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings
 from oss_responses.workers.celery_app import broker_transport_options
-
-
-@pytest.fixture
-def silent_link(redis_url: str) -> Iterator[SilentLink]:
-    """A link to the test's Redis, on an event loop of its own (kombu's client is synchronous)."""
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    link = asyncio.run_coroutine_threadsafe(SilentLink(port).start(), loop).result(5)
-    try:
-        yield link
-    finally:
-        asyncio.run_coroutine_threadsafe(link.stop(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
 
 
 def test_broker_command_gives_up_a_broker_gone_silent(silent_link: SilentLink, redis_url: str) -> None:

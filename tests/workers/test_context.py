@@ -7,7 +7,9 @@ import json
 
 import pytest
 import redis as redis_lib
+import uvloop
 from support.db_connections import connects_in_two_rounds
+from support.silent_link import SilentLink
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -93,3 +95,23 @@ def test_keep_ready_goes_on_announcing_after_a_redis_error(monkeypatch: pytest.M
 
     asyncio.run(scenario())
     assert len(calls) >= 3
+
+
+def test_worker_redis_command_on_connection_reset_is_sent_again(silent_link: SilentLink) -> None:
+    # On uvloop (the engine loop's), a write to a pooled connection the network had reset raised
+    # RuntimeError ("the handler is closed"), which redis-py neither reconnects nor retries on: a lease's
+    # release after a reset raised out of its task, and an outage before a response started would have
+    # failed the response (the network probe's reset of a worker's Redis link).
+    from oss_responses.workers import context
+
+    async def scenario() -> bytes | None:
+        client = await context._async_redis(f"redis://127.0.0.1:{silent_link.port}/0", 4)
+        try:
+            await client.set("reset-under", "v")
+            silent_link.reset()
+            await asyncio.sleep(0.2)  # the RST reaches the pooled connection's transport
+            return await client.get("reset-under")  # raised RuntimeError
+        finally:
+            await client.aclose()
+
+    assert uvloop.run(scenario()) == b"v"
