@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis as redis_lib
 from sqlalchemy import update
+from support.clocks import ON_POSTGRESQL_ONLY
 
 from oss_responses.config import Settings
 from oss_responses.storage import Database, utcnow
@@ -70,13 +71,12 @@ def test_sweep_leaves_recent_and_finished_deliveries_alone(db: Database, redis: 
     assert _sweeper(db, redis, sent).sweep_once() == 0
 
 
+@ON_POSTGRESQL_ONLY
 def test_sweep_leaves_recent_delivery_alone_when_its_clock_runs_ahead(
-    db: Database, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+    database_url: str, db: Database, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sweeper's lock elects any worker: one whose clock ran past ``webhook_resend_after_seconds`` took
     every delivery just logged (by another host's clock) for a lost one and sent it twice."""
-    if not db.engine.dialect.name == "postgresql":
-        pytest.skip("SQLite: the database and the worker share one host's clock")
     monkeypatch.setattr(sweeper_module, "utcnow", lambda: utcnow() + timedelta(minutes=11), raising=False)
     db.run(add_pending, log_rows([EVENT]))
     sent: list[list[Any]] = []

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 import redis as redis_lib
 from sqlalchemy import select
+from support.clocks import ON_POSTGRESQL_ONLY
 from support.streams import assert_contiguous, events_of, is_closed
 from support.workers import accept, overwrite_row
 
@@ -283,15 +284,13 @@ def test_reaper_running_while_database_is_away_logs_a_line_per_pass_without_trac
 
 
 def clock_runs_ahead(monkeypatch: pytest.MonkeyPatch, module: object, settings: Settings, hours: float) -> None:
-    """``module``'s wall clock ``hours`` fast, as on a worker host whose clock drifted: only PostgreSQL's
-    server can have a clock of its own (a SQLite file is shared by the processes of one host)."""
-    if not settings.database_url.startswith("postgresql"):
-        pytest.skip("SQLite: the database and the worker share one host's clock")
+    """``module``'s wall clock ``hours`` fast, as on a worker host whose clock drifted (``ON_POSTGRESQL_ONLY``)."""
     monkeypatch.setattr(module, "utcnow", lambda: utcnow() + timedelta(hours=hours), raising=False)
 
 
+@ON_POSTGRESQL_ONLY
 def test_reaper_keeps_fresh_responses_when_its_clock_runs_hours_ahead(
-    db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    database_url: str, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The reaper's lock elects any worker: one host 2 hours fast deleted every response that ended in the
     last 2 hours under a 1-hour retention (the clock probe)."""
@@ -306,8 +305,9 @@ def test_reaper_keeps_fresh_responses_when_its_clock_runs_hours_ahead(
     assert db.run(get_response, fresh) is not None
 
 
+@ON_POSTGRESQL_ONLY
 def test_reaper_leaves_fresh_queued_response_when_its_clock_runs_ahead(
-    db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+    database_url: str, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker 11 minutes fast took every response queued a moment ago for one queued over 600 s, and sent
     each one's task again (a warning each; the copies counted against the model's queue limit)."""
