@@ -34,7 +34,7 @@ RESPONSES_ENDED = Counter(
 TASK_OUTCOMES = Counter(
     "oss_responses_worker_tasks_total",
     "run_response tasks by outcome (completed, failed, ..., skipped, leased_elsewhere, running_here, lease_lost, "
-    "handed_off)",
+    "handed_off, engine_lost)",
     ["model", "outcome"],
 )
 TIME_TO_FIRST_TOKEN = Histogram(

@@ -51,6 +51,12 @@ class PromptTooLongError(ValueError):
     """The prompt leaves no room for output within the model's context."""
 
 
+class EngineDead(RuntimeError):
+    """The engine stopped for good (vLLM's engine core died: a GPU fault, an OOM kill, a crash): no request
+    runs on it again. Not the request's doing: its response goes on with another worker, and this one
+    stops so that its supervisor starts a new engine (``WorkerContext.lose_engine``)."""
+
+
 class SchemaNotConstrainable(ValueError):
     """A schema the engine cannot constrain output to: its grammar cannot express it, or takes too long to
     compile (``engine/grammar.py``)."""

@@ -18,17 +18,18 @@ last user message contains the word ``unscripted`` gets no script and samples fr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from oss_responses.config import Settings
-from oss_responses.engine.base import EngineOutput, OutputSink, SamplingSettings, check_prompt_length
+from oss_responses.engine.base import EngineDead, EngineOutput, OutputSink, SamplingSettings, check_prompt_length
 from oss_responses.engine.grammar import GrammarBudget
 from oss_responses.statuses import FinishReason
 from oss_responses.vocab import ensure_vocabulary
@@ -156,6 +157,19 @@ def engine_output(output: RequestOutput, first: bool) -> EngineOutput:
     )
 
 
+@contextlib.contextmanager
+def _dead_core_named() -> Iterator[None]:
+    """vLLM's ``EngineDeadError`` (its engine core died: every request gets it, and every later one at its
+    ``add_request``) raised as the worker's :class:`EngineDead`, which hands the response on rather than
+    failing it."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    try:
+        yield
+    except EngineDeadError as error:
+        raise EngineDead(f"the vLLM engine core stopped ({error})") from error
+
+
 class _OutputFeed:
     """What ``VllmEngine.stream`` puts in place of a request's output queue: vLLM's output handler
     calls ``put`` with each output (or an engine error), and this feeds it on at once.
@@ -281,13 +295,14 @@ class VllmEngine:
         self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
         first, finished = True, False
         try:
-            prompt, params = await self._request(prompt_token_ids, sampling)
-            async for output in self.llm.generate(prompt, params, request_id):
-                if self._running[request_id] and not output.finished:
-                    # abort() arrived before vLLM had registered the request: repeat it now.
-                    await self.llm.abort(request_id)
-                yield engine_output(output, first)
-                first, finished = False, output.finished
+            with _dead_core_named():
+                prompt, params = await self._request(prompt_token_ids, sampling)
+                async for output in self.llm.generate(prompt, params, request_id):
+                    if self._running[request_id] and not output.finished:
+                        # abort() arrived before vLLM had registered the request: repeat it now.
+                        await self.llm.abort(request_id)
+                    yield engine_output(output, first)
+                    first, finished = False, output.finished
         finally:
             self._running.pop(request_id, None)
         if not finished:
@@ -310,21 +325,22 @@ class VllmEngine:
         self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
         finished = False
         try:
-            prompt, params = await self._request(prompt_token_ids, sampling)
-            queue = await self.llm.add_request(request_id, prompt, params)
-            # An output put before the feed took over waits in the queue (not seen, but not excluded).
-            early = queue.get_nowait()
-            queue.put = feed.put  # type: ignore[method-assign]  # the one hook: see the docstring
-            if early is not None:
-                feed.put(early)
-            if self._running[request_id] and not feed.done.done():
-                # abort() arrived before vLLM had registered the request: repeat it now.
-                await self.llm.abort(request_id)
-            await feed.done
+            with _dead_core_named():
+                prompt, params = await self._request(prompt_token_ids, sampling)
+                queue = await self.llm.add_request(request_id, prompt, params)
+                # An output put before the feed took over waits in the queue (not seen, but not excluded).
+                early = queue.get_nowait()
+                queue.put = feed.put  # type: ignore[method-assign]  # the one hook: see the docstring
+                if early is not None:
+                    feed.put(early)
+                if self._running[request_id] and not feed.done.done():
+                    # abort() arrived before vLLM had registered the request: repeat it now.
+                    await self.llm.abort(request_id)
+                await feed.done
             finished = True
         finally:
             self._running.pop(request_id, None)
-            if not finished and not feed.engine_failed:
+            if not finished and not feed.engine_failed and not self.llm.errored:
                 # Stopped before vLLM finished it (cancelled, or on_output raised): vLLM stops it too,
                 # as AsyncLLM.generate does (not after an engine failure: there is no engine to tell).
                 feed.done.cancel()
@@ -367,7 +383,8 @@ class VllmEngine:
         """Stop a request; its ``generate`` ends with finish_reason "abort". Unknown ids are ignored."""
         if request_id in self._running:
             self._running[request_id] = True
-        await self.llm.abort(request_id)
+        if not self.llm.errored:  # a dead engine core runs nothing to stop (and refuses the message)
+            await self.llm.abort(request_id)
 
     async def shutdown(self) -> None:
         if self._grammars is not None:

@@ -15,7 +15,7 @@ from oss_responses.logs import configure_logging
 from oss_responses.workers.celery_app import make_celery
 from oss_responses.workers.context import EngineStartError
 from oss_responses.workers.outage import StoreAwayAtStart
-from oss_responses.workers.tasks import start_error
+from oss_responses.workers.tasks import engine_lost, start_error
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,6 +52,9 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
         plain = isinstance(error, EngineStartError | StoreAwayAtStart)
         why = str(error) if plain else f"{type(error).__name__}: {error}"
         sys.exit(f"oss-responses worker not started: {why}")
+    if (lost := engine_lost()) is not None:
+        # A dead engine core cannot be started again in this process: a new worker must start it.
+        sys.exit(f"oss-responses worker stopped: {lost}")
 
 
 def run_frontend(extra: list[str], frontend: Frontend) -> None:

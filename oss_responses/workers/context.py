@@ -33,7 +33,7 @@ from redis.retry import Retry
 from oss_responses import redis_keys
 from oss_responses.clocks import SKEW_WARN_SECONDS, redis_skew, skewed
 from oss_responses.config import Settings
-from oss_responses.engine.base import ContextLimited, Engine
+from oss_responses.engine.base import ContextLimited, Engine, EngineDead
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
 from oss_responses.prompt_tokenizer import PromptTokenizer
@@ -106,6 +106,10 @@ class WorkerContext:
     # The running responses' "hand off" callbacks (called on the engine loop), by response id.
     running: dict[str, Callable[[], None]] = field(default_factory=dict)
     shutting_down: bool = False
+    # Why the engine stopped for good (lose_engine), once it has.
+    engine_lost: EngineDead | None = None
+    # Asks the worker process to stop and exit non-zero (set by the Celery bootstep); None: in-process tests.
+    request_exit: Callable[[], None] | None = None
     _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
     _tasks: int = field(default=0, repr=False)
     _tasks_changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -140,6 +144,20 @@ class WorkerContext:
         if callbacks and self.loop.running:
             self.loop.run(_call_all(callbacks))
         return len(callbacks)
+
+    def lose_engine(self, error: EngineDead) -> None:
+        """The engine died (every running response meets the error, and hands itself on): from now on every
+        task goes back to the queue untouched, and the worker stops, for its supervisor to start a new
+        engine. Called from task threads; the first call acts."""
+        with self._tasks_changed:
+            if self.engine_lost is not None:
+                return
+            self.engine_lost = error
+        log.error("the engine stopped for good (%s): its responses go on with other workers, and this worker "
+                  "stops so that its supervisor starts it again", error)
+        self.shutting_down = True
+        if self.request_exit is not None:
+            self.request_exit()
 
     def stop(self, tasks_timeout: float = TASKS_STOP_TIMEOUT_SECONDS) -> None:
         """Hands off what still runs, waits for the task threads, then stops everything under them.

@@ -98,6 +98,11 @@ return 0
 """
 
 REAPER_LOCK = redis_keys.REAPER_LOCK
+
+
+def resume_wait_seconds(lease_seconds: float) -> int:
+    """How long a dispatched takeover may wait for a worker before it is dispatched again."""
+    return max(60, int(lease_seconds * 4))
 WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped before it finished"
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
@@ -170,8 +175,7 @@ class Reaper:
         self.lease_ms = max(1, int(lease_seconds * 1000))
         self.ttl_seconds = event_ttl_seconds
         self.dispatch = dispatch
-        # A dispatched takeover that no worker picked up within this is dispatched again.
-        self.resume_seconds = max(60, int(lease_seconds * 4))
+        self.resume_seconds = resume_wait_seconds(lease_seconds)
         self.stale_queued_seconds = stale_queued_seconds
         self.retention_seconds = retention_seconds
         # The sweep and the purge look for what takes minutes to appear: not every pass.

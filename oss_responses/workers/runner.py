@@ -8,7 +8,8 @@
     queued → in_progress (SQL)
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
-    or declined, generation (engine loop) ─ any exception fails the response
+    or declined, generation (engine loop) ─ any exception fails the response, but a dead engine's: the
+    response is passed on to another worker, and this worker stops (``WorkerContext.lose_engine``)
     drain the events (the terminal one included; one missing: left to a takeover) → save the turn (SQL)
     → close the stream (failed: the reaper ends it, workers/unclosed.py)
     release the lease
@@ -37,7 +38,7 @@ from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
 from oss_responses.cancel_request import flag_commands
-from oss_responses.engine.base import PromptTooLongError, SchemaNotConstrainable
+from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
 from oss_responses.eventlog.writer import EventWriteError, Fence, framed
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
@@ -72,7 +73,7 @@ from oss_responses.workers.journal import (
 from oss_responses.workers.lease import Lease, run_owner
 from oss_responses.workers.outage import Backoff, unreachable
 from oss_responses.workers.prompting import forced_tokens, prompt_budget, render, render_early, sampling
-from oss_responses.workers.reaper import HANDOFF, end_failed, failed_response
+from oss_responses.workers.reaper import HANDOFF, end_failed, failed_response, resume_wait_seconds
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.tooling import (
     PreparedTools,
@@ -92,7 +93,7 @@ PROGRESS_LOST_MESSAGE = (
 
 Outcome = Literal[
     "completed", "incomplete", "failed", "cancelled", "missing", "skipped", "leased_elsewhere", "running_here",
-    "lease_lost", "handed_off",
+    "lease_lost", "handed_off", "engine_lost",
 ]
 
 
@@ -295,6 +296,7 @@ def _end_queued(ctx: WorkerContext, record: ResponseRecord) -> bool:
 def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     """Run the response from its start, or (``steps``: its journal) from where a lost worker stopped."""
     ctx, job = run.ctx, run.job
+    engine_lost = False
     try:
         if steps is not None:
             ctx.loop.run(_resume(run, job.request(), steps))
@@ -303,6 +305,9 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     except EventWriteError:
         log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id, exc_info=True)
         return _leave_for_takeover(run)
+    except EngineDead as exc:  # this worker's doing, not the request's: the response goes on elsewhere
+        ctx.lose_engine(exc)
+        engine_lost = True
     except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback, invalid_prompt
         log.warning("response %s failed: %s", job.response_id, exc)
         _fail(run, f"{exc} {_too_long_advice(job.request())}", code="invalid_prompt")
@@ -318,6 +323,8 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     stop_cause = run.generation.stop_cause if run.generation is not None else run.stop_cause
     if stop_cause == "lease_lost":
         return "lease_lost"
+    if engine_lost and not _is_terminal(run):
+        return _pass_on(run)
     if stop_cause == "handoff" and not _is_terminal(run):
         return _hand_off(run)
     return _finish(run)
@@ -423,6 +430,26 @@ def _hand_off(run: _Run) -> Outcome:
     ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
     log.info("handed %s off to another worker", job.response_id)
     return "handed_off"
+
+
+def _pass_on(run: _Run) -> Outcome:
+    """The engine died under the response: what it streamed written, the lease released, and the response
+    sent to another worker as a lost worker's is (no handoff mark: the takeover is counted, so that a
+    request that kills every engine it meets fails after ``max_takeovers``). The mark holds the reaper
+    off while the task waits, as its own dispatches do."""
+    ctx, job = run.ctx, run.job
+    try:
+        ctx.loop.run(ctx.writer.drain(job.response_id))
+    except EventWriteError:
+        log.warning("events of %s did not all reach Redis before it was passed on", job.response_id, exc_info=True)
+        return _leave_for_takeover(run)
+    ctx.sync_redis.set(redis_keys.resume(job.response_id), "engine_lost",
+                       ex=resume_wait_seconds(ctx.settings.lease_seconds))
+    ctx.loop.run(run.lease.release())
+    if ctx.dispatch is not None:  # else the reaper dispatches it once the mark lapses
+        ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
+    log.warning("passed %s on to another worker: this worker's engine stopped", job.response_id)
+    return "engine_lost"
 
 
 def _translator(

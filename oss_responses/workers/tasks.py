@@ -21,10 +21,12 @@ from typing import Any
 from celery import Celery, bootsteps, signals
 from celery.apps import worker as celery_worker
 from celery.exceptions import Reject
+from celery.platforms import EX_FAILURE
 from celery.worker import state as worker_state
 
 from oss_responses.broker import send_run_response
 from oss_responses.config import Settings
+from oss_responses.engine.base import EngineDead
 from oss_responses.engine.frontends import Frontend
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
@@ -48,11 +50,25 @@ _context: WorkerContext | None = None
 _metrics_server: MetricsServer | None = None
 _webhook_sweeper: WebhookSweeper | None = None
 _start_error: Exception | None = None
+_engine_lost: EngineDead | None = None
 
 
 def start_error() -> Exception | None:
     """Why the worker failed to start in this process (Celery itself then exits with status 0)."""
     return _start_error
+
+
+def engine_lost() -> EngineDead | None:
+    """Why the worker stopped serving in this process: its engine died (Celery then exits with status 0)."""
+    return _engine_lost
+
+
+def _exit_for_a_new_engine() -> None:
+    """The engine died: the worker stops as a warm shutdown does (its consumer checks this flag on every
+    turn of its loop), and the command then exits non-zero (``command.run_worker``)."""
+    global _engine_lost
+    _engine_lost = current_context().engine_lost
+    worker_state.should_stop = EX_FAILURE
 
 
 def current_context() -> WorkerContext:
@@ -136,6 +152,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
                 settings, dispatch=dispatcher(worker.app, settings),
                 send_webhook=webhook_sender(worker.app, settings), frontend=frontend, stopping=_stop_signalled,
             )
+            _context.request_exit = _exit_for_a_new_engine
             if settings.webhook_endpoints:
                 send = webhook_sender(worker.app, settings)
                 _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send).start()

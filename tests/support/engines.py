@@ -1,6 +1,7 @@
 """Engines of the tool-turn tests (and benches): a wrapper of the scripted engine that passes the engine
-calls through, one keeping every prompt it was shown, and an engine answering its n-th generation with
-the n-th of a list of harmony texts; ``streamed``, the outputs an engine's ``stream`` hands over."""
+calls through, one keeping every prompt it was shown, one that dies as vLLM's does when its engine core
+is lost, and an engine answering its n-th generation with the n-th of a list of harmony texts;
+``streamed``, the outputs an engine's ``stream`` hands over."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 
 from openai_harmony import HarmonyEncoding
 
-from oss_responses.engine.base import EngineOutput, OutputStreaming, SamplingSettings
+from oss_responses.engine.base import EngineDead, EngineOutput, OutputStreaming, SamplingSettings
 from oss_responses.engine.scripted import ScriptedEngine
 
 
@@ -64,6 +65,26 @@ class RecordingEngine(WrappedEngine):
 
     def prompt_text(self, index: int = -1) -> str:
         return self.encoding.decode(self.prompts[index])
+
+
+class DyingEngine(WrappedEngine):
+    """The scripted engine until ``outputs`` outputs have gone out, then dead for good: the running request
+    and every later call raise :class:`EngineDead`, as vLLM's do once its engine core died."""
+
+    def __init__(self, inner: ScriptedEngine, outputs: int) -> None:
+        super().__init__(inner)
+        self.left = outputs
+
+    async def generate(  # type: ignore[override]  # an async generator where the base returns one
+        self, request_id: str, prompt: Sequence[int], sampling: SamplingSettings
+    ) -> AsyncIterator[EngineOutput]:
+        async for output in self.inner.generate(request_id, prompt, sampling):
+            if self.left <= 0:
+                raise EngineDead("the engine core stopped (a test's)")
+            self.left -= 1
+            yield output
+        if self.left <= 0:
+            raise EngineDead("the engine core stopped (a test's)")
 
 
 class SequenceEngine:
