@@ -1,4 +1,5 @@
-"""README.md stays true: its configuration table lists every setting, and its commands exist."""
+"""README.md and ARCHITECTURE.md stay true: the configuration table lists every setting, the commands exist,
+and the module map names every module."""
 
 from __future__ import annotations
 
@@ -7,8 +8,13 @@ from pathlib import Path
 
 from oss_responses.config import Settings
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-MAKEFILE = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+MAKEFILE = (ROOT / "Makefile").read_text()
+ARCHITECTURE = (ROOT / "ARCHITECTURE.md").read_text()
+PACKAGE = ROOT / "oss_responses"
+# Described as a whole by their package's row: each migration, each demo MCP server.
+DESCRIBED_AS_A_WHOLE = ("storage/migrations/versions/", "tools/servers/")
 
 
 def test_readme_lists_every_setting() -> None:
@@ -34,3 +40,21 @@ def test_readme_oss_responses_commands_exist() -> None:
     commands = set(build_parser()._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
     named = set(re.findall(r"oss-responses (\w[\w-]*)", README))
     assert named and named <= commands
+
+
+def test_architecture_names_every_module() -> None:
+    # A module is named by its path, or by its file name in the row of its top package (`| `storage/` |`).
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        if path.name in ("__init__.py", "__main__.py") or module.startswith(DESCRIBED_AS_A_WHOLE):
+            continue
+        if f"`{module}`" not in ARCHITECTURE and not re.search(rf"\b{re.escape(path.name)}\b", _rows_of(module)):
+            missing.append(module)
+    assert missing == []
+
+
+def _rows_of(module: str) -> str:
+    """The module map's rows of the module's top package (or of the top-level module itself)."""
+    top = module.split("/", 1)[0] + "/" if "/" in module else module
+    return "\n".join(line for line in ARCHITECTURE.splitlines() if line.startswith(f"| `{top}"))

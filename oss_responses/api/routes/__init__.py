@@ -1,1 +1,1 @@
-"""One module per resource: responses, models, health."""
+"""One module per resource: responses, conversations, models, health, metrics."""
