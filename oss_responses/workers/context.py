@@ -290,18 +290,11 @@ def start_worker(
             worker_id=worker_id or new_worker_id(),
             loop=loop,
             encoding=encoding,
-            tokenizer=PromptTokenizer(encoding, settings.tiktoken_dir,
-                                      process_above_chars=settings.render_process_above_chars,
-                                      cache_bytes=settings.render_cache_bytes),
+            tokenizer=_tokenizer(settings, encoding),
             engine=engine or build_engine(settings, encoding, frontend),
-            # Kept open, not opened and closed per transaction (storage/db.py says why). Sized for the
-            # database, not per Celery thread: transactions are short, and PostgreSQL's connections few.
-            db=Database(settings.database_url, pool_size=settings.database_pool_size,
-                        prepared_statements=settings.database_prepared_statements),
+            db=_database(settings),
             redis=redis_client,
-            sync_redis=redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
-                settings.redis_url, max_connections=connections, timeout=None, retry=RECONNECT,
-                driver_info=driver_info(), **silent_peer_guards())),
+            sync_redis=_sync_redis(settings.redis_url, connections),
             # Its own connection, opened with this client's settings and never retried (see RECONNECT).
             writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
             cancels=CancelListener(redis_client),
@@ -318,15 +311,32 @@ def start_worker(
         loop.stop()
         raise
     if with_reaper:
-        ctx.reaper = Reaper(
-            ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
-            lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
-            dispatch=dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
-            retention_seconds=settings.response_retention_seconds,
-        )
+        ctx.reaper = _reaper(ctx)
         ctx.reaper.start()
     log.info("worker %s ready: model %s, engine %s", ctx.worker_id, settings.worker_model, settings.engine)
     return ctx
+
+
+def _tokenizer(settings: Settings, encoding: HarmonyEncoding) -> PromptTokenizer:
+    return PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=settings.render_process_above_chars,
+                           cache_bytes=settings.render_cache_bytes)
+
+
+def _database(settings: Settings) -> Database:
+    # Kept open, not opened and closed per transaction (storage/db.py says why). Sized for the database,
+    # not per Celery thread: transactions are short, and PostgreSQL's connections few.
+    return Database(settings.database_url, pool_size=settings.database_pool_size,
+                    prepared_statements=settings.database_prepared_statements)
+
+
+def _reaper(ctx: WorkerContext) -> Reaper:
+    settings = ctx.settings
+    return Reaper(
+        ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
+        lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
+        dispatch=ctx.dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
+        retention_seconds=settings.response_retention_seconds,
+    )
 
 
 def _redis_connections(settings: Settings) -> int:
@@ -341,6 +351,14 @@ def _redis_connections(settings: Settings) -> int:
 # never land twice, and a failed flush already leaves the response to a takeover that writes what is
 # missing.
 RECONNECT = Retry(ExponentialBackoff(cap=1.0, base=0.05), retries=3)
+
+
+def _sync_redis(url: str, max_connections: int) -> SyncRedis:
+    # The task threads' and the reaper's: their commands are safe to repeat (RECONNECT).
+    return redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+        url, max_connections=max_connections, timeout=None, retry=RECONNECT, driver_info=driver_info(),
+        **silent_peer_guards(),
+    ))
 
 
 async def _async_redis(url: str, max_connections: int) -> redis_asyncio.Redis:
