@@ -18,7 +18,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.hub import ARCHIVED, as_entries, parse_id
+from oss_responses.eventlog.entries import ARCHIVED, as_entries, parse_id
 
 # KEYS[1] the stream; ARGV: the archived end marker's id, its status, the last sequence number.
 # A stream's newest node is allocated at stream-node-max-bytes (4 KB) whatever it holds; DUMP and

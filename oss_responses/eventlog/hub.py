@@ -44,15 +44,27 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.bulk import bulk_string
+from oss_responses.eventlog.entries import (
+    ARCHIVED,
+    FIRST,
+    Entry,
+    EntryId,
+    archived_after,
+    as_entries,
+    cursor_after,
+    missed_rewrite,
+    parse_id,
+    seen_through,
+    take_frames,
+)
 from oss_responses.eventlog.frames import frame_type
 from oss_responses.eventlog.lane import ReadLane
 from oss_responses.redis_pool import PatientPool
@@ -61,16 +73,6 @@ from oss_responses.stopping import cancel_and_wait
 _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
-
-EntryId = tuple[int, int]
-Entry = tuple[bytes, dict[bytes, bytes]]  # (stream entry id, fields)
-
-FIRST: EntryId = (0, 0)  # before event 0 (entry id 0-1)
-ARCHIVED = b"archived"  # the tombstone's field: the last sequence number, its events in SQL
-# The end marker's field of a stream written anew after Redis lost it (FLUSHALL, an eviction, a restart
-# without persistence): how many events the new stream holds. A follower that had read the lost one is
-# past them (its cursor skips their ids) and would see a clean end with no terminal event.
-REWRITTEN = b"rewritten"
 
 # (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
 # one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
@@ -116,71 +118,12 @@ async def patiently(
             delay = min(delay * 2, 2.0)
 
 
-def parse_id(entry_id: bytes) -> EntryId:
-    ms, _, seq = entry_id.partition(b"-")
-    return int(ms), int(seq)
-
-
-def as_entries(reply: StreamRangeResponse | None) -> list[Entry]:
-    """An XRANGE/XREVRANGE reply as the hub's clients get it. redis-py types replies for every client
-    setting; these clients never decode responses (ids and fields are bytes), and a range reply never
-    holds a deleted entry (None, which only XCLAIM/XAUTOCLAIM return)."""
-    return cast(list[Entry], reply or [])
-
-
 def _entry(raw: list[Any]) -> Entry:
     """A stream entry as read raw (RESP2: ``[id, [field, value, ...]]``) as the hub keeps it."""
     entry_id, fields = raw
     if len(fields) == 2:  # an event (its frame) or an end marker: one field
         return entry_id, {fields[0]: fields[1]}
     return entry_id, dict(zip(fields[::2], fields[1::2], strict=True))
-
-
-def cursor_after(after: int | None) -> EntryId:
-    """The entry id a subscriber has 'seen' when it wants the events after sequence number ``after``."""
-    return FIRST if after is None else (0, after + 1)
-
-
-def take_frames(entries: list[Entry], cursor: EntryId) -> tuple[list[bytes], EntryId, dict[bytes, bytes] | None]:
-    """The frames of entries after ``cursor``, the cursor after them, and the end marker's fields
-    (None until the end marker came)."""
-    if not entries or parse_id(entries[-1][0]) <= cursor:
-        return [], cursor, None
-    if parse_id(entries[0][0]) <= cursor:
-        entries = [e for e in entries if parse_id(e[0]) > cursor]
-    frames: list[bytes] = []
-    for entry_id, fields in entries:
-        data = fields.get(b"f")
-        if data is None:
-            return frames, cursor, fields
-        frames.append(data)
-        cursor = parse_id(entry_id)
-    return frames, cursor, None
-
-
-def missed_rewrite(end: dict[bytes, bytes], cursor: EntryId) -> bool:
-    """The stream was lost and written anew while this subscriber followed it: its cursor is not where the
-    new stream's events end, so it did not get them (the failure saying why)."""
-    rewritten = end.get(REWRITTEN)
-    return rewritten is not None and cursor[1] != int(rewritten)
-
-
-def archived_after(end: dict[bytes, bytes], cursor: EntryId) -> int | None:
-    """The sequence number after which the archive holds events this subscriber lacks, or None.
-
-    A tombstone (``ARCHIVED`` field: the last sequence number) replaced the stream's entries: a
-    subscriber that saw up to event ``cursor[1] - 1`` lacks the archive's events after it.
-    """
-    last = end.get(ARCHIVED)
-    if last is None:
-        return None
-    seen = seen_through(cursor)
-    return seen if int(last) > seen else None
-
-
-def seen_through(cursor: EntryId) -> int:
-    """The sequence number of the last event a subscriber at ``cursor`` has read (-1: none)."""
-    return cursor[1] - 1 if cursor[0] == 0 else -1
 
 
 async def _pages_as_frames(pages: Iterable[list[bytes]], chunked: bool) -> AsyncIterator[bytes]:

@@ -232,7 +232,7 @@ def close_commands(response_id: str, status: str, ttl_seconds: int, *, rewritten
     # ``*`` puts the end marker after every 0-N event id; a late event XADD then fails instead of
     # landing after the end. The journal is of no use once the response ended (and saved), and the
     # stream leaves the open streams with its end marker (a lost end keeps it there: workers/unclosed.py).
-    # ``rewritten``: the stream was lost and holds only these many events written anew (hub.REWRITTEN).
+    # ``rewritten``: the stream was lost and holds only these many events written anew (entries.REWRITTEN).
     key = redis_keys.events(response_id)
     marker = ("end", status) if rewritten is None else ("end", status, "rewritten", rewritten)
     return [
