@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from openai.types.responses.responses_server_event import ResponseWsError, ResponseWsErrorError
+
 from oss_responses.errors import BadRequest, ServiceError
 from oss_responses.eventlog.frames import frame_head, parse_frame
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
@@ -82,9 +84,10 @@ def event_message(frame: bytes, stream_id: str | None) -> str:
 
 
 def _stream_error_message(payload: dict[str, Any], stream_id: str | None) -> str:
-    error = {"type": "server_error", "code": payload.get("code"), "message": payload.get("message", ""),
-             "param": payload.get("param")}
-    return _on_lane({"type": "error", "sequence_number": payload.get("sequence_number"), "error": error}, stream_id)
+    error = ResponseWsErrorError(type="server_error", code=payload.get("code"), message=payload.get("message", ""),
+                                 param=payload.get("param"))
+    event = ResponseWsError(type="error", sequence_number=payload.get("sequence_number"), error=error)
+    return _on_lane(event, stream_id)
 
 
 def is_terminal(frame: bytes) -> bool:
@@ -93,9 +96,13 @@ def is_terminal(frame: bytes) -> bool:
 
 def error_message(error: ServiceError, stream_id: str | None) -> str:
     """An ``error`` event: the error object a request would get over HTTP, and that request's status."""
-    return _on_lane({"type": "error", "status": error.status_code, "error": error.to_body()["error"]}, stream_id)
+    body = ResponseWsErrorError.model_validate(error.to_body()["error"])
+    return _on_lane(ResponseWsError(type="error", status=error.status_code, error=body), stream_id)
 
 
-def _on_lane(event: dict[str, Any], stream_id: str | None) -> str:
-    """``event`` as a message of lane ``stream_id`` (named lanes' events carry it)."""
-    return json.dumps(event if stream_id is None else event | {"stream_id": stream_id})
+def _on_lane(event: ResponseWsError, stream_id: str | None) -> str:
+    """``event`` as a message of lane ``stream_id`` (named lanes' events carry it). Only the fields given
+    are sent: an error of a request has no ``sequence_number``, one of a stream no ``status``."""
+    if stream_id is not None:
+        event.stream_id = stream_id
+    return event.model_dump_json(exclude_unset=True)
