@@ -148,14 +148,14 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
             build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)
             # Before the engine: a port already taken fails the start before the worker says it is ready.
             _metrics_server = MetricsServer(settings.worker_metrics_port)
+            send_webhook = webhook_sender(worker.app, settings)
             _context = start_worker(
-                settings, dispatch=dispatcher(worker.app, settings),
-                send_webhook=webhook_sender(worker.app, settings), frontend=frontend, stopping=_stop_signalled,
+                settings, dispatch=dispatcher(worker.app, settings), send_webhook=send_webhook, frontend=frontend,
+                stopping=_stop_signalled,
             )
             _context.request_exit = _exit_for_a_new_engine
             if settings.webhook_endpoints:
-                send = webhook_sender(worker.app, settings)
-                _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send).start()
+                _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send_webhook).start()
             tune_garbage_collection("worker")  # the engine included
 
         def stop(self, worker: Any) -> None:
