@@ -57,6 +57,7 @@ MCP tool turns:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -93,7 +94,12 @@ from oss_responses.harmony.messages import (
 from oss_responses.statuses import FinishReason, TerminalStatus
 
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
-END_TOKENS = frozenset({200007, 200012, 200002})  # <|end|>, <|call|>, <|return|>
+END_TOKEN, START_TOKEN, CHANNEL_TOKEN = 200007, 200006, 200005  # <|end|>, <|start|>, <|channel|>
+END_TOKENS = frozenset({END_TOKEN, 200012, 200002})  # <|end|>, <|call|>, <|return|>
+END_OF_TEXT = 199999  # <|endoftext|>: vLLM stops on it too (the generation config's EOS), as the last token
+FIRST_SPECIAL = 199998  # o200k's special tokens (harmony's included) are the ids from here on
+# Special token text (harmony's parser keeps a stray one of a header as the recipient's or channel's text).
+_MARKUP = re.compile(r"<\|[a-z0-9_]+\|>")
 ASSISTANT_START = "<|start|>assistant"
 UNAVAILABLE = "There is no tool '{recipient}' in this conversation; use only the tools you were given."
 
@@ -359,6 +365,9 @@ class ResponseTranslator:
         base = self._output_tokens
         for position, token in enumerate(token_ids, base):
             self._output_tokens = position + 1
+            if current is not None and token >= FIRST_SPECIAL and token not in END_TOKENS:
+                current = self._markup_in_message(token, position)
+                continue
             process(token)
             if current is not None:
                 if token in END_TOKENS:
@@ -374,6 +383,28 @@ class ResponseTranslator:
         self._output_tokens = base + len(token_ids)
         self._flush()
 
+    def _markup_in_message(self, token: int, position: int) -> ItemBuilder | None:
+        """A special token inside a message's text is markup the model misplaced, never text (harmony's
+        parser would hand it over as text: ``<|channel|>`` in an output_text, a function's arguments).
+
+        ``<|channel|>`` or ``<|start|>``: the model began its next message without ending this one
+        (gpt-oss may drop ``<|end|><|start|>assistant`` before its answer); the message ends there and
+        the next one begins, as if they had been written. ``<|endoftext|>``: the end of generation, not
+        text. Any other is invalid harmony.
+        """
+        if token == END_OF_TEXT:
+            return self._current
+        if token not in (CHANNEL_TOKEN, START_TOKEN):
+            raise InvalidHarmony(f"{self._encoding.decode([token])} inside a message")
+        self._flush()
+        self._parser.process(END_TOKEN)
+        self._end_message(position - 1)
+        implied = [START_TOKEN] if token == START_TOKEN else self._encoding.encode(ASSISTANT_START + "<|channel|>",
+                                                                                    allowed_special="all")
+        for implied_token in implied:
+            self._parser.process(implied_token)
+        return None
+
     def _flush(self) -> None:
         if self._buffer and self._current is not None:
             self._current.append("".join(self._buffer))
@@ -383,6 +414,7 @@ class ResponseTranslator:
         header = _Header(
             parser.current_channel, parser.current_recipient, parser.current_content_type, self._message_start
         )
+        _check_header(header)
         builder = self._builder_for(header)
         builder.open()
         self._header, self._current = header, builder
@@ -522,6 +554,16 @@ class ResponseTranslator:
             self.response, status, output, usage, error=error, completed_at=self._completed_at
         )
         lifecycle.emit_terminal(self._emitter, self.response)
+
+
+def _check_header(header: _Header) -> None:
+    """A header whose channel, recipient or content type holds special tokens (other than the type's
+    ``<|constrain|>``) is invalid harmony: a stray ``<|channel|>`` would name a tool, ``<|start|>``
+    hide an answer as a call to no tool."""
+    content_type = (header.content_type or "").removeprefix("<|constrain|>")
+    for value in (header.channel, header.recipient, content_type):
+        if value and _MARKUP.search(value):
+            raise InvalidHarmony(f"special tokens in a message header: {value!r}")
 
 
 def _message_of(text: str, header: _Header) -> dict[str, Any]:

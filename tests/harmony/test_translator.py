@@ -347,3 +347,55 @@ def test_failed_response_error_has_a_type(encoding, code: str, kind: str) -> Non
     translator.fail("the prompt is too long", code)
     error = translator.response.error
     assert (error.code, error.type, error.message) == (code, kind, "the prompt is too long")
+
+
+def _feed_text(translator: ResponseTranslator, encoding, text: str) -> None:
+    translator.start()
+    translator.feed(encoding.encode(text, allowed_special="all"))
+    translator.finish("stop")
+
+
+def test_feed_channel_inside_message_starts_next_message(encoding) -> None:
+    # gpt-oss may drop "<|end|><|start|>assistant" between its analysis and its answer: the answer is a
+    # message of its own, not markup inside the reasoning (the client would see no output_text at all).
+    translator = _translator(encoding)
+    _feed_text(translator, encoding, "<|channel|>analysis<|message|>Think.<|channel|>final<|message|>Answer.<|return|>")
+    response = translator.response
+    assert response.status == "completed"
+    assert [(item.type, item.content[0].text) for item in response.output] == [
+        ("reasoning", "Think."), ("message", "Answer.")
+    ]
+    assert [(m["channel"], m["content"][0]["text"]) for m in translator.output_messages] == [
+        ("analysis", "Think."), ("final", "Answer.")
+    ]
+    assert response.usage.output_tokens_details.reasoning_tokens == 5  # <|channel|>analysis<|message|>Think.
+
+
+@pytest.mark.parametrize("markup", ["<|message|>", "<|constrain|>", "<|reserved_200000|>"])
+def test_feed_markup_inside_message_fails_response(encoding, markup: str) -> None:
+    translator = _translator(encoding)
+    _feed_text(translator, encoding, f"<|channel|>final<|message|>a{markup}b<|return|>")
+    response = translator.response
+    assert response.status == "failed" and "not valid harmony" in response.error.message
+    assert markup not in response.output[0].content[0].text
+
+
+def test_feed_end_of_text_inside_message_is_not_text(encoding) -> None:
+    # vLLM stops on the generation config's <|endoftext|> too, and hands it over as the last token.
+    translator = _translator(encoding)
+    _feed_text(translator, encoding, "<|channel|>final<|message|>Hi.<|endoftext|>")
+    assert translator.response.status == "completed"
+    assert translator.response.output[0].content[0].text == "Hi."
+
+
+@pytest.mark.parametrize("header", ["<|channel|>final<|channel|>analysis", "<|start|>assistant<|channel|>final",
+                                    "<|channel|>commentary to=calc.<|channel|>add"])
+def test_feed_markup_inside_header_fails_response(encoding, header: str) -> None:
+    # harmony's parser keeps a stray special token of a header as the recipient's text: a tool name
+    # "<|channel|>analysis" would be called, or the answer hidden as a call to no tool.
+    translator = _translator(encoding)
+    _feed_text(translator, encoding, f"{header}<|message|>x<|end|>")
+    response = translator.response
+    assert response.status == "failed" and "not valid harmony" in response.error.message
+    assert response.output == [] and translator.pending_tool_call is None
+
