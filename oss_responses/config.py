@@ -186,6 +186,12 @@ class Settings(BaseSettings):
         "within this many seconds fails its response (code invalid_prompt); each new schema is first compiled in a "
         "child process of the worker, so that none costs the engine longer (a minLength of 20,000 took 5-13 s)",
     )
+    engine_stall_seconds: float = Field(
+        300.0, ge=0,
+        description="vLLM: an engine that gives no output for this many seconds while requests run is taken as hung "
+        "(a GPU that stopped answering; vLLM waits on it forever) and stops the worker as a dead engine core does: "
+        "its running responses go on with other workers; 0: never",
+    )
     visibility_timeout_seconds: int = Field(
         300, ge=1,
         description="Redis broker: when an unacknowledged task is redelivered (set it alike on every worker: any "

@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, cast
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineDead, EngineOutput, OutputSink, SamplingSettings, check_prompt_length
 from oss_responses.engine.grammar import GrammarBudget
+from oss_responses.engine.stall import StallWatch
 from oss_responses.statuses import FinishReason
+from oss_responses.stopping import cancel_and_wait
 from oss_responses.vocab import ensure_vocabulary
 
 # The logits processors are loaded by name in vLLM's engine core; their modules import vLLM, this one
@@ -179,8 +181,9 @@ class _OutputFeed:
     that asked for them (its log fields), as they would be by a consumer task.
     """
 
-    def __init__(self, on_output: OutputSink) -> None:
+    def __init__(self, on_output: OutputSink, watch: StallWatch) -> None:
         self._on_output = on_output
+        self._watch = watch
         self._context = contextvars.copy_context()
         self._first = True
         self.engine_failed = False
@@ -189,6 +192,7 @@ class _OutputFeed:
     def put(self, output: RequestOutput | PoolingRequestOutput | Exception) -> None:
         if self.done.done():  # after an error, or the request's task stopped waiting: nothing is ours to feed
             return
+        self._watch.outputs += 1
         if isinstance(output, Exception):  # vLLM's output handler failed: every request gets its error
             self.engine_failed = True
             self.done.set_exception(output)
@@ -248,6 +252,10 @@ class VllmEngine:
         self._grammars: GrammarBudget | None = None
         # request id -> abort requested; for the ids whose generate() is running
         self._running: dict[str, bool] = {}
+        self._feeds: dict[str, _OutputFeed] = {}  # the streamed requests vLLM has, by id
+        self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled)
+        self._watch_task: asyncio.Task[None] | None = None
+        self._hung: str | None = None  # why the engine is taken for dead (the watch saw it hang)
 
     @property
     def llm(self) -> AsyncLLM:
@@ -287,6 +295,8 @@ class VllmEngine:
             self._llm = self._frontend.connect(args)
         self._grammars = GrammarBudget(self._settings.tiktoken_dir, self._llm.model_config.get_vocab_size(),
                                        self._settings.grammar_compile_seconds)
+        if self._settings.engine_stall_seconds:
+            self._watch_task = asyncio.get_running_loop().create_task(self._watch.run())
         threading.Thread(target=self._grammars.warm, name="grammar-budget-warm", daemon=True).start()
 
     async def generate(
@@ -321,13 +331,15 @@ class VllmEngine:
         18.8-20.9 against 22.6-23.0 us of loop-thread CPU per token). The hook is vLLM's internals
         (0.32): tests/engine/test_vllm.py runs ``stream`` on the real engine.
         """
-        feed = _OutputFeed(on_output)
+        feed = _OutputFeed(on_output, self._watch)
         self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
         finished = False
         try:
             with _dead_core_named():
                 prompt, params = await self._request(prompt_token_ids, sampling)
                 queue = await self.llm.add_request(request_id, prompt, params)
+                self._feeds[request_id] = feed
+                self._watch.running += 1
                 # An output put before the feed took over waits in the queue (not seen, but not excluded).
                 early = queue.get_nowait()
                 queue.put = feed.put  # type: ignore[method-assign]  # the one hook: see the docstring
@@ -340,7 +352,9 @@ class VllmEngine:
             finished = True
         finally:
             self._running.pop(request_id, None)
-            if not finished and not feed.engine_failed and not self.llm.errored:
+            if self._feeds.pop(request_id, None) is not None:
+                self._watch.running -= 1
+            if not finished and not feed.engine_failed and not self._is_dead():
                 # Stopped before vLLM finished it (cancelled, or on_output raised): vLLM stops it too,
                 # as AsyncLLM.generate does (not after an engine failure: there is no engine to tell).
                 feed.done.cancel()
@@ -353,6 +367,8 @@ class VllmEngine:
         its script forced in when scripted)."""
         from vllm.inputs import TokensPrompt
 
+        if self._hung is not None:
+            raise EngineDead(self._hung)
         self._check_length(prompt_token_ids)
         if self._grammars is not None:
             sampling = dataclasses.replace(sampling, extra=await self._grammars.admit(sampling.extra))
@@ -383,10 +399,22 @@ class VllmEngine:
         """Stop a request; its ``generate`` ends with finish_reason "abort". Unknown ids are ignored."""
         if request_id in self._running:
             self._running[request_id] = True
-        if not self.llm.errored:  # a dead engine core runs nothing to stop (and refuses the message)
+        if not self._is_dead():  # a dead engine core runs nothing to stop (and refuses the message)
             await self.llm.abort(request_id)
 
+    def _is_dead(self) -> bool:
+        return self._hung is not None or self.llm.errored
+
+    def _stalled(self, reason: str) -> None:
+        """The watch saw the engine hang: every streamed request fails as a dead core's would, and so
+        does every later one (``_request``)."""
+        self._hung = reason
+        log.error("%s", reason)
+        for feed in list(self._feeds.values()):
+            feed.put(EngineDead(reason))
+
     async def shutdown(self) -> None:
+        await cancel_and_wait(self._watch_task)
         if self._grammars is not None:
             self._grammars.close()
         if self._llm is not None:
