@@ -35,6 +35,19 @@ return 1
 """
 
 
+# KEYS: the stream, the journal, the open streams. ARGV: the end marker's status, the archive's last sequence
+# number, the TTL in seconds, the response id. Whatever the stream holds is replaced by the tombstone of the
+# log already in SQL, and the stream is closed as an end marker closes it (``writer.close_commands``).
+SUPERSEDED_SCRIPT = """
+redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
+redis.call('XADD', KEYS[1], '*', 'end', ARGV[1], 'archived', ARGV[2])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('DEL', KEYS[2])
+redis.call('SREM', KEYS[3], ARGV[4])
+return 1
+"""
+
+
 @dataclass(frozen=True)
 class ClosedStream:
     first_sequence_number: int
@@ -73,6 +86,14 @@ def leave_tombstone(redis: Redis, response_id: str, closed: ClosedStream) -> boo
         closed.end_id, closed.status, closed.last_sequence_number,
     )
     return bool(done)
+
+
+def tombstone_over(redis: Redis, response_id: str, status: str, last_sequence_number: int, ttl_seconds: int) -> None:
+    """The stream replaced by the tombstone of its log archived in SQL (events up to ``last_sequence_number``):
+    the stream came back older than that log (a Redis restored from an earlier snapshot), and the archive,
+    not the shorter stream, is what its clients saw."""
+    keys = (redis_keys.events(response_id), redis_keys.journal(response_id), redis_keys.OPEN_STREAMS)
+    redis.eval(SUPERSEDED_SCRIPT, len(keys), *keys, status, last_sequence_number, ttl_seconds, response_id)
 
 
 async def drop_closed_stream(redis: AsyncRedis, response_id: str) -> bool:

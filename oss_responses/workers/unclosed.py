@@ -13,7 +13,12 @@ what SQL holds, under the response's lease:
   stream's last event, then the end marker: the stream's final object is SQL's, though the events in
   between are gone; a cancelled response gets the end marker alone, as a cancel gives it;
 - the row is gone (``store: false``, or deleted): the end marker after its terminal event, or after
-  a ``response.failed`` made from the stream's opening response when it has none.
+  a ``response.failed`` made from the stream's opening response when it has none;
+- its log is already archived in SQL, up to or past the stream's last event: the stream came back older
+  than its end (a Redis restored from an earlier snapshot, a promoted replica that lacked the last writes).
+  The archive stands and the stream becomes its tombstone: a terminal event numbered after the stream's
+  last event would reuse a sequence number its clients had seen for another event, and archiving that
+  shorter stream would overwrite the log of what they saw.
 
 A stored response's log is then archived, as its worker would have done.
 """
@@ -28,12 +33,13 @@ from redis import Redis
 from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
+from oss_responses.eventlog.archive import tombstone_over
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, response_error
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
-from oss_responses.storage import Database, ResponseRecord, get_response
+from oss_responses.storage import Database, ResponseRecord, get_event_log, get_response
 from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.job import stored_response
 
@@ -52,6 +58,8 @@ def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_sec
         redis.srem(redis_keys.OPEN_STREAMS, response_id)
         return False
     last = parse_frame(tail[b"f"])
+    if record is not None and _archived_over(db, redis, record, last["sequence_number"], ttl_seconds):
+        return True
     status, events = _ending(redis, response_id, record, last)
     close_after(redis, response_id, events, status, ttl_seconds)
     log.warning("the stream of %s (%s in SQL) had lost its end: ended after event %d with %s",
@@ -59,6 +67,22 @@ def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_sec
                 events[0].type if events else "its end marker alone")
     if record is not None and record.store:
         archive_event_log(db, redis, response_id, ttl_seconds=ttl_seconds)
+    return True
+
+
+def _archived_over(db: Database, redis: Redis, record: ResponseRecord, last: int, ttl_seconds: int) -> bool:
+    """The stream replaced by the tombstone of the log SQL already archived, if that log reaches its last
+    event ``last``; True if it was."""
+    archived = db.run(get_event_log, record.id)
+    if archived is None:
+        return False
+    archived_last = archived.first_sequence_number + archived.event_count - 1
+    if archived_last < last:
+        return False
+    tombstone_over(redis, record.id, record.status, archived_last, ttl_seconds)
+    log.warning("the stream of %s (%s in SQL) came back older than its archived log (Redis restored from an "
+                "earlier state?): it ends at event %d, the archive at %d; the archive stands, the stream is its "
+                "tombstone", record.id, record.status, last, archived_last)
     return True
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 import redis as redis_lib
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
 from support.streams import assert_contiguous, events_of, is_closed, stream_entries
 from support.workers import accept
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.eventlog.writer import close_commands, frame_commands
-from oss_responses.storage import Database, get_event_log, get_response, transition
+from oss_responses.storage import Database, EventLogRow, get_event_log, get_response, transition
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.reaper import Reaper
 from oss_responses.workers.testing import run_response_now
@@ -43,6 +45,7 @@ def test_reaper_ends_stream_that_lost_only_its_end_marker(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     response_id, whole = completed_whole(worker, db, redis, settings)
+    forget_archive(db, response_id)
     lose_end(redis, response_id)
 
     assert reaper(db, redis).reap_once() == [response_id]
@@ -57,6 +60,7 @@ def test_reaper_ends_stream_that_lost_its_terminal_event_with_the_stored_respons
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
     response_id, whole = completed_whole(worker, db, redis, settings)
+    forget_archive(db, response_id)
     lose_end(redis, response_id, events=3)
 
     reaper(db, redis).reap_once()
@@ -67,6 +71,30 @@ def test_reaper_ends_stream_that_lost_its_terminal_event_with_the_stored_respons
     record = db.run(get_response, response_id)
     assert record is not None
     assert events[-1]["type"] == "response.completed" and events[-1]["response"] == record.response
+
+
+def test_keep_archived_log_when_stream_comes_back_older(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """A Redis restored from a snapshot taken while the response ran: its stream is back without its last
+    events, unclosed and listed open, while SQL holds the response's end and its whole archived log. The
+    reaper used to number the stored response's terminal event after the stream's last event (reusing a
+    sequence number its clients had seen for a delta), then archive that shorter stream over the whole log."""
+    response_id, whole = completed_whole(worker, db, redis, settings)
+    archived = db.run(get_event_log, response_id)
+    assert archived is not None
+    lose_end(redis, response_id, events=4)
+
+    assert reaper(db, redis).reap_once() == [response_id]
+
+    after = db.run(get_event_log, response_id)
+    assert after is not None and (after.event_count, after.frames) == (archived.event_count, archived.frames)
+    tombstone = stream_entries(redis, response_id)
+    assert len(tombstone) == 1 and tombstone[0][1] == {b"end": b"completed", b"archived": str(len(whole) - 1).encode()}
+    assert events_of(redis, response_id) == whole
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, response_id)
+    assert not redis.exists(redis_keys.journal(response_id))
+    assert redis.ttl(redis_keys.events(response_id)) > 0
 
 
 def test_reaper_ends_stream_of_cancelled_response_with_its_end_marker_alone(
@@ -148,6 +176,13 @@ def completed_whole(
     response_id = accept(db, redis, settings, input="tokens 5", background=True)
     assert run_response_now(response_id, worker=worker) == "completed"
     return response_id, _unarchived(db, redis, response_id)
+
+
+def forget_archive(db: Database, response_id: str) -> None:
+    """The response's log as never archived (its end marker was lost before the archive could follow)."""
+    def forget(session: Session) -> None:
+        session.execute(delete(EventLogRow).where(EventLogRow.response_id == response_id))
+    db.run(forget)
 
 
 def _unarchived(db: Database, redis: redis_lib.Redis, response_id: str) -> list[dict[str, Any]]:
