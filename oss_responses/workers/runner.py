@@ -121,6 +121,7 @@ def _run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[
     if job is None:
         return "missing"
     if job.record.status not in ("queued", "in_progress"):
+        _list_unclosed(ctx, response_id)
         return "skipped"
     if response_id in ctx.running:
         # Its run here lost its lease (this worker stalled past it) and has not noticed yet: it stops at
@@ -140,6 +141,18 @@ def _run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[
             ctx.loop.run(lease.release())
         except RedisError:  # Redis went away: the lease lapses by itself
             log.warning("releasing the lease of %s failed", response_id, exc_info=True)
+
+
+def _list_unclosed(ctx: WorkerContext, response_id: str) -> None:
+    """A task of an ended response whose stream has no end marker: listed open, so that the reaper ends it
+    from SQL (``workers/unclosed.py``). A Redis restored from a snapshot taken while the response was queued
+    gives its task back, and its stream back as its accept wrote it, outside the open streams: every replay
+    of the ended response then stopped at ``response.queued`` and waited for the event TTL (a day)."""
+    tail = ctx.sync_redis.xrevrange(redis_keys.events(response_id), count=1)
+    if tail and b"end" not in (tail[0][1] or {}):
+        log.warning("%s ended in SQL but its event stream did not (Redis restored from an earlier state?): "
+                    "the reaper ends it", response_id)
+        ctx.sync_redis.sadd(redis_keys.OPEN_STREAMS, response_id)
 
 
 def send_back(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[str, Any]] | None) -> Outcome:

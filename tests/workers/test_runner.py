@@ -16,6 +16,7 @@ from oss_responses.config import Settings
 from oss_responses.storage import Database, delete_response, get_response, transition
 from oss_responses.storage.conversations import ConversationRecord, delete_conversation, insert_conversation
 from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.reaper import Reaper
 from oss_responses.workers.testing import local_worker, run_response_now
 
 
@@ -253,6 +254,28 @@ def test_run_response_skips_terminal_response(
     count = len(events_of(redis, response_id))
     assert run_response_now(response_id, worker=worker) == "skipped"
     assert len(events_of(redis, response_id)) == count
+
+
+def test_list_stream_open_when_task_of_ended_response_finds_it_unclosed(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """A Redis restored from a snapshot taken while the response was queued: its task comes back, and its
+    stream as the accept wrote it (no end marker, not listed open), though SQL ended it. The skipped task
+    lists it open, so the reaper ends it rather than every replay waiting a day for an end."""
+    response_id = accept(db, redis, settings, input="tokens 5", background=True)
+    opening = stream_entries(redis, response_id)
+    assert run_response_now(response_id, worker=worker) == "completed"
+    whole = events_of(redis, response_id)
+    redis.delete(redis_keys.events(response_id))
+    for entry_id, fields in opening:
+        redis.xadd(redis_keys.events(response_id), fields, id=entry_id)
+
+    assert run_response_now(response_id, worker=worker) == "skipped"
+
+    assert redis.sismember(redis_keys.OPEN_STREAMS, response_id)
+    reaper = Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60)
+    assert reaper.reap_once() == [response_id]
+    assert is_closed(redis, response_id) and events_of(redis, response_id) == whole
 
 
 def test_run_response_stops_at_max_output_tokens_as_incomplete(
