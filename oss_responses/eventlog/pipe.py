@@ -41,6 +41,7 @@ class RedisPipe(asyncio.Protocol):
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._transport: asyncio.Transport | None = None
         self._broken: BaseException | None = None
+        self.setup_replies: list[Any] = []  # the replies to ``open``'s setup commands, in order
 
     @classmethod
     async def open(cls, client: Redis, setup: list[list[bytes]]) -> RedisPipe:
@@ -70,9 +71,11 @@ class RedisPipe(asyncio.Protocol):
         if options.get("db"):
             commands.append([b"SELECT", _bytes(options["db"])])
         commands += setup
-        for reply in await asyncio.gather(*self.send(b"".join(pack(c) for c in commands), len(commands))):
+        replies = await asyncio.gather(*self.send(b"".join(pack(c) for c in commands), len(commands)))
+        for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
+        self.setup_replies = replies[len(commands) - len(setup):]
 
     @property
     def usable(self) -> bool:

@@ -84,6 +84,7 @@ def _log_failure(exc: Exception, message: str, *args: object) -> None:
 # cost +3 us for ~0.8 ms lower median latency per event (bench/service.py b, 100 streams).
 EARLY_FLUSH_SECONDS = 0.002
 _LOAD_SCRIPT = [b"SCRIPT", b"LOAD", SCRIPT.encode()]
+_SERVER_INFO = [b"INFO", b"server"]
 
 
 class EventWriteError(RuntimeError):
@@ -206,6 +207,14 @@ def _outcome(reply: asyncio.Future[Any]) -> Any:
     return reply.exception() or reply.result()
 
 
+def _run_id(info: bytes) -> bytes:
+    """The ``run_id`` of an ``INFO server`` reply: a new one each time the server starts."""
+    for line in info.splitlines():
+        if line.startswith(b"run_id:"):
+            return line[len(b"run_id:"):].strip()
+    return b""
+
+
 def framed(events: Iterable[StreamEvent]) -> list[tuple[int, bytes]]:
     """Each event's (sequence number, frame): what ``write_frames`` and ``frame_commands`` take."""
     return [(e.sequence_number, frame(e)) for e in events]
@@ -311,6 +320,8 @@ class EventWriter:
         self._connecting: set[asyncio.Task[None]] = set()
         self._pipe: RedisPipe | None = None
         self._fences: dict[str, Fence] = {}  # response id -> the fence its writes are buffered under
+        self._server: bytes | None = None  # the run id of the Redis server the writer last connected to
+        self._written: set[str] = set()  # fenced responses whose run had a flush land on that server
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
         self._buffer(response_id, packed_events(response_id, events))
@@ -402,11 +413,13 @@ class EventWriter:
         journal step, which a later takeover would replay. An old failed write is history."""
         self._fences[response_id] = fence
         self._failed.pop(response_id, None)
+        self._written.discard(response_id)
 
     def unfence(self, response_id: str, fence: Fence) -> None:
         """The run that holds ``fence`` ended (what it buffered keeps its guard)."""
         if self._fences.get(response_id) == fence:
             del self._fences[response_id]
+            self._written.discard(response_id)
 
     def _raise_if_failed(self, response_id: str) -> None:
         error = self._failed.get(response_id)
@@ -452,8 +465,30 @@ class EventWriter:
         if self._pipe is None or not self._pipe.usable:
             self._pipe = None
             # The script is loaded on every new connection: a restarted Redis has lost it.
-            self._pipe = await asyncio.wait_for(RedisPipe.open(self._redis, [_LOAD_SCRIPT]), self._reply_seconds)
+            opening = RedisPipe.open(self._redis, [_LOAD_SCRIPT, _SERVER_INFO])
+            pipe = await asyncio.wait_for(opening, self._reply_seconds)
+            self._check_server(_run_id(pipe.setup_replies[1]))
+            self._pipe = pipe
         return self._pipe
+
+    def _check_server(self, server: bytes) -> None:
+        """A new connection that reaches another Redis server run (restarted, or failed over to a replica)
+        may find the writes of the running responses gone: a restart from a snapshot or an AOF synced each
+        second, a replica that lacked the primary's last writes. A run writing on would leave a gap in its
+        stream and journal (its lease can come back too, from the snapshot: the rollback probe saw a run
+        write event 9 after a restored 6, a gap its takeovers could not replay). Every run that wrote on the
+        old server fails instead, and is taken over from what the server holds now; a run fenced since (a
+        takeover after the restart) writes on."""
+        if self._server is not None and server != self._server:
+            runs = [response_id for response_id in self._written if response_id not in self._failed]
+            if runs:
+                log.error("Redis restarted or failed over (its run id changed): the %d running responses of this "
+                          "worker are left to takeovers from what it holds now", len(runs))
+            error = EventWriteError("Redis restarted or failed over: this run's earlier writes may be gone")
+            for response_id in runs:
+                self._failed[response_id] = error
+            self._written.clear()  # a run fenced since writes on the server it finds
+        self._server = server
 
     def _write(self, pipe: RedisPipe, batch: _Batch) -> None:
         """Put the batch on the wire now; it is settled once its replies came."""
@@ -529,6 +564,8 @@ class EventWriter:
         for owner in batch.response_ids:
             if self._last_batch.get(owner) is batch:
                 del self._last_batch[owner]
+            if owner in self._fences:
+                self._written.add(owner)
         # A closed response is forgotten here unless a failure waits for its drain.
         self._closed -= batch.closing - self._failed.keys()
         batch.commands.clear()

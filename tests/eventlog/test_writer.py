@@ -6,6 +6,7 @@ import time
 import pytest
 import redis as redis_lib
 from redis.asyncio import Redis
+from support.servers import start_redis
 from support.silent_link import SilentLink
 
 from oss_responses import redis_keys
@@ -69,6 +70,50 @@ async def test_writer_reconnects_after_redis_dropped_its_connection(aredis, redi
     await writer.drain("resp_b")
     assert redis.xlen(redis_keys.events("resp_b")) == 1
     await writer.aclose()
+
+
+async def test_writer_keeps_a_run_going_when_it_reconnects_to_the_same_redis(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.fence("resp_a", Fence(redis_keys.lease("resp_a"), "w/1"))
+    redis.set(redis_keys.lease("resp_a"), "w/1")
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    redis.client_kill_filter(_type="normal", skipme=True)  # a network blip: the server kept everything
+    await asyncio.sleep(0.1)
+    writer.append("resp_a", make_events(range(1, 2)))
+    await writer.drain("resp_a")
+    assert redis.xlen(redis_keys.events("resp_a")) == 2
+    await writer.aclose()
+
+
+async def test_writer_fails_a_run_when_redis_comes_back_from_an_older_snapshot(make_events) -> None:
+    # Restarted from its snapshot, Redis gave back the run's lease and its stream as they were then: the
+    # run wrote on after the restored tail, a gap its takeovers could not replay (the rollback probe).
+    server = start_redis()
+    sync, client = redis_lib.Redis(port=server.port), Redis(port=server.port)
+    lease = redis_keys.lease("resp_a")
+    try:
+        writer = EventWriter(client, ttl_seconds=60)
+        sync.set(lease, "w/1")
+        writer.fence("resp_a", Fence(lease, "w/1"))
+        writer.append("resp_a", make_events(range(2)))
+        await writer.drain("resp_a")
+        sync.save()
+        snapshot = sync.xrange(redis_keys.events("resp_a"))
+        writer.append("resp_a", make_events(range(2, 4)))  # lost with the crash
+        await writer.drain("resp_a")
+        server.kill()
+        server.restart()
+        await asyncio.sleep(0.1)  # the writer's loop reads the close: its next flush connects anew
+        writer.append("resp_a", make_events(range(4, 5)))
+        with pytest.raises(EventWriteError, match="restarted or failed over"):
+            await writer.drain("resp_a")
+        assert sync.xrange(redis_keys.events("resp_a")) == snapshot  # nothing written after its restored tail
+        await writer.aclose()
+    finally:
+        await client.aclose()
+        sync.close()
+        server.stop()
 
 
 async def test_writer_loads_its_script_on_a_server_that_lost_it(aredis, redis, make_events) -> None:
