@@ -35,7 +35,7 @@ from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
-from oss_responses.eventlog.hub import ArchiveUnreadable, EventHubStopped, StreamLost, patiently
+from oss_responses.eventlog.hub import ArchiveLost, ArchiveUnreadable, EventHubStopped, StreamLost, patiently
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.logs import note_stream_cut
 from oss_responses.metrics import ACTIVE_STREAMS
@@ -81,6 +81,10 @@ def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
         code, message = "event_log_unavailable", (
             f"The rest of the event stream of response '{response_id}' could not be read (its database did not "
             f"answer); resume it with starting_after={lost.last_sequence}, or retrieve the response.")
+    elif isinstance(lost, ArchiveLost):
+        code, message = "event_log_lost", (
+            f"The rest of the event stream of response '{response_id}' is gone from the database (restored to an "
+            "earlier point?); retrieve the response for its final state.")
     else:
         code, message = "event_log_lost", (
             f"The event stream of response '{response_id}' was lost (its Redis lost its data); "

@@ -96,6 +96,11 @@ class ArchiveUnreadable(StreamLost):
     answer (its reader gave up: the database away for longer than it waits)."""
 
 
+class ArchiveLost(StreamLost):
+    """The stream was archived (moved to SQL) before this subscriber read it all, and the archive is gone:
+    the database lost it (restored to an earlier point), or it was removed by hand."""
+
+
 class EventHubStopped(RuntimeError):
     """The hub stopped while a subscriber was following a stream."""
 
@@ -462,9 +467,9 @@ class EventHub:
             log.error("the archived event log of %s could not be read (%s): its stream ends early", response_id,
                       type(exc).__name__)
             raise ArchiveUnreadable(cursor) from exc
-        if pages is None:
+        if pages is None:  # not an empty end: its subscriber learns that the rest is gone
             log.error("the event log of %s was archived but the archive is gone: its stream ends early", response_id)
-            return ()
+            raise ArchiveLost(cursor)
         return pages
 
     async def _first_page(self, key: str, cursor: EntryId) -> tuple[list[Entry], EntryId]:

@@ -15,7 +15,7 @@ from oss_responses import redis_keys
 from oss_responses.api import relay
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, StreamNotFound, parse_frame, write_events
-from oss_responses.eventlog.hub import ArchiveUnreadable
+from oss_responses.eventlog.hub import ArchiveLost, ArchiveUnreadable
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.storage import (
     AsyncDatabase,
@@ -286,3 +286,22 @@ async def test_replay_of_archive_the_database_never_answers_ends_saying_where_to
     event = parse_frame(relay.lost_stream_frame(response_id, unreadable.value))
     assert event["type"] == "error" and event["code"] == "event_log_unavailable"
     assert event["sequence_number"] == 25 and "starting_after=24" in event["message"]
+
+
+async def test_replay_of_archive_the_database_lost_ends_saying_so(
+    redis_url, db, adb, redis, aredis, response_id, make_events
+) -> None:
+    # A database restored to a point before the archive: the replay ended with a clean, empty 200 stream.
+    await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+    assert archive(db, redis, response_id)
+    db.run(lambda session: session.delete(session.get(EventLogRow, response_id)))
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        with pytest.raises(ArchiveLost) as lost:
+            await read_all(hub, response_id, after=24)
+    finally:
+        await hub.stop()
+    event = parse_frame(relay.lost_stream_frame(response_id, lost.value))
+    assert event["type"] == "error" and event["code"] == "event_log_lost"
+    assert event["sequence_number"] == 25 and "gone from the database" in event["message"]
