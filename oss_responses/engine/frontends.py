@@ -19,7 +19,9 @@ sends SIGTERM to every child (Celery's warm shutdown: running responses are hand
 workers; a child that also got the terminal's Ctrl-C is already in that shutdown, and SIGTERM keeps
 it warm), then stops the engine core. A child that exits on its own (crashed, killed) stops the
 group the same way and the supervisor exits non-zero, so that the orchestrator restarts all of it:
-the core cannot take a new front end in place of a lost one. A child never outlives its supervisor
+the core cannot take a new front end in place of a lost one. An engine core that exits (a GPU fault,
+an OOM kill) stops the group the same way: its clients in the children would not notice. A child never
+outlives its supervisor
 (the kernel sends it SIGTERM when the supervisor dies). Responses a lost child was running are taken
 over by other workers once their leases expire, as for any lost worker.
 
@@ -107,9 +109,16 @@ def serve_frontends(settings: Settings, child: Callable[[Frontend], None]) -> in
         try:
             group.start(config, not args.disable_log_stats, child)
             log.info("engine core up, %d worker front ends started", len(group.children))
-            _wait_for_any(group.children)
-            log.error("a worker front end exited (%s): stopping the others and the engine core",
-                      [c.exitcode for c in group.children])
+            cores = group.cores()
+            ended = _wait_for_any([*group.children, *cores])
+            if any(core in ended for core in cores):
+                # The front ends' clients of the core do not see it go (vLLM watches only the core
+                # processes it started): they would wait for outputs until their stall watch gave up.
+                log.error("the engine core exited (%s): stopping the worker front ends",
+                          [core.exitcode for core in cores])
+            else:
+                log.error("a worker front end exited (%s): stopping the others and the engine core",
+                          [c.exitcode for c in group.children])
         except _Stop as stop:
             told_to_stop = True
             log.warning("%s: stopping the worker front ends and the engine core", stop)
@@ -136,6 +145,11 @@ class _Group:
                 self.children.append(_spawn(child, frontend))
             launch.watched_frontend_processes = self.children  # a child dying while the core starts aborts it
         # Leaving the block waited for the engine core to be up (vLLM's startup handshake).
+
+    def cores(self) -> list[BaseProcess]:
+        """The engine core's processes (one per data-parallel rank; none before the launch)."""
+        manager = None if self.launch is None else self.launch.engine_manager
+        return list(manager.processes) if manager is not None else []
 
     def stop(self) -> bool:
         """Children first (they hand off their responses), then the core; True if all children exited 0."""
@@ -202,8 +216,10 @@ def _stop_signals_handled(handler: Callable[[int, FrameType | None], None] | int
             signal.signal(sig, before)
 
 
-def _wait_for_any(children: Sequence[BaseProcess]) -> None:
-    multiprocessing.connection.wait([child.sentinel for child in children])
+def _wait_for_any(processes: Sequence[BaseProcess]) -> list[BaseProcess]:
+    """Until one of ``processes`` exits; those that have."""
+    ended = multiprocessing.connection.wait([process.sentinel for process in processes])
+    return [process for process in processes if process.sentinel in ended]
 
 
 def _stop_children(children: Sequence[BaseProcess]) -> bool:

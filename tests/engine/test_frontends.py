@@ -208,3 +208,20 @@ def test_kill_frontend_stops_the_group_with_failure(
         assert returncode == 1
         assert left_alive(tree) == []
         assert "a worker front end exited" in started.log.read_text()
+
+
+def test_kill_engine_core_stops_the_group_with_failure(
+    redis_url: str, sqlite_template: Path, tiny_model: Path, vllm_environment: Path, tmp_path: Path
+) -> None:
+    # The front ends' clients of the core did not see it go: the group stayed up, ready, until each
+    # one's stall watch gave up on its running requests (300 s), and one with none waited on.
+    with running_group(redis_url, sqlite_template, tiny_model, tmp_path) as started:
+        tree = descendants(started.supervisor.pid)
+        core = next(pid for pid in tree if command_line(pid).startswith("VLLM::EngineCore"))
+
+        os.kill(core, signal.SIGKILL)
+        returncode = started.supervisor.wait(timeout=60)
+
+        assert returncode == 1
+        assert left_alive(tree) == []
+        assert "the engine core exited" in started.log.read_text()
