@@ -12,9 +12,14 @@ A prompt that costs more than ``render_process_above_chars`` characters of prose
 forked); the caller awaits it.
 What stays in this process is the message dicts' pickling and the token list's unpickling, a few
 milliseconds per MB, done in the executor's threads. Cheaper prompts are tokenised in a thread (their
-GIL hold is below a few tens of milliseconds). A child that dies (OOM-killed, say) is replaced for the
-next prompt; the prompt that was in it fails. An exception in the child comes back as a
-``TokenizerFailed`` (the tokenizer's own panic does not pickle).
+GIL hold is below a few tens of milliseconds). A child that dies (OOM-killed, say), or that gives no
+answer within its deadline (stopped, hung: ``CHILD_FLOOR_SECONDS`` plus the prompt's cost at
+``CHILD_CHARS_PER_SECOND``), is killed and replaced, and the prompts it held are tokenised again in the
+new one, once: a prompt that breaks the second child too fails with ``TokenizerFailed``. Before, a
+prompt sent to a child that had died while idle failed (``BrokenProcessPool``, a server_error for a
+request that was fine), and one sent to a stopped child waited for good: its response stayed queued
+with its lease renewed, and the worker's (or the API's) shutdown waited on the child too. An exception
+in the child comes back as a ``TokenizerFailed`` (the tokenizer's own panic does not pickle).
 
 Each message's tokens are kept (``harmony/message_tokens.py``, ``render_cache_bytes``): a continued
 conversation tokenises only its new messages, and whether that is costly is judged on them alone (an
@@ -28,6 +33,7 @@ import concurrent.futures
 import logging
 import multiprocessing
 import threading
+from concurrent.futures.process import BrokenProcessPool
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,13 @@ from oss_responses.harmony.message_tokens import MessageTokens, render_messages
 from oss_responses.harmony.token_cost import cost_of
 
 log = logging.getLogger(__name__)
+
+# A child's answer is awaited for the floor plus the prompt's cost at this pace, 20 times slower than
+# measured (0.2 s per MB of prose): a child past it is taken for hung (stopped, or stuck) and killed.
+CHILD_FLOOR_SECONDS = 60.0
+CHILD_CHARS_PER_SECOND = 250_000
+# How long closing waits for a child to leave before it is killed (one stopped would never leave).
+CHILD_EXIT_SECONDS = 5.0
 
 _child_encoding: HarmonyEncoding | None = None
 
@@ -50,7 +63,12 @@ def _load_in_child(tiktoken_dir: str) -> None:
 
 
 class TokenizerFailed(RuntimeError):
-    """The tokenizer raised in the child process (its own exception, as text)."""
+    """The tokenizer raised in the child process (its own exception, as text), or two children in a row
+    died or gave no answer on the prompt."""
+
+
+class _ChildLost(Exception):
+    """The child died, or gave no answer in time, with the prompt in it or queued for it."""
 
 
 def _render_in_child(messages: list[dict[str, Any]], function_tools: bool) -> list[list[int]]:
@@ -63,11 +81,13 @@ def _render_in_child(messages: list[dict[str, Any]], function_tools: bool) -> li
 
 class PromptTokenizer:
     def __init__(
-        self, encoding: HarmonyEncoding, tiktoken_dir: Path, *, process_above_chars: int, cache_bytes: int = 0
+        self, encoding: HarmonyEncoding, tiktoken_dir: Path, *, process_above_chars: int, cache_bytes: int = 0,
+        child_floor_seconds: float = CHILD_FLOOR_SECONDS,
     ) -> None:
         self.encoding = encoding
         self.tiktoken_dir = tiktoken_dir
         self.process_above_chars = process_above_chars
+        self.child_floor_seconds = child_floor_seconds
         self.messages = MessageTokens(encoding, cache_bytes)
         self._executor: concurrent.futures.ProcessPoolExecutor | None = None
         # An async caller's prompts are tokenised in these threads, which may wait on the child for seconds:
@@ -86,21 +106,44 @@ class PromptTokenizer:
 
     def _render_missing(self, messages: list[dict[str, Any]], function_tools: bool) -> list[list[int]]:
         """The messages not kept: here if tokenizing them is cheap (``harmony/token_cost.py``), else in the child."""
-        if cost_of(messages).weight <= self.process_above_chars:
+        weight = cost_of(messages).weight
+        if weight <= self.process_above_chars:
             return render_messages(messages, function_tools, self.encoding)
+        deadline = self.child_floor_seconds + weight / CHILD_CHARS_PER_SECOND
+        try:
+            return self._in_child(messages, function_tools, deadline)
+        except _ChildLost:  # not the prompt's doing, most likely: once more, in a new child
+            pass
+        try:
+            return self._in_child(messages, function_tools, deadline)
+        except _ChildLost as exc:
+            raise TokenizerFailed(f"the prompt tokenizer process was lost twice on this prompt: {exc}") from None
+
+    def _in_child(self, messages: list[dict[str, Any]], function_tools: bool, deadline: float) -> list[list[int]]:
         executor = self._child()
         try:
-            return executor.submit(_render_in_child, messages, function_tools).result()
-        except concurrent.futures.process.BrokenProcessPool:
-            self._replace(executor)
-            raise
+            future = executor.submit(_render_in_child, messages, function_tools)
+            while True:
+                try:
+                    return future.result(timeout=deadline)
+                except concurrent.futures.TimeoutError:
+                    if future.running():
+                        break
+                    # Still queued behind other prompts: the child's work on them is timed by their callers.
+        except (BrokenProcessPool, concurrent.futures.CancelledError) as exc:  # cancelled: a caller replaced it
+            self._replace(executor, "died")
+            raise _ChildLost("it died") from exc
+        self._replace(executor, f"gave no answer in {deadline:.0f} s")
+        raise _ChildLost(f"no answer in {deadline:.0f} s")
 
-    def _replace(self, executor: concurrent.futures.ProcessPoolExecutor) -> None:
-        log.warning("the prompt tokenizer process died; a new one serves the next prompt")
+    def _replace(self, executor: concurrent.futures.ProcessPoolExecutor, why: str) -> None:
+        """The child killed (it may be stopped or stuck) and forgotten; the next prompt starts a new one."""
         with self._lock:
-            if self._executor is executor:
-                self._executor = None
-        executor.shutdown(wait=False, cancel_futures=True)
+            if self._executor is not executor:
+                return  # another caller replaced it already
+            self._executor = None
+        log.warning("the prompt tokenizer process %s; it is killed, and a new one tokenises its prompts", why)
+        _kill(executor)
 
     def _child(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
@@ -112,8 +155,28 @@ class PromptTokenizer:
             return self._executor
 
     def close(self) -> None:
+        """The child is given ``CHILD_EXIT_SECONDS`` to finish the prompt it holds and leave, then killed:
+        waiting on it for good held a stopping worker (and API) up for as long as the child was stopped."""
         with self._lock:
             executor, self._executor = self._executor, None
         if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            processes = _processes(executor)
+            executor.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.join(CHILD_EXIT_SECONDS)
+                if process.is_alive():
+                    process.kill()
         self._threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _processes(executor: concurrent.futures.ProcessPoolExecutor) -> list[multiprocessing.Process]:
+    return list((executor._processes or {}).values())  # None once it shut down
+
+
+def _kill(executor: concurrent.futures.ProcessPoolExecutor) -> None:
+    """SIGKILL the executor's child (a stopped one does not see SIGTERM): the prompts it held fail with
+    BrokenProcessPool, and the executor shuts down without waiting on it."""
+    for process in _processes(executor):
+        if process.is_alive():
+            process.kill()
+    executor.shutdown(wait=False, cancel_futures=True)

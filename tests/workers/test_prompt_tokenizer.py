@@ -9,10 +9,16 @@ every running response's generation and events were held up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import os
+import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import TypeVar
 
 import pytest
 import redis as redis_lib
@@ -26,6 +32,8 @@ from oss_responses.storage import Database
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
+
+_T = TypeVar("_T")
 
 BIG_INPUT = ("lorem ipsum dolor sit amet " * 250_000)[:6_000_000]  # ~1.1M tokens: ~0.7 s of tokenising
 # Measured 21-60 ms alone, 381 ms once under the whole suite on two cores; the same tokenising in a thread
@@ -216,3 +224,71 @@ def test_prompt_whose_earlier_turns_are_costly_to_tokenize_goes_to_child_process
         assert tokenizer._executor is None
     finally:
         tokenizer.close()
+
+
+def _child_pid(tokenizer: PromptTokenizer) -> int:
+    assert tokenizer._executor is not None
+    (pid,) = tokenizer._executor._processes  # type: ignore[union-attr]
+    return pid
+
+
+def _in_a_thread(call: Callable[[], _T], guard_s: float) -> _T:
+    """``call()`` in a thread, given up after ``guard_s`` (a hang fails the test instead of holding it)."""
+    pool = ThreadPoolExecutor(1)
+    try:
+        return pool.submit(call).result(timeout=guard_s)
+    except TimeoutError:
+        pytest.fail(f"no answer within {guard_s} s")
+    finally:
+        pool.shutdown(wait=False)  # not waiting on a call that hangs
+
+
+def test_tokenize_replaces_child_that_died_while_idle(settings: Settings) -> None:
+    """A child killed between two prompts (the OOM killer): the next prompt is tokenised by a new one. It
+    failed with BrokenProcessPool, and its response with a server_error, though nothing was wrong with it."""
+    encoding = load_encoding(settings.tiktoken_dir)
+    messages = [_user("hello " * 500)]
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
+    try:
+        tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
+        os.kill(_child_pid(tokenizer), signal.SIGKILL)
+        time.sleep(0.5)  # the executor sees it gone
+        assert tokenizer.tokenize_blocking(messages, for_completion=True) == tokenize_messages(messages, True, encoding)
+    finally:
+        tokenizer.close()
+
+
+def test_tokenize_replaces_child_stopped_past_its_deadline(settings: Settings) -> None:
+    """A stopped (or stuck) child: past its deadline it is killed and the prompt goes to a new one. The caller
+    waited for good: a worker's response stayed queued with its lease renewed."""
+    encoding = load_encoding(settings.tiktoken_dir)
+    messages = [_user("hello " * 500)]
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100, child_floor_seconds=1.0)
+    try:
+        tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
+        stopped = _child_pid(tokenizer)
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            tokens = _in_a_thread(partial(tokenizer.tokenize_blocking, messages, for_completion=True), 60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
+        assert tokens == tokenize_messages(messages, True, encoding)
+        assert _child_pid(tokenizer) != stopped
+    finally:
+        tokenizer.close()
+
+
+def test_close_kills_child_that_is_stopped(settings: Settings) -> None:
+    """Closing (a worker or API stopping) does not wait on a stopped child for good: it held the process's
+    shutdown for as long as the child stayed stopped."""
+    encoding = load_encoding(settings.tiktoken_dir)
+    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
+    tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
+    stopped = _child_pid(tokenizer)
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        _in_a_thread(tokenizer.close, 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
