@@ -35,6 +35,7 @@ class CancelListener:
         self.redis = redis
         self._running: dict[str, OnCancel] = {}
         self._task: asyncio.Task[None] | None = None
+        self._catching_up: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self.subscribed = asyncio.Event()
         self._pause = FIRST_PAUSE_SECONDS  # before the next re-subscription; doubled while Redis is away
 
@@ -58,6 +59,8 @@ class CancelListener:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
+        for task in list(self._catching_up):
+            await cancel_and_wait(task)
 
     async def _catch_up(self) -> None:
         """Re-subscribed: a cancel published while the subscription was down is in its flag."""
@@ -86,7 +89,31 @@ class CancelListener:
                 await self._catch_up()
             self.subscribed.set()
             self._pause = FIRST_PAUSE_SECONDS
-            async for message in pubsub.listen():
-                if message.get("type") == "message":
-                    data = message["data"]
-                    self.trigger(data.decode() if isinstance(data, bytes) else data)
+            # The worker's client retries a lost connection (context.RECONNECT): its pub/sub then reconnects
+            # and re-subscribes by itself, raising nothing here, and a cancel published in between was lost
+            # for good (the response ran to its end, its flag set). A reconnect catches up as ours does.
+            connection = pubsub.connection
+            assert connection is not None  # subscribed: connected
+            connection.register_connect_callback(self._reconnected)
+            try:
+                async for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        data = message["data"]
+                        self.trigger(data.decode() if isinstance(data, bytes) else data)
+            finally:
+                # The connection goes back to the pool, for other commands: their reconnects are not ours.
+                connection.deregister_connect_callback(self._reconnected)
+
+    def _reconnected(self, connection: object) -> None:
+        """redis-py re-subscribed (its callback runs first): the flags are read on another connection."""
+        log.info("cancel listener reconnected; reading the cancel flags of its running responses")
+        task = asyncio.get_running_loop().create_task(self._catch_up_logged())
+        self._catching_up.add(task)
+        task.add_done_callback(self._catching_up.discard)
+
+    async def _catch_up_logged(self) -> None:
+        try:
+            await self._catch_up()
+        except Exception as exc:  # Redis away again: the listener's next reconnect (or re-subscription) tries
+            log.warning("cancel listener could not read the cancel flags after reconnecting (%s: %s)",
+                        type(exc).__name__, exc)

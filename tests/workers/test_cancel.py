@@ -14,6 +14,7 @@ from support.workers import accept, worker_settings
 from oss_responses import redis_keys
 from oss_responses.storage import Database, delete_response, get_response
 from oss_responses.workers.cancel import CancelListener
+from oss_responses.workers.context import _async_redis
 from oss_responses.workers.testing import local_worker, run_response_now
 
 # Far beyond a prompt cancel, far short of what the run would take without one: only a cancel that
@@ -83,6 +84,38 @@ def test_cancel_asked_while_listener_resubscribes_is_not_lost(redis_url: str, re
         try:
             await asyncio.wait_for(cancelled.wait(), timeout=5)
             return True
+        finally:
+            await listener.stop()
+            await client.aclose()
+
+    assert asyncio.run(scenario())
+
+
+def test_cancel_published_before_listener_reconnects_is_read_from_flag(
+    redis_url: str, redis: redis_lib.Redis
+) -> None:
+    """The worker's own client retries a lost connection (context.RECONNECT): its pub/sub reconnected and
+    re-subscribed by itself, the listener saw no error, and a cancel published in between (its flag set)
+    was lost for good: the response ran to its end. The kill, the flag and the PUBLISH reach Redis in
+    one round trip, back to back, as a cancel sent right after a connection drop does."""
+
+    async def scenario() -> bool:
+        client = await _async_redis(redis_url, 4)
+        listener = CancelListener(client)
+        cancelled = asyncio.Event()
+        await listener.start()
+        listener.register("resp_x", cancelled.set)
+        with redis.pipeline(transaction=False) as pipe:
+            pipe.client_kill_filter(_type="pubsub")
+            pipe.set(redis_keys.cancel("resp_x"), "1")
+            pipe.publish(redis_keys.CANCEL_CHANNEL, "resp_x")
+            _, _, receivers = pipe.execute()
+        assert receivers == 0  # nobody subscribed when it was published
+        try:
+            await asyncio.wait_for(cancelled.wait(), timeout=5)
+            return True
+        except TimeoutError:
+            return False
         finally:
             await listener.stop()
             await client.aclose()
