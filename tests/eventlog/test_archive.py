@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 import pytest
 import redis as redis_lib
@@ -15,7 +16,7 @@ from oss_responses import redis_keys
 from oss_responses.api import relay
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, StreamNotFound, parse_frame, write_events
-from oss_responses.eventlog.hub import ArchiveLost, ArchiveUnreadable
+from oss_responses.eventlog.hub import ArchiveLost, ArchiveUnreadable, StreamLost
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.storage import (
     AsyncDatabase,
@@ -270,6 +271,19 @@ async def test_replay_of_archive_reads_it_again_while_the_database_does_not_answ
         await hub.stop()
 
 
+async def _last_frame_of_replay(
+    hub: EventHub, response_id: str, ends: type[StreamLost], after: int
+) -> dict[str, Any]:
+    """The replay after ``after`` ends raising ``ends``: the last frame its relay then sends, parsed."""
+    await hub.start()
+    try:
+        with pytest.raises(ends) as ended:
+            await read_all(hub, response_id, after=after)
+    finally:
+        await hub.stop()
+    return parse_frame(relay.lost_stream_frame(response_id, ended.value))
+
+
 async def test_replay_of_archive_the_database_never_answers_ends_saying_where_to_resume(
     redis_url, db, adb, redis, aredis, response_id, make_events, monkeypatch
 ) -> None:
@@ -277,13 +291,7 @@ async def test_replay_of_archive_the_database_never_answers_ends_saying_where_to
     await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
     assert archive(db, redis, response_id)
     hub = EventHub(redis_url, block_ms=10_000, archive=partial(archived_frames, _FlakyDatabase(adb, 10**6)))
-    await hub.start()
-    try:
-        with pytest.raises(ArchiveUnreadable) as unreadable:
-            await read_all(hub, response_id, after=24)
-    finally:
-        await hub.stop()
-    event = parse_frame(relay.lost_stream_frame(response_id, unreadable.value))
+    event = await _last_frame_of_replay(hub, response_id, ArchiveUnreadable, after=24)
     assert event["type"] == "error" and event["code"] == "event_log_unavailable"
     assert event["sequence_number"] == 25 and "starting_after=24" in event["message"]
 
@@ -295,13 +303,6 @@ async def test_replay_of_archive_the_database_lost_ends_saying_so(
     await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
     assert archive(db, redis, response_id)
     db.run(lambda session: session.delete(session.get(EventLogRow, response_id)))
-    hub = archiving_hub(redis_url, adb)
-    await hub.start()
-    try:
-        with pytest.raises(ArchiveLost) as lost:
-            await read_all(hub, response_id, after=24)
-    finally:
-        await hub.stop()
-    event = parse_frame(relay.lost_stream_frame(response_id, lost.value))
+    event = await _last_frame_of_replay(archiving_hub(redis_url, adb), response_id, ArchiveLost, after=24)
     assert event["type"] == "error" and event["code"] == "event_log_lost"
     assert event["sequence_number"] == 25 and "gone from the database" in event["message"]
