@@ -206,9 +206,9 @@ async def _keep_ready(redis_client: redis_asyncio.Redis, announced: dict[str, di
         try:
             was, skew = skew, await _announce(redis_client, announced)
             _warn_of_skew(skew, was)
-        except RedisError as exc:
+        except Exception as exc:  # anything: a worker that serves on unannounced is unready to doctor and the sweep
             log.warning("announcing this worker's readiness failed (%s: %s); trying again in %s s",
-                        type(exc).__name__, exc, READY_REFRESH_SECONDS)
+                        type(exc).__name__, exc, READY_REFRESH_SECONDS, exc_info=not isinstance(exc, RedisError))
         await asyncio.sleep(READY_REFRESH_SECONDS)
 
 

@@ -8,6 +8,7 @@ import json
 import pytest
 import redis as redis_lib
 import uvloop
+from redis.exceptions import ConnectionError as RedisConnectionError
 from support.db_connections import connects_in_two_rounds
 from support.silent_link import SilentLink
 
@@ -44,21 +45,21 @@ def test_keep_ready_warns_once_when_host_clock_is_off(
     from oss_responses.workers import context
 
     skews = [0.1, 600.0, 600.2, 599.9, 0.2]
-
-    class Done(Exception):
-        pass
+    done = asyncio.Event()
 
     async def announce(_client: object, _announced: dict[str, str]) -> float:
         if not skews:
-            raise Done  # not a RedisError: ends the loop
+            done.set()
+            return 0.0
         return skews.pop(0)
 
     monkeypatch.setattr(context, "_announce", announce)
     monkeypatch.setattr(context, "READY_REFRESH_SECONDS", 0.001)
 
     async def scenario() -> None:
-        with pytest.raises(Done):
-            await context._keep_ready(None, {})  # type: ignore[arg-type]
+        task = asyncio.create_task(context._keep_ready(None, {}))  # type: ignore[arg-type]
+        await done.wait()
+        task.cancel()
 
     with caplog.at_level("WARNING", logger=context.__name__):
         asyncio.run(scenario())
@@ -68,11 +69,12 @@ def test_keep_ready_warns_once_when_host_clock_is_off(
     assert "again" in lines[1]
 
 
-def test_keep_ready_goes_on_announcing_after_a_redis_error(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("error", [RedisConnectionError("Connection refused"), RuntimeError("unexpected")])
+def test_keep_ready_goes_on_announcing_after_a_failed_refresh(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
     """A worker that lived through a Redis restart stayed unready for good: the refresh task had died with
-    the first failed refresh."""
-    from redis.exceptions import ConnectionError as RedisConnectionError
-
+    the first failed refresh (and still did for an error that was not Redis's: the children probe)."""
     from oss_responses.workers import context
 
     calls: list[int] = []
@@ -80,7 +82,7 @@ def test_keep_ready_goes_on_announcing_after_a_redis_error(monkeypatch: pytest.M
     async def announce(_client: object, _announced: dict[str, str]) -> float:
         calls.append(len(calls))
         if len(calls) == 1:
-            raise RedisConnectionError("Connection refused")
+            raise error
         return 0.0
 
     monkeypatch.setattr(context, "_announce", announce)
