@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import pytest
 import redis as redis_lib
+from support import TIKTOKEN_DIR
 from support.workers import accept
 
 from oss_responses.config import Settings
@@ -243,12 +244,12 @@ def _in_a_thread(call: Callable[[], _T], guard_s: float) -> _T:
         pool.shutdown(wait=False)  # not waiting on a call that hangs
 
 
-def test_tokenize_replaces_child_that_died_while_idle(settings: Settings) -> None:
+def test_tokenize_replaces_child_that_died_while_idle() -> None:
     """A child killed between two prompts (the OOM killer): the next prompt is tokenised by a new one. It
     failed with BrokenProcessPool, and its response with a server_error, though nothing was wrong with it."""
-    encoding = load_encoding(settings.tiktoken_dir)
+    encoding = load_encoding(TIKTOKEN_DIR)
     messages = [_user("hello " * 500)]
-    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
+    tokenizer = PromptTokenizer(encoding, TIKTOKEN_DIR, process_above_chars=100)
     try:
         tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
         os.kill(_child_pid(tokenizer), signal.SIGKILL)
@@ -258,14 +259,17 @@ def test_tokenize_replaces_child_that_died_while_idle(settings: Settings) -> Non
         tokenizer.close()
 
 
-def test_tokenize_replaces_child_stopped_past_its_deadline(settings: Settings) -> None:
+def test_tokenize_replaces_child_stopped_past_its_deadline() -> None:
     """A stopped (or stuck) child: past its deadline it is killed and the prompt goes to a new one. The caller
     waited for good: a worker's response stayed queued with its lease renewed."""
-    encoding = load_encoding(settings.tiktoken_dir)
+    encoding = load_encoding(TIKTOKEN_DIR)
     messages = [_user("hello " * 500)]
-    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100, child_floor_seconds=1.0)
+    tokenizer = PromptTokenizer(encoding, TIKTOKEN_DIR, process_above_chars=100)
     try:
         tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
+        # Short, but longer than a new child's start on a loaded machine (spawned, the encoding loaded: in
+        # CI a 1 s floor failed the warm-up itself): the deadline counts from when the prompt is sent.
+        tokenizer.child_floor_seconds = 10.0
         stopped = _child_pid(tokenizer)
         os.kill(stopped, signal.SIGSTOP)
         try:
@@ -279,11 +283,11 @@ def test_tokenize_replaces_child_stopped_past_its_deadline(settings: Settings) -
         tokenizer.close()
 
 
-def test_close_kills_child_that_is_stopped(settings: Settings) -> None:
+def test_close_kills_child_that_is_stopped() -> None:
     """Closing (a worker or API stopping) does not wait on a stopped child for good: it held the process's
     shutdown for as long as the child stayed stopped."""
-    encoding = load_encoding(settings.tiktoken_dir)
-    tokenizer = PromptTokenizer(encoding, settings.tiktoken_dir, process_above_chars=100)
+    encoding = load_encoding(TIKTOKEN_DIR)
+    tokenizer = PromptTokenizer(encoding, TIKTOKEN_DIR, process_above_chars=100)
     tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
     stopped = _child_pid(tokenizer)
     os.kill(stopped, signal.SIGSTOP)
