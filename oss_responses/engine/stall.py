@@ -21,14 +21,15 @@ from collections.abc import Callable
 
 
 class StallWatch:
-    """``outputs`` and ``running`` are kept by the engine; ``check`` (or ``run``, its loop) calls
-    ``on_stall`` once, with the reason, when requests ran ``seconds`` without an output."""
+    """``outputs`` is counted by the engine's feeds, ``running`` says how many requests the engine has now;
+    ``check`` (or ``run``, its loop) calls ``on_stall`` once, with the reason, when requests ran ``seconds``
+    without an output."""
 
-    def __init__(self, seconds: float, on_stall: Callable[[str], None],
+    def __init__(self, seconds: float, on_stall: Callable[[str], None], running: Callable[[], int],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
         self.outputs = 0  # outputs handed over, ever
-        self.running = 0  # requests in the engine now
+        self._running = running
         self._on_stall = on_stall
         self._clock = clock
         self._seen = 0
@@ -36,17 +37,17 @@ class StallWatch:
         self.stalled = False
 
     def check(self) -> None:
-        now = self._clock()
+        now, running = self._clock(), self._running()
         if self.stalled:
             return
-        if self.running == 0 or self.outputs != self._seen:
-            self._seen, self._since = self.outputs, (now if self.running else None)
+        if running == 0 or self.outputs != self._seen:
+            self._seen, self._since = self.outputs, (now if running else None)
             return
         if self._since is None:
             self._since = now
         elif now - self._since >= self.seconds:
             self.stalled = True
-            self._on_stall(f"the engine gave no output for {now - self._since:.0f}s with {self.running} requests "
+            self._on_stall(f"the engine gave no output for {now - self._since:.0f}s with {running} requests "
                            "running (OSS_RESPONSES_ENGINE_STALL_SECONDS): it is hung")
 
     async def run(self) -> None:

@@ -253,7 +253,7 @@ class VllmEngine:
         # request id -> abort requested; for the ids whose generate() is running
         self._running: dict[str, bool] = {}
         self._feeds: dict[str, _OutputFeed] = {}  # the streamed requests vLLM has, by id
-        self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled)
+        self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled, self._feeds.__len__)
         self._watch_task: asyncio.Task[None] | None = None
         self._hung: str | None = None  # why the engine is taken for dead (the watch saw it hang)
 
@@ -339,7 +339,6 @@ class VllmEngine:
                 prompt, params = await self._request(prompt_token_ids, sampling)
                 queue = await self.llm.add_request(request_id, prompt, params)
                 self._feeds[request_id] = feed
-                self._watch.running += 1
                 # An output put before the feed took over waits in the queue (not seen, but not excluded).
                 early = queue.get_nowait()
                 queue.put = feed.put  # type: ignore[method-assign]  # the one hook: see the docstring
@@ -352,8 +351,7 @@ class VllmEngine:
             finished = True
         finally:
             self._running.pop(request_id, None)
-            if self._feeds.pop(request_id, None) is not None:
-                self._watch.running -= 1
+            self._feeds.pop(request_id, None)
             if not finished and not feed.engine_failed and not self._is_dead():
                 # Stopped before vLLM finished it (cancelled, or on_output raised): vLLM stops it too,
                 # as AsyncLLM.generate does (not after an engine failure: there is no engine to tell).

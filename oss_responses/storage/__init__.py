@@ -7,7 +7,13 @@ Data access is plain sync functions taking a ``Session``; run them with ``Databa
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_STATUSES, Status
 from oss_responses.storage.api_keys import create_api_key, find_active_key, list_api_keys, revoke_api_key
 from oss_responses.storage.db import AsyncDatabase, Database, async_url, sync_url
-from oss_responses.storage.event_logs import EventLog, get_event_log, purge_expired_event_logs, save_event_log
+from oss_responses.storage.event_logs import (
+    EventLog,
+    archived_last_sequence_number,
+    get_event_log,
+    purge_expired_event_logs,
+    save_event_log,
+)
 from oss_responses.storage.input_items import (
     find_input_items,
     find_referenced_items,
@@ -44,6 +50,7 @@ __all__ = [
     "Base",
     "Database",
     "EventLog",
+    "archived_last_sequence_number",
     "EventLogRow",
     "InFlightLimitReached",
     "InputItemRow",

@@ -185,6 +185,15 @@ def get_event_log(session: Session, response_id: str) -> EventLog | None:
     return EventLog(row.first_sequence_number, row.event_count, row.frames)
 
 
+def archived_last_sequence_number(session: Session, response_id: str) -> int | None:
+    """The sequence number of the last event of a response's archived log (its frames not read), or None."""
+    columns = (_event_logs.c.first_sequence_number, _event_logs.c.event_count, _event_logs.c.expires_at)
+    row = session.execute(select(*columns).where(_event_logs.c.response_id == response_id)).one_or_none()
+    if row is None or row.expires_at <= utcnow():
+        return None
+    return int(row.first_sequence_number + row.event_count - 1)
+
+
 def purge_expired_event_logs(session: Session, *, limit: int = 1_000) -> int:
     """Delete up to ``limit`` event logs past their TTL; how many went."""
     expired = select(EventLogRow.response_id).where(EventLogRow.expires_at <= database_now(session)).limit(limit)

@@ -436,13 +436,19 @@ def _hand_off(run: _Run) -> Outcome:
     if ctx.dispatch is None:  # the reaper dispatches it once it sees the lease free
         ctx.loop.run(run.lease.release())
         return "handed_off"
-    # Marked first, so that the reaper does not dispatch it too; released before it is sent, so that
-    # the worker that gets it can take the lease.
-    ctx.sync_redis.set(redis_keys.resume(job.response_id), HANDOFF, ex=ctx.settings.event_ttl_seconds)
-    ctx.loop.run(run.lease.release())
-    ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
+    _send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
     log.info("handed %s off to another worker", job.response_id)
     return "handed_off"
+
+
+def _send_again(run: _Run, mark: str, mark_seconds: int) -> None:
+    """The response's task sent again for another worker. Marked first (``resume(id)``), so that the reaper
+    does not dispatch it too; released before it is sent, so that the worker that gets it can take the lease."""
+    ctx, job = run.ctx, run.job
+    ctx.sync_redis.set(redis_keys.resume(job.response_id), mark, ex=mark_seconds)
+    ctx.loop.run(run.lease.release())
+    if ctx.dispatch is not None:  # else the reaper dispatches it once the mark lapses
+        ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
 
 
 def _pass_on(run: _Run) -> Outcome:
@@ -456,11 +462,7 @@ def _pass_on(run: _Run) -> Outcome:
     except EventWriteError:
         log.warning("events of %s did not all reach Redis before it was passed on", job.response_id, exc_info=True)
         return _leave_for_takeover(run)
-    ctx.sync_redis.set(redis_keys.resume(job.response_id), "engine_lost",
-                       ex=resume_wait_seconds(ctx.settings.lease_seconds))
-    ctx.loop.run(run.lease.release())
-    if ctx.dispatch is not None:  # else the reaper dispatches it once the mark lapses
-        ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
+    _send_again(run, "engine_lost", resume_wait_seconds(ctx.settings.lease_seconds))
     log.warning("passed %s on to another worker: this worker's engine stopped", job.response_id)
     return "engine_lost"
 

@@ -39,7 +39,7 @@ from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, response_error
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
-from oss_responses.storage import Database, ResponseRecord, get_event_log, get_response
+from oss_responses.storage import Database, ResponseRecord, archived_last_sequence_number, get_response
 from oss_responses.workers.archive import archive_event_log
 from oss_responses.workers.job import stored_response
 
@@ -73,11 +73,8 @@ def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_sec
 def _archived_over(db: Database, redis: Redis, record: ResponseRecord, last: int, ttl_seconds: int) -> bool:
     """The stream replaced by the tombstone of the log SQL already archived, if that log reaches its last
     event ``last``; True if it was."""
-    archived = db.run(get_event_log, record.id)
-    if archived is None:
-        return False
-    archived_last = archived.first_sequence_number + archived.event_count - 1
-    if archived_last < last:
+    archived_last = db.run(archived_last_sequence_number, record.id)
+    if archived_last is None or archived_last < last:
         return False
     tombstone_over(redis, record.id, record.status, archived_last, ttl_seconds)
     log.warning("the stream of %s (%s in SQL) came back older than its archived log (Redis restored from an "
