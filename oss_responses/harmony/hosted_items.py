@@ -104,6 +104,11 @@ class WebSearchCallBuilder(QuietBuilder, McpCallBuilder):
     def fail(self, error: str) -> BaseModel:
         return self._finish(self._item(self.text, "failed"))
 
+    def pass_over(self, error: str) -> BaseModel:
+        """Not shown while written: the item appears failed, without a search."""
+        self._emit(ResponseOutputItemAddedEvent, item=self._item(self.text, "in_progress"))
+        return self.fail(error)
+
     def abandon(self) -> BaseModel | None:
         return self._finish(self._item(self.text, "incomplete")) if self.awaiting_result else None
 

@@ -8,7 +8,8 @@ always 0 (gpt-oss writes one text per message) and can never leak from one item 
 - :class:`ReasoningBuilder`   ``analysis``              → ``reasoning`` with ``reasoning_text``
 - :class:`MessageBuilder`     ``final`` / preambles     → ``message`` with ``output_text``
 - :class:`FunctionCallBuilder` ``functions.NAME``       → ``function_call``
-- :class:`McpCallBuilder`     ``LABEL.TOOL`` / built-in → ``mcp_call`` (stays open until its result)
+- :class:`McpCallBuilder`     ``LABEL.TOOL`` / built-in → ``mcp_call`` (open until its result; failed, unrun,
+  when the message ends with ``<|end|>``: the model went on without it)
 """
 
 from __future__ import annotations
@@ -296,6 +297,11 @@ class McpCallBuilder(ItemBuilder):
 
     def _emit_running(self) -> None:
         """The arguments are whole (``<|call|>``): the tool runs (an MCP call has no event for it)."""
+
+    def pass_over(self, error: str) -> BaseModel:
+        """The model went on without the result (``<|end|>``): the arguments close, the call fails unrun."""
+        self._emit_text_done(self.text)
+        return self.fail(error)
 
     def complete(self, output: str) -> BaseModel:
         self._emit(ResponseMcpCallCompletedEvent)

@@ -20,8 +20,9 @@ Interface (what the worker calls)::
                                                 added, arguments.done, in_progress; then feed_tool_result)
     t.decline_call(answer)         -> []       (tells the model the user declined; then continue)
     t.feed(token_ids)              -> events (chunks of any size; deltas are coalesced per chunk)
-    t.pending_tool_call            -> PendingToolCall | None   (set when a message to a tool ended;
-                                      kind "unavailable": a tool nobody offered, answer with an error)
+    t.pending_tool_call            -> PendingToolCall | None   (set when the model stopped after a message
+                                      to a tool; kind "unavailable": a tool nobody offered, answer with an
+                                      error; a call it wrote past with <|end|> is not run: failed at once)
     t.pending_approval             -> PendingApproval | None   (the call ended as an approval request)
     t.tool_limit_reached           -> bool   (a call beyond max_tool_calls was refused: end the turn)
     t.feed_tool_result(output, error) -> events   (MCP: completes/fails the call's item)
@@ -97,11 +98,16 @@ MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recip
 END_TOKEN, START_TOKEN, CHANNEL_TOKEN = 200007, 200006, 200005  # <|end|>, <|start|>, <|channel|>
 END_TOKENS = frozenset({END_TOKEN, 200012, 200002})  # <|end|>, <|call|>, <|return|>
 END_OF_TEXT = 199999  # <|endoftext|>: vLLM stops on it too (the generation config's EOS), as the last token
+GENERATION_ENDS = frozenset({200012, 200002, END_OF_TEXT})  # the tokens an engine stops on
 FIRST_SPECIAL = 199998  # o200k's special tokens (harmony's included) are the ids from here on
 # Special token text (harmony's parser keeps a stray one of a header as the recipient's or channel's text).
 _MARKUP = re.compile(r"<\|[a-z0-9_]+\|>")
 ASSISTANT_START = "<|start|>assistant"
 UNAVAILABLE = "There is no tool '{recipient}' in this conversation; use only the tools you were given."
+NOT_AWAITED = (
+    "The call was not run: the model went on without waiting for its result "
+    "(the message ended with <|end|>, not <|call|>)."
+)
 
 ApprovalPolicy = Callable[[str, str], bool]  # (server_label, tool name) -> needs approval
 
@@ -372,7 +378,7 @@ class ResponseTranslator:
             if current is not None:
                 if token in END_TOKENS:
                     self._flush()
-                    self._end_message(position)
+                    self._end_message(position, waits=token != END_TOKEN)
                     current = None
                 else:
                     delta = parser.last_content_delta
@@ -398,7 +404,7 @@ class ResponseTranslator:
             raise InvalidHarmony(f"{self._encoding.decode([token])} inside a message")
         self._flush()
         self._parser.process(END_TOKEN)
-        self._end_message(position - 1)
+        self._end_message(position - 1, waits=False)
         implied = [START_TOKEN] if token == START_TOKEN else self._encoding.encode(ASSISTANT_START + "<|channel|>",
                                                                                     allowed_special="all")
         for implied_token in implied:
@@ -467,17 +473,43 @@ class ResponseTranslator:
                                               show_outputs=self._hosted_calls.code_outputs)
         return McpCallBuilder(self._emitter, index, label, target.tool)
 
-    def _end_message(self, position: int) -> None:
+    def _end_message(self, position: int, *, waits: bool = True) -> None:
+        """``waits``: the model stopped after the message (``<|call|>``, ``<|return|>``, the end of generation),
+        rather than going on (``<|end|>``, or its next message begun)."""
         builder, header = self._current, self._header
         assert builder is not None and header is not None
         self._current = None
-        builder.end_message("completed")
+        passed = not waits and self._answered_here(builder)
+        if not passed:
+            builder.end_message("completed")
         self._record_message(builder, header)
         self._message_start = position + 1
         if header.channel == "analysis":
             self._reasoning_tokens += position + 1 - header.start
-        if header.recipient is not None:
+        if passed:
+            self._pass_over(builder, header)
+        elif header.recipient is not None:
             self._set_pending(builder, header)
+
+    def _answered_here(self, builder: ItemBuilder) -> bool:
+        """A call this response answers itself: a tool it runs (MCP, built-in) or one nobody offered. A
+        function's call is the client's to run, an approval request the user's, a refused call is refused."""
+        return isinstance(builder, (McpCallBuilder, UnavailableToolCallBuilder)) and builder is not self._refused
+
+    def _pass_over(self, builder: ItemBuilder, header: _Header) -> None:
+        """A call the model wrote past: harmony's ``<|call|>`` is the stop token that asks for a tool's result,
+        ``<|end|>`` only ends a message, and the model went on without the result. It is not run (as gpt-oss's
+        and vLLM's Responses servers run a tool only once generation stopped after its call): its item ends
+        failed now, before the next item is added, and the stored turn answers it, so that it replays as
+        valid harmony (harmony renders every call with ``<|call|>``) and the next turn knows it was not run."""
+        recipient = header.recipient or ""
+        if isinstance(builder, McpCallBuilder):
+            builder.pass_over(NOT_AWAITED)
+            self._mcp_calls -= 1  # max_tool_calls counts the calls run
+            answer = NOT_AWAITED
+        else:
+            answer = UNAVAILABLE.format(recipient=recipient)
+        self.output_messages.append(tool_result_message(recipient, answer, header.channel))
 
     def _reasoning_seal(self, header: _Header) -> Callable[[str], str] | None:
         """Seals exactly the message ``_record_message`` stores, so a replay renders the same tokens."""

@@ -399,3 +399,34 @@ def test_feed_markup_inside_header_fails_response(encoding, header: str) -> None
     assert response.status == "failed" and "not valid harmony" in response.error.message
     assert response.output == [] and translator.pending_tool_call is None
 
+
+
+MCP_CALL_THEN_ANSWER = (
+    "<|channel|>commentary to=calc.add <|constrain|>json<|message|>{}<|end|>"
+    "<|start|>assistant<|channel|>final<|message|>Hi<|return|>"
+)
+
+
+def _item_order(events) -> list[tuple[str, int]]:
+    kinds = {"response.output_item.added": "added", "response.output_item.done": "done"}
+    return [(kinds[e.type], e.output_index) for e in events if e.type in kinds]
+
+
+def test_feed_mcp_call_ended_by_end_is_done_before_next_item(encoding) -> None:
+    # <|end|> is no stop token: the model went on without the result, so the call is not run (as gpt-oss's and
+    # vLLM's servers do), and its item ends before the next one is added, as OpenAI streams items.
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1,
+                                    mcp_labels={"calc": "calc"}, max_tool_calls=1)
+    translator.start()
+    events = translator.feed(encoding.encode(MCP_CALL_THEN_ANSWER, allowed_special="all"))
+    events += translator.finish("stop")
+    assert _item_order(events) == [("added", 0), ("done", 0), ("added", 1), ("done", 1)]
+    assert translator.pending_tool_call is None and translator.response.status == "completed"
+    call = translator.response.output[0]
+    assert call.status == "failed" and "not run" in call.error.content[0]["text"]
+    assert [(m["role"], m.get("recipient")) for m in translator.output_messages] == [
+        ("assistant", "calc.add"), ("tool", "assistant"), ("assistant", None)
+    ]
+    assert not translator.tool_limit_reached  # a call not run does not count toward max_tool_calls
+    assert "mcp_call.failed" in " ".join(e.type for e in events)
+
