@@ -371,8 +371,12 @@ class ResponseTranslator:
         base = self._output_tokens
         for position, token in enumerate(token_ids, base):
             self._output_tokens = position + 1
-            if current is not None and token >= FIRST_SPECIAL and token not in END_TOKENS:
-                current = self._markup_in_message(token, position)
+            if current is not None:
+                if token >= FIRST_SPECIAL and token not in END_TOKENS:
+                    current = self._markup_in_message(token, position)
+                    continue
+            elif token in GENERATION_ENDS and position == self._message_start:
+                self._message_start = position + 1  # the generation ended where a message would begin
                 continue
             process(token)
             if current is not None:
@@ -556,9 +560,14 @@ class ResponseTranslator:
 
     # --- endings ---------------------------------------------------------
     def _stop(self, cached_tokens: int | None) -> None:
-        """Generation stopped on its own: an unterminated message is closed if harmony allows it."""
+        """Generation stopped on its own: an unterminated message is closed if harmony allows it.
+
+        Stopped where a message would begin (at once, or after a whole message), the model wrote no more:
+        the response completes with what it has, even nothing, as OpenAI's, gpt-oss's and vLLM's do
+        (harmony's parser calls an end before any header invalid)."""
         try:
-            self._parser.process_eos()
+            if self._message_start < self._output_tokens:  # a message or its header begun since
+                self._parser.process_eos()
         except HarmonyError as exc:
             error = lifecycle.response_error("server_error", f"The model's output is not valid harmony: {exc}")
             self._terminate("failed", error, cached_tokens=cached_tokens)

@@ -430,3 +430,22 @@ def test_feed_mcp_call_ended_by_end_is_done_before_next_item(encoding) -> None:
     assert not translator.tool_limit_reached  # a call not run does not count toward max_tool_calls
     assert "mcp_call.failed" in " ".join(e.type for e in events)
 
+
+@pytest.mark.parametrize("text", ["", "<|return|>", "<|endoftext|>", "<|call|>", "<|return|><|endoftext|>"])
+def test_finish_empty_generation_completes_with_no_output(encoding, text: str) -> None:
+    # The model ended at once: OpenAI answers such a turn completed, its output empty; its tokens still count.
+    translator = _translator(encoding)
+    tokens = encoding.encode(text, allowed_special="all")
+    _feed_text(translator, encoding, text)
+    response = translator.response
+    assert (response.status, response.output, response.error) == ("completed", [], None)
+    assert response.usage.output_tokens == len(tokens)
+    assert translator.output_messages == []
+
+
+def test_finish_stop_token_after_reasoning_completes_with_reasoning_only(encoding) -> None:
+    translator = _translator(encoding)
+    _feed_text(translator, encoding, "<|channel|>analysis<|message|>Think.<|end|><|return|>")
+    response = translator.response
+    assert response.status == "completed" and [item.type for item in response.output] == ["reasoning"]
+
