@@ -29,12 +29,14 @@ Interface (what the worker calls)::
     t.continuation_token_ids()     -> tool message + "<|start|>assistant" to append before generating on
     t.finish("stop" | "length" | "abort", cached_tokens=None, input_tokens=None) -> events (the one terminal event)
     t.fail(message, code="server_error") -> events
+    t.halted                       -> bool   (nothing more is translated: stop the engine, then finish)
     t.response, t.output_messages, t.function_calls, t.next_sequence_number
 
 The harmony ``StreamableParser`` does the parsing; this class only watches three token kinds: a
 header end (``<|message|>``) opens an item builder chosen from channel and recipient (see
 ``items.py``), content tokens feed the open builder, and ``<|end|>``/``<|call|>``/``<|return|>``
-close it. Nothing raises out of ``feed``/``finish``/``fail``: invalid harmony fails the response.
+close it. Nothing raises out of ``feed``/``finish``/``fail``: invalid harmony fails the response, once
+the generation ended (``halted`` tells the worker to stop it), so that usage counts every token generated.
 ``finish("abort")`` closes open items and sets status ``cancelled`` without a terminal event,
 because OpenAI defines none for cancellation.
 
@@ -213,6 +215,7 @@ class ResponseTranslator:
         self._buffer: list[str] = []
         self._awaiting: McpCallBuilder | None = None
         self._terminal = False
+        self._invalid: ResponseError | None = None  # the output was invalid: the failure stated at its end
         self._completed_at: int | None = None
         self._parser = self._new_parser()
 
@@ -220,6 +223,11 @@ class ResponseTranslator:
     @property
     def next_sequence_number(self) -> int:
         return self._emitter.next_sequence_number
+
+    @property
+    def halted(self) -> bool:
+        """Nothing more is translated (the response ended, or the model's output was invalid): stop generating."""
+        return self._terminal or self._invalid is not None
 
     def start(self) -> list[ResponseStreamEvent]:
         if self._started:
@@ -286,12 +294,14 @@ class ResponseTranslator:
     def feed(self, token_ids: Sequence[int]) -> list[ResponseStreamEvent]:
         if self._terminal:
             return []
+        if self._invalid is not None:  # counted, not translated: usage holds every token generated
+            self._output_tokens += len(token_ids)
+            return []
+        end = self._output_tokens + len(token_ids)
         try:
             self._consume(token_ids)
         except (HarmonyError, InvalidHarmony) as exc:
-            self._flush()
-            message = f"The model's output is not valid harmony: {exc}"
-            self._terminate("failed", lifecycle.response_error("server_error", message))
+            self._reject(f"The model's output is not valid harmony: {exc}", end)
         return self._emitter.drain()
 
     def feed_tool_result(self, output: str | None, error: str | None = None) -> list[ResponseStreamEvent]:
@@ -334,7 +344,9 @@ class ResponseTranslator:
             self._input_tokens = input_tokens
         self._flush()
         self._completed_at = completed_at
-        if reason == "length":
+        if self._invalid is not None and reason != "abort":
+            self._terminate("failed", self._invalid, cached_tokens=cached_tokens)
+        elif reason == "length":
             self._terminate("incomplete", cached_tokens=cached_tokens)
         elif reason == "abort":
             self._terminate("cancelled", cached_tokens=cached_tokens)
@@ -346,7 +358,8 @@ class ResponseTranslator:
         if self._terminal:
             return []
         self._flush()
-        self._terminate("failed", lifecycle.response_error(code, message))
+        # The engine stopped because the worker aborted it on invalid output: that is the cause to state.
+        self._terminate("failed", self._invalid or lifecycle.response_error(code, message))
         return self._emitter.drain()
 
     # --- tokens ----------------------------------------------------------
@@ -392,6 +405,15 @@ class ResponseTranslator:
                 current = self._begin_message(parser)
         self._output_tokens = base + len(token_ids)
         self._flush()
+
+    def _reject(self, message: str, end: int) -> None:
+        """Invalid output: nothing after it is translated and no call waits. The failure is stated when the
+        generation ends (``finish``, or ``fail`` once the worker aborted the engine), so that usage counts every
+        token the engine generated, the rest of this output and any after it, however it was chunked."""
+        self._flush()
+        self._output_tokens = end
+        self._invalid = lifecycle.response_error("server_error", message)
+        self.pending_tool_call = self.pending_approval = None
 
     def _markup_in_message(self, token: int, position: int) -> ItemBuilder | None:
         """A special token inside a message's text is markup the model misplaced, never text (harmony's

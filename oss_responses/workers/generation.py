@@ -183,6 +183,9 @@ class Generation:
         ``forced`` as for :meth:`run`: written if the lost worker had not begun the first engine call."""
         if self._is_terminal():
             return
+        if self.translator.halted:  # the lost worker's output was invalid: only its failure is left to state
+            self._finish(TurnResult("stop"))
+            return
         if forced and self._generated == 0 and not self._answered and self.translator.pending_tool_call is None:
             self._force(forced, begun=self._in_turn)  # the journal may end between the two steps
             await self._loop()
@@ -353,7 +356,7 @@ class Generation:
             self.emit(self._take_tokens(output.token_ids))
         if output.finished:
             result.reason = output.finish_reason or "stop"
-        elif self._is_terminal() and not turn.aborted:  # invalid harmony: stop generating
+        elif self.translator.halted and not turn.aborted:  # invalid harmony: stop generating
             turn.aborted = True
             self._abort_request()
 

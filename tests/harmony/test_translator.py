@@ -449,3 +449,17 @@ def test_finish_stop_token_after_reasoning_completes_with_reasoning_only(encodin
     response = translator.response
     assert response.status == "completed" and [item.type for item in response.output] == ["reasoning"]
 
+
+@pytest.mark.parametrize("chunk", [1, 3, 100])
+def test_feed_invalid_token_counts_every_generated_token(encoding, chunk: int) -> None:
+    # Usage does not depend on how the engine chunked its output: tokens after the invalid one count too.
+    translator = _translator(encoding)
+    translator.start()
+    tokens = encoding.encode("<|channel|>final<|message|>Hi.<|end|>stray text after", allowed_special="all")
+    for start in range(0, len(tokens), chunk):
+        translator.feed(tokens[start:start + chunk])
+    translator.fail("The engine aborted the generation.")
+    response = translator.response
+    assert response.status == "failed" and "not valid harmony" in response.error.message
+    assert response.usage.output_tokens == len(tokens)
+    assert [item.content[0].text for item in response.output] == ["Hi."]

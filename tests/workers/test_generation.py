@@ -28,22 +28,26 @@ def encoding() -> HarmonyEncoding:
 
 
 class TokensEngine:
-    """Yields its tokens one per output until they run out (then "length") or it is aborted."""
+    """Yields its tokens ``chunk`` per output until they run out (then "length") or it is aborted."""
 
-    def __init__(self, tokens: Sequence[int]) -> None:
+    def __init__(self, tokens: Sequence[int], chunk: int = 1) -> None:
         self.tokens = list(tokens)
+        self.chunk = chunk
         self.aborts = 0
+        self.generated = 0
         self._aborted = False
 
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
-        for token in self.tokens:
+        for start in range(0, len(self.tokens), self.chunk):
             await asyncio.sleep(0)
             if self._aborted:
                 yield EngineOutput([], finished=True, finish_reason="abort")
                 return
-            yield EngineOutput([token])
+            output = self.tokens[start:start + self.chunk]
+            self.generated += len(output)
+            yield EngineOutput(output)
         yield EngineOutput([], finished=True, finish_reason="length")
 
     async def abort(self, request_id: str) -> None:
@@ -92,3 +96,19 @@ def test_invalid_harmony_fails_response_and_aborts_engine_once(
     assert events[-1].type == "response.failed"
     assert engine.aborts == 1
     assert not [e for e in events if e.type == "response.output_text.delta" and "more" in e.delta]
+
+
+@pytest.mark.parametrize("engine_class", [TokensEngine, StreamingTokensEngine])
+def test_invalid_harmony_usage_counts_tokens_generated_before_abort(
+    encoding: HarmonyEncoding, engine_class: type[TokensEngine]
+) -> None:
+    # The output holding the invalid token goes on after it: those tokens were generated, and count.
+    valid = encoding.encode("<|channel|>final<|message|>Hi.<|end|>", allowed_special="all")
+    engine = engine_class(valid + encoding.encode(" stray" * 50), chunk=4)
+
+    events, _ = Run(encoding, "anything", engine=engine).uninterrupted()  # type: ignore[arg-type]
+
+    failed = events[-1].response
+    assert failed.status == "failed" and "not valid harmony" in failed.error.message
+    assert engine.generated > len(valid) + 1  # the first stray token is the invalid one
+    assert failed.usage.output_tokens == engine.generated
