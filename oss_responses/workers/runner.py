@@ -39,6 +39,7 @@ from sqlalchemy.exc import DBAPIError
 from oss_responses import redis_keys
 from oss_responses.cancel_request import flag_commands
 from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
+from oss_responses.eventlog.entries import as_entries
 from oss_responses.eventlog.writer import EventWriteError, Fence, framed
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
@@ -89,6 +90,14 @@ log = logging.getLogger(__name__)
 PROGRESS_LOST_MESSAGE = (
     "event_log_lost: Redis lost this response's events and progress (was it restarted without "
     "persistence?); it cannot be continued"
+)
+
+# The database says the response runs, its event log says it ended: the database came back from an earlier
+# point than Redis. Its output was saved with its end (and its archived log with it), so it is gone.
+DATABASE_BEHIND_MESSAGE = (
+    "database_behind: the event log of this response says it ended {ended}, but the database still had it "
+    "{status}: the database was restored to a point before this response ended (a backup, or a failover to a "
+    "lagging replica), and its output is no longer stored; it cannot be recovered, create it again"
 )
 
 Outcome = Literal[
@@ -186,6 +195,8 @@ class _Run:
 def _run_leased(run: _Run, taken: Claim) -> Outcome:
     ctx, job = run.ctx, run.job
     try:
+        if taken.next_sequence_number is None:
+            return _fail_behind_event_log(run)
         if job.record.status == "in_progress":
             # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
             return _take_over(run, counted=taken.resume_mark != HANDOFF.encode())
@@ -201,6 +212,26 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
     finally:
         ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
         ctx.running.pop(job.response_id, None)
+
+
+def _fail_behind_event_log(run: _Run) -> Outcome:
+    """Its stream ended though the database has it queued or running: SQL saves an end before the stream
+    gets its end marker, so only a database older than Redis shows this. Run again, it wrote events behind
+    the end marker (refused) and was taken over until it failed with a JournalError and a traceback; the
+    stream (a tombstone once archived: its frames were in the rolled-back database too) cannot give the
+    output back. It fails, saying so; should the database have ended it meanwhile, nothing changes."""
+    ctx, record = run.ctx, run.job.record
+    tail = as_entries(ctx.sync_redis.xrevrange(redis_keys.events(record.id), count=1))
+    ended = (tail[0][1].get(b"end", b"") if tail else b"").decode() or "unknown"
+    message = DATABASE_BEHIND_MESSAGE.format(ended=ended, status=record.status)
+    log.warning("%s is %s in the database but its event stream ended %s: the database is older than Redis "
+                "(restored from a backup, or failed over to a lagging replica?); failing it, its output is lost. "
+                "Every response that ended after the database's restore point is in the same state",
+                record.id, record.status, ended)
+    if end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, failed_response(record, message),
+                  ctx.settings.event_ttl_seconds):
+        return "failed"
+    return "skipped"
 
 
 def _reopen_stream(run: _Run) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import redis as redis_lib
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from oss_responses import redis_keys
 from oss_responses.api.queued import build_queued
@@ -16,7 +16,16 @@ from oss_responses.eventlog.writer import close_after, event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets
-from oss_responses.storage import Database, ResponseRecord, ResponseRow, cancel_queued, get_response, insert_response
+from oss_responses.storage import (
+    Database,
+    EventLogRow,
+    OutputItemRow,
+    ResponseRecord,
+    ResponseRow,
+    cancel_queued,
+    get_response,
+    insert_response,
+)
 from oss_responses.wire import wire_json
 from support import MODEL, TIKTOKEN_DIR
 from support.streams import read_archives_from
@@ -84,3 +93,13 @@ def overwrite_row(db: Database, response_id: str, **columns: Any) -> None:
     """Write columns of a stored response directly (a row damaged by a bug or by hand)."""
     with db.session() as session:
         session.execute(update(ResponseRow).where(ResponseRow.id == response_id).values(**columns))
+
+
+def roll_back_row(db: Database, earlier: ResponseRecord) -> None:
+    """The response's row as it was in ``earlier`` and its end's rows gone: the database restored to a
+    point before the response ended (a backup, a lagging replica), Redis not."""
+    overwrite_row(db, earlier.id, status=earlier.status, response=earlier.response, error=None,
+                  output_messages=earlier.output_messages, input_messages=earlier.input_messages, completed_at=None)
+    with db.session() as session:
+        session.execute(delete(EventLogRow).where(EventLogRow.response_id == earlier.id))
+        session.execute(delete(OutputItemRow).where(OutputItemRow.response_id == earlier.id))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
 from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries
-from support.workers import accept, overwrite_row
+from support.workers import accept, overwrite_row, roll_back_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -465,6 +466,30 @@ def test_run_response_fails_response_whose_prompt_does_not_render_in_task_thread
     assert_failed_at_once(db, redis, response_id, "no tokens today")
     types = [event["type"] for event in events_of(redis, response_id)]
     assert types[-2:] == ["response.in_progress", "response.failed"]  # the error surfaced where the loop renders
+
+
+@pytest.mark.parametrize("status", ["queued", "in_progress"])
+def test_run_response_fails_saying_so_when_database_is_older_than_its_ended_stream(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, status: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The rollback probe: PostgreSQL restored to a copy taken while the response ran; it had completed (stream
+    # closed and archived) since. Taken over, it wrote behind the end marker and failed after 3 takeovers with
+    # "JournalError: the stream of this response was closed while it was in progress" and a traceback.
+    response_id = accept(db, redis, settings, input="tokens 7", background=True)
+    earlier = db.run(get_response, response_id)
+    assert earlier is not None and run_response_now(response_id, worker=worker) == "completed"
+    tombstone = stream_entries(redis, response_id)
+    roll_back_row(db, replace(earlier, status=status))
+    assert run_response_now(response_id, worker=worker) == "failed"
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed" and record.completed_at is not None
+    assert record.error["message"].startswith(  # type: ignore[index]
+        f"database_behind: the event log of this response says it ended completed, but the database still had it "
+        f"{status}")
+    assert stream_entries(redis, response_id) == tombstone  # what its clients saw is left as it is
+    assert not redis.exists(redis_keys.journal(response_id))
+    assert not [entry for entry in caplog.records if entry.exc_info]
 
 
 def test_run_response_with_stream_interval_streams_the_same_response_in_fewer_deltas(
