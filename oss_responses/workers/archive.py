@@ -43,6 +43,7 @@ def archive_event_log(db: Database, redis: Redis, response_id: str, *, ttl_secon
             if db.run(get_response, response_id) is not None:
                 raise
             _drop(redis, response_id, closed)  # deleted since its end was saved
+            log.info("%s was deleted since it ended: its event log is dropped", response_id)
             return False
         return leave_tombstone(redis, response_id, closed)
     except (RedisError, SQLAlchemyError):
@@ -52,8 +53,8 @@ def archive_event_log(db: Database, redis: Redis, response_id: str, *, ttl_secon
 
 
 def drop_event_log(redis: Redis, response_id: str) -> None:
-    """A response deleted while it ran: its events go with it. The tombstone, of no archived event (-1),
-    still ends the stream for whoever follows it."""
+    """A response deleted while it ran (its caller logs why): its events go with it. The tombstone, of no
+    archived event (-1), still ends the stream for whoever follows it."""
     try:
         closed = read_closed_stream(redis, response_id)
         if closed is not None:
@@ -65,4 +66,3 @@ def drop_event_log(redis: Redis, response_id: str) -> None:
 
 def _drop(redis: Redis, response_id: str, closed: ClosedStream) -> None:
     leave_tombstone(redis, response_id, replace(closed, first_sequence_number=0, frames=[]))
-    log.info("%s was deleted while it ran: its event log is dropped", response_id)

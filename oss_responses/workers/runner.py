@@ -682,10 +682,24 @@ def _finish(run: _Run) -> Outcome:
     if saved and job.record.store:  # a response not stored has no row to hold its log, nor a reader later
         archive_event_log(ctx.db, ctx.sync_redis, job.response_id, ttl_seconds=ctx.settings.event_ttl_seconds)
     elif deleted:
+        _log_deleted(ctx, job.response_id, status)
         drop_event_log(ctx.sync_redis, job.response_id)
     if saved:
         response_ended(ctx.webhooks, job.record.model, status, webhooks)
     return status
+
+
+def _log_deleted(ctx: WorkerContext, response_id: str, status: str) -> None:
+    """A row gone at the end of its run: a client's DELETE, which cancels first (``api/jobs.remove``: its flag
+    is the mark), or a row the database lost (restored to a point before the response was created), which
+    an operator must hear of: the response's output, streamed to its client, is stored nowhere."""
+    if ctx.sync_redis.exists(redis_keys.cancel(response_id)):
+        log.info("%s was deleted while it ran: its event log is dropped", response_id)
+        return
+    log.warning("%s ended %s but its row is gone from the database, and no client deleted it: the database was "
+                "restored to a point before the response was created (a backup, or a failover to a lagging "
+                "replica), or the row was removed by hand; its output is not stored and its event log is dropped",
+                response_id, status)
 
 
 def _save_retrying(run: _Run, webhooks: list[DeliveryRow]) -> bool:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
-from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries
-from support.workers import accept, overwrite_row, roll_back_row
+from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries, wait_for_event
+from support.workers import accept, overwrite_row, roll_back_row, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -490,6 +492,34 @@ def test_run_response_fails_saying_so_when_database_is_older_than_its_ended_stre
     assert stream_entries(redis, response_id) == tombstone  # what its clients saw is left as it is
     assert not redis.exists(redis_keys.journal(response_id))
     assert not [entry for entry in caplog.records if entry.exc_info]
+
+
+@pytest.mark.parametrize(("client_deleted", "level"), [(True, logging.INFO), (False, logging.WARNING)],
+                         ids=["deleted by its client", "lost by the database"])
+def test_run_response_whose_row_is_gone_at_its_end_logs_why(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture,
+    client_deleted: bool, level: int,
+) -> None:
+    # The rollback probe: a row the database lost (restored from before it existed) while its response ran was
+    # logged at INFO as "deleted while it ran", as a client's DELETE is; a client's DELETE cancels first.
+    caplog.set_level(logging.INFO, logger="oss_responses.workers.runner")
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
+    db = Database(settings.database_url)
+    response_id = accept(db, redis, settings, input="tokens 60", background=True)
+    with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_response_now, response_id, worker=worker)
+        wait_for_event(redis, response_id, "response.output_text.delta")
+        if client_deleted:
+            redis.set(redis_keys.cancel(response_id), "1")
+            redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
+        assert db.run(delete_response, response_id)
+        running.result(timeout=20)
+    [line] = [entry for entry in caplog.records if entry.name == "oss_responses.workers.runner"
+              and ("deleted while it ran" in entry.getMessage() or "row is gone" in entry.getMessage())]
+    assert line.levelno == level
+    assert ("no client deleted it" in line.getMessage()) is not client_deleted
+    assert is_closed(redis, response_id)
+    db.dispose()
 
 
 def test_run_response_with_stream_interval_streams_the_same_response_in_fewer_deltas(
