@@ -35,7 +35,14 @@ from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
-from oss_responses.eventlog.hub import ArchiveLost, ArchiveUnreadable, EventHubStopped, StreamLost, patiently
+from oss_responses.eventlog.hub import (
+    ArchiveLost,
+    ArchiveUnreadable,
+    EventHubStopped,
+    StreamLost,
+    StreamRewound,
+    patiently,
+)
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.logs import note_stream_cut
 from oss_responses.metrics import ACTIVE_STREAMS
@@ -81,6 +88,11 @@ def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
         code, message = "event_log_unavailable", (
             f"The rest of the event stream of response '{response_id}' could not be read (its database did not "
             f"answer); resume it with starting_after={lost.last_sequence}, or retrieve the response.")
+    elif isinstance(lost, StreamRewound):
+        code, message = "event_log_lost", (
+            f"The event stream of response '{response_id}' came back shorter than what was sent to you (its Redis "
+            "was restored from an earlier state): the response goes on, its later events written anew, and they may "
+            "differ from those you got. Replay the stream from its start, or retrieve the response once it ends.")
     elif isinstance(lost, ArchiveLost):
         code, message = "event_log_lost", (
             f"The rest of the event stream of response '{response_id}' is gone from the database (restored to an "

@@ -91,6 +91,12 @@ class StreamLost(StreamNotFound):
         self.last_sequence = cursor[1] - 1  # of the last event the subscriber got (-1: none)
 
 
+class StreamRewound(StreamLost):
+    """The stream came back shorter than what this subscriber got (Redis restored from an earlier snapshot, or
+    failed over to a replica that lacked the last writes): the events after its new end are written anew by
+    the response's takeover, under numbers this subscriber has seen, and may differ."""
+
+
 class ArchiveUnreadable(StreamLost):
     """The stream was archived (moved to SQL) before this subscriber read it all, and the archive did not
     answer (its reader gave up: the database away for longer than it waits)."""
@@ -151,7 +157,7 @@ class _Subscriber:
         self.waiter: asyncio.Future[None] | None = None
         self.attached = False
         self.stopped = False
-        self.lost = False
+        self.lost: type[StreamLost] | None = None  # how its stream was lost
         self.client_stream = client_stream  # heartbeats; ended by end_client_streams
         self.quiet = False  # no batch since the heartbeat timer's last tick
         self.idle = False  # a heartbeat is due
@@ -434,8 +440,8 @@ class EventHub:
                 continue
             if sub.stopped:
                 raise EventHubStopped("the event hub stopped")
-            if sub.lost:
-                raise StreamLost(cursor)
+            if sub.lost is not None:
+                raise sub.lost(cursor)
             if not sub.attached:
                 return
             if sub.idle:
@@ -561,23 +567,34 @@ class EventHub:
             self._quiet_lane.wake()
 
     async def _drop_lost_streams(self) -> None:
-        """After a failed read: the followed streams that no longer exist lose their subscribers."""
+        """After a failed read: the followed streams that no longer exist, or that end before what was read of
+        them, lose their subscribers. Redis restored from a snapshot gives a running stream back shorter; its
+        takeover writes the lost numbers anew (with sampling, other text), and a read after the cursor skipped
+        them: a follower saw the old events, then the new ones after its cursor, as one story. Only a failed
+        read, as a restart or failover causes, costs the check: the reads of every event stay as they were."""
         keys = list(self._streams)
         async with self._side_client.pipeline(transaction=False) as pipe:
             for key in keys:
-                pipe.exists(key)
-            found = await pipe.execute()
+                pipe.xrevrange(key, "+", "-", count=1)
+            tails = await pipe.execute()
         self._recheck = False
-        for key, exists in zip(keys, found, strict=True):
+        for key, tail in zip(keys, tails, strict=True):
             stream = self._streams.get(key)
-            if exists or stream is None:
+            if stream is None:
                 continue
-            log.warning("event hub: %s vanished (Redis lost its data); ending its %d followers",
-                        key, len(stream.subscribers))
-            self._forget(key)
-            for sub in stream.subscribers:
-                sub.lost = True
-                sub.wake()
+            if not tail:
+                self._lose(key, stream, StreamLost, "vanished (Redis lost its data)")
+            elif parse_id(tail[0][0]) < stream.cursor:
+                self._lose(key, stream, StreamRewound,
+                           f"came back shorter than read (Redis restored from an earlier state: ends at "
+                           f"{tail[0][0].decode()}, read up to {stream.cursor[0]}-{stream.cursor[1]})")
+
+    def _lose(self, key: str, stream: _Stream, lost: type[StreamLost], why: str) -> None:
+        log.warning("event hub: %s %s; ending its %d followers", key, why, len(stream.subscribers))
+        self._forget(key)
+        for sub in stream.subscribers:
+            sub.lost = lost
+            sub.wake()
 
     def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, _Stream], now: float) -> None:
         stream = reading[key]

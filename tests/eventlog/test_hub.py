@@ -18,7 +18,7 @@ from oss_responses.eventlog import (
     parse_frame,
     write_events,
 )
-from oss_responses.eventlog.hub import StreamLost
+from oss_responses.eventlog.hub import StreamLost, StreamRewound
 from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
@@ -97,6 +97,41 @@ async def test_follower_of_stream_lost_and_written_anew_gets_stream_lost(hub, ar
     with pytest.raises(StreamLost) as lost:
         await collect(subscription)
     assert lost.value.last_sequence == 4
+
+
+def _kill_live_read(redis: redis_lib.Redis) -> None:
+    reader = next(c for c in redis.client_list() if c["cmd"] == "xread")
+    redis.client_kill_filter(_id=reader["id"])
+
+
+async def test_follower_of_stream_that_came_back_shorter_gets_stream_rewound(hub, aredis, redis, make_events) -> None:
+    """Redis restored from a snapshot while a response ran: its stream came back shorter, its takeover wrote the
+    lost numbers anew (other text, with sampling), and the follower, past them, read on after its cursor as if
+    one story went on. Told instead, once the read that the restart broke is made again."""
+    await write_events(aredis, "resp_a", make_events(range(8)), ttl_seconds=60)
+    subscription = hub.subscribe("resp_a", after=None)
+    assert await collect(subscription, limit=8) == list(range(8))
+    following = asyncio.create_task(collect(subscription))
+    await until(lambda: any(c["cmd"] == "xread" for c in redis.client_list()))
+    redis.delete(redis_keys.events("resp_a"))  # the snapshot's stream: 0..4
+    await write_events(aredis, "resp_a", make_events(range(5)), ttl_seconds=60)
+    _kill_live_read(redis)  # the restart breaks the read (the takeover writes 5.. anew a lease later)
+    with pytest.raises(StreamRewound) as lost:
+        await asyncio.wait_for(following, 10)
+    assert lost.value.last_sequence == 7
+
+
+async def test_follower_of_stream_whose_read_failed_reads_on_when_nothing_was_lost(
+    hub, aredis, redis, make_events
+) -> None:
+    await write_events(aredis, "resp_a", make_events(range(3)), ttl_seconds=60)
+    subscription = hub.subscribe("resp_a", after=None)
+    assert await collect(subscription, limit=3) == [0, 1, 2]
+    following = asyncio.create_task(collect(subscription))
+    await until(lambda: any(c["cmd"] == "xread" for c in redis.client_list()))
+    _kill_live_read(redis)
+    await write_events(aredis, "resp_a", make_events(range(3, 5)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(following, 10) == [3, 4]
 
 
 async def test_subscriber_of_stream_written_anew_gets_its_events_and_end(hub, redis, make_events) -> None:
