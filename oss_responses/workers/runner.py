@@ -219,8 +219,13 @@ def _fail_behind_event_log(run: _Run) -> Outcome:
     gets its end marker, so only a database older than Redis shows this. Run again, it wrote events behind
     the end marker (refused) and was taken over until it failed with a JournalError and a traceback; the
     stream (a tombstone once archived: its frames were in the rolled-back database too) cannot give the
-    output back. It fails, saying so; should the database have ended it meanwhile, nothing changes."""
-    ctx, record = run.ctx, run.job.record
+    output back. It fails, saying so. The row is read again first: the run that held the lease may have
+    saved its end and closed the stream after this task loaded the row (a task delivered twice), which is
+    no rollback."""
+    ctx = run.ctx
+    record = ctx.db.run(get_response, run.job.response_id)
+    if record is None or record.status not in ("queued", "in_progress"):
+        return "skipped"
     tail = as_entries(ctx.sync_redis.xrevrange(redis_keys.events(record.id), count=1))
     ended = (tail[0][1].get(b"end", b"") if tail else b"").decode() or "unknown"
     message = DATABASE_BEHIND_MESSAGE.format(ended=ended, status=record.status)

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Any
 
 import pytest
 import redis as redis_lib
@@ -18,7 +19,9 @@ from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, delete_response, get_response, transition
 from oss_responses.storage.conversations import ConversationRecord, delete_conversation, insert_conversation
+from oss_responses.workers import runner
 from oss_responses.workers.context import WorkerContext
+from oss_responses.workers.job import Job
 from oss_responses.workers.reaper import Reaper
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -494,6 +497,30 @@ def test_run_response_fails_saying_so_when_database_is_older_than_its_ended_stre
     assert not [entry for entry in caplog.records if entry.exc_info]
 
 
+def test_run_response_skips_quietly_when_its_row_ended_after_the_task_loaded_it(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A task delivered twice: it loaded the row while another run held the lease, which then saved the end and
+    # closed the stream. An ended stream beside a running row is then no rollback: nothing fails, no warning.
+    response_id = accept(db, redis, settings, input="tokens 7", background=True)
+    loaded = db.run(get_response, response_id)
+    assert loaded is not None and run_response_now(response_id, worker=worker) == "completed"
+    real_load_job = runner.load_job
+
+    def load_before_the_end(*args: Any, **kwargs: Any) -> Job | None:
+        job = real_load_job(*args, **kwargs)
+        assert job is not None
+        job.record = replace(job.record, status=loaded.status)
+        return job
+
+    monkeypatch.setattr(runner, "load_job", load_before_the_end)
+    assert run_response_now(response_id, worker=worker) == "skipped"
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "completed"
+    assert not [entry for entry in caplog.records if entry.levelno >= logging.WARNING]
+
+
 @pytest.mark.parametrize(("client_deleted", "level"), [(True, logging.INFO), (False, logging.WARNING)],
                          ids=["deleted by its client", "lost by the database"])
 def test_run_response_whose_row_is_gone_at_its_end_logs_why(
@@ -509,10 +536,11 @@ def test_run_response_whose_row_is_gone_at_its_end_logs_why(
     with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_response_now, response_id, worker=worker)
         wait_for_event(redis, response_id, "response.output_text.delta")
-        if client_deleted:
-            redis.set(redis_keys.cancel(response_id), "1")
-            redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
+        if client_deleted:  # its flag first, as the API's DELETE sets it; published after the row is gone, so
+            redis.set(redis_keys.cancel(response_id), "1")  # that the run cannot save its end before
         assert db.run(delete_response, response_id)
+        if client_deleted:
+            redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
         running.result(timeout=20)
     [line] = [entry for entry in caplog.records if entry.name == "oss_responses.workers.runner"
               and ("deleted while it ran" in entry.getMessage() or "row is gone" in entry.getMessage())]
