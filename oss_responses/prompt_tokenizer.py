@@ -94,6 +94,7 @@ class PromptTokenizer:
         # in the loop's default executor they would hold up every other to_thread call of that loop.
         self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="prompt-tokenizer")
         self._lock = threading.Lock()
+        self._closed = False
 
     async def tokenize(self, messages: list[dict[str, Any]], *, for_completion: bool) -> list[int]:
         """The prompt's tokens, computed off the calling (event loop) thread. See the module docstring."""
@@ -147,6 +148,8 @@ class PromptTokenizer:
 
     def _child(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
+            if self._closed:  # its process is stopping: a caller freed by the close's kill starts no child again
+                raise TokenizerFailed("the prompt tokenizer is closed: this process is stopping")
             if self._executor is None:
                 self._executor = concurrent.futures.ProcessPoolExecutor(
                     max_workers=1, mp_context=multiprocessing.get_context("spawn"),
@@ -159,6 +162,7 @@ class PromptTokenizer:
         waiting on it for good held a stopping worker (and API) up for as long as the child was stopped."""
         with self._lock:
             executor, self._executor = self._executor, None
+            self._closed = True
         if executor is not None:
             processes = _processes(executor)
             executor.shutdown(wait=False, cancel_futures=True)

@@ -296,3 +296,14 @@ def test_close_kills_child_that_is_stopped() -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(stopped, signal.SIGCONT)
+
+
+def test_tokenize_after_close_starts_no_child() -> None:
+    """A caller freed by the close's kill of a stopped child tried its prompt again in a new child: a stopping
+    worker spawned one (the encoding loaded: a second or more) for a task that no longer ran."""
+    encoding = load_encoding(TIKTOKEN_DIR)
+    tokenizer = PromptTokenizer(encoding, TIKTOKEN_DIR, process_above_chars=100)
+    tokenizer.close()
+    with pytest.raises(TokenizerFailed, match="closed"):
+        tokenizer.tokenize_blocking([_user("hello " * 500)], for_completion=True)
+    assert tokenizer._executor is None
