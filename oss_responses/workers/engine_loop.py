@@ -33,6 +33,12 @@ T = TypeVar("T")
 GIL_SWITCH_INTERVAL_S = 0.0005  # CPython's default is 0.005
 
 
+class LoopStopped(RuntimeError):
+    """The engine loop is stopping or gone: a coroutine submitted now is refused, and one it held was
+    cancelled by its stop. A task thread freed after the worker stopped (from a stopped tokenizer child, say)
+    meets this, and does without the loop (``runner``)."""
+
+
 class EngineLoop:
     def __init__(self, name: str = "engine-loop") -> None:
         self.loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
@@ -75,7 +81,7 @@ class EngineLoop:
         with self._scheduling:
             if not self.running:
                 coro.close()
-                raise RuntimeError("the engine loop is not running")
+                raise LoopStopped("the engine loop is not running")
             return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def call_soon(self, callback: Callable[[], object]) -> None:
@@ -83,7 +89,7 @@ class EngineLoop:
         whatever this thread submits after."""
         with self._scheduling:
             if not self.running:
-                raise RuntimeError("the engine loop is not running")
+                raise LoopStopped("the engine loop is not running")
             self.loop.call_soon_threadsafe(callback)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -96,6 +102,10 @@ class EngineLoop:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:
             future.cancel()
+            raise
+        except concurrent.futures.CancelledError:
+            if self._stopping:  # cancelled by the stop, not by its caller
+                raise LoopStopped("the engine loop stopped while it ran the coroutine") from None
             raise
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -18,6 +18,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
@@ -59,6 +60,11 @@ class Lease:
     async def release(self) -> bool:
         self.stop_renewing()
         return bool(await self.redis.eval(_RELEASE, 1, self.key, self.owner))
+
+    def release_from_thread(self, redis: SyncRedis) -> bool:
+        """Released on a synchronous client, by a task thread whose engine loop is gone (its keeper with it)."""
+        self.on_lost = None
+        return bool(redis.eval(_RELEASE, 1, self.key, self.owner))
 
     async def holder(self) -> str | None:
         value = await self.redis.get(self.key)

@@ -5,6 +5,7 @@
     in one round trip, from this thread (workers/claim.py) ─ lease held by another worker? skip; flag
     set? cancelled, stream closed, nothing generated
     prompt rendered here if the request lists no MCP tools (kept for the loop, an error included)
+    ─ the worker began to stop meanwhile? handed back to the queue, still queued (not counted)
     queued → in_progress (SQL)
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
@@ -27,6 +28,7 @@ takeover's counters, only on the engine loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -58,6 +60,7 @@ from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.claim import Claim, claim, reopen
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import planned_webhooks, response_ended
+from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation, StopCause
 from oss_responses.workers.job import Job, JobLoadError, load_job
 from oss_responses.workers.journal import (
@@ -145,11 +148,28 @@ def _run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[
     try:
         return _run_leased(run, taken)
     finally:
-        ctx.loop.call_soon(partial(ctx.writer.unfence, response_id, run.fence))
-        try:
-            ctx.loop.run(lease.release())
-        except RedisError:  # Redis went away: the lease lapses by itself
-            log.warning("releasing the lease of %s failed", response_id, exc_info=True)
+        _let_go(run)
+
+
+def _let_go(run: _Run) -> None:
+    """The run's fence dropped from the writer and its lease released. A task thread freed after its worker
+    stopped (from a stopped tokenizer child) finds the loop gone, and the writer and the lease's keeper with
+    it: the lease is released from here (the loop's refusal had replaced the run's outcome by a traceback)."""
+    ctx = run.ctx
+    with contextlib.suppress(LoopStopped):
+        ctx.loop.call_soon(partial(ctx.writer.unfence, run.job.response_id, run.fence))
+    try:
+        _release(run)
+    except RedisError:  # Redis went away: the lease lapses by itself
+        log.warning("releasing the lease of %s failed", run.job.response_id, exc_info=True)
+
+
+def _release(run: _Run) -> None:
+    """On the loop, where its keeper stops first; from this thread once the loop is gone."""
+    try:
+        run.ctx.loop.run(run.lease.release())
+    except LoopStopped:
+        run.lease.release_from_thread(run.ctx.sync_redis)
 
 
 def _list_unclosed(ctx: WorkerContext, response_id: str) -> None:
@@ -206,6 +226,8 @@ def _run_leased(run: _Run, taken: Claim) -> Outcome:
         if taken.next_sequence_number == 0 and job.load_error is None:
             run.first_sequence_number = _reopen_stream(run)
         run.early_prompt = render_early(ctx, job)
+        if ctx.shutting_down:  # told while the prompt rendered (a run registered after was told at once)
+            return _hand_back(run)
         if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
             return "skipped"  # cancelled by the API meanwhile
         return _execute(run)
@@ -237,6 +259,20 @@ def _fail_behind_event_log(run: _Run) -> Outcome:
                   ctx.settings.event_ttl_seconds):
         return "failed"
     return "skipped"
+
+
+def _hand_back(run: _Run) -> Outcome:
+    """The worker began to stop before this run started: its prompt was rendering, which can outlast the
+    stop's wait for its tasks, and the engine loop (a tokenizer child stopped, then killed by the stop). The
+    response goes back to its queue as it came, still queued, as a task arriving now is sent back
+    (``send_back``). Moved to in_progress, it failed on the stopped loop and the next worker took it over
+    as a lost one: counted against ``max_takeovers``, so that deploys could fail it ``worker_lost``."""
+    ctx, job = run.ctx, run.job
+    _release(run)
+    if ctx.dispatch is not None:  # else the stale sweep sends its task again
+        ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
+    log.info("handed %s back to its queue before it started: this worker is stopping", job.response_id)
+    return "handed_off"
 
 
 def _reopen_stream(run: _Run) -> int:
@@ -354,6 +390,10 @@ def _execute(run: _Run, steps: list[Step] | None = None) -> Outcome:
     except EventWriteError:
         log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id, exc_info=True)
         return _leave_for_takeover(run)
+    except LoopStopped:  # the worker stopped under it, past its wait for the task threads: a stop, not a loss
+        log.warning("the engine loop of this stopping worker stopped under %s: handed off", job.response_id)
+        _send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
+        return "handed_off"
     except EngineDead as exc:  # this worker's doing, not the request's: the response goes on elsewhere
         ctx.lose_engine(exc)
         engine_lost = True
@@ -482,7 +522,7 @@ def _send_again(run: _Run, mark: str, mark_seconds: int) -> None:
     does not dispatch it too; released before it is sent, so that the worker that gets it can take the lease."""
     ctx, job = run.ctx, run.job
     ctx.sync_redis.set(redis_keys.resume(job.response_id), mark, ex=mark_seconds)
-    ctx.loop.run(run.lease.release())
+    _release(run)
     if ctx.dispatch is not None:  # else the reaper dispatches it once the mark lapses
         ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
 

@@ -1,23 +1,31 @@
 """A worker that stops (Celery stops its engine step before its pool): every task thread still
 running hands its response off and ends before the engine loop stops under it, and none waits forever
-on a loop that stopped."""
+on a loop that stopped. A task that had not started its run (its prompt rendering: on a stopped tokenizer
+child, that outlasts the stop's wait) hands its response back still queued, not counted as a loss."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import os
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
+import pytest
 import redis as redis_lib
 from support.streams import wait_for_event
 from support.workers import accept, worker_settings
 
-from oss_responses import redis_keys
+from oss_responses import prompt_tokenizer, redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, get_response
+from oss_responses.workers import runner
 from oss_responses.workers.context import WorkerContext, start_worker
 from oss_responses.workers.engine_loop import EngineLoop
+from oss_responses.workers.prompting import render_early
 from oss_responses.workers.runner import Outcome
 from oss_responses.workers.testing import run_response_now
 
@@ -51,6 +59,87 @@ def test_run_response_claimed_after_shutdown_began_is_handed_off(
     response_id = accept(db, redis, settings, input="tokens 400", background=True)
     assert run_response_now(response_id, worker=worker) == "handed_off"
     assert not redis.exists(redis_keys.lease(response_id))
+
+
+def test_run_response_told_to_stop_while_its_prompt_renders_stays_queued(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop arrives while the task thread renders the prompt: the run has not started, so its response
+    goes back as it came. It went in_progress first, on an engine loop about to stop."""
+    def render_while_the_worker_stops(ctx: WorkerContext, job: Any) -> Any:
+        ctx.hand_off_all()
+        return render_early(ctx, job)
+
+    monkeypatch.setattr(runner, "render_early", render_while_the_worker_stops)
+    response_id = accept(db, redis, settings, input="tokens 40", background=True)
+    assert run_response_now(response_id, worker=worker) == "handed_off"
+    assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
+    assert not redis.exists(redis_keys.lease(response_id))
+
+
+def test_run_response_whose_engine_loop_stopped_before_it_started_is_handed_off_uncounted(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loop stops between the task's look at the worker and its run (the stop's wait for the task threads
+    ran out just then): the run is handed off, marked so that its takeover is not counted. It failed on the
+    stopped loop with tracebacks, its lease left to lapse, and the reaper dispatched a counted takeover."""
+    settings = worker_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    dispatched: list[str] = []
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
+
+    def render_then_lose_the_loop(ctx: WorkerContext, job: Any) -> Any:
+        rendered = render_early(ctx, job)
+        ctx.loop.stop()
+        return rendered
+
+    monkeypatch.setattr(runner, "render_early", render_then_lose_the_loop)
+    response_id = accept(db, redis, settings, input="tokens 40", background=True)
+    try:
+        assert run_response_now(response_id, worker=ctx) == "handed_off"
+    finally:
+        ctx.stop()
+    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
+    assert not redis.exists(redis_keys.lease(response_id))
+    assert dispatched == [response_id]
+    db.dispose()
+
+
+LONG_INPUT = "tokens 5 " + " ".join(f"word{i}" for i in range(400))  # tokenised in the child above 100 chars
+
+
+def test_stop_worker_hands_back_queued_response_waiting_on_stopped_tokenizer_child(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task thread waits on a stopped (SIGSTOP) tokenizer child until the stop kills it, after the engine
+    loop is gone. Its response went in_progress, failed on the stopped loop (tracebacks), and its lease
+    lapsed: the next worker took it over as a counted loss (``max_takeovers``)."""
+    monkeypatch.setattr(prompt_tokenizer, "CHILD_EXIT_SECONDS", 0.5)
+    settings = worker_settings(database_url, redis_url, render_process_above_chars=100)
+    db = Database(settings.database_url)
+    dispatched: list[str] = []
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
+    assert run_response_now(accept(db, redis, settings, input=LONG_INPUT), worker=ctx) == "completed"  # its child up
+    assert ctx.tokenizer._executor is not None
+    (child,) = ctx.tokenizer._executor._processes  # type: ignore[union-attr]
+    os.kill(child, signal.SIGSTOP)
+    response_id = accept(db, redis, settings, input=LONG_INPUT + " again", background=True)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            task = pool.submit(_run_as_task, ctx, response_id)
+            while not redis.exists(redis_keys.lease(response_id)):  # claimed: its prompt goes to the child
+                time.sleep(0.05)
+            ctx.stop(tasks_timeout=0.5)
+            outcome = task.result(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGCONT)
+    assert outcome == "handed_off"
+    assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
+    assert not redis.exists(redis_keys.lease(response_id))
+    assert not redis.exists(redis_keys.takeovers(response_id))
+    assert dispatched == [response_id]
+    db.dispose()
 
 
 def _run_until_refused(loop: EngineLoop) -> str:
