@@ -163,7 +163,7 @@ def test_installed_api_is_ready(installed: Installed, migrated: str, redis_url: 
         api.terminate()
         api.wait(timeout=30)
 
-    assert body == {"status": "ok", "database": "ok", "redis": "ok", "broker": "ok"}
+    assert body == {"status": "ok", "database": "ok", "redis": "ok", "broker": "ok", "event_hub": "ok"}
 
 
 def answers(url: str) -> bool:

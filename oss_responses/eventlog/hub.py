@@ -26,6 +26,15 @@ failed read the reader checks that the streams it follows still exist: one that 
 with Redis's data (a restart without persistence), and its subscribers get :class:`StreamLost`
 instead of waiting for events that will never come.
 
+A reader (or the heartbeat timer) that raises anything but a failed read (an entry or reply it did not
+expect, a bug) had ended its task unseen, and its lane's followers waited on keep-alives for good. It is
+logged with its traceback and started again (``_supervised``), after a pause that doubles with each
+failure in the last ``FAILURE_WINDOW_SECONDS``; meanwhile every follower is detached, as one that fell
+behind is, and reads on from history after its own cursor (a read's entries may have moved a stream's
+cursor without reaching every subscriber): nothing lost, nothing twice (``take_frames`` drops what it
+had). One that keeps failing makes the hub unready (``failing``, shown by ``/readyz``). Nothing of this
+runs per event or per read.
+
 Two reads, two lanes (``lane.py``): a stream starts in the busy lane, read again after each read that
 found entries; once it has had no entry for ``quiet_after_seconds`` it moves to the quiet lane, whose
 read stays blocked until one of its streams gets an entry, and that stream moves back. A read names
@@ -44,6 +53,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
@@ -73,6 +83,13 @@ from oss_responses.stopping import cancel_and_wait
 _T = TypeVar("_T")
 
 log = logging.getLogger(__name__)
+
+# A reader that raised starts again after RESTART_SECONDS, doubled with each failure within the window, up
+# to RESTART_MAX_SECONDS; one that failed UNREADY_FAILURES times within the window makes the hub unready.
+RESTART_SECONDS = 0.5
+RESTART_MAX_SECONDS = 8.0
+FAILURE_WINDOW_SECONDS = 60.0
+UNREADY_FAILURES = 3
 
 # (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
 # one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
@@ -229,6 +246,7 @@ class EventHub:
         self._busy: dict[str, _Stream] = {}
         self._quiet: dict[str, _Stream] = {}
         self._reader_tasks: list[asyncio.Task[None]] = []
+        self._failures: dict[str, list[float]] = {}  # when each supervised task raised, within the window
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._side: Redis | None = None
 
@@ -239,10 +257,14 @@ class EventHub:
         self._side = Redis(connection_pool=pool)
         await self._busy_lane.connected()  # Redis answers, or the API does not start
         self._reader_tasks = [
-            asyncio.create_task(self._read_forever(self._busy_lane, self._busy), name="event-hub-reader"),
-            asyncio.create_task(self._read_forever(self._quiet_lane, self._quiet), name="event-hub-quiet-reader"),
+            asyncio.create_task(self._supervised("busy lane's reader", partial(
+                self._read_forever, self._busy_lane, self._busy)), name="event-hub-reader"),
+            asyncio.create_task(self._supervised("quiet lane's reader", partial(
+                self._read_forever, self._quiet_lane, self._quiet)), name="event-hub-quiet-reader"),
         ]
-        self._heartbeat_task = asyncio.create_task(self._beat_forever(), name="event-hub-heartbeat")
+        self._heartbeat_task = asyncio.create_task(
+            self._supervised("heartbeat timer", self._beat_forever, resync=False), name="event-hub-heartbeat"
+        )
 
     async def stop(self) -> None:
         for task in self._reader_tasks:
@@ -257,6 +279,16 @@ class EventHub:
             for lane in (self._busy_lane, self._quiet_lane):
                 await lane.stop()
             await self._side.aclose()
+
+    def failing(self) -> str | None:
+        """What keeps failing: a reader (or the timer) that raised ``UNREADY_FAILURES`` times within the last
+        ``FAILURE_WINDOW_SECONDS`` (for ``/readyz``); None when nothing does."""
+        now = time.monotonic()
+        for what, failures in self._failures.items():
+            recent = sum(1 for at in failures if now - at < FAILURE_WINDOW_SECONDS)
+            if recent >= UNREADY_FAILURES:
+                return f"the event hub's {what} failed {recent} times in {FAILURE_WINDOW_SECONDS:.0f} s"
+        return None
 
     def end_client_streams(self) -> None:
         """Every client's stream, live or still reading history, ends with :class:`EventHubStopped`."""
@@ -525,6 +557,32 @@ class EventHub:
         del self._streams[key]
         self._busy.pop(key, None)
         self._quiet.pop(key, None)
+
+    async def _supervised(self, what: str, run: Callable[[], Awaitable[None]], *, resync: bool = True) -> None:
+        """``run()`` for as long as the hub runs, started again after it raised (see the module docstring)."""
+        failures = self._failures.setdefault(what, [])
+        while True:
+            try:
+                await run()
+            except Exception:
+                now = time.monotonic()
+                failures[:] = [at for at in failures if now - at < FAILURE_WINDOW_SECONDS] + [now]
+                delay = min(RESTART_SECONDS * 2 ** (len(failures) - 1), RESTART_MAX_SECONDS)
+                log.exception("event hub: its %s raised (failure %d in the last %.0f s); it starts again in %.1f s",
+                              what, len(failures), FAILURE_WINDOW_SECONDS, delay)
+                if resync:
+                    self._resync()
+                await asyncio.sleep(delay)
+
+    def _resync(self) -> None:
+        """After a reader failed: a stream's cursor may have moved past entries that did not reach all its
+        subscribers. Every subscriber is detached, as one that fell behind is, and reads on from history after
+        its own cursor; the batches it holds are still its (``_live`` yields them first)."""
+        for key, stream in list(self._streams.items()):
+            for sub in stream.subscribers:
+                sub.attached = False
+                sub.wake()
+            self._forget(key)
 
     async def _read_forever(self, lane: ReadLane, streams: dict[str, _Stream]) -> None:
         """One lane's reads, for as long as the hub runs: ``streams`` is the lane's own dict."""

@@ -13,6 +13,7 @@ from support.api_server import serve_in_thread
 from support.servers import free_port
 
 from oss_responses.config import Settings
+from oss_responses.eventlog import EventHub
 from oss_responses.storage import migrate
 from oss_responses.storage.db import ensure_sqlite_directory
 
@@ -37,7 +38,7 @@ def test_healthz_is_ok(http: httpx2.Client) -> None:
 def test_readyz_with_database_and_redis_up_is_200(http: httpx2.Client) -> None:
     response = http.get("/readyz")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "broker": "ok"}
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "broker": "ok", "event_hub": "ok"}
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz"])
@@ -111,3 +112,16 @@ def test_readyz_with_broker_down_is_503(database_url: str, redis_url: str) -> No
         response = httpx2.get(f"{base_url}/readyz", timeout=10)
         assert response.status_code == 503
         assert response.json()["broker"].startswith("error") and response.json()["database"] == "ok"
+
+
+def test_readyz_with_event_hub_reader_failing_is_503(
+    database_url: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An event hub whose reader keeps failing leaves every stream of this replica on keep-alives."""
+    monkeypatch.setattr(EventHub, "failing", lambda hub: "the event hub's busy lane's reader failed 3 times in 60 s")
+    settings = Settings(database_url=database_url, redis_url=redis_url, models=[MODEL])
+    for base_url in serve_in_thread(settings):
+        response = httpx2.get(f"{base_url}/readyz", timeout=10)
+        assert response.status_code == 503 and response.headers["retry-after"] == "5"
+        assert response.json()["event_hub"].startswith("error: the event hub's busy lane's reader failed")
+        assert response.json()["redis"] == "ok"

@@ -18,6 +18,7 @@ from oss_responses.eventlog import (
     parse_frame,
     write_events,
 )
+from oss_responses.eventlog import hub as hub_module
 from oss_responses.eventlog.hub import StreamLost, StreamRewound
 from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
@@ -408,3 +409,53 @@ async def test_subscriber_ahead_of_the_log_costs_later_subscribers_no_event(hub,
 async def test_subscriber_after_the_last_event_of_an_ended_stream_ends_at_once(hub, aredis, make_events) -> None:
     await write_events(aredis, "resp_a", make_events(range(3)), close="completed", ttl_seconds=60)
     assert await asyncio.wait_for(collect(hub.subscribe("resp_a", after=50)), 5) == []
+
+
+def _dispatch_failing(hub: EventHub, times: int) -> list[int]:
+    """The hub's dispatch raises ``times`` times (then dispatches), as a bug would half-way: the stream's cursor
+    moved past the read's entries, its subscribers not given them. How many times it raised."""
+    dispatch, raised = hub._dispatch, [0]
+
+    def failing(key: str, entries: list, reading: dict, now: float) -> None:
+        if raised[0] < times:
+            raised[0] += 1
+            reading[key].move_to(entries[-1][0])
+            raise ValueError("an entry the reader did not expect")
+        dispatch(key, entries, reading, now)
+
+    hub._dispatch = failing  # type: ignore[method-assign]
+    return raised
+
+
+async def test_live_follower_goes_on_after_its_reader_raised(hub, aredis, make_events, caplog) -> None:
+    """A reader that raised ended its task unseen: its followers waited on keep-alives for good. Restarted,
+    the follower gets every event once, the read the failure lost included."""
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
+    await until(lambda: hub.subscriber_count("resp_a") == 1)
+    raised = _dispatch_failing(hub, 1)
+    await write_events(aredis, "resp_a", make_events(range(2, 4)), ttl_seconds=60)
+    await until(lambda: raised[0] == 1)
+    await write_events(aredis, "resp_a", make_events(range(4, 6)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(following, 10) == [0, 1, 2, 3, 4, 5]
+    failed = [record for record in caplog.records if "busy lane's reader raised" in record.getMessage()]
+    assert failed and failed[0].exc_info is not None
+    assert hub.failing() is None  # once is no trend
+
+
+async def test_hub_whose_reader_keeps_failing_says_so_until_it_reads_again(
+    hub, aredis, make_events, monkeypatch
+) -> None:
+    monkeypatch.setattr(hub_module, "RESTART_SECONDS", 0.01)
+    monkeypatch.setattr(hub_module, "FAILURE_WINDOW_SECONDS", 2.0)
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
+    await until(lambda: hub.subscriber_count("resp_a") == 1)
+    raised = _dispatch_failing(hub, 4)  # each restart reads the same entries again, and fails again
+    await write_events(aredis, "resp_a", make_events(range(2, 4)), ttl_seconds=60)
+    await until(lambda: hub.failing() is not None)
+    assert "busy lane's reader failed" in hub.failing()  # type: ignore[operator]
+    await write_events(aredis, "resp_a", [], close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(following, 10) == [0, 1, 2, 3]
+    await until(lambda: hub.failing() is None, timeout=5)
+    assert raised[0] >= hub_module.UNREADY_FAILURES

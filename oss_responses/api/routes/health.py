@@ -1,5 +1,6 @@
 """Liveness (``/healthz``: the process answers) and readiness (``/readyz``: the database answers, is
-migrated and takes writes, Redis and the broker answer: what every create needs)."""
+migrated and takes writes, Redis and the broker answer: what every create needs; and the event hub's
+readers do not keep failing: what every stream needs, ``eventlog/hub.py``)."""
 
 from __future__ import annotations
 
@@ -61,8 +62,11 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     database, redis, broker = await asyncio.gather(
         _check(services.db.run(_ready)), _check(services.redis.ping()), _check(services.tasks.ping())
     )
-    ready = database == redis == broker == "ok"
-    body = {"status": "ok" if ready else "unavailable", "database": database, "redis": redis, "broker": broker}
+    hub_failing = services.hub.failing()
+    event_hub = "ok" if hub_failing is None else f"error: {hub_failing}"
+    ready = database == redis == broker == event_hub == "ok"
+    body = {"status": "ok" if ready else "unavailable", "database": database, "redis": redis, "broker": broker,
+            "event_hub": event_hub}
     if ready:
         return JSONResponse(body)
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(ServiceUnavailable.RETRY_AFTER_SECONDS)})
