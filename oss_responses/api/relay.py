@@ -40,6 +40,7 @@ from oss_responses.eventlog.hub import (
     ArchiveUnreadable,
     EventHubStopped,
     StreamLost,
+    StreamOverwritten,
     StreamRewound,
     patiently,
 )
@@ -93,6 +94,10 @@ def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
             f"The event stream of response '{response_id}' came back shorter than what was sent to you (its Redis "
             "was restored from an earlier state): the response goes on, its later events written anew, and they may "
             "differ from those you got. Replay the stream from its start, or retrieve the response once it ends.")
+    elif isinstance(lost, StreamOverwritten):
+        code, message = "event_log_lost", (
+            f"The event stream of response '{response_id}' was overwritten in its Redis (its key holds something "
+            "other than a stream); retrieve the response for its final state.")
     elif isinstance(lost, ArchiveLost):
         code, message = "event_log_lost", (
             f"The rest of the event stream of response '{response_id}' is gone from the database (restored to an "

@@ -24,7 +24,11 @@ Redis going away: the reader retries its read, and history reads retry for a whi
 (``outage_seconds``), so followers carry on once Redis is back (with AOF nothing was lost). After a
 failed read the reader checks that the streams it follows still exist: one that does not was lost
 with Redis's data (a restart without persistence), and its subscribers get :class:`StreamLost`
-instead of waiting for events that will never come.
+instead of waiting for events that will never come. Only an outage is retried so (a connection error or
+timeout, or Redis loading its data: ``OUTAGE``). A read that Redis refuses otherwise names the key to blame
+when one of the followed keys holds something other than a stream (WRONGTYPE: a value left there by hand
+or by a bug): that stream's followers get :class:`StreamOverwritten` and the lane reads on without it. A
+refusal that no key explains raises, to the supervisor below, rather than stalling the lane unseen.
 
 A reader (or the heartbeat timer) that raises anything but a failed read (an entry or reply it did not
 expect, a bug) had ended its task unseen, and its lane's followers waited on keep-alives for good. It is
@@ -58,6 +62,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from oss_responses import redis_keys
@@ -91,6 +96,11 @@ RESTART_MAX_SECONDS = 8.0
 FAILURE_WINDOW_SECONDS = 60.0
 UNREADY_FAILURES = 3
 
+# A failed read that is Redis away or not ready (a restart, a failover, a broken connection, its data loading:
+# BusyLoadingError is a ConnectionError): read again. OSError covers the lane's own connection (PipeBroken,
+# a refused connect, asyncio's timeout of a silent network).
+OUTAGE: tuple[type[Exception], ...] = (OSError, RedisConnectionError, RedisTimeoutError)
+
 # (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
 # one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
 ArchiveReader = Callable[[str, int, bool], Awaitable[Iterable[list[bytes]] | None]]
@@ -112,6 +122,11 @@ class StreamRewound(StreamLost):
     """The stream came back shorter than what this subscriber got (Redis restored from an earlier snapshot, or
     failed over to a replica that lacked the last writes): the events after its new end are written anew by
     the response's takeover, under numbers this subscriber has seen, and may differ."""
+
+
+class StreamOverwritten(StreamLost):
+    """The stream's key holds something other than a stream (WRONGTYPE): its events were overwritten, by hand
+    or by a bug, and no read of it can succeed."""
 
 
 class ArchiveUnreadable(StreamLost):
@@ -594,19 +609,20 @@ class EventHub:
             if self._recheck:
                 try:
                     await self._drop_lost_streams()
-                except Exception:
+                except OUTAGE:
                     log.warning("event hub: Redis still unreachable; retrying", exc_info=True)
                     await asyncio.sleep(0.5)
                     continue
             reading = dict(streams)
             try:
                 reply = await lane.read(reading.values())
-            except asyncio.CancelledError:
-                raise
-            except Exception:
+            except OUTAGE:
                 log.exception("event hub read failed; retrying")
                 self._recheck = True
                 await asyncio.sleep(0.5)
+                continue
+            except ResponseError as refused:
+                await self._drop_overwritten_streams(list(reading), refused)
                 continue
             now = time.monotonic()
             for raw_key, entries in reply:
@@ -634,11 +650,14 @@ class EventHub:
         async with self._side_client.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.xrevrange(key, "+", "-", count=1)
-            tails = await pipe.execute()
+            tails = await pipe.execute(raise_on_error=False)
         self._recheck = False
+        refused = [(key, tail) for key, tail in zip(keys, tails, strict=True) if isinstance(tail, Exception)]
+        if refused:
+            await self._drop_overwritten_streams([key for key, _ in refused], refused[0][1])
         for key, tail in zip(keys, tails, strict=True):
             stream = self._streams.get(key)
-            if stream is None:
+            if stream is None or isinstance(tail, Exception):
                 continue
             if not tail:
                 self._lose(key, stream, StreamLost, "vanished (Redis lost its data)")
@@ -646,6 +665,26 @@ class EventHub:
                 self._lose(key, stream, StreamRewound,
                            f"came back shorter than read (Redis restored from an earlier state: ends at "
                            f"{tail[0][0].decode()}, read up to {stream.cursor[0]}-{stream.cursor[1]})")
+
+    async def _drop_overwritten_streams(self, keys: list[str], refused: Exception) -> None:
+        """A read of ``keys`` that Redis refused (``refused``), not for an outage: the keys that hold something
+        other than a stream lose their followers (:class:`StreamOverwritten`); if none does, ``refused`` is
+        raised (the supervisor's: nothing here tells which stream to end). Only a refused read costs the check."""
+        try:
+            async with self._side_client.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.type(key)
+                kinds = await pipe.execute(raise_on_error=False)
+        except OUTAGE:  # Redis went away meanwhile: the read is made again once it answers (and checked then)
+            self._recheck = True
+            return
+        overwritten = {key: kind for key, kind in zip(keys, kinds, strict=True)
+                       if isinstance(kind, bytes) and kind not in (b"stream", b"none")}
+        if not overwritten:
+            raise refused
+        for key, kind in overwritten.items():
+            if (stream := self._streams.get(key)) is not None:
+                self._lose(key, stream, StreamOverwritten, f"holds a {kind.decode()}, not a stream ({refused})")
 
     def _lose(self, key: str, stream: _Stream, lost: type[StreamLost], why: str) -> None:
         log.warning("event hub: %s %s; ending its %d followers", key, why, len(stream.subscribers))

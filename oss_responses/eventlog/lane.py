@@ -10,6 +10,10 @@ spent about three times the CPU per event relayed on 16 busy ones (``bench/relay
 Waking a blocked read: every read also names the lane's own wake stream (``redis_keys.hub_wake``);
 XADD to it (from the hub's side connection) ends the read at once. Unlike CLIENT UNBLOCK, this has
 no race: a wake sent before the read reaches Redis still ends it at once.
+
+An error reply (to the read, or to the connection's PING) is raised as redis-py raises it
+(``BusyLoadingError`` for LOADING, ``ResponseError`` for WRONGTYPE, ...), so that the hub tells an
+outage from a refused read as it does for its redis-py calls.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import logging
 from collections.abc import Callable, Collection
 from typing import Any, Protocol, cast
 
+import hiredis
+from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 
 from oss_responses.eventlog.bulk import bulk_string
@@ -107,15 +113,18 @@ class ReadLane:
             # A read cut short leaves its reply (or a broken socket) behind: the next read reconnects.
             self.close()
             raise
-        if isinstance(reply, Exception):
-            raise reply
+        if isinstance(reply, Exception):  # an error reply (hiredis.ReplyError): the only exception a reply is
+            raise redis_error(reply)
         # RESP2: a list of [key, entries]; nil when the block timed out.
         return cast(list[Any], reply or [])
 
     async def connected(self) -> RedisPipe:
         if self._pipe is None or not self._pipe.usable:
             self.close()
-            self._pipe = await RedisPipe.open(self._side(), [[b"PING"]])
+            try:
+                self._pipe = await RedisPipe.open(self._side(), [[b"PING"]])
+            except hiredis.ReplyError as error:  # LOADING: a Redis that restarted answers once its data is in
+                raise redis_error(error) from None
         return self._pipe
 
     def close(self) -> None:
@@ -131,3 +140,8 @@ class ReadLane:
             await self._side().delete(self.wake_key)
         except Exception:
             log.warning("event hub: could not delete its wake stream at stop", exc_info=True)
+
+
+def redis_error(reply: Exception) -> Exception:
+    """An error reply as redis-py's parsers raise it (its class from the reply's first word)."""
+    return cast(Exception, BaseParser.parse_error(str(reply)))  # type: ignore[no-untyped-call]

@@ -19,7 +19,7 @@ from oss_responses.eventlog import (
     write_events,
 )
 from oss_responses.eventlog import hub as hub_module
-from oss_responses.eventlog.hub import StreamLost, StreamRewound
+from oss_responses.eventlog.hub import StreamLost, StreamOverwritten, StreamRewound
 from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
@@ -133,6 +133,76 @@ async def test_follower_of_stream_whose_read_failed_reads_on_when_nothing_was_lo
     _kill_live_read(redis)
     await write_events(aredis, "resp_a", make_events(range(3, 5)), close="completed", ttl_seconds=60)
     assert await asyncio.wait_for(following, 10) == [3, 4]
+
+
+async def test_follower_of_overwritten_stream_gets_stream_overwritten_while_others_read_on(
+    hub, aredis, redis, make_events, caplog
+) -> None:
+    """A followed key left holding a string (by hand, or a bug): Redis refuses every read that names it
+    (WRONGTYPE), and the lane's read was retried every 0.5 s for good, all of its followers stalled."""
+    for response_id in ("resp_a", "resp_b"):
+        await write_events(aredis, response_id, make_events(range(2)), ttl_seconds=60)
+    good = hub.subscribe("resp_a", after=None)
+    assert await collect(good, limit=2) == [0, 1]
+    bad = asyncio.create_task(collect(hub.subscribe("resp_b", after=None)))
+    await until(lambda: hub.subscriber_count("resp_b") == 1)
+    redis.set(redis_keys.events("resp_b"), "not a stream")
+    await write_events(aredis, "resp_a", make_events(range(2, 3)), ttl_seconds=60)  # ends the read on its way
+    assert await asyncio.wait_for(collect(good, limit=1), 5) == [2]
+    await write_events(aredis, "resp_a", make_events(range(3, 5)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(collect(good), 5) == [3, 4]
+    with pytest.raises(StreamOverwritten) as lost:
+        await asyncio.wait_for(bad, 5)
+    assert lost.value.last_sequence == 1
+    assert hub.failing() is None and not [r for r in caplog.records if "raised" in r.getMessage()]
+
+
+async def test_hub_whose_reads_redis_refuses_for_no_key_says_so(hub, aredis, redis, make_events, monkeypatch) -> None:
+    """A refusal that no followed key explains (here, XREAD taken from the hub's user) was retried every 0.5 s
+    for good, unseen by /readyz: it is the supervisor's."""
+    monkeypatch.setattr(hub_module, "RESTART_SECONDS", 0.01)
+    monkeypatch.setattr(hub_module, "FAILURE_WINDOW_SECONDS", 2.0)
+    await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
+    following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
+    await until(lambda: hub.subscriber_count("resp_a") == 1)
+    redis.execute_command("ACL", "SETUSER", "default", "-xread")
+    try:
+        await write_events(aredis, "resp_a", make_events(range(2, 3)), ttl_seconds=60)  # ends the read on its way
+        await until(lambda: hub.failing() is not None)
+    finally:
+        redis.execute_command("ACL", "SETUSER", "default", "+xread")
+    assert "busy lane's reader failed" in hub.failing()  # type: ignore[operator]
+    await write_events(aredis, "resp_a", [], close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(following, 10) == [0, 1, 2]
+    await until(lambda: hub.failing() is None, timeout=5)
+
+
+async def test_live_follower_reads_on_while_redis_loads_its_data(make_events, caplog) -> None:
+    """A Redis that restarted answers LOADING until its data is in: an outage, read again once it answers (not a
+    refusal for the supervisor)."""
+    server = start_redis()
+    client = Redis.from_url(server.url)
+    hub = EventHub(server.url, block_ms=10_000)
+    try:
+        await write_events(client, "resp_a", make_events(range(2)), ttl_seconds=600)
+        await client.mset({f"filler:{n}": "x" for n in range(5_000)})  # loaded 0.2 ms each: a second
+        await hub.start()
+        following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
+        await until(lambda: hub.subscriber_count("resp_a") == 1)
+        await client.save()
+        server.kill()
+        server.args += ["--key-load-delay", "200", "--loading-process-events-interval-bytes", "1024"]
+        await asyncio.to_thread(server.restart)  # returns once loaded; the hub reads meanwhile
+        await client.aclose()
+        client = Redis.from_url(server.url)  # not its connection to the Redis that was killed
+        await write_events(client, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=600)
+        assert await asyncio.wait_for(following, 15) == [0, 1, 2, 3]
+        assert any(r.exc_info and isinstance(r.exc_info[1], redis_lib.BusyLoadingError) for r in caplog.records)
+        assert hub.failing() is None and not [r for r in caplog.records if "raised" in r.getMessage()]
+    finally:
+        await hub.stop()
+        await client.aclose()
+        server.stop()
 
 
 async def test_subscriber_of_stream_written_anew_gets_its_events_and_end(hub, redis, make_events) -> None:
