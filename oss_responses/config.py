@@ -134,7 +134,8 @@ class Settings(BaseSettings):
         "(~90 KB for 256 tokens)",
     )
     stream_ping_seconds: float = Field(
-        15.0, gt=0, description="a stream with no event for this long gets an SSE keep-alive comment"
+        15.0, gt=0, description="the longest a stream goes without a byte: a quiet one gets an SSE keep-alive comment "
+        "before that (the first 3/4 to 1 interval after its last event, then one per interval)"
     )
 
     # --- worker -------------------------------------------------------------

@@ -11,11 +11,14 @@ A subscription:
    so nothing falls between history and live. If the hub already reads the stream from further on,
    the subscriber catches up again with XRANGE; entries it sees twice are dropped by id;
 3. follows live batches until the end marker (field ``end``), then detaches.
-A client's stream (``open(client_stream=True)``: an SSE relay) also gets an empty item when its
-stream was quiet for a whole ``heartbeat_seconds`` (the relay's cue for a keep-alive comment): one
-timer for the process, not one per stream. ``end_client_streams`` ends every one of them
-(:class:`EventHubStopped`) at once: the API calls it when told to stop, since its server waits for open
-connections before the app shuts down, and a client can resume a stream elsewhere. Other
+A client's stream (``open(client_stream=True)``: an SSE relay) also gets an empty item (the relay's cue
+for a keep-alive comment) before it goes ``heartbeat_seconds`` without one or a batch, as a proxy's idle
+timeout set from that interval expects: one timer for the process, not one per stream, ticking
+``HEARTBEAT_TICKS`` times per interval, so that a stream's first one comes 3/4 to 1 interval after its last
+batch (the timer reads the stream's last entry time: nothing per event), then one per interval.
+``end_client_streams`` ends every one of them (:class:`EventHubStopped`) at once: the API calls it when
+told to stop, since its server waits for open connections before the app shuts down, and a client can
+resume a stream elsewhere. Other
 subscriptions (a plain request waiting for its response's end) go on until ``stop``.
 A subscriber that falls ``max_pending_batches`` behind is detached and goes back to step 1 from its
 own cursor, so a slow client costs Redis reads, not unbounded memory.
@@ -101,6 +104,10 @@ UNREADY_FAILURES = 3
 # a refused connect, asyncio's timeout of a silent network).
 OUTAGE: tuple[type[Exception], ...] = (OSError, RedisConnectionError, RedisTimeoutError)
 
+# The heartbeat timer's ticks per heartbeat_seconds: a stream gets its keep-alive on the last tick before it
+# would be quiet for the whole interval, 1/HEARTBEAT_TICKS of it early at most.
+HEARTBEAT_TICKS = 4
+
 # (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
 # one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
 ArchiveReader = Callable[[str, int, bool], Awaitable[Iterable[list[bytes]] | None]]
@@ -182,7 +189,7 @@ class _Subscriber:
     """One subscription's queue of read batches. Small on purpose: an idle stream holds one for as
     long as it is open (a list and a future while waiting, not a deque and an Event: ~1.2 KB less)."""
 
-    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "client_stream", "quiet", "idle")
+    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "client_stream", "since", "idle")
 
     def __init__(self, *, client_stream: bool = False) -> None:
         self.batches: list[list[Entry]] = []  # a few at most: a subscriber that falls behind is detached
@@ -191,7 +198,7 @@ class _Subscriber:
         self.stopped = False
         self.lost: type[StreamLost] | None = None  # how its stream was lost
         self.client_stream = client_stream  # heartbeats; ended by end_client_streams
-        self.quiet = False  # no batch since the heartbeat timer's last tick
+        self.since = 0.0  # attached, or sent a heartbeat, at (its stream's last batch: _Stream.last_entry_at)
         self.idle = False  # a heartbeat is due
 
     def wake(self) -> None:
@@ -557,6 +564,7 @@ class EventHub:
             stream = self._streams[key] = self._busy[key] = _Stream(key, start)
             self._busy_lane.wake()
         sub.attached = True
+        sub.since = time.monotonic()
         stream.subscribers.add(sub)
         return stream.cursor <= cursor
 
@@ -706,7 +714,6 @@ class EventHub:
             self._busy_lane.wake()
         overflowed = []
         for sub in stream.subscribers:
-            sub.quiet = False
             sub.batches.append(entries)
             if len(sub.batches) > self._max_pending:
                 overflowed.append(sub)
@@ -717,17 +724,29 @@ class EventHub:
             self._detach(key, sub)
 
     async def _beat_forever(self) -> None:
-        """Each tick, a heartbeat for every client's stream that got no batch since the last:
-        a quiet stream gets one every ``heartbeat_seconds``, the first one to two ticks after its last
-        batch."""
+        """Each tick, a heartbeat for every client's stream that would otherwise be quiet for the whole
+        ``heartbeat_seconds`` before the next tick: the first comes 3/4 to 1 interval after its last batch
+        (or attach), the next ones one interval apart while it stays quiet."""
+        tick = self._heartbeat_seconds / HEARTBEAT_TICKS
+        at = time.monotonic()
         while True:
-            await asyncio.sleep(self._heartbeat_seconds)
-            for stream in self._streams.values():
-                for sub in stream.subscribers:
-                    if sub.quiet and sub.client_stream:
-                        sub.idle = True
-                        sub.wake()
-                    sub.quiet = True
+            # On a schedule: a tick the event loop ran late does not delay the next ones.
+            at = max(at + tick, time.monotonic())
+            await asyncio.sleep(at - time.monotonic())
+            self._beat(at, tick)
+
+    def _beat(self, now: float, tick: float) -> None:
+        due = self._heartbeat_seconds - tick  # quiet this long: the next tick would be too late
+        for stream in self._streams.values():
+            if now - stream.last_entry_at < due:
+                continue
+            for sub in stream.subscribers:
+                if sub.client_stream and now - sub.since >= due:
+                    # Half a tick ahead: the next one comes HEARTBEAT_TICKS ticks later, not one fewer (as
+                    # float sums of ``tick`` a hair short of ``due`` would make it), one per interval.
+                    sub.since = now + tick / 2
+                    sub.idle = True
+                    sub.wake()
 
     @property
     def _side_client(self) -> Redis:

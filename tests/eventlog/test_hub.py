@@ -306,6 +306,35 @@ async def test_open_client_stream_yields_empty_items_while_the_stream_is_quiet(
     assert [chunk for chunk in rest if chunk] and rest[-1].count(b"\n\n") == 1
 
 
+async def test_open_client_stream_is_never_quiet_longer_than_the_heartbeat_interval(
+    redis_url, redis, aredis, make_events
+) -> None:
+    """A proxy idle timeout set from the interval cut streams: the timer marked a stream quiet on one tick and
+    sent on the next, so a batch just after a tick left it silent for up to two intervals. One per interval
+    while it stays quiet, as before."""
+    interval = 0.4
+    hub = EventHub(redis_url, heartbeat_seconds=interval)
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+        chunks = await hub.open("resp_a", chunked=True, client_stream=True)
+        await anext(chunks)
+        after_batch, between = [], []
+        for n in range(1, 4):
+            assert await anext(chunks) == b""  # a heartbeat: a tick just passed
+            await write_events(aredis, "resp_a", make_events(range(n, n + 1)), ttl_seconds=60)
+            assert (await anext(chunks)).count(b"\n\n") == 1
+            sent = time.monotonic()
+            assert await anext(chunks) == b""
+            after_batch.append(time.monotonic() - sent)
+            assert await anext(chunks) == b""
+            between.append(time.monotonic() - sent - after_batch[-1])
+        assert max(after_batch) < interval * 1.25, after_batch
+        assert all(interval * 0.8 < gap < interval * 1.25 for gap in between), between
+    finally:
+        await hub.stop()
+
+
 async def test_open_other_subscription_yields_nothing_while_the_stream_is_quiet(
     ticking_hub, aredis, make_events
 ) -> None:
