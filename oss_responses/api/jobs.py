@@ -37,7 +37,7 @@ from oss_responses.conversation import BrokenChain, ConversationPrefix, history_
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.archive import drop_closed_stream
 from oss_responses.eventlog.frames import parse_frame
-from oss_responses.eventlog.hub import StreamLost, StreamNotFound
+from oss_responses.eventlog.losses import StreamLost, StreamNotFound
 from oss_responses.eventlog.writer import EventWriteError, framed, write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events

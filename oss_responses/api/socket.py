@@ -43,7 +43,7 @@ from oss_responses.api.socket_protocol import (
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.frames import frame, parse_frame
-from oss_responses.eventlog.hub import EventHubStopped, StreamLost
+from oss_responses.eventlog.losses import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, opening_events, terminal_response, usage
 from oss_responses.metrics import ACTIVE_STREAMS

@@ -1,7 +1,8 @@
 """The Redis event log: one stream of pre-framed SSE events per response (see ``redis_keys``)."""
 
 from oss_responses.eventlog.frames import frame, parse_frame
-from oss_responses.eventlog.hub import EventHub, EventHubStopped, StreamNotFound
+from oss_responses.eventlog.hub import EventHub
+from oss_responses.eventlog.losses import EventHubStopped, StreamNotFound
 from oss_responses.eventlog.writer import EventWriteError, EventWriter, write_events
 
 __all__ = [

@@ -16,7 +16,7 @@ from oss_responses import redis_keys
 from oss_responses.api import relay
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, StreamNotFound, parse_frame, write_events
-from oss_responses.eventlog.hub import ArchiveLost, ArchiveUnreadable, StreamLost
+from oss_responses.eventlog.losses import ArchiveLost, ArchiveUnreadable, StreamLost
 from oss_responses.eventlog.writer import close_commands, event_commands
 from oss_responses.storage import (
     AsyncDatabase,

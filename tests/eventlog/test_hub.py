@@ -19,7 +19,7 @@ from oss_responses.eventlog import (
     write_events,
 )
 from oss_responses.eventlog import hub as hub_module
-from oss_responses.eventlog.hub import StreamLost, StreamOverwritten, StreamRewound
+from oss_responses.eventlog.losses import StreamLost, StreamOverwritten, StreamRewound
 from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
