@@ -31,7 +31,10 @@ instead of waiting for events that will never come. Only an outage is retried so
 timeout, or Redis loading its data: ``OUTAGE``). A read that Redis refuses otherwise names the key to blame
 when one of the followed keys holds something other than a stream (WRONGTYPE: a value left there by hand
 or by a bug): that stream's followers get :class:`StreamOverwritten` and the lane reads on without it. A
-refusal that no key explains raises, to the supervisor below, rather than stalling the lane unseen.
+refusal that no key explains raises, to the supervisor below, rather than stalling the lane unseen. A
+history read refused so (a new subscriber's first page, a follower catching up) raises
+:class:`StreamOverwritten` to its subscriber alike; ``open`` replays the archived log instead when SQL holds
+one, as for a stream Redis lost.
 
 A reader (or the heartbeat timer) that raises anything but a failed read (an entry or reply it did not
 expect, a bug) had ended its task unseen, and its lane's followers waited on keep-alives for good. It is
@@ -146,6 +149,12 @@ def _entry(raw: list[Any]) -> Entry:
     if len(fields) == 2:  # an event (its frame) or an end marker: one field
         return entry_id, {fields[0]: fields[1]}
     return entry_id, dict(zip(fields[::2], fields[1::2], strict=True))
+
+
+async def _raising(lost: StreamLost) -> AsyncIterator[bytes]:
+    """An iteration that raises ``lost`` at once: a stream that cannot be followed is told as its followers are."""
+    raise lost
+    yield b""  # pragma: no cover (a generator)
 
 
 async def _pages_as_frames(pages: Iterable[list[bytes]], chunked: bool) -> AsyncIterator[bytes]:
@@ -303,7 +312,8 @@ class EventHub:
     def subscribe(self, response_id: str, *, after: int | None = None, history: bool = True) -> AsyncIterator[bytes]:
         """Frames after sequence number ``after`` (all with None), in order, until the end marker.
 
-        Lazy: a missing stream raises :class:`StreamNotFound` on the first iteration. ``history=False``:
+        Lazy: a missing stream raises :class:`StreamNotFound` on the first iteration (an overwritten one
+        :class:`StreamOverwritten`). ``history=False``:
         the caller itself just wrote the stream up to event ``after`` (an accept's opening events), so
         the subscription goes live from there without a first history read (nor its 404 check).
         """
@@ -321,7 +331,9 @@ class EventHub:
         history: bool = True,
         client_stream: bool = False,
     ) -> AsyncIterator[bytes]:
-        """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent.
+        """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent (a stream
+        whose key holds something else, with no archived log to replay, is :class:`StreamOverwritten`: told on
+        the first iteration, as its followers are told).
 
         With ``chunked``, each item is the frames of one read joined (fewer socket writes). A
         ``client_stream`` ends at :meth:`end_client_streams`, and if chunked, an empty item means its
@@ -332,11 +344,14 @@ class EventHub:
             return self._frames(response_id, cursor, ([], cursor), chunked=chunked, client_stream=client_stream)
         try:
             first = await self._first_page(redis_keys.events(response_id), cursor)
-        except StreamNotFound:
-            # Redis lost the stream (restarted without its data, or flushed) while SQL still holds its
-            # archived log, the same bytes: those are replayed, as the tombstone would have led to them.
+        except StreamNotFound as missing:
+            # Redis lost the stream (restarted without its data, or flushed), or its key was overwritten,
+            # while SQL still holds its archived log, the same bytes: those are replayed, as the tombstone
+            # would have led to them.
             pages = await self._archive_alone(response_id, cursor, chunked)
             if pages is None:
+                if isinstance(missing, StreamLost):  # overwritten: told in the iteration, as its followers are
+                    return _raising(missing)
                 raise
             return _pages_as_frames(pages, chunked)
         return self._frames(response_id, cursor, first, chunked=chunked, client_stream=client_stream)
@@ -506,11 +521,14 @@ class EventHub:
 
     async def _first_page(self, key: str, cursor: EntryId) -> tuple[list[Entry], EntryId]:
         """History after ``cursor``, and the id of the log's last entry (FIRST if it has none)."""
-        async with self._side_client.pipeline(transaction=False) as pipe:
-            pipe.exists(key)
-            pipe.xrange(key, _exclusive(cursor), "+", count=self._count)
-            pipe.xrevrange(key, "+", "-", count=1)
-            exists, page, last = await pipe.execute()
+        try:
+            async with self._side_client.pipeline(transaction=False) as pipe:
+                pipe.exists(key)
+                pipe.xrange(key, _exclusive(cursor), "+", count=self._count)
+                pipe.xrevrange(key, "+", "-", count=1)
+                exists, page, last = await pipe.execute()
+        except ResponseError as refused:
+            raise await self._refused_history(key, cursor, refused) from refused
         if not exists:
             raise StreamNotFound(key)
         entries = as_entries(last)
@@ -518,10 +536,23 @@ class EventHub:
 
     async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
         """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
-        page = await patiently(lambda: self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count),
-                               (RedisConnectionError, RedisTimeoutError), self._outage_seconds,
-                               f"event hub reading {key}")
+        try:
+            page = await patiently(lambda: self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count),
+                                   (RedisConnectionError, RedisTimeoutError), self._outage_seconds,
+                                   f"event hub reading {key}")
+        except ResponseError as refused:
+            raise await self._refused_history(key, cursor, refused) from refused
         return as_entries(page)
+
+    async def _refused_history(self, key: str, cursor: EntryId, refused: ResponseError) -> Exception:
+        """What a history read of ``key`` that Redis refused raises: :class:`StreamOverwritten` if the key holds
+        something other than a stream (WRONGTYPE), as the lane tells its followers; else the refusal itself.
+        Only a refused read costs the check."""
+        kind = await self._side_client.type(key)
+        if not isinstance(kind, bytes) or kind in (b"stream", b"none"):
+            return refused
+        log.warning("event hub: %s holds a %s, not a stream (%s); its reader is told so", key, kind.decode(), refused)
+        return StreamOverwritten(cursor)
 
     # --- the shared reader ----------------------------------------------------------------------
     def _attach(self, key: str, sub: _Subscriber, cursor: EntryId, start: EntryId) -> bool:

@@ -155,6 +155,24 @@ async def test_replay_of_archived_log_whose_stream_redis_lost_reads_it_from_sql(
         await hub.stop()
 
 
+@pytest.mark.parametrize("after", [None, 24])
+async def test_replay_of_archived_log_whose_key_was_overwritten_reads_it_from_sql(
+    redis_url, db, adb, redis, aredis, response_id, make_events, after
+) -> None:
+    """The tombstone's key left holding a string (by hand, or a bug): the log in SQL is the same bytes (its
+    replay was a 500: Redis refused the first history read, WRONGTYPE)."""
+    hub = archiving_hub(redis_url, adb)
+    await hub.start()
+    try:
+        await write_events(aredis, response_id, make_events(range(40)), close="completed", ttl_seconds=60)
+        before = await read_all(hub, response_id, after=after)
+        assert archive(db, redis, response_id)
+        redis.set(redis_keys.events(response_id), "not a stream")
+        assert await read_all(hub, response_id, after=after) == before
+    finally:
+        await hub.stop()
+
+
 async def test_replay_of_unarchived_log_whose_stream_is_gone_is_not_found(
     redis_url, adb, redis, aredis, response_id, make_events
 ) -> None:

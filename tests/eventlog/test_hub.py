@@ -6,6 +6,7 @@ import time
 import pytest
 import redis as redis_lib
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 from support.hub_frames import collect, until
 from support.servers import start_redis
 
@@ -155,6 +156,60 @@ async def test_follower_of_overwritten_stream_gets_stream_overwritten_while_othe
         await asyncio.wait_for(bad, 5)
     assert lost.value.last_sequence == 1
     assert hub.failing() is None and not [r for r in caplog.records if "raised" in r.getMessage()]
+
+
+@pytest.mark.parametrize("after", [None, 1])
+async def test_open_overwritten_stream_raises_stream_overwritten_when_iterated(hub, aredis, redis, make_events,
+                                                                                after) -> None:
+    """A new subscriber of a key left holding a string: its first history read, which Redis refuses (WRONGTYPE),
+    raised redis-py's bare ResponseError, a 500 to a replay (``GET ?stream=true``) instead of the ``error`` event
+    a follower of the same key gets."""
+    await write_events(aredis, "resp_a", make_events(range(3)), ttl_seconds=60)
+    redis.set(redis_keys.events("resp_a"), "not a stream")
+    frames = await hub.open("resp_a", after=after, chunked=True, client_stream=True)
+    with pytest.raises(StreamOverwritten) as lost:
+        await collect(frames)
+    assert lost.value.last_sequence == (-1 if after is None else after)
+    assert hub.stream_count == 0
+
+
+async def test_subscribe_overwritten_stream_raises_stream_overwritten(hub, aredis, redis, make_events) -> None:
+    await write_events(aredis, "resp_a", make_events(range(3)), ttl_seconds=60)
+    redis.set(redis_keys.events("resp_a"), "not a stream")
+    with pytest.raises(StreamOverwritten) as lost:
+        await collect(hub.subscribe("resp_a", after=None))
+    assert lost.value.last_sequence == -1
+
+
+async def test_subscribe_paging_history_of_overwritten_stream_raises_stream_overwritten(
+    redis_url, redis, aredis, make_events
+) -> None:
+    """Overwritten between two history pages (the first one read, the next one refused)."""
+    hub = EventHub(redis_url, count=2)
+    await hub.start()
+    try:
+        await write_events(aredis, "resp_a", make_events(range(6)), ttl_seconds=60)
+        subscription = hub.subscribe("resp_a", after=None)
+        assert await collect(subscription, limit=2) == [0, 1]
+        redis.set(redis_keys.events("resp_a"), "not a stream")
+        with pytest.raises(StreamOverwritten) as lost:
+            await collect(subscription)
+        assert lost.value.last_sequence == 1
+    finally:
+        await hub.stop()
+
+
+async def test_open_stream_redis_refuses_to_read_raises_the_refusal(hub, aredis, redis, make_events) -> None:
+    """A refusal that the key's type does not explain (here, XRANGE taken from the hub's user) is not taken for
+    an overwritten stream."""
+    await write_events(aredis, "resp_a", make_events(range(3)), ttl_seconds=60)
+    redis.execute_command("ACL", "SETUSER", "default", "-xrange")
+    try:
+        with pytest.raises(ResponseError) as refused:
+            await hub.open("resp_a")
+    finally:
+        redis.execute_command("ACL", "SETUSER", "default", "+xrange")
+    assert not isinstance(refused.value, StreamLost)
 
 
 async def test_hub_whose_reads_redis_refuses_for_no_key_says_so(hub, aredis, redis, make_events, monkeypatch) -> None:
