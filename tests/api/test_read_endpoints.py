@@ -13,6 +13,7 @@ from support.api_server import ApiServer
 from oss_responses import redis_keys
 from oss_responses.eventlog import parse_frame
 from oss_responses.storage import get_response
+from oss_responses.workers.archive import archive_event_log
 
 
 def test_retrieve_response_returns_stored_response(client: OpenAI) -> None:
@@ -40,6 +41,36 @@ def test_retrieve_response_stream_without_log_is_404(client: OpenAI, redis: redi
     redis.delete(redis_keys.events(created.id))
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(created.id, stream=True)
+
+
+@pytest.mark.parametrize("starting_after", [None, 0])
+def test_retrieve_response_stream_of_overwritten_log_ends_with_error_event(
+    client: OpenAI, http: httpx2.Client, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture,
+    starting_after: int | None,
+) -> None:
+    """The stream's key left holding a string (by hand, or a bug): Redis refuses the replay's first read
+    (WRONGTYPE), which was a 500 and a traceback; a client following the stream gets this same event."""
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    redis.set(redis_keys.events(created.id), "not a stream")
+    params = {"stream": "true"} | ({} if starting_after is None else {"starting_after": str(starting_after)})
+    answer = http.get(f"/v1/responses/{created.id}", params=params)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+    [event] = [parse_frame(chunk.encode() + b"\n\n") for chunk in answer.text.split("\n\n") if chunk]
+    assert (event["type"], event["code"]) == ("error", "event_log_lost")
+    assert event["sequence_number"] == (0 if starting_after is None else starting_after + 1)
+    assert "overwritten" in event["message"]
+    assert not [record for record in caplog.records if record.exc_info]
+
+
+def test_retrieve_response_stream_of_overwritten_archived_log_replays_it(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis
+) -> None:
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    client.responses.cancel(created.id)  # closes the log
+    assert archive_event_log(api.db, redis, created.id, ttl_seconds=60)
+    redis.set(redis_keys.events(created.id), "not a stream")
+    events = list(client.responses.retrieve(created.id, stream=True))
+    assert [(e.type, e.sequence_number) for e in events] == [("response.created", 0), ("response.queued", 1)]
 
 
 def test_list_input_items_pages_with_sdk(client: OpenAI) -> None:
