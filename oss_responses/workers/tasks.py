@@ -5,7 +5,7 @@ The bootstep starts with the worker (before it consumes): it builds the :class:`
 start raises out of the bootstep, so Celery stops the worker with the reason instead of serving.
 
 Shutdown (SIGTERM, Ctrl-C): Celery's ``worker_shutting_down`` signal comes first, before Celery waits
-for running tasks; then every running response is handed off (``runner``), so the tasks end within a
+for running tasks; then every running response is handed off (``handoff``), so the tasks end within a
 second or so and the worker exits well inside an orchestrator's grace period. A task that starts
 after that sends its response back to the queue untouched. Celery stops this step before its pool (it
 requires the pool): the step's stop hands off what still runs (a shutdown that sent no signal:
@@ -38,10 +38,11 @@ from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
 from oss_responses.webhooks.tasks import register_webhook_task
-from oss_responses.workers import runner
+from oss_responses.workers import handoff, run_end, runner
 from oss_responses.workers.context import Dispatch, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
 from oss_responses.workers.outage import Backoff, unreachable
+from oss_responses.workers.run_state import Outcome
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def run_response(response_id: str, secrets: dict[str, Any] | None = None) -> str
     return outcome
 
 
-def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict[str, Any] | None) -> runner.Outcome:
+def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict[str, Any] | None) -> Outcome:
     """The runner (or, once the worker is stopping, the send-back), run again while the database or
     Redis does not answer, for up to ``save_retry_seconds``; past that (or stopping) the task goes back to
     its queue.
@@ -102,7 +103,7 @@ def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict
     while True:
         try:
             if ctx.shutting_down and ctx.dispatch is not None:
-                return runner.send_back(ctx, response_id, secrets)
+                return handoff.send_back(ctx, response_id, secrets)
             return runner.run_response(ctx, response_id, secrets)
         except Exception as exc:
             if not unreachable(exc):
@@ -203,19 +204,19 @@ def _hand_off_on_shutdown(
 
 def _cancel_revoked(sender: Any = None, request: Any = None, terminated: bool = False, **_: Any) -> None:
     """Celery revoked a ``run_response`` task. Discarded unrun (``celery control revoke ID``), its queued
-    response is cancelled (``runner.cancel_revoked``): it had stayed ``queued``, its stream open, until the
+    response is cancelled (``run_end.cancel_revoked``): it had stayed ``queued``, its stream open, until the
     stale sweep sent its task again and it ran after all. Terminated while it ran (``--terminate``), its
-    response is cancelled as a client's cancel would (``runner.cancel_terminated``)."""
+    response is cancelled as a client's cancel would (``run_end.cancel_terminated``)."""
     if getattr(sender, "name", None) != RUN_RESPONSE_TASK or _context is None or not request.args:
         return
     response_id = request.args[0]
     with log_context(response_id=response_id, model=_context.settings.worker_model, worker_id=_context.worker_id):
         try:
             if terminated:
-                runner.cancel_terminated(_context, response_id)
+                run_end.cancel_terminated(_context, response_id)
                 log.info("response %s: its task was terminated: cancelling it", response_id)
                 return
-            outcome = runner.cancel_revoked(_context, response_id)
+            outcome = run_end.cancel_revoked(_context, response_id)
         except Exception:  # the stores: it stays queued, and the stale sweep sends its task again
             log.exception("response %s: its task was revoked, and cancelling it failed", response_id)
             return

@@ -17,7 +17,8 @@ from typing import Any
 from oss_responses.config import Settings
 from oss_responses.engine.base import Engine
 from oss_responses.workers.context import WorkerContext, start_worker
-from oss_responses.workers.runner import Outcome, run_response
+from oss_responses.workers.run_state import Outcome
+from oss_responses.workers.runner import run_response
 
 
 @contextmanager

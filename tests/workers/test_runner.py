@@ -529,7 +529,7 @@ def test_run_response_whose_row_is_gone_at_its_end_logs_why(
 ) -> None:
     # The rollback probe: a row the database lost (restored from before it existed) while its response ran was
     # logged at INFO as "deleted while it ran", as a client's DELETE is; a client's DELETE cancels first.
-    caplog.set_level(logging.INFO, logger="oss_responses.workers.runner")
+    caplog.set_level(logging.INFO, logger="oss_responses.workers.run_end")
     settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
     db = Database(settings.database_url)
     response_id = accept(db, redis, settings, input="tokens 60", background=True)
@@ -542,7 +542,7 @@ def test_run_response_whose_row_is_gone_at_its_end_logs_why(
         if client_deleted:
             redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
         running.result(timeout=20)
-    [line] = [entry for entry in caplog.records if entry.name == "oss_responses.workers.runner"
+    [line] = [entry for entry in caplog.records if entry.name == "oss_responses.workers.run_end"
               and ("deleted while it ran" in entry.getMessage() or "row is gone" in entry.getMessage())]
     assert line.levelno == level
     assert ("no client deleted it" in line.getMessage()) is not client_deleted

@@ -26,7 +26,7 @@ from oss_responses.workers import runner
 from oss_responses.workers.context import WorkerContext, start_worker
 from oss_responses.workers.engine_loop import EngineLoop
 from oss_responses.workers.prompting import render_early
-from oss_responses.workers.runner import Outcome
+from oss_responses.workers.run_state import Outcome
 from oss_responses.workers.testing import run_response_now
 
 
