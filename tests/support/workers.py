@@ -4,6 +4,10 @@ overwritten by hand."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import redis as redis_lib
@@ -27,8 +31,9 @@ from oss_responses.storage import (
     insert_response,
 )
 from oss_responses.wire import wire_json
+from oss_responses.workers.testing import local_worker, run_response_now
 from support import MODEL, TIKTOKEN_DIR
-from support.streams import read_archives_from
+from support.streams import read_archives_from, wait_for_event
 
 
 def worker_settings(database_url: str, redis_url: str, **overrides: Any) -> Settings:
@@ -103,3 +108,24 @@ def roll_back_row(db: Database, earlier: ResponseRecord) -> None:
     with db.session() as session:
         session.execute(delete(EventLogRow).where(EventLogRow.response_id == earlier.id))
         session.execute(delete(OutputItemRow).where(OutputItemRow.response_id == earlier.id))
+
+
+@dataclass(frozen=True)
+class Generating:
+    settings: Settings
+    db: Database  # the caller disposes of it
+    response_id: str
+    running: Future[str]  # the run's outcome
+
+
+@contextmanager
+def generating(database_url: str, redis_url: str, redis: redis_lib.Redis, tokens: int) -> Iterator[Generating]:
+    """A background response of ``tokens`` tokens running on a local worker at 50 tokens/s, its first text
+    delta written; the worker stops when the block ends."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
+    db = Database(settings.database_url)
+    response_id = accept(db, redis, settings, input=f"tokens {tokens}", background=True)
+    with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_response_now, response_id, worker=worker)
+        wait_for_event(redis, response_id, "response.output_text.delta")
+        yield Generating(settings, db, response_id, running)

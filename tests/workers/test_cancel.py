@@ -3,19 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis as redis_lib
 import redis.asyncio as aioredis
-from support.streams import events_of, is_closed, wait_for_event
-from support.workers import accept, worker_settings
+from support.streams import events_of, is_closed
+from support.workers import generating
 
 from oss_responses import redis_keys
-from oss_responses.storage import Database, delete_response, get_response
+from oss_responses.storage import delete_response, get_response
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.context import _async_redis
-from oss_responses.workers.testing import local_worker, run_response_now
 
 # Far beyond a prompt cancel, far short of what the run would take without one: only a cancel that
 # did not work (or waited out its work) gets there.
@@ -29,16 +27,12 @@ def text_deltas(events: list[dict[str, Any]]) -> int:
 def test_cancel_mid_generation_ends_within_one_second(
     database_url: str, redis_url: str, redis: redis_lib.Redis
 ) -> None:
-    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
-    db = Database(settings.database_url)
-    response_id = accept(db, redis, settings, input="tokens 2000", background=True)
-    with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
-        running = pool.submit(run_response_now, response_id, worker=worker)
-        wait_for_event(redis, response_id, "response.output_text.delta")
+    with generating(database_url, redis_url, redis, tokens=2000) as run:
+        db, response_id = run.db, run.response_id
         before = text_deltas(events_of(redis, response_id))
         redis.set(redis_keys.cancel(response_id), "1")
         redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
-        assert running.result(timeout=WALL_GUARD_S) == "cancelled"
+        assert run.running.result(timeout=WALL_GUARD_S) == "cancelled"
     events = events_of(redis, response_id)
     # A second of generation is 50 tokens at this pace: counted, not timed, since a stalled machine
     # slows the engine's pace along with everything else (the 40 s answer had 1,950 tokens to go).
@@ -53,18 +47,14 @@ def test_cancel_mid_generation_ends_within_one_second(
 def test_delete_mid_generation_still_ends_stream(
     database_url: str, redis_url: str, redis: redis_lib.Redis
 ) -> None:
-    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
-    db = Database(settings.database_url)
-    response_id = accept(db, redis, settings, input="tokens 2000", background=True)
-    with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
-        running = pool.submit(run_response_now, response_id, worker=worker)
-        wait_for_event(redis, response_id, "response.output_text.delta")
+    with generating(database_url, redis_url, redis, tokens=2000) as run:
+        db, response_id = run.db, run.response_id
         redis.set(redis_keys.cancel(response_id), "1")  # what the API's DELETE does: cancel, then delete
         redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
         assert db.run(delete_response, response_id)
-        running.result(timeout=20)  # a loaded machine (the suite beside it) took over 5 s
+        run.running.result(timeout=20)  # a loaded machine (the suite beside it) took over 5 s
     assert is_closed(redis, response_id)
-    assert 0 < redis.ttl(redis_keys.events(response_id)) <= settings.event_ttl_seconds
+    assert 0 < redis.ttl(redis_keys.events(response_id)) <= run.settings.event_ttl_seconds
     # DELETE removes the content: the worker has no row to archive the log to (it logged a foreign-key
     # traceback, and the whole stream stayed for the event TTL); a tombstone of no event ends it.
     entries = redis.xrange(redis_keys.events(response_id))

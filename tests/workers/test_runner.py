@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
-from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries, wait_for_event
-from support.workers import accept, overwrite_row, roll_back_row, worker_settings
+from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries
+from support.workers import accept, generating, overwrite_row, roll_back_row
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -530,18 +529,14 @@ def test_run_response_whose_row_is_gone_at_its_end_logs_why(
     # The rollback probe: a row the database lost (restored from before it existed) while its response ran was
     # logged at INFO as "deleted while it ran", as a client's DELETE is; a client's DELETE cancels first.
     caplog.set_level(logging.INFO, logger="oss_responses.workers.run_end")
-    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
-    db = Database(settings.database_url)
-    response_id = accept(db, redis, settings, input="tokens 60", background=True)
-    with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
-        running = pool.submit(run_response_now, response_id, worker=worker)
-        wait_for_event(redis, response_id, "response.output_text.delta")
+    with generating(database_url, redis_url, redis, tokens=60) as run:
+        db, response_id = run.db, run.response_id
         if client_deleted:  # its flag first, as the API's DELETE sets it; published after the row is gone, so
             redis.set(redis_keys.cancel(response_id), "1")  # that the run cannot save its end before
         assert db.run(delete_response, response_id)
         if client_deleted:
             redis.publish(redis_keys.CANCEL_CHANNEL, response_id)
-        running.result(timeout=20)
+        run.running.result(timeout=20)
     [line] = [entry for entry in caplog.records if entry.name == "oss_responses.workers.run_end"
               and ("deleted while it ran" in entry.getMessage() or "row is gone" in entry.getMessage())]
     assert line.levelno == level
