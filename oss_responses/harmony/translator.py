@@ -98,9 +98,10 @@ from oss_responses.statuses import FinishReason, TerminalStatus
 
 MESSAGE_TOKEN = 200008  # <|message|>: the header is complete, channel and recipient are known
 END_TOKEN, START_TOKEN, CHANNEL_TOKEN = 200007, 200006, 200005  # <|end|>, <|start|>, <|channel|>
-END_TOKENS = frozenset({END_TOKEN, 200012, 200002})  # <|end|>, <|call|>, <|return|>
+CALL_TOKEN, RETURN_TOKEN = 200012, 200002  # <|call|>, <|return|>
+END_TOKENS = frozenset({END_TOKEN, CALL_TOKEN, RETURN_TOKEN})
 END_OF_TEXT = 199999  # <|endoftext|>: vLLM stops on it too (the generation config's EOS), as the last token
-GENERATION_ENDS = frozenset({200012, 200002, END_OF_TEXT})  # the tokens an engine stops on
+GENERATION_ENDS = frozenset({CALL_TOKEN, RETURN_TOKEN, END_OF_TEXT})  # the tokens an engine stops on
 FIRST_SPECIAL = 199998  # o200k's special tokens (harmony's included) are the ids from here on
 # Special token text (harmony's parser keeps a stray one of a header as the recipient's or channel's text).
 _MARKUP = re.compile(r"<\|[a-z0-9_]+\|>")

@@ -21,7 +21,7 @@ from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
 from oss_responses.workers.lease import Lease
-from oss_responses.workers.stream_tail import next_from_tail
+from oss_responses.workers.stream_tail import ended_as, next_from_tail
 
 # KEYS: lease, resume, cancel, events, open streams. ARGV: owner, TTL in ms, response id.
 # Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}.
@@ -50,6 +50,7 @@ class Claim:
     resume_mark: bytes  # b"" when none (a handoff leaves b"handoff")
     cancel_requested: bool
     next_sequence_number: int | None  # None: the stream already ended
+    ended: str | None = None  # how, when it had (its end marker's status)
 
 
 def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
@@ -64,7 +65,8 @@ def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
     entries: StreamRangeResponse = [
         (entry_id, dict(zip(fields[::2], fields[1::2], strict=True))) for entry_id, fields in tail
     ]
-    return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=next_from_tail(entries))
+    return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=next_from_tail(entries),
+                 ended=ended_as(entries))
 
 
 # KEYS: lease, events. ARGV: owner, then each opening frame's entry id and bytes. Written only while the

@@ -39,7 +39,6 @@ from typing import Any
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
-from oss_responses.eventlog.entries import as_entries
 from oss_responses.eventlog.writer import EventWriteError, framed
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
@@ -158,7 +157,7 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
     ctx, job = run.ctx, run.job
     try:
         if taken.next_sequence_number is None:
-            return _fail_behind_event_log(run)
+            return _fail_behind_event_log(run, taken.ended or "unknown")
         if job.record.status == "in_progress":
             # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
             return _take_over(run, counted=taken.resume_mark != HANDOFF.encode())
@@ -178,7 +177,7 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
         ctx.running.pop(job.response_id, None)
 
 
-def _fail_behind_event_log(run: Run) -> Outcome:
+def _fail_behind_event_log(run: Run, ended: str) -> Outcome:
     """Its stream ended though the database has it queued or running: SQL saves an end before the stream
     gets its end marker, so only a database older than Redis shows this. Run again, it wrote events behind
     the end marker (refused) and was taken over until it failed with a JournalError and a traceback; the
@@ -190,8 +189,6 @@ def _fail_behind_event_log(run: Run) -> Outcome:
     record = ctx.db.run(get_response, run.job.response_id)
     if record is None or record.status not in ("queued", "in_progress"):
         return "skipped"
-    tail = as_entries(ctx.sync_redis.xrevrange(redis_keys.events(record.id), count=1))
-    ended = (tail[0][1].get(b"end", b"") if tail else b"").decode() or "unknown"
     message = DATABASE_BEHIND_MESSAGE.format(ended=ended, status=record.status)
     log.warning("%s is %s in the database but its event stream ended %s: the database is older than Redis "
                 "(restored from a backup, or failed over to a lagging replica?); failing it, its output is lost. "

@@ -26,5 +26,13 @@ def next_from_tail(tail: StreamRangeResponse | None) -> int | None:
     return int(entry.split("-")[1])  # entry 0-{seq + 1}: the next event is number seq + 1
 
 
+def ended_as(tail: StreamRangeResponse | None) -> str | None:
+    """The status the stream's end marker names (``completed``, ``failed``...), from the same reply; None if
+    it has not ended."""
+    fields = tail[0][1] if tail else None
+    end = (fields.get(b"end") or fields.get("end")) if fields else None
+    return end.decode() if isinstance(end, bytes) else end
+
+
 async def next_sequence_number(redis: Redis, response_id: str) -> int | None:
     return next_from_tail(await redis.xrevrange(redis_keys.events(response_id), count=1))
