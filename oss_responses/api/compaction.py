@@ -106,8 +106,11 @@ def compacted(
 
 
 def _summary_text(final: dict[str, Any]) -> str:
+    error = final.get("error") or {}
+    if error.get("code") == "context_length_exceeded":  # the client's input, not the service: OpenAI's 400
+        raise BadRequest(error.get("message", ""), param="input", code="context_length_exceeded")
     if final.get("status") != "completed":
-        reason = (final.get("error") or {}).get("message") or final.get("status")
+        reason = error.get("message") or final.get("status")
         raise ServiceError(f"The conversation could not be compacted: the summary did not complete ({reason}).")
     texts = [
         part.get("text", "")

@@ -8,7 +8,7 @@ continues from there.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openai.types.responses import (
@@ -71,12 +71,32 @@ def emit_in_progress(emitter: EventEmitter, response: Response) -> Response:
     return snapshot
 
 
+# Codes OpenAI's server puts in a failed response's error that openai's ``ResponseError`` does not list
+# (its Literal lags the API; openai-python parses any value). Clients key on them: Codex CLI takes a
+# ``response.failed`` with ``context_length_exceeded`` for a full context (it marks its context full,
+# compacts, drops history in its own compaction, does not retry) and any other code there for a passing
+# stream error. Such an error is built unvalidated; everything around it is still validated.
+CODES_BEYOND_TYPES = frozenset({"context_length_exceeded"})
+
+
 def response_error(code: str, message: str) -> ResponseError:
     """A failed response's ``error``, its ``type`` named as OpenAI's errors name theirs: clients read it
     (the Vercel AI SDK refuses a Response whose error has no ``type``, and reports "Invalid JSON response"
     instead of the message)."""
     kind = "server_error" if code == "server_error" else "invalid_request_error"
+    if code in CODES_BEYOND_TYPES:
+        return ResponseError.model_construct(code=code, message=message, type=kind)  # type: ignore[arg-type]
     return ResponseError(code=code, message=message, type=kind)
+
+
+def validate_response(data: Mapping[str, Any]) -> Response:
+    """A stored Response, validated; an error whose code is one of :data:`CODES_BEYOND_TYPES` kept as is."""
+    error = data.get("error")
+    if not isinstance(error, Mapping) or error.get("code") not in CODES_BEYOND_TYPES:
+        return Response.model_validate(data)
+    response = Response.model_validate({**data, "error": None})
+    checked = ResponseError.model_validate({**error, "code": "invalid_prompt"})  # all but the code
+    return response.model_copy(update={"error": checked.model_copy(update={"code": error["code"]})})
 
 
 def usage(input_tokens: int, cached_tokens: int | None, output_tokens: int, reasoning_tokens: int) -> ResponseUsage:

@@ -22,7 +22,7 @@ from oss_responses.conversation import (
     turn_of,
     with_prefix,
 )
-from oss_responses.harmony.lifecycle import placeholder_response
+from oss_responses.harmony.lifecycle import placeholder_response, validate_response
 from oss_responses.harmony.render import ConversationTurn, McpToolSpec, RenderOptions
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.sealing import Sealer, open_secrets
@@ -142,7 +142,7 @@ def _opened_secrets(record: ResponseRecord, sealer: Sealer | None) -> dict[str, 
 def stored_response(record: ResponseRecord) -> Response:
     """The stored Response, or a placeholder when the stored JSON does not validate."""
     try:
-        return Response.model_validate(record.response)
+        return validate_response(record.response)
     except Exception:
         return placeholder_of(record)
 

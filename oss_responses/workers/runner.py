@@ -284,9 +284,9 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
     except EngineDead as exc:  # this worker's doing, not the request's: the response goes on elsewhere
         ctx.lose_engine(exc)
         engine_lost = True
-    except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback, invalid_prompt
+    except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback; OpenAI's code
         log.warning("response %s failed: %s", job.response_id, exc)
-        _fail(run, f"{exc} {_too_long_advice(job.request())}", code="invalid_prompt")
+        _fail(run, f"{exc} {_too_long_advice(job.request())}", code="context_length_exceeded")
     except SchemaNotConstrainable as exc:
         log.warning("response %s failed: %s", job.response_id, exc)
         _fail(run, str(exc), code="invalid_prompt")

@@ -10,6 +10,7 @@ test_end_to_end.py, so this module runs on SQLite only.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,8 @@ WEATHER_TOOL = {"type": "function", "name": "get_weather", "description": "Weath
                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 ASK = {"type": "message", "role": "user", "content": 'call functions.get_weather {"city": "Paris"}'}
 TOOL_ANSWER = '{"temperature": 21, "sky": "clear"}'
+CONTEXT = 2000  # the scripted model's, as vLLM's max_model_len
+TOO_LONG = "word " * 2500
 
 
 @dataclass
@@ -44,7 +47,7 @@ def stack(sqlite_template: Path, redis_url: str, tmp_path_factory: pytest.TempPa
     folder = tmp_path_factory.mktemp("stateless")
     shutil.copyfile(sqlite_template, folder / "oss-responses.db")
     settings = Settings(database_url=f"sqlite:///{folder / 'oss-responses.db'}", redis_url=redis_url, models=[MODEL],
-                        encryption_keys=[new_key()])
+                        encryption_keys=[new_key()], scripted_context_tokens=CONTEXT)
     processes = []
     try:
         processes.append(start_worker_process(settings, folder / "worker.log"))
@@ -111,6 +114,24 @@ def test_stateless_second_turn_with_tampered_reasoning_is_bad_request(stack: Sta
     assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
 
 
+def test_stream_turn_over_context_fails_with_openai_code(stack: Stack) -> None:
+    # OpenAI's code, not among openai's ResponseError literals: the SDK parses it all the same, and
+    # Codex CLI takes it for a full context (compacts, does not retry) where it would retry any other.
+    events = list(stack.client.responses.create(model=MODEL, input=TOO_LONG, store=False, stream=True))
+    assert [event.type for event in events] == ["response.created", "response.in_progress", "response.failed"]
+    error = events[-1].response.error  # type: ignore[union-attr]
+    assert error is not None and error.code == "context_length_exceeded"  # type: ignore[comparison-overlap]
+    assert error.message.startswith("Your input exceeds the context window of this model")
+
+
+def test_retrieve_response_over_context_has_openai_code(stack: Stack) -> None:
+    created = stack.client.responses.create(model=MODEL, input=TOO_LONG, background=True)
+    while (response := stack.client.responses.retrieve(created.id)).status in ("queued", "in_progress"):
+        time.sleep(0.05)
+    assert response.status == "failed" and response.error is not None
+    assert response.error.code == "context_length_exceeded"  # type: ignore[comparison-overlap]
+
+
 # --- POST /v1/responses/compact ------------------------------------------------------------------
 
 CONVERSATION = [
@@ -163,6 +184,12 @@ def test_compact_previous_response_id_in_conversation_includes_its_user_messages
         input=[{"type": "message", "role": "user", "content": "second banana"}],
     )
     assert _user_texts(compacted.output) == ["zero cherry", "first apple", "second banana"]
+
+
+def test_compact_conversation_over_context_is_bad_request(stack: Stack) -> None:
+    with pytest.raises(openai.BadRequestError) as raised:
+        stack.client.responses.compact(model=MODEL, input=TOO_LONG)
+    assert raised.value.code == "context_length_exceeded" and raised.value.param == "input"  # type: ignore[attr-defined]
 
 
 def test_create_response_with_tampered_compaction_is_bad_request(stack: Stack, compacted: Any) -> None:

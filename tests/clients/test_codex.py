@@ -17,11 +17,12 @@ import json
 import struct
 import subprocess
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
 import pytest
-from support.client_stack import Service
+from support.client_stack import Service, running_service
 from support.codex_cli import WEBSOCKET_FAILURES, codex_exec, missing_codex, write_codex_home
 
 if (reason := missing_codex()) is not None:
@@ -110,6 +111,37 @@ def test_codex_exec_answers_after_view_image_call(service: Service, home: Path, 
     _succeeded(done, service)
     assert "The tool functions.view_image returned: [image not shown: gpt-oss reads text only]" in done.stdout, \
         _explain(done, service)
+
+
+SMALL_CONTEXT = 9000  # tokens; Codex's first request alone is ~7,700
+
+
+@pytest.fixture(scope="module")
+def small_context_service(
+    redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    with running_service(redis_url, sqlite_template, tmp_path_factory.mktemp("small-context"),
+                         scripted_context_tokens=SMALL_CONTEXT) as running:
+        yield running
+
+
+@pytest.mark.parametrize("transport", ["http", "websocket"])
+def test_codex_exec_over_context_says_context_is_full_and_does_not_retry(
+    small_context_service: Service, transport: str, tmp_path: Path
+) -> None:
+    # OpenAI's code for it (context_length_exceeded) is what Codex keys on: it marks its context full (so
+    # that its next turn compacts) and does not retry. Any other code it takes for a passing stream error.
+    service = small_context_service
+    home = write_codex_home(tmp_path / "codex-home", service.base_url, websockets=transport == "websocket")
+    failures_before = _context_failures(service)
+    done = codex_exec(home, tmp_path, "lorem ipsum " * 1000)
+    assert done.returncode != 0, _explain(done, service)
+    assert "Codex ran out of room in the model's context window" in done.stdout + done.stderr, _explain(done, service)
+    assert _context_failures(service) == failures_before + 1, _explain(done, service)
+
+
+def _context_failures(service: Service) -> int:
+    return (service.logs / "worker.log").read_text(errors="replace").count("exceeds the context window")
 
 
 def _png_1x1() -> bytes:

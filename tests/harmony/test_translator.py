@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from openai_harmony import Message
+from pydantic import ValidationError
 from support.harmony_transcripts import (
     MCP_LABELS,
     SCENARIOS,
@@ -12,6 +13,7 @@ from support.harmony_transcripts import (
     run_scenario,
 )
 
+from oss_responses.harmony.lifecycle import validate_response
 from oss_responses.harmony.translator import ResponseTranslator, opening_events
 
 
@@ -339,7 +341,8 @@ def test_multibyte_text_split_across_chunks_is_whole(encoding) -> None:
 
 
 @pytest.mark.parametrize(("code", "kind"), [("server_error", "server_error"),
-                                           ("invalid_prompt", "invalid_request_error")])
+                                           ("invalid_prompt", "invalid_request_error"),
+                                           ("context_length_exceeded", "invalid_request_error")])
 def test_failed_response_error_has_a_type(encoding, code: str, kind: str) -> None:
     # The Vercel AI SDK refuses a Response whose error has no type ("Invalid JSON response", the message lost).
     translator = _translator(encoding)
@@ -347,6 +350,26 @@ def test_failed_response_error_has_a_type(encoding, code: str, kind: str) -> Non
     translator.fail("the prompt is too long", code)
     error = translator.response.error
     assert (error.code, error.type, error.message) == (code, kind, "the prompt is too long")
+
+
+def test_failed_response_with_openai_code_beyond_types_serialises_and_validates_back(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    [failed] = translator.fail("Your input exceeds the context window of this model.", "context_length_exceeded")
+    stored = failed.response.model_dump(mode="json", warnings="error")
+    assert stored["error"]["code"] == "context_length_exceeded"
+    assert validate_response(stored).error == translator.response.error
+
+
+def test_validate_response_with_code_beyond_types_still_validates_the_rest(encoding) -> None:
+    translator = _translator(encoding)
+    translator.start()
+    translator.fail("too long", "context_length_exceeded")
+    stored = translator.response.model_dump(mode="json")
+    with pytest.raises(ValidationError):
+        validate_response({**stored, "error": {"code": "context_length_exceeded"}})  # no message
+    with pytest.raises(ValidationError):
+        validate_response({**stored, "status": "exploded"})
 
 
 def _feed_text(translator: ResponseTranslator, encoding, text: str) -> None:

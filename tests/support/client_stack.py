@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -45,8 +46,9 @@ class Service:
 
 
 @contextmanager
-def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iterator[Service]:
-    """The calculator, a worker and an API process on a copy of the migrated SQLite template."""
+def running_service(redis_url: str, sqlite_template: Path, folder: Path, **settings_given: Any) -> Iterator[Service]:
+    """The calculator, a worker and an API process on a copy of the migrated SQLite template (``settings_given``:
+    settings of both beyond these)."""
     shutil.copyfile(sqlite_template, folder / "oss-responses.db")
     with mcp_server(*CALCULATOR) as calculator, \
             mcp_server(*DOCUMENTS) as documents:
@@ -55,7 +57,7 @@ def running_service(redis_url: str, sqlite_template: Path, folder: Path) -> Iter
                             tool_servers={CALCULATOR_LABEL: calculator, "code_interpreter": calculator,
                                           "web_search": documents},
                             # Codex asks for reasoning.encrypted_content on every request (store=false).
-                            encryption_keys=[new_key()])
+                            encryption_keys=[new_key()], **settings_given)
         processes: list[ServiceProcess] = []
         try:
             processes.append(start_worker_process(settings, folder / "worker.log"))

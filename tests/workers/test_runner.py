@@ -196,7 +196,7 @@ def test_run_response_whose_prompt_exceeds_context_fails_saying_so(
     response_id = accept(db, redis, settings, input="word " * 900, truncation="auto")
     assert run_response_now(response_id, worker=small_context_worker) == "failed"
     error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
-    assert error["code"] == "invalid_prompt"
+    assert error["code"] == "context_length_exceeded"
     assert error["message"].startswith("Your input exceeds the context window of this model: the prompt is ")
     assert "the model's context is 800 tokens" in error["message"]
 
@@ -238,7 +238,7 @@ def test_run_response_of_a_loop_with_truncation_disabled_fails_advising_it(
     response_id = accept(db, redis, settings, input=_tool_loop(4), tools=[LOOKUP], max_output_tokens=200)
     assert run_response_now(response_id, worker=small_context_worker) == "failed"
     error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
-    assert error["code"] == "invalid_prompt" and error["message"].endswith('or send truncation: "auto".')
+    assert error["code"] == "context_length_exceeded" and error["message"].endswith('or send truncation: "auto".')
 
 
 def test_run_response_whose_last_tool_step_exceeds_context_fails_though_truncated(
@@ -248,7 +248,7 @@ def test_run_response_whose_last_tool_step_exceeds_context_fails_though_truncate
                          truncation="auto")
     assert run_response_now(response_id, worker=small_context_worker) == "failed"
     error = db.run(get_response, response_id).response["error"]  # type: ignore[union-attr]
-    assert error["code"] == "invalid_prompt" and "the latest tool call with its result" in error["message"]
+    assert error["code"] == "context_length_exceeded" and "the latest tool call with its result" in error["message"]
 
 
 def test_run_response_skips_terminal_response(

@@ -88,7 +88,7 @@ def test_tool_loop_outgrowing_context_fails_without_truncation(tools: ToolEnv) -
     response_id, _ = _run_in_small_context(tools)
     record = tools.db.run(get_response, response_id)
     assert record is not None and record.status == "failed"
-    assert record.response["error"]["code"] == "invalid_prompt"
+    assert record.response["error"]["code"] == "context_length_exceeded"
 
 
 def test_tool_loop_with_truncation_auto_drops_its_earliest_steps_to_fit(tools: ToolEnv) -> None:
