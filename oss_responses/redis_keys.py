@@ -16,6 +16,10 @@
                            and nobody has closed yet: added by the claim, removed with the end marker.
                            A member whose response ended in SQL lost its end on the way (Redis was
                            down when it was written): the reaper ends that stream (``workers/unclosed.py``).
+- ``rewound(id)``  STRING  "FIRST LAST": a takeover found the stream shorter than its lost run had numbered it
+                           (Redis restored from an earlier state): events FIRST..LAST are written anew, maybe
+                           otherwise, and a reader that saw one of the old ones is told so (``eventlog/rewinds.py``).
+                           TTL: event_ttl_seconds.
 - ``takeovers(id)`` STRING how many times the response was taken over from a lost worker.
 - ``resume(id)``   STRING  set while a takeover task (or a stale queued response's task sent again,
                            or a handoff) waits: the reaper dispatches one at a time.
@@ -62,6 +66,10 @@ def cancel(response_id: str) -> str:
 
 def journal(response_id: str) -> str:
     return f"{PREFIX}journal:{response_id}"
+
+
+def rewound(response_id: str) -> str:
+    return f"{PREFIX}rewound:{response_id}"
 
 
 def takeovers(response_id: str) -> str:

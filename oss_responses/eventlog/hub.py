@@ -97,6 +97,7 @@ from oss_responses.eventlog.losses import (
     StreamOverwritten,
     StreamRewound,
 )
+from oss_responses.eventlog.rewinds import parse_span, saw_rewound
 from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
 
@@ -343,7 +344,9 @@ class EventHub:
         if not history:
             return self._frames(response_id, cursor, ([], cursor), chunked=chunked, client_stream=client_stream)
         try:
-            first = await self._first_page(redis_keys.events(response_id), cursor)
+            first = await self._first_page(redis_keys.events(response_id), cursor, response_id)
+        except StreamRewound as rewound:  # told in the iteration, as its followers are
+            return _raising(rewound)
         except StreamNotFound as missing:
             # Redis lost the stream (restarted without its data, or flushed), or its key was overwritten,
             # while SQL still holds its archived log, the same bytes: those are replayed, as the tombstone
@@ -407,7 +410,7 @@ class EventHub:
     ) -> AsyncIterator[bytes]:
         """``first``: the first history page and the log's last entry id when it was read."""
         if first is None:
-            first = await self._first_page(redis_keys.events(response_id), cursor)
+            first = await self._first_page(redis_keys.events(response_id), cursor, response_id)
         page, tail = first
         follow = self._follow(response_id, cursor, page, tail, _Subscriber(client_stream=client_stream), chunked)
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
@@ -519,18 +522,26 @@ class EventHub:
             raise ArchiveLost(cursor)
         return pages
 
-    async def _first_page(self, key: str, cursor: EntryId) -> tuple[list[Entry], EntryId]:
-        """History after ``cursor``, and the id of the log's last entry (FIRST if it has none)."""
+    async def _first_page(self, key: str, cursor: EntryId, response_id: str) -> tuple[list[Entry], EntryId]:
+        """History after ``cursor``, and the id of the log's last entry (FIRST if it has none).
+        :class:`StreamRewound` when the reader resumes after an event that was written anew since
+        (``rewinds.py``): one more command in the same round trip, for a resume only."""
         try:
             async with self._side_client.pipeline(transaction=False) as pipe:
                 pipe.exists(key)
                 pipe.xrange(key, _exclusive(cursor), "+", count=self._count)
                 pipe.xrevrange(key, "+", "-", count=1)
-                exists, page, last = await pipe.execute()
+                if cursor != FIRST:
+                    pipe.get(redis_keys.rewound(response_id))
+                exists, page, last, *mark = await pipe.execute()
         except ResponseError as refused:
             raise await self._refused_history(key, cursor, refused) from refused
         if not exists:
             raise StreamNotFound(key)
+        if mark and saw_rewound(parse_span(mark[0]), cursor):
+            log.warning("event hub: a reader of %s resumes after event %d, written anew since (Redis restored from "
+                        "an earlier state); it is told so", key, seen_through(cursor))
+            raise StreamRewound(cursor)
         entries = as_entries(last)
         return as_entries(page), parse_id(entries[0][0]) if entries else FIRST
 
@@ -661,12 +672,15 @@ class EventHub:
         async with self._side_client.pipeline(transaction=False) as pipe:
             for key in keys:
                 pipe.xrevrange(key, "+", "-", count=1)
-            tails = await pipe.execute(raise_on_error=False)
+            for key in keys:
+                pipe.get(redis_keys.rewound(key.removeprefix(redis_keys.events(""))))
+            replies = await pipe.execute(raise_on_error=False)
+        tails, marks = replies[:len(keys)], replies[len(keys):]
         self._recheck = False
         refused = [(key, tail) for key, tail in zip(keys, tails, strict=True) if isinstance(tail, Exception)]
         if refused:
             await self._drop_overwritten_streams([key for key, _ in refused], refused[0][1])
-        for key, tail in zip(keys, tails, strict=True):
+        for key, tail, mark in zip(keys, tails, marks, strict=True):
             stream = self._streams.get(key)
             if stream is None or isinstance(tail, Exception):
                 continue
@@ -676,6 +690,11 @@ class EventHub:
                 self._lose(key, stream, StreamRewound,
                            f"came back shorter than read (Redis restored from an earlier state: ends at "
                            f"{tail[0][0].decode()}, read up to {stream.cursor[0]}-{stream.cursor[1]})")
+            elif not isinstance(mark, Exception) and saw_rewound(parse_span(mark), stream.cursor):
+                # Its takeover wrote past the cursor before this check: the mark, written before, tells.
+                self._lose(key, stream, StreamRewound,
+                           f"was written anew from an earlier state past what was read (events {mark.decode()}, "
+                           f"read up to {stream.cursor[0]}-{stream.cursor[1]})")
 
     async def _drop_overwritten_streams(self, keys: list[str], refused: Exception) -> None:
         """A read of ``keys`` that Redis refused (``refused``), not for an outage: the keys that hold something

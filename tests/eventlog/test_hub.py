@@ -21,6 +21,7 @@ from oss_responses.eventlog import (
 )
 from oss_responses.eventlog import hub as hub_module
 from oss_responses.eventlog.losses import StreamLost, StreamOverwritten, StreamRewound
+from oss_responses.eventlog.rewinds import mark_rewound, parse_span
 from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
@@ -121,6 +122,52 @@ async def test_follower_of_stream_that_came_back_shorter_gets_stream_rewound(hub
     with pytest.raises(StreamRewound) as lost:
         await asyncio.wait_for(following, 10)
     assert lost.value.last_sequence == 7
+
+
+async def test_follower_of_stream_written_past_its_cursor_before_the_recheck_gets_stream_rewound(
+    hub, aredis, redis, make_events
+) -> None:
+    """The same restore, but the takeover (a lease that had lapsed in the snapshot, a fast engine) wrote the lost
+    numbers anew past the follower's cursor before the hub's recheck: the stream no longer looks shorter. The
+    takeover marked the span before its first write, and the recheck reads the mark."""
+    await write_events(aredis, "resp_a", make_events(range(8)), ttl_seconds=60)
+    subscription = hub.subscribe("resp_a", after=None)
+    assert await collect(subscription, limit=8) == list(range(8))
+    following = asyncio.create_task(collect(subscription))
+    await until(lambda: any(c["cmd"] == "xread" for c in redis.client_list()))
+    _kill_live_read(redis)  # the restart breaks the read; the recheck comes 0.5 s after
+    redis.delete(redis_keys.events("resp_a"))  # the snapshot's stream: 0..4
+    await write_events(aredis, "resp_a", make_events(range(5)), ttl_seconds=60)
+    mark_rewound(redis, "resp_a", (5, 9), 60)  # the lost run had numbered up to 9
+    await write_events(aredis, "resp_a", make_events(range(5, 12)), ttl_seconds=60)  # the takeover, past 7
+    with pytest.raises(StreamRewound) as lost:
+        await asyncio.wait_for(following, 10)
+    assert lost.value.last_sequence == 7
+
+
+@pytest.mark.parametrize(("after", "rewound"), [(4, False), (5, True), (9, True), (10, False)])
+async def test_resume_after_event_written_anew_gets_stream_rewound(
+    hub, aredis, redis, make_events, after, rewound
+) -> None:
+    """A reader that comes back later with starting_after inside the span a takeover wrote anew saw an old event
+    there: the new ones after it would not continue its story. Before the span (kept from the snapshot) or after
+    it (only ever written once), it reads on."""
+    await write_events(aredis, "resp_a", make_events(range(12)), close="completed", ttl_seconds=60)
+    mark_rewound(redis, "resp_a", (5, 9), 60)
+    frames = await hub.open("resp_a", after=after)
+    if rewound:
+        with pytest.raises(StreamRewound) as lost:
+            await collect(frames)
+        assert lost.value.last_sequence == after
+    else:
+        assert await collect(frames) == list(range(after + 1, 12))
+
+
+def test_mark_rewound_twice_covers_both_spans(redis) -> None:
+    mark_rewound(redis, "resp_a", (5, 9), 60)
+    mark_rewound(redis, "resp_a", (3, 7), 60)
+    assert parse_span(redis.get(redis_keys.rewound("resp_a"))) == (3, 9)
+    assert 0 < redis.ttl(redis_keys.rewound("resp_a")) <= 60
 
 
 async def test_follower_of_stream_whose_read_failed_reads_on_when_nothing_was_lost(
