@@ -102,6 +102,8 @@ class ResponseRow(Base):
     # The conversation it runs in: while it is queued or in progress, no other response may start there.
     # NULL for rows that ended before migration 0010 (only running ones were filled in).
     conversation_id: Mapped[str | None] = mapped_column(String, index=True)
+    # The last sequence number a run left for a takeover had numbered (workers/handoff.py: leave_for_takeover)
+    stream_high_water: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)  # the retention purge's order
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)

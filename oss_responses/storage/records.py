@@ -52,6 +52,8 @@ class ResponseRecord:
     # In a conversation: the position of its last item when this response was accepted (-1: empty)
     conversation_through: int | None = None
     conversation_id: str | None = None  # the conversation it runs in (locked while it runs)
+    # The last sequence number a run left for a takeover had numbered: its stream held at most that far
+    stream_high_water: int | None = None
     created_at: datetime = field(default_factory=utcnow)
     updated_at: datetime | None = None  # set to created_at on insert
     completed_at: datetime | None = None

@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.storage import transition
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation
@@ -87,7 +88,22 @@ def leave_for_takeover(run: Run) -> Outcome:
         ctx.loop.run(_abort(run.generation))
     run.lease.on_lost = None
     ctx.loop.run(_stop_renewing(run.lease))
+    _note_high_water(run)
     return "lease_lost"
+
+
+def _note_high_water(run: Run) -> None:
+    """How far this run numbered its stream, in SQL: a Redis that comes back from an earlier state gives the
+    stream back shorter, and the takeover that finds it so marks the span it writes anew (``eventlog/rewinds.py``).
+    Redis cannot keep this: it is what may be lost. Best effort: the database may be away too."""
+    if run.translator is None:
+        return
+    last = run.translator.next_sequence_number - 1
+    try:
+        run.ctx.db.run(transition, run.job.response_id, from_statuses=("in_progress",), to_status="in_progress",
+                       stream_high_water=last)
+    except Exception:
+        log.warning("could not record how far %s numbered its stream (%d)", run.job.response_id, last, exc_info=True)
 
 
 async def _abort(generation: Generation) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
+from oss_responses.eventlog.rewinds import mark_rewound
 from oss_responses.eventlog.writer import EventWriteError, framed
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
@@ -160,6 +161,7 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
             return _fail_behind_event_log(run, taken.ended or "unknown")
         if job.record.status == "in_progress":
             # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
+            _mark_rewound(run, taken.next_sequence_number)
             return _take_over(run, counted=taken.resume_mark != HANDOFF.encode())
         if taken.cancel_requested:
             return _cancel_queued(ctx, job)
@@ -175,6 +177,19 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
     finally:
         ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
         ctx.running.pop(job.response_id, None)
+
+
+def _mark_rewound(run: Run, next_number: int) -> None:
+    """A takeover whose stream ends before the lost run had numbered it (Redis restored from an earlier state):
+    the numbers from there to the lost run's last are written anew, maybe otherwise; marked before anything is
+    written, so that a reader who saw an old one is told (``eventlog/rewinds.py``). Per takeover, not per event."""
+    high_water = run.job.record.stream_high_water
+    if high_water is None or next_number > high_water:
+        return
+    log.warning("the event stream of %s ends before event %d, which its lost run had numbered (Redis restored "
+                "from an earlier state?): events %d..%d are written anew", run.job.response_id, high_water,
+                next_number, high_water)
+    mark_rewound(run.ctx.sync_redis, run.job.response_id, (next_number, high_water), run.ctx.settings.event_ttl_seconds)
 
 
 def _fail_behind_event_log(run: Run, ended: str) -> Outcome:

@@ -119,3 +119,45 @@ def test_stream_of_response_saved_while_redis_was_down_is_closed_by_reaper(
     assert len(story_text(events).split()) == 30
     assert db.run(get_event_log, response_id) is not None, "the closed stream was not archived"
     assert events_of(client, response_id) == events
+
+
+def is_delta_from(number: int) -> Callable[[str, Any], bool]:
+    return lambda _, events: any(e.type == "response.output_text.delta" and e.sequence_number >= number for e in events)
+
+
+def test_takeover_of_stream_restored_shorter_marks_the_events_it_writes_anew(database_url: str) -> None:
+    """Redis restored from a snapshot taken while the response ran: its stream and journal come back shorter than
+    its lost run had numbered them, and the takeover writes those numbers anew (with sampling, other events). The
+    lost run recorded its last number in SQL; the takeover marks the span before it writes, for readers who saw
+    the old events (``eventlog/rewinds.py``)."""
+    server = start_redis()  # no AOF: a restart loads the snapshot SAVE wrote
+    try:
+        settings = worker_settings(database_url, server.url, lease_seconds=LEASE_SECONDS)
+        client = redis_lib.Redis.from_url(server.url)
+        db = Database(settings.database_url)
+        response_id = accept(db, client, settings, input="tokens 30", background=True)
+        with local_worker(settings) as worker:
+            original = worker.writer.append
+            kill_redis_when(worker, server, "append", is_delta_from(20))
+            snapshot = worker.writer.append
+            saved = False
+
+            def save_then_append(response: str, events: Any) -> Any:
+                nonlocal saved
+                events = list(events)
+                if not saved and is_delta_from(10)(response, events):
+                    saved = client.save()
+                return snapshot(response, events)
+
+            worker.writer.append = save_then_append  # type: ignore[method-assign]
+            assert run_response_now(response_id, worker=worker) == "lease_lost"
+            server.restart()
+            wait_until_gone(client, redis_keys.lease(response_id))
+            worker.writer.append = original  # type: ignore[method-assign]
+            assert run_response_now(response_id, worker=worker) == "completed"
+        first, _, last = client.get(redis_keys.rewound(response_id)).partition(b" ")
+        assert int(first) <= 20 <= int(last), "the lost run numbered past 20, the snapshot held less"
+        client.close()
+        db.dispose()
+    finally:
+        server.stop()
