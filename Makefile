@@ -9,10 +9,11 @@ run: bootstrap
 
 # The checks first: a finding fails the run before the suite starts. The suite runs in TEST_WORKERS
 # processes (pytest-xdist), a test module's tests in one of them (its module fixtures are started once);
-# three on two cores, since most tests wait on processes they started.
+# three on two cores, since most tests wait on processes they started. The 30 slowest tests are listed at
+# the end: the suite is to stay a few minutes on two cores, and CI's log shows where it does not.
 TEST_WORKERS ?= 3
 test: lint
-	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30
 
 # ruff over the repository, mypy over the package (their settings: pyproject.toml)
 lint: bootstrap
