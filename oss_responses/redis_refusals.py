@@ -14,3 +14,10 @@ def refuses_writes(exc: BaseException) -> bool:
         return True
     # redis-py has no class of its own for MISCONF: the reply's text keeps its code.
     return isinstance(exc, ResponseError) and str(exc).startswith("MISCONF")
+
+
+def wrong_type(error: BaseException | str) -> bool:
+    """A command refused because its key holds another type of value (WRONGTYPE): the key was overwritten, by
+    hand, by another application or by a bug. Not a refusal of writes: only that key's commands fail, for
+    good, so it is neither waited out nor a 503."""
+    return str(error).startswith("WRONGTYPE")

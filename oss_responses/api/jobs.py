@@ -38,7 +38,7 @@ from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooMa
 from oss_responses.eventlog.archive import drop_closed_stream
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.losses import StreamLost, StreamNotFound
-from oss_responses.eventlog.writer import EventWriteError, framed, write_events, write_frames
+from oss_responses.eventlog.writer import EventLogOverwritten, EventWriteError, framed, write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
@@ -288,9 +288,21 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
     )
     won = await services.db.run(ended_with_deliveries, log_rows(deliveries), cancel_queued, record.id, record.response)
     if won:
-        await write_events(services.redis, record.id, [], close="cancelled", ttl_seconds=ttl)
+        await _close_cancelled(services, record.id, ttl)
         await _announce_end(services, record, "cancelled", deliveries)
     return won
+
+
+async def _close_cancelled(services: Services, response_id: str, ttl: int) -> None:
+    """The end marker of a response cancelled here. A stream key that holds something else (by hand, another
+    application, a bug) takes none: the cancel stands (saved in SQL, the truth, its webhooks with it), the
+    key's other close commands ran (its TTL, the journal's DEL, the open streams' SREM), and its readers are
+    told ``event_log_lost`` and to retrieve the response. It was a 503 that told the client to retry a cancel
+    already made, and skipped the webhooks' tasks."""
+    try:
+        await write_events(services.redis, response_id, [], close="cancelled", ttl_seconds=ttl)
+    except EventLogOverwritten as exc:
+        log.warning("%s cancelled without its end marker: %s; the key is left as it is", response_id, exc)
 
 
 async def _announce_end(

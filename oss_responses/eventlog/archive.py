@@ -12,13 +12,18 @@ still the end marker that was archived.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ResponseError
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.entries import ARCHIVED, as_entries, parse_id
+from oss_responses.redis_refusals import wrong_type
+
+log = logging.getLogger(__name__)
 
 # KEYS[1] the stream; ARGV: the archived end marker's id, its status, the last sequence number.
 # A stream's newest node is allocated at stream-node-max-bytes (4 KB) whatever it holds; DUMP and
@@ -103,7 +108,14 @@ async def drop_closed_stream(redis: AsyncRedis, response_id: str) -> bool:
     stream is its worker's to drop when it ends (``workers/archive.py``); a tombstone is left as it is.
     True if this dropped it."""
     key = redis_keys.events(response_id)
-    tail = as_entries(await redis.xrevrange(key, "+", "-", count=1))
+    try:
+        tail = as_entries(await redis.xrevrange(key, "+", "-", count=1))
+    except ResponseError as exc:
+        if not wrong_type(exc):
+            raise
+        log.warning("the event log key %s of deleted %s holds something other than a stream (%s): left as it is",
+                    key, response_id, exc)
+        return False
     if not tail or b"end" not in tail[0][1] or ARCHIVED in tail[0][1]:
         return False
     end_id, end = tail[0]

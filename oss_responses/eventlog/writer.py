@@ -57,6 +57,7 @@ from oss_responses.eventlog.bulk import (
 from oss_responses.eventlog.frames import StreamEvent, frame
 from oss_responses.eventlog.pipe import PipeBroken, RedisPipe
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
+from oss_responses.redis_refusals import wrong_type
 
 log = logging.getLogger(__name__)
 # A flush still missing replies this long after it was written (or a connection not made and greeted
@@ -89,6 +90,12 @@ _SERVER_INFO = [b"INFO", b"server"]
 
 class EventWriteError(RuntimeError):
     """A buffered write of this response did not reach Redis."""
+
+
+class EventLogOverwritten(EventWriteError):
+    """The response's stream key holds something other than a stream (WRONGTYPE: set by hand, by another
+    application or by a bug): no event can be written there, now or later. Its readers are told
+    ``event_log_lost`` (``losses.StreamOverwritten``); the key is left as it is."""
 
 
 @dataclass(frozen=True)
@@ -298,7 +305,17 @@ async def write_frames(
         commands.append(("EXPIRE", redis_keys.events(response_id), ttl_seconds))
     errors = await run_commands(redis, commands)
     if errors:
-        raise EventWriteError(f"event log write failed for {response_id}: {next(iter(errors.values()))}")
+        raise _write_error(response_id, commands, errors)
+
+
+def _write_error(response_id: str, commands: list[Command], errors: dict[int, str]) -> EventWriteError:
+    """``EventLogOverwritten`` when every failed command was refused for the stream's key holding another type
+    (the others, its TTL, the journal's DEL, ran); else ``EventWriteError`` (Redis refusing writes: a 503)."""
+    key = redis_keys.events(response_id)
+    first = next(iter(errors.values()))
+    if all(wrong_type(message) and commands[index][1] in (key, key.encode()) for index, message in errors.items()):
+        return EventLogOverwritten(f"the event log key {key} holds something other than a stream ({first})")
+    return EventWriteError(f"event log write failed for {response_id}: {first}")
 
 
 class EventWriter:

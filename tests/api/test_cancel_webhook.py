@@ -1,5 +1,6 @@
 """A background response cancelled while queued ends in the API: the API queues its ``response.cancelled``
-webhook (the delivery logged as pending, its task on the webhooks queue for a worker to deliver)."""
+webhook (the delivery logged as pending, its task on the webhooks queue for a worker to deliver), its stream
+key overwritten or not."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from support.api_server import ApiServer
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings, WebhookEndpoint
+from oss_responses.storage import get_response
 from oss_responses.storage.webhook_deliveries import list_deliveries
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, event_id
 
@@ -50,3 +52,27 @@ def test_cancel_twice_queues_one_webhook(client: OpenAI, api: ApiServer, redis: 
     client.responses.cancel(created.id)
     client.responses.cancel(created.id)
     assert len(_queued_tasks(redis, "webhooks")) == 1
+
+
+@pytest.mark.parametrize("verb", ["cancel", "delete"])
+def test_cancel_queued_response_with_overwritten_log_ends_it_with_webhook(
+    client: OpenAI, api: ApiServer, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture, verb: str
+) -> None:
+    """Its stream key left holding a string (by hand, another application, a bug): the end marker's XADD is
+    refused (WRONGTYPE). That was taken for Redis refusing writes, a 503 after SQL had cancelled it: DELETE
+    deleted nothing and the webhook's task was not sent (left to the sweeper, ten minutes later)."""
+    created = client.responses.create(model=MODEL, input="cancel me", background=True)
+    key = redis_keys.events(created.id)
+    redis.set(key, "not a stream")
+    if verb == "cancel":
+        assert client.responses.cancel(created.id).status == "cancelled"
+        assert api.db.run(get_response, created.id).status == "cancelled"
+    else:
+        assert client.responses.delete(created.id) is None
+        assert api.db.run(get_response, created.id) is None
+    [task] = _queued_tasks(redis, "webhooks")
+    assert json.loads(base64.b64decode(task["body"]))[0][1] == "response.cancelled"
+    assert redis.get(key) == b"not a stream" and redis.ttl(key) > 0  # left as it is, expiring with the log
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, created.id)
+    assert any(key in record.getMessage() and record.levelname == "WARNING" for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info]
