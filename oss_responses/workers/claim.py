@@ -17,14 +17,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from redis import Redis
+from redis.exceptions import ResponseError
 from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
+from oss_responses.redis_refusals import wrong_type
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import ended_as, next_from_tail
 
 # KEYS: lease, resume, cancel, events, open streams. ARGV: owner, TTL in ms, response id.
-# Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}.
+# Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}; the
+# last entry is the error's text where the stream's key holds something else (WRONGTYPE; see Claim).
 # The response joins the open streams: from now on, whoever ends it in SQL must also close its stream.
 # A stream not ended loses the TTL its accept gave it (an accept that failed after writing its opening
 # events may not have been able to delete them: they expire): a running stream keeps until its end.
@@ -32,7 +35,8 @@ _CLAIM = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
 redis.call('SADD', KEYS[5], ARGV[3])
 local mark = redis.call('GETDEL', KEYS[2]) or ''
-local tail = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+local tail = redis.pcall('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+if tail.err then return {mark, redis.call('EXISTS', KEYS[3]), tail.err} end
 local ended = false
 if #tail > 0 then
   local fields = tail[1][2]
@@ -51,6 +55,10 @@ class Claim:
     cancel_requested: bool
     next_sequence_number: int | None  # None: the stream already ended
     ended: str | None = None  # how, when it had (its end marker's status)
+    # The stream's key holds something other than a stream (set by hand, another application, a bug): no
+    # event can be written there. The claim's read of it was a script error, raised after the lease was
+    # taken: the task raised, the lease lapsed, the reaper dispatched it again, every lease period for good.
+    overwritten: bool = False
 
 
 def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
@@ -61,6 +69,10 @@ def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
     if reply is None:
         return None
     mark, cancel, tail = reply
+    if isinstance(tail, bytes):  # the read of the stream was refused
+        if not wrong_type(tail.decode()):
+            raise ResponseError(tail.decode())
+        return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=0, overwritten=True)
     # A script's reply is not parsed as XREVRANGE's would be: each entry is [id, [field, value, ...]].
     entries: StreamRangeResponse = [
         (entry_id, dict(zip(fields[::2], fields[1::2], strict=True))) for entry_id, fields in tail

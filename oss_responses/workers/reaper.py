@@ -49,6 +49,7 @@ from typing import Any
 
 from openai.types.responses import Response, ResponseFailedEvent
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from oss_responses import redis_keys
 from oss_responses.announcements import ready_workers
@@ -56,6 +57,7 @@ from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
+from oss_responses.redis_refusals import wrong_type
 from oss_responses.statuses import ACTIVE_STATUSES, Status
 from oss_responses.storage import (
     Database,
@@ -122,8 +124,18 @@ def close_with_failure(redis: Redis, response_id: str, response: Response, ttl_s
     """Append ``response.failed`` after the last event, then the end marker (one round trip). A stream Redis
     lost (every accepted response's holds its opening events) gets it alone, its end marked rewritten: a
     follower that had read the lost stream is past its id, and gets an ``error`` event instead of a
-    clean end with no terminal event (the Redis-limits probe: FLUSHALL and evictions ended streams so)."""
-    sequence_number = next_sequence_number(redis, response_id)
+    clean end with no terminal event (the Redis-limits probe: FLUSHALL and evictions ended streams so). A key
+    that holds something else (WRONGTYPE) is left as it is, its readers told ``event_log_lost``; the end's other
+    commands run (its TTL, the journal's DEL, the open streams' SREM)."""
+    try:
+        sequence_number = next_sequence_number(redis, response_id)
+    except ResponseError as exc:
+        if not wrong_type(exc):
+            raise
+        log.warning("the event log key %s holds something other than a stream: %s failed without its end marker",
+                    redis_keys.events(response_id), response_id)
+        close_after(redis, response_id, [], "failed", ttl_seconds)
+        return
     if sequence_number is None:
         return
     event = EventEmitter(sequence_number).emit(ResponseFailedEvent, response=response)

@@ -47,6 +47,7 @@ from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import hosted_builtins, hosted_calls, offered_functions
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.metrics import TAKEOVERS
+from oss_responses.redis_refusals import wrong_type
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import get_response, transition
@@ -89,6 +90,11 @@ log = logging.getLogger(__name__)
 PROGRESS_LOST_MESSAGE = (
     "event_log_lost: Redis lost this response's events and progress (was it restarted without "
     "persistence?); it cannot be continued"
+)
+
+OVERWRITTEN_MESSAGE = (
+    "event_log_lost: this response's event log in Redis was overwritten (its key holds something other than a "
+    "stream: set by hand, by another application or by a bug); it cannot be continued"
 )
 
 # The database says the response runs, its event log says it ended: the database came back from an earlier
@@ -157,6 +163,8 @@ def _list_unclosed(ctx: WorkerContext, response_id: str) -> None:
 def _run_leased(run: Run, taken: Claim) -> Outcome:
     ctx, job = run.ctx, run.job
     try:
+        if taken.overwritten:
+            return _fail_overwritten(run)
         if taken.next_sequence_number is None:
             return _fail_behind_event_log(run, taken.ended or "unknown")
         if job.record.status == "in_progress":
@@ -213,6 +221,17 @@ def _fail_behind_event_log(run: Run, ended: str) -> Outcome:
                   ctx.settings.event_ttl_seconds):
         return "failed"
     return "skipped"
+
+
+def _fail_overwritten(run: Run) -> Outcome:
+    """Its stream's key holds something other than a stream: its events, and any later write, are gone, as in a
+    Redis that lost its data, and it fails saying so (queued or running: a run whose write was refused so left
+    it to this takeover). The key is left as it is (``reaper.close_with_failure``): its readers are told
+    ``event_log_lost`` and to retrieve the response."""
+    key = redis_keys.events(run.job.response_id)
+    log.warning("the event log key %s holds something other than a stream (overwritten by hand, another "
+                "application or a bug): failing %s", key, run.job.response_id)
+    return _fail_without_replay(run, OVERWRITTEN_MESSAGE)
 
 
 def _reopen_stream(run: Run) -> int:
@@ -289,8 +308,13 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
             ctx.loop.run(_resume(run, job.request(), steps))
         else:
             ctx.loop.run(_generate(run, job.request()))
-    except EventWriteError:
-        log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id, exc_info=True)
+    except EventWriteError as exc:
+        if wrong_type(exc.__cause__ or exc):  # a known condition, its key named by the takeover: no traceback
+            log.warning("a write to the event log of %s was refused (%s): leaving it to a takeover", job.response_id,
+                        exc.__cause__)
+        else:
+            log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id,
+                        exc_info=True)
         return leave_for_takeover(run)
     except LoopStopped:  # the worker stopped under it, past its wait for the task threads: a stop, not a loss
         log.warning("the engine loop of this stopping worker stopped under %s: handed off", job.response_id)

@@ -77,3 +77,14 @@ def test_claim_response_of_ended_stream_keeps_its_ttl(redis_url: str, redis: red
     claim_as(redis_url, "w1")
 
     assert 0 < redis.ttl(redis_keys.events("r1")) <= 600
+
+
+def test_claim_response_of_stream_key_holding_something_else_says_so(redis_url: str, redis: redis_lib.Redis) -> None:
+    """A refused read of the stream (WRONGTYPE) was a script error raised after the lease was taken."""
+    redis.set(redis_keys.cancel("r1"), "1")
+    redis.set(redis_keys.events("r1"), "not a stream")
+
+    assert claim_as(redis_url, "w1") == Claim(
+        resume_mark=b"", cancel_requested=True, next_sequence_number=0, overwritten=True
+    )
+    assert redis.get(redis_keys.lease("r1")) == b"w1"

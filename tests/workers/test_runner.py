@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any
 
 import pytest
 import redis as redis_lib
 from openai.types.responses import Response
-from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries
-from support.workers import accept, generating, overwrite_row, roll_back_row
+from support.streams import archived_frames, assert_contiguous, events_of, is_closed, stream_entries, wait_for_event
+from support.workers import accept, generating, overwrite_row, roll_back_row, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -470,6 +471,59 @@ def test_run_response_fails_response_whose_prompt_does_not_render_in_task_thread
     assert_failed_at_once(db, redis, response_id, "no tokens today")
     types = [event["type"] for event in events_of(redis, response_id)]
     assert types[-2:] == ["response.in_progress", "response.failed"]  # the error surfaced where the loop renders
+
+
+def assert_failed_overwritten(db: Database, redis: redis_lib.Redis, response_id: str) -> None:
+    """Failed saying its log was overwritten; the key left as it is (expiring with the log), the run's other
+    keys closed as an end closes them."""
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.error is not None and (record.error["code"], record.error["message"]) == (
+        "server_error", runner.OVERWRITTEN_MESSAGE)
+    key = redis_keys.events(response_id)
+    assert redis.get(key) == b"not a stream" and redis.ttl(key) > 0
+    assert not redis.exists(redis_keys.journal(response_id), redis_keys.lease(response_id))
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, response_id)
+
+
+@pytest.mark.parametrize("status", ["queued", "in_progress"])
+def test_run_response_fails_response_whose_stream_key_holds_something_else(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+    caplog: pytest.LogCaptureFixture, status: str,
+) -> None:
+    """Its stream key set to a string (by hand, another application, a bug): the claim's read of it was a
+    script error (WRONGTYPE) raised after the lease was taken, so the task raised, the lease lapsed and the
+    reaper dispatched it again, every lease period for good, the response never ending."""
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    if status == "in_progress":
+        assert db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    redis.set(redis_keys.events(response_id), "not a stream")
+    assert run_response_now(response_id, worker=worker) == "failed"
+    assert_failed_overwritten(db, redis, response_id)
+    assert any(redis_keys.events(response_id) in record.getMessage() for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info]
+
+
+def test_run_response_whose_stream_key_is_overwritten_while_it_runs_fails_alone(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Overwritten mid-generation: its writes are refused (WRONGTYPE) in flushes it shares with another running
+    response, which goes on; the run leaves it to a takeover, which fails it."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
+    db = Database(settings.database_url)
+    victim, bystander = (accept(db, redis, settings, input="tokens 40", background=True) for _ in range(2))
+    with local_worker(settings) as worker, ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(run_response_now, response_id, worker=worker) for response_id in (victim, bystander)]
+        wait_for_event(redis, victim, "response.output_text.delta")
+        redis.set(redis_keys.events(victim), "not a stream")
+        assert [run.result(timeout=30) for run in runs] == ["lease_lost", "completed"]
+        assert run_response_now(victim, worker=worker) == "failed"  # the takeover
+    assert_failed_overwritten(db, redis, victim)
+    events = events_of(redis, bystander)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.completed" and is_closed(redis, bystander)
+    assert not [record for record in caplog.records if record.exc_info]
+    db.dispose()
 
 
 @pytest.mark.parametrize("status", ["queued", "in_progress"])
