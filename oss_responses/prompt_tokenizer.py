@@ -67,6 +67,11 @@ class TokenizerFailed(RuntimeError):
     died or gave no answer on the prompt."""
 
 
+class TokenizerClosed(TokenizerFailed):
+    """The tokenizer's child was closed (its process stops): a prompt it held, or one costly enough for it
+    after, is not tokenised. Not the prompt's doing: a stopping worker hands such a run off."""
+
+
 class _ChildLost(Exception):
     """The child died, or gave no answer in time, with the prompt in it or queued for it."""
 
@@ -123,7 +128,7 @@ class PromptTokenizer:
     def _in_child(self, messages: list[dict[str, Any]], function_tools: bool, deadline: float) -> list[list[int]]:
         executor = self._child()
         try:
-            future = executor.submit(_render_in_child, messages, function_tools)
+            future = self._submit(executor, messages, function_tools)
             while True:
                 try:
                     return future.result(timeout=deadline)
@@ -137,6 +142,16 @@ class PromptTokenizer:
         self._replace(executor, f"gave no answer in {deadline:.0f} s")
         raise _ChildLost(f"no answer in {deadline:.0f} s")
 
+    def _submit(
+        self, executor: concurrent.futures.ProcessPoolExecutor, messages: list[dict[str, Any]], function_tools: bool
+    ) -> concurrent.futures.Future[list[list[int]]]:
+        try:
+            return executor.submit(_render_in_child, messages, function_tools)
+        except RuntimeError:  # shut down since _child gave it: closed (or replaced, and closed with it)
+            if self._closed:
+                raise TokenizerClosed("the prompt tokenizer is closed: this process is stopping") from None
+            raise
+
     def _replace(self, executor: concurrent.futures.ProcessPoolExecutor, why: str) -> None:
         """The child killed (it may be stopped or stuck) and forgotten; the next prompt starts a new one."""
         with self._lock:
@@ -149,7 +164,7 @@ class PromptTokenizer:
     def _child(self) -> concurrent.futures.ProcessPoolExecutor:
         with self._lock:
             if self._closed:  # its process is stopping: a caller freed by the close's kill starts no child again
-                raise TokenizerFailed("the prompt tokenizer is closed: this process is stopping")
+                raise TokenizerClosed("the prompt tokenizer is closed: this process is stopping")
             if self._executor is None:
                 self._executor = concurrent.futures.ProcessPoolExecutor(
                     max_workers=1, mp_context=multiprocessing.get_context("spawn"),
@@ -160,17 +175,25 @@ class PromptTokenizer:
     def close(self) -> None:
         """The child is given ``CHILD_EXIT_SECONDS`` to finish the prompt it holds and leave, then killed:
         waiting on it for good held a stopping worker (and API) up for as long as the child was stopped."""
+        self.close_child(CHILD_EXIT_SECONDS)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def close_child(self, exit_seconds: float = 0.0) -> None:
+        """No prompt goes to a child from now on (``TokenizerClosed``), and the child is given ``exit_seconds``
+        to leave, then killed: at once, by default. A stopping worker closes it first, as it hands every run
+        off (what its child would tokenise is not used): a stopped child held the task threads waiting on it,
+        and so the stop, for the stop's whole wait for them. Cheap prompts are still tokenised, in threads."""
         with self._lock:
             executor, self._executor = self._executor, None
             self._closed = True
-        if executor is not None:
-            processes = _processes(executor)
-            executor.shutdown(wait=False, cancel_futures=True)
-            for process in processes:
-                process.join(CHILD_EXIT_SECONDS)
-                if process.is_alive():
-                    process.kill()
-        self._threads.shutdown(wait=False, cancel_futures=True)
+        if executor is None:
+            return
+        processes = _processes(executor)
+        executor.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(exit_seconds)
+            if process.is_alive():
+                process.kill()
 
 
 def _processes(executor: concurrent.futures.ProcessPoolExecutor) -> list[multiprocessing.Process]:

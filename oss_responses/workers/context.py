@@ -164,9 +164,13 @@ class WorkerContext:
 
         Celery stops this (a worker bootstep) before its pool, while task threads still run: stopped
         under them, the engine loop would fail their last steps (releasing a lease, writing a
-        handoff) and could leave one waiting forever."""
+        handoff) and could leave one waiting forever. A run whose prompt the tokenizer's child held, killed
+        here first, is handed off (``runner``)."""
         if not self.shutting_down:
             self.hand_off_all()
+        # Every run is handed off now, so what the tokenizer's child would tokenise is not used: it is killed
+        # at once. Stopped (hung), it held the task threads waiting on it, and the stop, for the whole wait.
+        self.tokenizer.close_child()
         left = self.wait_for_tasks(tasks_timeout)
         if left:
             log.warning("stopping the worker with %d task threads still running", left)

@@ -10,7 +10,8 @@
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
     or declined, generation (engine loop) ─ any exception fails the response, but a dead engine's: the
-    response is passed on to another worker, and this worker stops (``WorkerContext.lose_engine``)
+    response is passed on to another worker, and this worker stops (``WorkerContext.lose_engine``); and
+    a prompt whose tokenizer child the worker's stop killed (``TokenizerClosed``): handed off
     drain the events (the terminal one included; one missing: left to a takeover) → save the turn (SQL)
     → close the stream (failed: the reaper ends it, workers/unclosed.py)
     release the lease
@@ -47,6 +48,7 @@ from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import hosted_builtins, hosted_calls, offered_functions
 from oss_responses.harmony.translator import ApprovalPolicy
 from oss_responses.metrics import TAKEOVERS
+from oss_responses.prompt_tokenizer import TokenizerClosed
 from oss_responses.redis_refusals import wrong_type
 from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -320,6 +322,9 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
         log.warning("the engine loop of this stopping worker stopped under %s: handed off", job.response_id)
         send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
         return "handed_off"
+    except TokenizerClosed:  # the stop killed the child its prompt was in (WorkerContext.stop): not the request's doing
+        log.info("the prompt of %s was not rendered: this worker is stopping", job.response_id)
+        return hand_off(run)
     except EngineDead as exc:  # this worker's doing, not the request's: the response goes on elsewhere
         ctx.lose_engine(exc)
         engine_lost = True

@@ -28,7 +28,7 @@ from support.workers import accept
 from oss_responses.config import Settings
 from oss_responses.harmony.render import tokenize_messages
 from oss_responses.heap import tune_garbage_collection
-from oss_responses.prompt_tokenizer import PromptTokenizer, TokenizerFailed
+from oss_responses.prompt_tokenizer import PromptTokenizer, TokenizerClosed, TokenizerFailed
 from oss_responses.storage import Database
 from oss_responses.vocab import load_encoding
 from oss_responses.workers.context import WorkerContext
@@ -307,3 +307,42 @@ def test_tokenize_after_close_starts_no_child() -> None:
     with pytest.raises(TokenizerFailed, match="closed"):
         tokenizer.tokenize_blocking([_user("hello " * 500)], for_completion=True)
     assert tokenizer._executor is None
+
+
+def test_close_child_frees_caller_waiting_on_stopped_child_at_once() -> None:
+    """A stopping worker closes the child first (every run is handed off: what it tokenises is not used): a
+    caller waiting on a stopped child is freed at once, with TokenizerClosed, not after close's grace."""
+    encoding = load_encoding(TIKTOKEN_DIR)
+    tokenizer = PromptTokenizer(encoding, TIKTOKEN_DIR, process_above_chars=100)
+    try:
+        tokenizer.tokenize_blocking([_user("warm " * 500)], for_completion=True)
+        stopped = _child_pid(tokenizer)
+        os.kill(stopped, signal.SIGSTOP)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(tokenizer.tokenize_blocking, [_user("hello " * 500)], for_completion=True)
+            time.sleep(0.5)  # its prompt sent to the stopped child
+            started = time.monotonic()
+            tokenizer.close_child()
+            with pytest.raises(TokenizerClosed):
+                waiting.result(timeout=10)
+            assert time.monotonic() - started < 2.0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stopped, signal.SIGCONT)
+        tokenizer.close()
+
+
+def test_tokenize_after_close_child_tokenizes_cheap_prompt_in_thread() -> None:
+    """The engine loop still renders (a stopping worker's runs hand off once their prompt is in): a cheap
+    prompt is tokenised as before, only a costly one is refused."""
+    encoding = load_encoding(TIKTOKEN_DIR)
+    tokenizer = PromptTokenizer(encoding, TIKTOKEN_DIR, process_above_chars=100)
+    try:
+        tokenizer.close_child()
+        cheap = [_user("hello")]
+        assert asyncio.run(tokenizer.tokenize(cheap, for_completion=True)) == tokenize_messages(cheap, True, encoding)
+        with pytest.raises(TokenizerClosed):
+            asyncio.run(tokenizer.tokenize([_user("hello " * 500)], for_completion=True))
+        assert tokenizer._executor is None
+    finally:
+        tokenizer.close()

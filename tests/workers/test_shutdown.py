@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import redis as redis_lib
 from support.streams import wait_for_event
-from support.workers import accept, worker_settings
+from support.tool_turns import CALC, tool_settings
+from support.workers import accept, accept_with_secrets, worker_settings
 
 from oss_responses import prompt_tokenizer, redis_keys
 from oss_responses.config import Settings
@@ -30,9 +31,9 @@ from oss_responses.workers.run_state import Outcome
 from oss_responses.workers.testing import run_response_now
 
 
-def _run_as_task(ctx: WorkerContext, response_id: str) -> Outcome:
+def _run_as_task(ctx: WorkerContext, response_id: str, secrets: dict[str, Any] | None = None) -> Outcome:
     with ctx.task():  # as the Celery task body does
-        return run_response_now(response_id, worker=ctx)
+        return run_response_now(response_id, worker=ctx, secrets=secrets)
 
 
 def test_stop_worker_waits_for_running_task_to_hand_off(
@@ -138,6 +139,81 @@ def test_stop_worker_hands_back_queued_response_waiting_on_stopped_tokenizer_chi
     assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
     assert not redis.exists(redis_keys.lease(response_id))
     assert not redis.exists(redis_keys.takeovers(response_id))
+    assert dispatched == [response_id]
+    db.dispose()
+
+
+def _stopped_child(ctx: WorkerContext) -> int:
+    """The worker's tokenizer child (started if need be) with SIGSTOP: a hung child."""
+    if ctx.tokenizer._executor is None:
+        ctx.tokenizer.tokenize_blocking([{"role": "user", "content": [{"type": "text", "text": LONG_INPUT}]}],
+                                        for_completion=True)
+    assert ctx.tokenizer._executor is not None
+    (child,) = ctx.tokenizer._executor._processes  # type: ignore[union-attr]
+    os.kill(child, signal.SIGSTOP)
+    return child
+
+
+def _stop_timed(ctx: WorkerContext, child: int, tasks_timeout: float) -> float:
+    """The worker's stop, in seconds; the child let go after, whatever happened."""
+    started = time.monotonic()
+    try:
+        ctx.stop(tasks_timeout=tasks_timeout)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGCONT)
+    return time.monotonic() - started
+
+
+def test_stop_worker_with_stopped_tokenizer_child_ends_without_waiting_for_it(
+    database_url: str, redis_url: str, redis: redis_lib.Redis
+) -> None:
+    """Every run is handed off at the stop, so a prompt still in the child is not used: the child is killed
+    at once, and the task thread waiting on it hands its response back. The stop waited for the task threads
+    (20 s, here 10) and then for the child (5 s), a deploy's grace period spent on a child it then killed."""
+    settings = worker_settings(database_url, redis_url, render_process_above_chars=100)
+    db = Database(settings.database_url)
+    dispatched: list[str] = []
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
+    child = _stopped_child(ctx)
+    response_id = accept(db, redis, settings, input=LONG_INPUT + " again", background=True)
+    with ThreadPoolExecutor(1) as pool:
+        task = pool.submit(_run_as_task, ctx, response_id)
+        while not redis.exists(redis_keys.lease(response_id)):  # claimed: its prompt goes to the child
+            time.sleep(0.05)
+        time.sleep(0.3)
+        took = _stop_timed(ctx, child, tasks_timeout=10.0)
+        assert task.result(timeout=30) == "handed_off"
+    assert took < 3.0
+    assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
+    assert not redis.exists(redis_keys.lease(response_id))
+    assert dispatched == [response_id]
+    db.dispose()
+
+
+def test_stop_worker_hands_off_mcp_response_whose_prompt_is_on_stopped_tokenizer_child(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, calculator_url: str, misbehaving_url: str
+) -> None:
+    """A request with MCP tools renders its prompt on the engine loop, in_progress, after its listings: the
+    child killed under it at the stop is the stop's doing, not the request's. Its response is handed off
+    uncounted, as a running one is, not failed (the render's TokenizerClosed had failed it)."""
+    settings = tool_settings(database_url, redis_url, calculator_url, misbehaving_url, render_process_above_chars=100)
+    db = Database(settings.database_url)
+    dispatched: list[str] = []
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
+    child = _stopped_child(ctx)
+    response_id, secrets = accept_with_secrets(db, redis, settings, input=LONG_INPUT, tools=[CALC], background=True)
+    with ThreadPoolExecutor(1) as pool:
+        task = pool.submit(_run_as_task, ctx, response_id, secrets)
+        wait_for_event(redis, response_id, "response.mcp_list_tools.completed")
+        time.sleep(0.3)  # its prompt sent to the child
+        took = _stop_timed(ctx, child, tasks_timeout=10.0)
+        assert task.result(timeout=30) == "handed_off"
+    assert took < 3.0
+    assert db.run(get_response, response_id).status == "in_progress"  # type: ignore[union-attr]
+    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
+    assert not redis.exists(redis_keys.takeovers(response_id))
+    assert not redis.exists(redis_keys.lease(response_id))
     assert dispatched == [response_id]
     db.dispose()
 
