@@ -4,6 +4,8 @@
   the response sent to another worker (marked a handoff: no loss, not counted).
 - ``hand_back`` / ``send_back``: the worker began to stop before the response started (or its task
   arrived while it stops): the response goes back to its queue, still queued.
+- ``hand_on_after_stop``: a task thread went on after the engine loop stopped: its response handed back,
+  or (in progress) handed off, not counted.
 - ``pass_on``: the engine died under the response: it goes to another worker as a lost worker's does
   (counted against ``max_takeovers``).
 - ``leave_for_takeover``: Redis lost a write of the response: the run stops and its lease lapses; the
@@ -22,7 +24,8 @@ from redis.exceptions import RedisError
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.writer import EventWriteError
-from oss_responses.storage import transition
+from oss_responses.statuses import TERMINAL_STATUSES
+from oss_responses.storage import get_response, transition
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation
@@ -76,6 +79,24 @@ def hand_back(run: Run) -> Outcome:
     if ctx.dispatch is not None:  # else the stale sweep sends its task again
         ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
     log.info("handed %s back to its queue before it started: this worker is stopping", job.response_id)
+    return "handed_off"
+
+
+def hand_on_after_stop(run: Run) -> Outcome:
+    """The task thread went on after its worker's engine loop had stopped (held past the stop's wait for its
+    task threads: a stopped tokenizer child, a stalled store). A response still queued goes back as it came
+    (``hand_back``); one in progress (taken over, or started here) is sent on marked a handoff, as a stop's
+    are. Its lease was released without the mark (its claim had consumed the one it came with), or left to
+    lapse, and the next worker counted a takeover: a deploy could push the response to ``max_takeovers``."""
+    ctx, job = run.ctx, run.job
+    record = ctx.db.run(get_response, job.response_id)  # as it is now: this run may have started it
+    if record is None or record.status in TERMINAL_STATUSES:  # saved: a stream left open is the reaper's
+        return "skipped"
+    if record.status == "queued":
+        return hand_back(run)
+    log.warning("the engine loop of this stopping worker was gone before it was done with %s: handed off",
+                job.response_id)
+    send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
     return "handed_off"
 
 

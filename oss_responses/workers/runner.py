@@ -6,6 +6,8 @@
     set? cancelled, stream closed, nothing generated
     prompt rendered here if the request lists no MCP tools (kept for the loop, an error included)
     ─ the worker began to stop meanwhile? handed back to the queue, still queued (not counted)
+    ─ the engine loop gone when this thread next needs it (the thread was held past the stop's wait)?
+    handed back, or, in progress, handed off (not counted)
     queued → in_progress (SQL)
     stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
@@ -58,7 +60,15 @@ from oss_responses.workers.claim import Claim, claim, reopen
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation, StopCause
-from oss_responses.workers.handoff import hand_back, hand_off, leave_for_takeover, let_go, pass_on, send_again
+from oss_responses.workers.handoff import (
+    hand_back,
+    hand_off,
+    hand_on_after_stop,
+    leave_for_takeover,
+    let_go,
+    pass_on,
+    send_again,
+)
 from oss_responses.workers.job import Job, JobLoadError, load_job
 from oss_responses.workers.journal import (
     JournaledTranslator,
@@ -146,6 +156,8 @@ def _run_response(ctx: WorkerContext, response_id: str, secrets: dict[str, dict[
         return "leased_elsewhere"
     try:
         return _run_leased(run, taken)
+    except LoopStopped:  # this thread went on after its worker's stop (held past its wait): a stop, not a loss
+        return hand_on_after_stop(run)
     finally:
         let_go(run)
 
@@ -165,6 +177,7 @@ def _list_unclosed(ctx: WorkerContext, response_id: str) -> None:
 def _run_leased(run: Run, taken: Claim) -> Outcome:
     ctx, job = run.ctx, run.job
     try:
+        ctx.loop.call_soon(partial(_hold, run))  # before anything this thread sends the loop next
         if taken.overwritten:
             return _fail_overwritten(run)
         if taken.next_sequence_number is None:
@@ -253,12 +266,11 @@ def _claim(run: Run) -> Claim | None:
     the lease and what the start needs, in one round trip; unregistered again without the lease.
 
     Asked from this thread, not the loop (see workers/claim.py). The lease's keeper starts on the
-    loop, queued before anything this thread sends there next."""
+    loop once the run is under way (``_run_leased``), where a loop gone by then is a stop: started here,
+    its refusal left the lease taken, to lapse, and the next worker counted a takeover."""
     _register(run)
     try:
         taken = claim(run.ctx.sync_redis, run.lease, run.job.response_id)
-        if taken is not None:
-            run.ctx.loop.call_soon(partial(_hold, run))
     except BaseException:
         _unregister(run)
         raise

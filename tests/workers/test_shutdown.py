@@ -143,6 +143,52 @@ def test_stop_worker_hands_back_queued_response_waiting_on_stopped_tokenizer_chi
     db.dispose()
 
 
+def _handed_off_by_a_stop(database_url: str, redis_url: str, redis: redis_lib.Redis, db: Database) -> str:
+    """A response a worker's stop handed off mid-generation: in progress, marked a handoff, its lease free."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=40.0)
+    response_id = accept(db, redis, settings, input="tokens 400", background=True)
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: None)
+    with ThreadPoolExecutor(1) as pool:
+        task = pool.submit(_run_as_task, ctx, response_id)
+        wait_for_event(redis, response_id, "response.output_text.delta")
+        ctx.stop()
+        assert task.result() == "handed_off"
+    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
+    return response_id
+
+
+@pytest.mark.parametrize("gone_before", ["its lease's keeper starts", "its journal is read"])
+def test_run_response_taking_over_after_engine_loop_stopped_is_handed_off_uncounted(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch, gone_before: str
+) -> None:
+    """A takeover's task thread goes on after its worker's engine loop stopped (held past the stop's wait):
+    the response is handed off again, marked, so that the next takeover is not counted. Its claim consumed the
+    handoff mark, the loop's refusal raised (a traceback), its lease was released (or left to lapse), and the
+    next worker counted a takeover: deploys could push a response to ``max_takeovers``, then worker_lost."""
+    db = Database(database_url)
+    response_id = _handed_off_by_a_stop(database_url, redis_url, redis, db)
+    settings = worker_settings(database_url, redis_url)
+    dispatched: list[str] = []
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
+    if gone_before == "its lease's keeper starts":
+        claimed = runner.claim
+        monkeypatch.setattr(runner, "claim", lambda *args: (claimed(*args), ctx.loop.stop())[0])
+    else:
+        read = runner.read_journal
+        monkeypatch.setattr(runner, "read_journal", lambda *args: (ctx.loop.stop(), read(*args))[1])
+    try:
+        assert run_response_now(response_id, worker=ctx) == "handed_off"
+    finally:
+        ctx.stop()
+    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
+    assert not redis.exists(redis_keys.lease(response_id))
+    assert dispatched == [response_id]
+    monkeypatch.undo()
+    assert run_response_now(response_id, settings) == "completed"
+    assert redis.get(redis_keys.takeovers(response_id)) in (None, b"0")
+    db.dispose()
+
+
 def _stopped_child(ctx: WorkerContext) -> int:
     """The worker's tokenizer child (started if need be) with SIGSTOP: a hung child."""
     if ctx.tokenizer._executor is None:
