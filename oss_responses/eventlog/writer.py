@@ -339,6 +339,9 @@ class EventWriter:
         self._fences: dict[str, Fence] = {}  # response id -> the fence its writes are buffered under
         self._server: bytes | None = None  # the run id of the Redis server the writer last connected to
         self._written: set[str] = set()  # fenced responses whose run had a flush land on that server
+        # Runs ended here (unfenced) with writes still buffered or unanswered, which had failed or written on
+        # the server: those writes stay theirs (``_run_failed``) until they settled.
+        self._ended: dict[str, Fence] = {}
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
         self._buffer(response_id, packed_events(response_id, events))
@@ -431,11 +434,18 @@ class EventWriter:
         self._fences[response_id] = fence
         self._failed.pop(response_id, None)
         self._written.discard(response_id)
+        self._ended.pop(response_id, None)
 
     def unfence(self, response_id: str, fence: Fence) -> None:
-        """The run that holds ``fence`` ended (what it buffered keeps its guard)."""
+        """The run that holds ``fence`` ended (what it buffered keeps its guard). What it left buffered or
+        unanswered stays its run's: dropped if a write of that run failed, or if the writer reconnects to
+        another server run before it is sent. A run left for a takeover ends while the writer may still be
+        connecting for the batch buffered behind its lost flush (a slow connect, a failover): that batch
+        landed after the gap, on the same server or on one restored with the run's lease."""
         if self._fences.get(response_id) == fence:
             del self._fences[response_id]
+            if response_id in self._last_batch and (response_id in self._failed or response_id in self._written):
+                self._ended[response_id] = fence
             self._written.discard(response_id)
 
     def _raise_if_failed(self, response_id: str) -> None:
@@ -497,7 +507,7 @@ class EventWriter:
         old server fails instead, and is taken over from what the server holds now; a run fenced since (a
         takeover after the restart) writes on."""
         if self._server is not None and server != self._server:
-            runs = [response_id for response_id in self._written if response_id not in self._failed]
+            runs = [response_id for response_id in (*self._written, *self._ended) if response_id not in self._failed]
             if runs:
                 log.error("Redis restarted or failed over (its run id changed): the %d running responses of this "
                           "worker are left to takeovers from what it holds now", len(runs))
@@ -531,7 +541,9 @@ class EventWriter:
 
     def _run_failed(self, group: _Group) -> bool:
         response_id, fence = group.owner
-        return response_id in self._failed and self._fences.get(response_id) is fence
+        if response_id not in self._failed:
+            return False
+        return self._fences.get(response_id) is fence or (fence is not None and self._ended.get(response_id) is fence)
 
     def _give_up(self, pipe: RedisPipe, last_reply: asyncio.Future[Any]) -> None:
         """A flush's replies did not come within ``REPLY_SECONDS``: its connection is closed, which fails
@@ -581,6 +593,8 @@ class EventWriter:
         for owner in batch.response_ids:
             if self._last_batch.get(owner) is batch:
                 del self._last_batch[owner]
+                if self._ended:  # its ended run's last writes settled
+                    self._ended.pop(owner, None)
             if owner in self._fences:
                 self._written.add(owner)
         # A closed response is forgotten here unless a failure waits for its drain.

@@ -13,6 +13,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_events
 from oss_responses.eventlog import writer as writer_module
 from oss_responses.eventlog.bulk import NAME
+from oss_responses.eventlog.pipe import RedisPipe
 from oss_responses.eventlog.writer import Fence, write_frames
 from oss_responses.workers.journal import read_journal
 
@@ -285,6 +286,79 @@ async def test_writer_writes_nothing_after_a_lost_flush_of_the_same_run(redis_ur
     await writer.aclose()
     await client.aclose()
     await link.stop()
+
+
+async def test_writer_writes_nothing_of_a_failed_run_that_ended_while_it_reconnected(
+    redis_url, redis, make_events, monkeypatch
+) -> None:
+    # The run learnt its flush was lost and ended (``let_go`` unfences it) while the writer was still connecting
+    # for what it had buffered behind that flush (a slow connect: TLS, a failover's address): its fence gone, the
+    # batch was no longer its run's, and landed after the lost flush, a gap (0 there, 1 lost, 2 there).
+    link = await SilentLink(redis.connection_pool.connection_kwargs["port"]).start()
+    gate = asyncio.Event()
+    gate.set()
+
+    class SlowPipe(RedisPipe):
+        @classmethod
+        async def open(cls, client, setup):  # type: ignore[no-untyped-def]
+            await gate.wait()
+            return await super().open(client, setup)
+
+    monkeypatch.setattr(writer_module, "RedisPipe", SlowPipe)
+    client = Redis(port=link.port)
+    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
+    fence = Fence(redis_keys.lease("resp_a"), "w/1")
+    writer.fence("resp_a", fence)
+    redis.set(redis_keys.lease("resp_a"), "w/1")
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    gate.clear()
+    link.silence()
+    writer.append("resp_a", make_events(range(1, 2)))  # written: lost
+    await asyncio.sleep(0.05)
+    writer.append("resp_a", make_events(range(2, 3)))  # buffered behind it, then connecting
+    await asyncio.sleep(0.8)  # the lost flush given up
+    with pytest.raises(EventWriteError):
+        writer.append("resp_a", make_events(range(3, 4)))
+    writer.unfence("resp_a", fence)  # left for a takeover: the run ended
+    gate.set()
+    await asyncio.wait_for(writer.flush(), 5)
+    assert [entry_id for entry_id, _ in redis.xrange(redis_keys.events("resp_a"))] == [b"0-1"]
+    await writer.aclose()
+    await client.aclose()
+    await link.stop()
+
+
+async def test_writer_writes_nothing_of_an_ended_run_on_a_restarted_redis(make_events) -> None:
+    # A run that ended here (unfenced) with writes still buffered, which the writer sent on its next
+    # connection: to a Redis restarted from its snapshot, whose lease still held the run's token. The run
+    # id check failed only the runs fenced then, and the ended run's events landed after the restored tail.
+    server = start_redis()
+    sync, client = redis_lib.Redis(port=server.port), Redis(port=server.port)
+    lease = redis_keys.lease("resp_a")
+    fence = Fence(lease, "w/1")
+    try:
+        writer = EventWriter(client, ttl_seconds=60)
+        sync.set(lease, "w/1")
+        writer.fence("resp_a", fence)
+        writer.append("resp_a", make_events(range(2)))
+        await writer.drain("resp_a")
+        sync.save()
+        snapshot = sync.xrange(redis_keys.events("resp_a"))
+        writer.append("resp_a", make_events(range(2, 4)))  # lost with the crash
+        await writer.drain("resp_a")
+        server.kill()
+        server.restart()
+        await asyncio.sleep(0.1)  # the writer's loop reads the close: its next flush connects anew
+        writer.append("resp_a", make_events(range(4, 5)))
+        writer.unfence("resp_a", fence)  # the run ended before that flush
+        await writer.flush()
+        assert sync.xrange(redis_keys.events("resp_a")) == snapshot  # nothing written after its restored tail
+        await writer.aclose()
+    finally:
+        await client.aclose()
+        sync.close()
+        server.stop()
 
 
 async def test_writer_gives_up_a_connect_that_is_never_answered(make_events) -> None:
