@@ -40,6 +40,8 @@ from collections.abc import Callable, Collection
 from functools import partial
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from oss_responses import redis_keys
 from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
 from oss_responses.eventlog.rewinds import mark_rewound
@@ -107,6 +109,12 @@ PROGRESS_LOST_MESSAGE = (
 OVERWRITTEN_MESSAGE = (
     "event_log_lost: this response's event log in Redis was overwritten (its key holds something other than a "
     "stream: set by hand, by another application or by a bug); it cannot be continued"
+)
+
+JOURNAL_OVERWRITTEN_MESSAGE = (
+    "event_log_lost: this response's journal in Redis was overwritten (its key holds something other than a "
+    "list: set by hand, by another application or by a bug), so its progress cannot be replayed; it cannot be "
+    "continued"
 )
 
 # The database says the response runs, its event log says it ended: the database came back from an earlier
@@ -387,7 +395,12 @@ def _take_over(run: Run, *, counted: bool) -> Outcome:
     key = redis_keys.takeovers(job.response_id)
     count = int(ctx.sync_redis.incr(key) if counted else ctx.sync_redis.get(key) or 0)
     ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
-    steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
+    try:
+        steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
+    except ResponseError as exc:
+        if not wrong_type(exc):
+            raise
+        return _fail_journal_overwritten(run)
     log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
     TAKEOVERS.labels("takeover" if counted else "handoff").inc()
     if job.load_error is not None:
@@ -413,6 +426,18 @@ def _take_over(run: Run, *, counted: bool) -> Outcome:
         run.first_sequence_number = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id)) or 0
         return _execute(run)
     return _execute(run, steps)
+
+
+def _fail_journal_overwritten(run: Run) -> Outcome:
+    """Its journal's key holds something other than a list: what its lost run did cannot be replayed, and the run
+    whose journal write was refused so left it to this takeover. Its stream is whole: it fails after its last
+    event, as a response whose progress Redis lost does (its close deletes the key, as every end deletes the
+    journal). Read as it was, the journal raised WRONGTYPE after the lease was taken: the task raised, let the
+    lease go, and the reaper dispatched it again a second later, for good."""
+    key = redis_keys.journal(run.job.response_id)
+    log.warning("the journal key %s holds something other than a list (overwritten by hand, another application "
+                "or a bug): failing %s", key, run.job.response_id)
+    return _fail_without_replay(run, JOURNAL_OVERWRITTEN_MESSAGE)
 
 
 def _fail_without_replay(run: Run, message: str = PROGRESS_LOST_MESSAGE, code: str = "server_error") -> Outcome:

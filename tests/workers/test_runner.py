@@ -526,6 +526,58 @@ def test_run_response_whose_stream_key_is_overwritten_while_it_runs_fails_alone(
     db.dispose()
 
 
+def assert_failed_journal_overwritten(db: Database, redis: redis_lib.Redis, response_id: str) -> None:
+    """Failed saying its journal was overwritten, after its last event (its stream is whole), closed as any end."""
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.error is not None and (record.error["code"], record.error["message"]) == (
+        "server_error", runner.JOURNAL_OVERWRITTEN_MESSAGE)
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)
+    assert not redis.exists(redis_keys.journal(response_id), redis_keys.lease(response_id))
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, response_id)
+
+
+def test_run_response_takeover_fails_response_whose_journal_key_holds_something_else(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its journal key set to a string (by hand, another application, a bug): the takeover's read of it raised
+    WRONGTYPE after the lease was taken, so the task raised, let the lease go, and the reaper dispatched it
+    again the next second, for good, the response never ending."""
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    assert db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    redis.set(redis_keys.journal(response_id), "not a journal")
+    assert run_response_now(response_id, worker=worker) == "failed"
+    assert_failed_journal_overwritten(db, redis, response_id)
+    assert any(redis_keys.journal(response_id) in record.getMessage() for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info]
+
+
+def test_run_response_whose_journal_key_is_overwritten_while_it_runs_fails_alone(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Overwritten mid-generation: its journal's RPUSH is refused (WRONGTYPE) in flushes it shares with another
+    running response, which goes on; the run leaves it to a takeover, which fails it."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
+    db = Database(settings.database_url)
+    victim, bystander = (accept(db, redis, settings, input="tokens 40", background=True) for _ in range(2))
+    with local_worker(settings) as worker, ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(run_response_now, response_id, worker=worker) for response_id in (victim, bystander)]
+        wait_for_event(redis, victim, "response.output_text.delta")
+        redis.delete(redis_keys.journal(victim))
+        redis.set(redis_keys.journal(victim), "not a journal")
+        assert [run.result(timeout=30) for run in runs] == ["lease_lost", "completed"]
+        assert run_response_now(victim, worker=worker) == "failed"  # the takeover
+    assert_failed_journal_overwritten(db, redis, victim)
+    events = events_of(redis, bystander)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.completed" and is_closed(redis, bystander)
+    assert not [record for record in caplog.records if record.exc_info]
+    db.dispose()
+
+
 @pytest.mark.parametrize("status", ["queued", "in_progress"])
 def test_run_response_fails_saying_so_when_database_is_older_than_its_ended_stream(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, status: str,
