@@ -284,6 +284,22 @@ def test_list_stream_open_when_task_of_ended_response_finds_it_unclosed(
     assert is_closed(redis, response_id) and events_of(redis, response_id) == whole
 
 
+def test_run_response_skips_task_of_ended_response_whose_stream_key_holds_something_else(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A duplicate task of an ended response whose stream key was set to a string since: the check for an
+    unclosed stream (its XREVRANGE) raised WRONGTYPE, a 'raised unexpected' and a traceback at ERROR."""
+    response_id = accept(db, redis, settings, input="tokens 5", background=True)
+    assert run_response_now(response_id, worker=worker) == "completed"
+    redis.set(redis_keys.events(response_id), "not a stream")
+    assert run_response_now(response_id, worker=worker) == "skipped"
+    assert redis.get(redis_keys.events(response_id)) == b"not a stream"
+    assert not redis.sismember(redis_keys.OPEN_STREAMS, response_id)
+    assert any(redis_keys.events(response_id) in record.getMessage() for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info]
+
+
 def test_run_response_stops_at_max_output_tokens_as_incomplete(
     worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
