@@ -30,15 +30,19 @@ CHUNK = 1_000
 
 # ARGV per command: "e", id, frame (an event: XADD key id f frame; the common case, packed short),
 # "g", token (a guard: the key, a lease, must hold the token, else the commands after it up to the
-# next guard are skipped, and only the guard is reported failed), or name, number of args, args... .
+# next guard are skipped, and only the guard is reported failed: LEASE_LOST, or the GET's own error where
+# the key holds another type, a pcall, so that the other responses of the call go on), or name, number of
+# args, args... .
 # Returns {index, error, ...} of the commands that failed.
 SCRIPT = """
 local failed, pos, skip = {}, 1, false
 for i = 1, #KEYS do
   local r
   if ARGV[pos] == 'g' then
-    skip = redis.call('GET', KEYS[i]) ~= ARGV[pos + 1]
-    if skip then r = {err = 'LEASE_LOST this worker no longer holds the lease of its response'} end
+    local held = redis.pcall('GET', KEYS[i])
+    skip = held ~= ARGV[pos + 1]
+    if skip and type(held) == 'table' then r = held  -- the key holds another type: WRONGTYPE
+    elseif skip then r = {err = 'LEASE_LOST this worker no longer holds the lease of its response'} end
     pos = pos + 2
   elseif skip then
     if ARGV[pos] == 'e' then pos = pos + 3 else pos = pos + 2 + tonumber(ARGV[pos + 1]) end

@@ -462,3 +462,30 @@ async def test_failed_write_of_an_ended_run_does_not_fail_the_next_run(aredis, r
     await writer.drain("resp_a")
     assert [i for i, _ in redis.xrange(redis_keys.events("resp_a"))] == [b"0-1", b"0-2"]
     await writer.aclose()
+
+
+async def test_lease_key_holding_another_type_fails_its_response_alone(aredis, redis, make_events, caplog) -> None:
+    """A lease key replaced by a list (by hand, another application, a bug): the guard's GET raised WRONGTYPE,
+    which failed the whole script call, every response of the flush with it (up to 1,000 commands), and the
+    writer's connection was given up, failing the flushes after it too."""
+    for response_id in ("resp_a", "resp_b"):
+        redis.set(redis_keys.lease(response_id), f"w1/{response_id}")
+    writer = EventWriter(aredis, ttl_seconds=60, early_flush_seconds=60)
+    for response_id in ("resp_a", "resp_b"):
+        writer.fence(response_id, Fence(redis_keys.lease(response_id), f"w1/{response_id}"))
+    redis.delete(redis_keys.lease("resp_a"))
+    redis.rpush(redis_keys.lease("resp_a"), "not a lease")
+    for response_id in ("resp_a", "resp_b"):  # one flush
+        writer.append_journal(response_id, ["feed", [1]])
+        writer.append(response_id, make_events(range(0, 2)))
+    await writer.flush()
+    with pytest.raises(EventWriteError, match="WRONGTYPE"):
+        await writer.drain("resp_a")
+    await writer.drain("resp_b")
+    assert not redis.exists(redis_keys.events("resp_a"), redis_keys.journal("resp_a"))
+    assert redis.xlen(redis_keys.events("resp_b")) == 2 and redis.llen(redis_keys.journal("resp_b")) == 1
+    writer.append("resp_b", make_events(range(2, 3)))  # the next flush goes on
+    await writer.drain("resp_b")
+    assert redis.xlen(redis_keys.events("resp_b")) == 3
+    assert not [record for record in caplog.records if record.exc_info]
+    await writer.aclose()
