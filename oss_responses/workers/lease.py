@@ -25,12 +25,15 @@ from oss_responses import redis_keys
 
 log = logging.getLogger(__name__)
 
+# A lease key that holds another type (set by hand, another application, a bug) is no run's lease: its GET is
+# pcall'd, so that it answers 0 (lost: the run stops at once) rather than WRONGTYPE (a traceback each third of
+# the lease while the run went on, its writes refused; its release another traceback).
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
 _RENEW = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
 

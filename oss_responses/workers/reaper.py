@@ -106,6 +106,10 @@ def resume_wait_seconds(lease_seconds: float) -> int:
     """How long a dispatched takeover may wait for a worker before it is dispatched again."""
     return max(60, int(lease_seconds * 4))
 WORKER_LOST_MESSAGE = "worker_lost: the worker running this response stopped before it finished"
+LEASE_OVERWRITTEN_MESSAGE = (
+    "worker_lost: this response's lease in Redis was overwritten (its key holds something other than a lease: set "
+    "by hand, by another application or by a bug), so no worker can run it; it cannot be continued"
+)
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -305,8 +309,9 @@ class Reaper:
 
     def _dispatch_takeover(self, response_id: str) -> bool:
         assert self.dispatch is not None
-        if self.redis.exists(redis_keys.lease(response_id)):
-            return False
+        lease_type = self.redis.type(redis_keys.lease(response_id))
+        if lease_type not in (b"none", "none"):
+            return lease_type in (b"string", "string") or self._fail_overwritten_lease(response_id)
         resume = redis_keys.resume(response_id)
         marked = self.redis.eval(_MARK_DISPATCH, 1, resume, self.resume_seconds, HANDOFF, self.ttl_seconds)
         if not marked:
@@ -322,6 +327,23 @@ class Reaper:
             log.warning("%s lost its worker: dispatching its takeover", response_id)
         self.dispatch(response_id, record.model, None)
         REAPER_ACTIONS.labels("takeover_dispatched").inc()
+        return True
+
+    def _fail_overwritten_lease(self, response_id: str) -> bool:
+        """Its lease key holds something other than a lease (a string): set by hand, by another application or by
+        a bug. No worker can take it (``SET NX`` finds the key) and it never expires: the response stayed
+        in_progress for good, its waiting client with it. No run can write it either (the writer's guard is
+        refused), nor so save its end, but for one saving it now, which the save's compare-and-set settles: it
+        fails, the key left as it is."""
+        record = self.db.run(get_response, response_id)
+        if record is None or record.status != "in_progress":
+            return False
+        log.warning("the lease key %s holds something other than a lease (overwritten by hand, another application "
+                    "or a bug): failing %s", redis_keys.lease(response_id), response_id)
+        response = failed_response(record, LEASE_OVERWRITTEN_MESSAGE)
+        if not end_failed(self.db, self.redis, self.webhooks, record, response, self.ttl_seconds):
+            return False
+        REAPER_ACTIONS.labels("failed").inc()
         return True
 
     def _fail(self, response_id: str) -> bool:

@@ -104,3 +104,21 @@ def test_released_lease_never_reports_lost(redis_url: str, redis: redis_lib.Redi
         return len(released_ours.intersection(lost))
 
     assert uvloop.run(body()) == 0
+
+
+def test_lease_whose_key_holds_something_else_is_lost_without_error(redis_url: str, redis: redis_lib.Redis) -> None:
+    """Its key replaced by a list (by hand, another application, a bug): renewing it raised WRONGTYPE, a warning
+    with a traceback each third of the lease, never reported lost; releasing it raised too."""
+    async def body(client):  # type: ignore[no-untyped-def]
+        lease = Lease(client, "r1", "w1", 0.3)
+        await lease.acquire()
+        lost = asyncio.Event()
+        lease.on_lost = lost.set
+        lease.keep_alive()
+        redis.delete(lease.key)
+        redis.rpush(lease.key, "not a lease")
+        await asyncio.wait_for(lost.wait(), 2)
+        return lease.lost, await lease.renew(), await lease.release(), lease.release_from_thread(redis)
+
+    assert run_with_client(redis_url, body) == (True, False, False, False)
+    assert redis.lrange(redis_keys.lease("r1"), 0, -1) == [b"not a lease"]  # left as it is

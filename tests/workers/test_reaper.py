@@ -318,3 +318,23 @@ def test_reaper_leaves_fresh_queued_response_when_its_clock_runs_ahead(
 
     assert dispatching_reaper(db, redis, sent).reap_once() == []
     assert sent == [] and db.run(get_response, fresh) is not None
+
+
+def test_reaper_fails_lost_response_whose_lease_key_holds_something_else(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its lease key replaced by a list (by hand, another application, a bug), with no TTL: no worker could take
+    it (SET NX finds the key), the reaper dispatched nothing (the key exists), and it stayed in_progress for good."""
+    response_id = in_progress(db, redis, settings)
+    redis.rpush(redis_keys.lease(response_id), "not a lease")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap_once() == [response_id] and sent == []
+    record = db.run(get_response, response_id)
+    assert record is not None and record.status == "failed"
+    assert record.error is not None and record.error["message"] == reaper_module.LEASE_OVERWRITTEN_MESSAGE
+    events = events_of(redis, response_id)
+    assert_contiguous(events)
+    assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)
+    assert redis.type(redis_keys.lease(response_id)) == b"list"  # left as it is
+    assert any(redis_keys.lease(response_id) in record.getMessage() for record in caplog.records)
+    assert dispatching_reaper(db, redis, sent).reap_once() == [] and sent == []
