@@ -310,8 +310,10 @@ class Reaper:
     def _dispatch_takeover(self, response_id: str) -> bool:
         assert self.dispatch is not None
         lease_type = self.redis.type(redis_keys.lease(response_id))
+        if lease_type in (b"string", "string"):  # leased again since the survey: nothing to do
+            return False
         if lease_type not in (b"none", "none"):
-            return lease_type in (b"string", "string") or self._fail_overwritten_lease(response_id)
+            return self._fail_overwritten_lease(response_id)
         resume = redis_keys.resume(response_id)
         marked = self.redis.eval(_MARK_DISPATCH, 1, resume, self.resume_seconds, HANDOFF, self.ttl_seconds)
         if not marked:

@@ -134,6 +134,15 @@ def test_reaper_dispatches_no_takeover_of_leased_response(
     assert dispatching_reaper(db, redis, sent).reap_once() == [] and sent == []
 
 
+def test_reap_response_leased_again_since_the_survey_dispatches_nothing(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    response_id = in_progress(db, redis, settings)
+    redis.set(redis_keys.lease(response_id), "its-takeover", px=5000)  # taken between the survey and the reap
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap(response_id) is False and sent == []
+
+
 def test_reaper_sends_task_of_stale_queued_response_again_once(
     db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
