@@ -24,6 +24,7 @@ import jsonschema
 import pytest
 from support.client_stack import Service, running_service
 from support.codex_cli import WEBSOCKET_FAILURES, codex_exec, missing_codex, write_codex_home
+from support.servers import start_redis
 
 if (reason := missing_codex()) is not None:
     pytest.skip(f"Codex CLI cannot run: {reason}", allow_module_level=True)
@@ -117,12 +118,16 @@ SMALL_CONTEXT = 9000  # tokens; Codex's first request alone is ~7,700
 
 
 @pytest.fixture(scope="module")
-def small_context_service(
-    redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Service]:
-    with running_service(redis_url, sqlite_template, tmp_path_factory.mktemp("small-context"),
-                         scripted_context_tokens=SMALL_CONTEXT) as running:
-        yield running
+def small_context_service(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    # A Redis of its own: on the module's, the other service's worker would take this one's tasks from the
+    # shared model queue, and find no such response in its own database.
+    redis = start_redis()
+    try:
+        with running_service(redis.url, sqlite_template, tmp_path_factory.mktemp("small-context"),
+                             scripted_context_tokens=SMALL_CONTEXT) as running:
+            yield running
+    finally:
+        redis.stop()
 
 
 @pytest.mark.parametrize("transport", ["http", "websocket"])

@@ -431,8 +431,10 @@ async def test_open_client_stream_is_never_quiet_longer_than_the_heartbeat_inter
             after_batch.append(time.monotonic() - sent)
             assert await anext(chunks) == b""
             between.append(time.monotonic() - sent - after_batch[-1])
-        assert max(after_batch) < interval * 1.25, after_batch
-        assert all(interval * 0.8 < gap < interval * 1.25 for gap in between), between
+        # The timer ticks four times an interval, so a gap may run a tick (0.25 interval) over; the bound
+        # leaves a loaded CI machine as much again, below the two intervals the old timer left.
+        assert max(after_batch) < interval * 1.5, after_batch
+        assert all(interval * 0.8 < gap < interval * 1.5 for gap in between), between
     finally:
         await hub.stop()
 
