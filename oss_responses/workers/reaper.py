@@ -85,9 +85,14 @@ HANDOFF = "handoff"  # the value of resume(id) while a handed-off response waits
 # KEYS: resume. ARGV: the wait (s) before a dispatch is repeated, the handoff mark, its TTL (s).
 # 1: dispatch now (there was no mark: marked "reaper" for the wait). 2: dispatch a handoff again (its
 # mark is older than the wait: its TTL renewed, so that the next repeat is a wait later). 0: a
-# dispatch is waiting already.
+# dispatch is waiting already. 3: dispatch now, the key held another type (overwritten: by hand, another
+# application, a bug) and is replaced by the mark; its GET raised WRONGTYPE, which stopped the whole pass.
 _MARK_DISPATCH = """
-local mark = redis.call('GET', KEYS[1])
+local mark = redis.pcall('GET', KEYS[1])
+if type(mark) == 'table' and mark.err then
+  redis.call('SET', KEYS[1], 'reaper', 'EX', ARGV[1])
+  return 3
+end
 if not mark then
   redis.call('SET', KEYS[1], 'reaper', 'EX', ARGV[1])
   return 1
@@ -300,8 +305,15 @@ class Reaper:
 
     def _send_again(self, response_id: str, model: str) -> bool:
         assert self.dispatch is not None
-        if not self.redis.set(redis_keys.resume(response_id), "sweeper", nx=True, ex=self.stale_queued_seconds):
-            return False  # another worker's sweep sent it this period
+        resume = redis_keys.resume(response_id)
+        if not self.redis.set(resume, "sweeper", nx=True, ex=self.stale_queued_seconds):
+            if self.redis.type(resume) in (b"string", "string", b"none", "none"):
+                return False  # another worker's sweep sent it this period (or its mark just expired)
+            # Overwritten with another type (by hand, another application, a bug): it has no TTL, and SET NX
+            # found it each period, so the response's lost task was never sent again. Replaced by the mark.
+            log.warning("the resume mark key %s held something other than a mark (overwritten by hand, another "
+                        "application or a bug): replaced", resume)
+            self.redis.set(resume, "sweeper", ex=self.stale_queued_seconds)
         log.warning("%s is still queued after %ds: sending its task again", response_id, self.stale_queued_seconds)
         self.dispatch(response_id, model, None)
         REAPER_ACTIONS.labels("requeued_stale").inc()
@@ -325,6 +337,10 @@ class Reaper:
         if marked == 2:
             log.warning("%s was handed off %ds ago and no worker took it: dispatching it again",
                         response_id, self.resume_seconds)
+        elif marked == 3:
+            log.warning("the resume mark key %s held something other than a mark (overwritten by hand, another "
+                        "application or a bug): replaced; %s lost its worker: dispatching its takeover",
+                        resume, response_id)
         else:
             log.warning("%s lost its worker: dispatching its takeover", response_id)
         self.dispatch(response_id, record.model, None)

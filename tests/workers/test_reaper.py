@@ -347,3 +347,36 @@ def test_reaper_fails_lost_response_whose_lease_key_holds_something_else(
     assert redis.type(redis_keys.lease(response_id)) == b"list"  # left as it is
     assert any(redis_keys.lease(response_id) in record.getMessage() for record in caplog.records)
     assert dispatching_reaper(db, redis, sent).reap_once() == [] and sent == []
+
+
+def test_reaper_dispatches_takeover_of_lost_response_whose_resume_mark_holds_something_else(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its resume mark replaced by a list (by hand, another application, a bug): the mark's GET raised WRONGTYPE,
+    which stopped every pass there, every second, so no lost response, unclosed stream or housekeeping behind it
+    was handled. The mark means only that a dispatch waits: it is replaced, the takeover dispatched."""
+    overwritten = in_progress(db, redis, settings)
+    other = in_progress(db, redis, settings)
+    redis.rpush(redis_keys.resume(overwritten), "not a mark")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
+        assert sorted(dispatching_reaper(db, redis, sent).reap_once()) == sorted([overwritten, other])
+    assert sorted(sent) == sorted([(overwritten, "gpt-oss-20b"), (other, "gpt-oss-20b")])
+    assert redis.get(redis_keys.resume(overwritten)) == b"reaper"
+    assert any(redis_keys.resume(overwritten) in r.getMessage() and r.exc_info is None for r in caplog.records)
+    assert dispatching_reaper(db, redis, sent).reap_once() == [] and len(sent) == 2  # its takeover waits now
+
+
+def test_reaper_sends_task_of_stale_queued_response_again_whose_resume_mark_holds_something_else(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A list there has no TTL and SET NX found it every period: the response's lost task was never sent again."""
+    stale = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+    redis.rpush(redis_keys.resume(stale), "not a mark")
+    announce_worker(redis, "gpt-oss-20b")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
+        assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
+    assert sent == [(stale, "gpt-oss-20b")] and redis.get(redis_keys.resume(stale)) == b"sweeper"
+    assert any(redis_keys.resume(stale) in r.getMessage() for r in caplog.records)
