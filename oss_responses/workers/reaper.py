@@ -215,9 +215,9 @@ class Reaper:
         try:
             running = self.db.run(list_in_progress_ids)
             lost, open_streams = self._survey(running)
-            handled = [rid for rid in lost if self.reap(rid)]
+            handled = self._each(lost, self.reap)
             unclosed = self.unleased(sorted(open_streams.difference(running)))
-            handled += [rid for rid in unclosed if self.end_stream(rid)]
+            handled += self._each(unclosed, self.end_stream)
             if self._housekeeping_due():
                 if self.dispatch is not None:
                     handled += self.sweep_queued()
@@ -226,6 +226,22 @@ class Reaper:
             return handled
         finally:
             self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
+
+    def _each(self, response_ids: Iterable[str], act: Callable[[str], bool]) -> list[str]:
+        """Those of ``response_ids`` that ``act`` handled. One that raises (a bug, a key of its own holding
+        something unforeseen) is logged and passed over: it stopped the whole pass, every pass, so that every
+        lost response, unclosed stream and housekeeping task behind it waited for good. An outage still ends
+        the pass (every response would meet it: a line per pass, not one per response)."""
+        handled = []
+        for response_id in response_ids:
+            try:
+                if act(response_id):
+                    handled.append(response_id)
+            except Exception as exc:
+                if unreachable(exc):
+                    raise
+                log.exception("reaper could not handle %s: passed over, the pass goes on", response_id)
+        return handled
 
     def _survey(self, running: list[str]) -> tuple[list[str], set[str]]:
         """The running responses whose lease is gone, and the open streams, in one round trip."""
@@ -300,8 +316,9 @@ class Reaper:
         # A model no worker serves keeps its task waiting in the queue: a copy a period would pile up
         # there (counted against the model's queue limit) until a worker came and ran them all.
         served = ready_workers(self.redis) if stale else {}
-        return [response_id for response_id, model in stale
-                if served.get(model) and self._send_again(response_id, model)]
+        models = dict(stale)
+        return self._each([response_id for response_id, model in stale if served.get(model)],
+                          lambda response_id: self._send_again(response_id, models[response_id]))
 
     def _send_again(self, response_id: str, model: str) -> bool:
         assert self.dispatch is not None

@@ -380,3 +380,27 @@ def test_reaper_sends_task_of_stale_queued_response_again_whose_resume_mark_hold
         assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
     assert sent == [(stale, "gpt-oss-20b")] and redis.get(redis_keys.resume(stale)) == b"sweeper"
     assert any(redis_keys.resume(stale) in r.getMessage() for r in caplog.records)
+
+
+def test_reaper_pass_goes_on_past_a_response_it_cannot_handle(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One response whose reap raised (a bug, a key of its own holding something unforeseen) stopped the whole
+    pass, every pass: every other lost response, unclosed stream and housekeeping task behind it waited for good."""
+    broken, other = in_progress(db, redis, settings), in_progress(db, redis, settings)
+    stale = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+    announce_worker(redis, "gpt-oss-20b")
+    reaping = dispatching_reaper(db, redis, sent := [])
+    dispatch_takeover = reaping._dispatch_takeover
+
+    def reap(response_id: str) -> bool:
+        if response_id == broken:
+            raise RuntimeError("unforeseen")
+        return dispatch_takeover(response_id)
+
+    reaping._dispatch_takeover = reap  # type: ignore[method-assign]
+    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
+        assert sorted(reaping.reap_once()) == sorted([other, stale])
+    assert sorted(sent) == sorted([(other, "gpt-oss-20b"), (stale, "gpt-oss-20b")])
+    assert any(broken in r.getMessage() and r.levelname == "ERROR" and r.exc_info for r in caplog.records)
