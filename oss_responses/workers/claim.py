@@ -14,6 +14,7 @@ scripted stack: 13-22 ms p50 from the row's load to the lease, for a script that
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from redis import Redis
@@ -25,18 +26,30 @@ from oss_responses.redis_refusals import wrong_type
 from oss_responses.workers.lease import Lease
 from oss_responses.workers.stream_tail import ended_as, next_from_tail
 
+log = logging.getLogger(__name__)
+
 # KEYS: lease, resume, cancel, events, open streams. ARGV: owner, TTL in ms, response id.
-# Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry}; the
-# last entry is the error's text where the stream's key holds something else (WRONGTYPE; see Claim).
+# Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry, 1 if the
+# resume mark's key held another type}; the last entry is the error's text where the stream's key holds something
+# else (WRONGTYPE; see Claim). A resume mark's key of another type is deleted, as GETDEL deletes a mark, and read as
+# no mark (a takeover is counted, keeping max_takeovers' bound): its GETDEL raised WRONGTYPE after the lease was
+# taken, the task raised and the response stayed where it was (queued: until the stale sweep; running: taken over
+# again and again).
 # The response joins the open streams: from now on, whoever ends it in SQL must also close its stream.
 # A stream not ended loses the TTL its accept gave it (an accept that failed after writing its opening
 # events may not have been able to delete them: they expire): a running stream keeps until its end.
 _CLAIM = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
 redis.call('SADD', KEYS[5], ARGV[3])
-local mark = redis.call('GETDEL', KEYS[2]) or ''
+local mark = redis.pcall('GETDEL', KEYS[2])
+local overwritten_mark = 0
+if type(mark) == 'table' and mark.err then
+  redis.call('DEL', KEYS[2])
+  mark, overwritten_mark = '', 1
+end
+mark = mark or ''
 local tail = redis.pcall('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
-if tail.err then return {mark, redis.call('EXISTS', KEYS[3]), tail.err} end
+if tail.err then return {mark, redis.call('EXISTS', KEYS[3]), tail.err, overwritten_mark} end
 local ended = false
 if #tail > 0 then
   local fields = tail[1][2]
@@ -45,7 +58,7 @@ if #tail > 0 then
   end
   if not ended then redis.call('PERSIST', KEYS[4]) end
 end
-return {mark, redis.call('EXISTS', KEYS[3]), tail}
+return {mark, redis.call('EXISTS', KEYS[3]), tail, overwritten_mark}
 """
 
 
@@ -68,7 +81,10 @@ def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
     reply = redis.eval(_CLAIM, len(keys), *keys, lease.owner, lease.ttl_ms, response_id)
     if reply is None:
         return None
-    mark, cancel, tail = reply
+    mark, cancel, tail, overwritten_mark = reply
+    if overwritten_mark:
+        log.warning("the resume mark key %s held something other than a mark (overwritten by hand, another "
+                    "application or a bug): deleted, read as no mark", keys[1])
     if isinstance(tail, bytes):  # the read of the stream was refused
         if not wrong_type(tail.decode()):
             raise ResponseError(tail.decode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis as redis_lib
 import redis.asyncio as redis_asyncio
 
@@ -88,3 +89,18 @@ def test_claim_response_of_stream_key_holding_something_else_says_so(redis_url: 
         resume_mark=b"", cancel_requested=True, next_sequence_number=0, overwritten=True
     )
     assert redis.get(redis_keys.lease("r1")) == b"w1"
+
+
+def test_claim_response_of_resume_mark_key_holding_something_else_reads_no_mark(
+    redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its GETDEL raised WRONGTYPE after the lease was taken: the task raised, and a queued response stayed queued
+    (its lease held, so not failed as unrun) until the stale sweep, a running one was taken over again and again.
+    Read as no mark, a takeover is counted: max_takeovers still bounds it."""
+    redis.rpush(redis_keys.resume("r1"), "not a mark")
+
+    with caplog.at_level("WARNING", logger="oss_responses.workers.claim"):
+        assert claim_as(redis_url, "w1") == Claim(resume_mark=b"", cancel_requested=False, next_sequence_number=0)
+    assert redis.get(redis_keys.lease("r1")) == b"w1"
+    assert redis.exists(redis_keys.resume("r1")) == 0  # consumed, as a mark is
+    assert any(redis_keys.resume("r1") in r.getMessage() for r in caplog.records)
