@@ -400,9 +400,7 @@ def _take_over(run: Run, *, counted: bool) -> Outcome:
     A response whose workers were lost more than ``max_takeovers`` times is replayed, then failed.
     """
     ctx, job = run.ctx, run.job
-    key = redis_keys.takeovers(job.response_id)
-    count = int(ctx.sync_redis.incr(key) if counted else ctx.sync_redis.get(key) or 0)
-    ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
+    count = _count_takeover(run, counted=counted)
     try:
         steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
     except ResponseError as exc:
@@ -434,6 +432,28 @@ def _take_over(run: Run, *, counted: bool) -> Outcome:
         run.first_sequence_number = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id)) or 0
         return _execute(run)
     return _execute(run, steps)
+
+
+def _count_takeover(run: Run, *, counted: bool) -> int:
+    """The response's takeovers so far, this one included when ``counted`` (a handoff is not). A counter key
+    holding another type or no integer (by hand, another application, a bug) raised here after the lease was
+    taken: the task raised, let the lease go, and the reaper dispatched it again a second later, for good. Its
+    count is unknown: it starts again from this takeover, a WARNING naming the key. The bound holds: every later
+    takeover counts up from there (at most max_takeovers more), where failing the response would end one that
+    can go on."""
+    ctx, response_id = run.ctx, run.job.response_id
+    key = redis_keys.takeovers(response_id)
+    try:
+        count = int(ctx.sync_redis.incr(key) if counted else ctx.sync_redis.get(key) or 0)
+    except (ResponseError, ValueError) as exc:
+        if isinstance(exc, ResponseError) and not (wrong_type(exc) or str(exc).startswith("value is not an integer")):
+            raise
+        count = 1 if counted else 0
+        log.warning("the takeovers key %s held something other than a count (overwritten by hand, another "
+                    "application or a bug): %s's count starts again at %d", key, response_id, count)
+        ctx.sync_redis.set(key, count)
+    ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
+    return count
 
 
 def _fail_journal_overwritten(run: Run) -> Outcome:

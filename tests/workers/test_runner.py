@@ -686,3 +686,29 @@ def test_run_response_with_stream_interval_streams_the_same_response_in_fewer_de
     saved = [db.run(get_response, rid) for rid in (every_token, grouped)]
     assert final_text(saved[0].response) == final_text(saved[1].response)  # type: ignore[union-attr]
     assert saved[0].response["usage"] == saved[1].response["usage"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("value", "resume_mark", "count"), [
+    (["not a count"], None, 1), ("not a count", None, 1), (["not a count"], "handoff", 0), ("1.5", "handoff", 0),
+])
+def test_run_response_takeover_counts_again_from_itself_when_takeovers_key_holds_something_else(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+    caplog: pytest.LogCaptureFixture, value: Any, resume_mark: str | None, count: int,
+) -> None:
+    """Its takeovers counter replaced by a list or a string that is no integer (by hand, another application, a
+    bug): the takeover's INCR (or a handoff's int(GET)) raised after the lease was taken, so the task raised,
+    let the lease go, and the reaper dispatched it again the next second, for good. Its count is unknown: it
+    starts again from this takeover (later takeovers count up from it, so max_takeovers still bounds it)."""
+    response_id = accept(db, redis, settings, input="hello again", background=True)
+    assert db.run(transition, response_id, from_statuses=("queued",), to_status="in_progress")
+    key = redis_keys.takeovers(response_id)
+    if isinstance(value, list):
+        redis.rpush(key, *value)
+    else:
+        redis.set(key, value)
+    if resume_mark:
+        redis.set(redis_keys.resume(response_id), resume_mark)
+    assert run_response_now(response_id, worker=worker) == "completed"
+    assert redis.get(key) == str(count).encode() and redis.ttl(key) > 0
+    assert any(key in record.getMessage() for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info]
