@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # events may not have been able to delete them: they expire): a running stream keeps until its end.
 _CLAIM = """
 if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return nil end
-redis.call('SADD', KEYS[5], ARGV[3])
+redis.pcall('SADD', KEYS[5], ARGV[3])  -- refused where the key holds another type: the reaper replaces it
 local mark = redis.pcall('GETDEL', KEYS[2])
 local overwritten_mark = 0
 if type(mark) == 'table' and mark.err then

@@ -116,6 +116,7 @@ LEASE_OVERWRITTEN_MESSAGE = (
     "by hand, by another application or by a bug), so no worker can run it; it cannot be continued"
 )
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+_DELETE_UNLESS_SET = "if redis.call('TYPE', KEYS[1]).ok ~= 'set' then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 def failed_response(record: ResponseRecord, message: str = WORKER_LOST_MESSAGE, code: str = "server_error") -> Response:
@@ -249,10 +250,26 @@ class Reaper:
             if running:
                 pipe.mget([redis_keys.lease(rid) for rid in running])
             pipe.smembers(redis_keys.OPEN_STREAMS)
-            *leases, members = pipe.execute()
+            *leases, members = pipe.execute(raise_on_error=False)
+        for reply in (*leases, members):
+            if isinstance(reply, Exception) and not (reply is members and wrong_type(reply)):
+                raise reply
+        if isinstance(members, Exception):
+            members = self._replace_open_streams()
         holders = leases[0] if leases else []
         lost = [rid for rid, holder in zip(running, holders, strict=True) if holder is None]
         return lost, {member.decode() for member in members}
+
+    def _replace_open_streams(self) -> set[bytes]:
+        """The open streams' key holds another type (overwritten by hand, another application or a bug): every
+        claim's SADD, every end's SREM (in the writer's flush: the response left to a takeover) and every pass's
+        SMEMBERS were refused, for every response. What it listed is lost with it (a stream among them whose end
+        was lost waits for its TTL); it is deleted, so that claims and ends list and unlist streams again."""
+        log.warning("the open streams key %s held something other than a set (overwritten by hand, another "
+                    "application or a bug): deleted; streams it listed whose end was lost wait for their TTL",
+                    redis_keys.OPEN_STREAMS)
+        self.redis.eval(_DELETE_UNLESS_SET, 1, redis_keys.OPEN_STREAMS)
+        return set()
 
     def unleased(self, response_ids: list[str]) -> list[str]:
         """Those of ``response_ids`` whose lease is gone, in one round trip (``reap`` checks again)."""

@@ -104,3 +104,14 @@ def test_claim_response_of_resume_mark_key_holding_something_else_reads_no_mark(
     assert redis.get(redis_keys.lease("r1")) == b"w1"
     assert redis.exists(redis_keys.resume("r1")) == 0  # consumed, as a mark is
     assert any(redis_keys.resume("r1") in r.getMessage() for r in caplog.records)
+
+
+def test_claim_response_while_open_streams_key_holds_something_else_takes_it(
+    redis_url: str, redis: redis_lib.Redis
+) -> None:
+    """Its SADD raised WRONGTYPE after the lease was taken: every claim of every response raised, none started
+    (the reaper's next pass replaces the key)."""
+    redis.set(redis_keys.OPEN_STREAMS, "not a set")
+
+    assert claim_as(redis_url, "w1") == Claim(resume_mark=b"", cancel_requested=False, next_sequence_number=0)
+    assert redis.get(redis_keys.lease("r1")) == b"w1"

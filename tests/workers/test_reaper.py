@@ -404,3 +404,19 @@ def test_reaper_pass_goes_on_past_a_response_it_cannot_handle(
         assert sorted(reaping.reap_once()) == sorted([other, stale])
     assert sorted(sent) == sorted([(other, "gpt-oss-20b"), (stale, "gpt-oss-20b")])
     assert any(broken in r.getMessage() and r.levelname == "ERROR" and r.exc_info for r in caplog.records)
+
+
+def test_reaper_replaces_open_streams_key_holding_something_else(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The open streams' key set to a string (by hand, another application, a bug): every pass's SMEMBERS raised
+    WRONGTYPE, so no lost response was dispatched, for anyone, and every claim's SADD and every end's SREM was
+    refused. What it listed is lost with it: it is deleted, and the pass goes on."""
+    lost = in_progress(db, redis, settings)
+    redis.delete(redis_keys.OPEN_STREAMS)
+    redis.set(redis_keys.OPEN_STREAMS, "not a set")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
+        assert dispatching_reaper(db, redis, sent).reap_once() == [lost]
+    assert sent == [(lost, "gpt-oss-20b")] and not redis.exists(redis_keys.OPEN_STREAMS)
+    assert any(redis_keys.OPEN_STREAMS in r.getMessage() and r.exc_info is None for r in caplog.records)
