@@ -115,7 +115,18 @@ LEASE_OVERWRITTEN_MESSAGE = (
     "worker_lost: this response's lease in Redis was overwritten (its key holds something other than a lease: set "
     "by hand, by another application or by a bug), so no worker can run it; it cannot be continued"
 )
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+_RELEASE = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+# KEYS: the lock. ARGV: owner, PX. 1: taken. 0: held by another. 2: taken, replacing a key with no expiry, which
+# no holder sets (a list, or a string set by hand, another application or a bug): SET NX found it every pass,
+# and no reaper ran again, anywhere, silently (no lost response dispatched, no stream ended, no housekeeping).
+_TAKE_LOCK = """
+if redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 2
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+"""
 _DELETE_UNLESS_SET = "if redis.call('TYPE', KEYS[1]).ok ~= 'set' then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -211,8 +222,12 @@ class Reaper:
     def reap_once(self) -> list[str]:
         """One pass (if this worker wins the lock); the ids it failed."""
         lock_ms = max(1000, int(self.interval * 1000))
-        if not self.redis.set(REAPER_LOCK, self.owner, nx=True, px=lock_ms):
+        taken = self.redis.eval(_TAKE_LOCK, 1, REAPER_LOCK, self.owner, lock_ms)
+        if not taken:
             return []
+        if taken == 2:
+            log.warning("the reaper's lock key %s held something other than a lock (no expiry: overwritten by hand, "
+                        "another application or a bug), which stopped every reaper for good: replaced", REAPER_LOCK)
         try:
             running = self.db.run(list_in_progress_ids)
             lost, open_streams = self._survey(running)

@@ -420,3 +420,21 @@ def test_reaper_replaces_open_streams_key_holding_something_else(
         assert dispatching_reaper(db, redis, sent).reap_once() == [lost]
     assert sent == [(lost, "gpt-oss-20b")] and not redis.exists(redis_keys.OPEN_STREAMS)
     assert any(redis_keys.OPEN_STREAMS in r.getMessage() and r.exc_info is None for r in caplog.records)
+
+
+@pytest.mark.parametrize("overwrite", ["list", "string"])
+def test_reaper_takes_its_lock_key_overwritten_without_expiry(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture, overwrite: str
+) -> None:
+    """The lock's key replaced by a list, or a string with no expiry (by hand, another application, a bug): SET NX
+    found it every pass, and no reaper ran again anywhere, silently: lost responses stayed in_progress for good."""
+    lost = in_progress(db, redis, settings)
+    if overwrite == "list":
+        redis.rpush(REAPER_LOCK, "not a lock")
+    else:
+        redis.set(REAPER_LOCK, "not a lock")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
+        assert dispatching_reaper(db, redis, sent).reap_once() == [lost]
+    assert sent == [(lost, "gpt-oss-20b")] and not redis.exists(REAPER_LOCK)  # released after the pass
+    assert any(REAPER_LOCK in r.getMessage() and r.exc_info is None for r in caplog.records)
