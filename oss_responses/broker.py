@@ -43,7 +43,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from redis.exceptions import ResponseError
 
-from oss_responses.redis_refusals import refuses_writes
+from oss_responses.redis_refusals import refuses_writes, wrong_type
 from oss_responses.statuses import RUN_RESPONSE_TASK
 
 if TYPE_CHECKING:
@@ -151,7 +151,10 @@ class Channel(kombu_redis.Channel):
         try:
             taken: bool = super()._brpop_read(**options)  # type: ignore[no-untyped-call]
         except ResponseError as exc:
-            if not refuses_writes(exc):
+            # A queue key holding another type (WRONGTYPE: set by hand, another application, a bug) fails every
+            # BRPOP of this worker's queues as a refusal does: escaped, it stopped the worker ("Unrecoverable
+            # error"), and every worker on that queue with it. Asked again, as for a refusal, until it is deleted.
+            if not (refuses_writes(exc) or wrong_type(exc)):
                 raise
             self._refuse_pops(exc)
             raise Empty() from None
@@ -161,6 +164,9 @@ class Channel(kombu_redis.Channel):
         self._pops_answered()
         return taken
 
+    def _queue_names(self) -> list[str]:
+        return sorted(str(queue) for queue in getattr(self, "_active_queues", []))
+
     def _pops_answered(self) -> None:
         if self._pop_refused:
             self._pop_refused = False
@@ -169,8 +175,15 @@ class Channel(kombu_redis.Channel):
     def _refuse_pops(self, exc: ResponseError) -> None:
         if not self._pop_refused:
             self._pop_refused = True
-            log.warning("the broker refuses to hand out tasks (%s): asking again every %.0f s until it writes "
-                        "again", exc, REFUSED_POP_PAUSE_SECONDS)
+            if wrong_type(exc):
+                log.warning("a queue key of this worker holds something other than a list (%s; overwritten by hand, "
+                            "another application or a bug): no task is taken from its queues (%s) until the key is "
+                            "deleted (the tasks it held are lost; the reaper sends still-queued responses' tasks "
+                            "again); asking again every %.0f s", exc, ", ".join(self._queue_names()),
+                            REFUSED_POP_PAUSE_SECONDS)
+            else:
+                log.warning("the broker refuses to hand out tasks (%s): asking again every %.0f s until it writes "
+                            "again", exc, REFUSED_POP_PAUSE_SECONDS)
         self._pop_paused_until = time.monotonic() + REFUSED_POP_PAUSE_SECONDS
 
     def _create_client(self, asynchronous: bool = False) -> Any:

@@ -147,3 +147,22 @@ def test_get_on_redis_refusing_writes_waits_and_takes_task_once_it_writes(
         assert message.payload == {"n": 1}
         message.ack()
         queue.close()
+
+
+def test_get_from_queue_whose_key_holds_something_else_waits_and_takes_tasks_once_it_is_deleted(
+    redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A queue key SET to a string (by hand, another application, a bug): the BRPOP's WRONGTYPE escaped the
+    # consumer and stopped the worker ("Unrecoverable error: ResponseError"), every worker on that queue.
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        queue = connection.SimpleQueue("responses.overwritten")
+        redis.set("responses.overwritten", "not a queue")
+        with pytest.raises(queue.Empty):
+            queue.get(timeout=1)
+        assert "holds something other than a list" in caplog.text and "responses.overwritten" in caplog.text
+        redis.delete("responses.overwritten")
+        queue.put({"n": 1})
+        message = queue.get(timeout=5)
+        assert message.payload == {"n": 1}
+        message.ack()
+        queue.close()

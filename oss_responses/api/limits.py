@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from oss_responses.api.services import Services
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest, ServiceUnavailable, TooManyRequests
+from oss_responses.redis_refusals import wrong_type
 from oss_responses.requests import CreateResponseRequest
 
 log = logging.getLogger(__name__)
@@ -73,9 +74,12 @@ async def check_queue_depth(services: Services, model: str) -> None:
         waiting = await services.tasks.waiting(services.settings.queue_for(model))
     except (RedisError, OSError) as exc:
         log.warning("could not read the depth of %s's queue (%s: %s)", model, type(exc).__name__, exc)
+        # A queue key holding another type (by hand, another application, a bug) is no outage: say which.
+        why = ("its queue key in Redis holds something other than a list" if wrong_type(exc)
+               else "its Redis is unreachable")
         raise ServiceUnavailable(
-            "The service cannot queue responses right now (its Redis is unreachable); nothing was stored. "
-            "Retry shortly.", code="queue_unavailable",
+            f"The service cannot queue responses right now ({why}); nothing was stored. Retry shortly.",
+            code="queue_unavailable",
         ) from exc
     if waiting >= limit:
         retry_after = services.settings.queue_full_retry_after_seconds

@@ -123,6 +123,19 @@ def test_create_response_full_queue_is_429_with_retry_after(
     _nothing_stored(api, redis, waiting=QUEUE_LIMIT)
 
 
+def test_create_response_to_queue_whose_key_holds_something_else_is_503_saying_so(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
+) -> None:
+    redis.set(api.settings.queue_for(MODEL), "not a queue")  # by hand, another application, a bug
+    error = _error(http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}), 503)
+    assert error["code"] == "queue_unavailable" and "holds something other than a list" in error["message"]
+    with api.db.session() as session:
+        from sqlalchemy import func, select
+
+        from oss_responses.storage.models import ResponseRow
+        assert session.scalar(select(func.count()).select_from(ResponseRow)) == 0
+
+
 def test_create_response_filling_queue_to_its_limit_is_accepted(
     http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
 ) -> None:
