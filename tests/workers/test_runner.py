@@ -520,28 +520,6 @@ def test_run_response_fails_response_whose_stream_key_holds_something_else(
     assert not [record for record in caplog.records if record.exc_info]
 
 
-def test_run_response_whose_stream_key_is_overwritten_while_it_runs_fails_alone(
-    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Overwritten mid-generation: its writes are refused (WRONGTYPE) in flushes it shares with another running
-    response, which goes on; the run leaves it to a takeover, which fails it."""
-    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
-    db = Database(settings.database_url)
-    victim, bystander = (accept(db, redis, settings, input="tokens 40", background=True) for _ in range(2))
-    with local_worker(settings) as worker, ThreadPoolExecutor(2) as pool:
-        runs = [pool.submit(run_response_now, response_id, worker=worker) for response_id in (victim, bystander)]
-        wait_for_event(redis, victim, "response.output_text.delta")
-        redis.set(redis_keys.events(victim), "not a stream")
-        assert [run.result(timeout=30) for run in runs] == ["lease_lost", "completed"]
-        assert run_response_now(victim, worker=worker) == "failed"  # the takeover
-    assert_failed_overwritten(db, redis, victim)
-    events = events_of(redis, bystander)
-    assert_contiguous(events)
-    assert events[-1]["type"] == "response.completed" and is_closed(redis, bystander)
-    assert not [record for record in caplog.records if record.exc_info]
-    db.dispose()
-
-
 def assert_failed_journal_overwritten(db: Database, redis: redis_lib.Redis, response_id: str) -> None:
     """Failed saying its journal was overwritten, after its last event (its stream is whole), closed as any end."""
     record = db.run(get_response, response_id)
@@ -571,22 +549,28 @@ def test_run_response_takeover_fails_response_whose_journal_key_holds_something_
     assert not [record for record in caplog.records if record.exc_info]
 
 
-def test_run_response_whose_journal_key_is_overwritten_while_it_runs_fails_alone(
-    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("overwritten", ["stream", "journal"])
+def test_run_response_whose_key_is_overwritten_while_it_runs_fails_alone(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture, overwritten: str
 ) -> None:
-    """Overwritten mid-generation: its journal's RPUSH is refused (WRONGTYPE) in flushes it shares with another
-    running response, which goes on; the run leaves it to a takeover, which fails it."""
+    """Its stream's or journal's key set to a string mid-generation: its writes are refused (WRONGTYPE) in
+    flushes it shares with another running response, which goes on; the run leaves it to a takeover, which
+    fails it."""
+    key_of, assert_failed = {
+        "stream": (redis_keys.events, assert_failed_overwritten),
+        "journal": (redis_keys.journal, assert_failed_journal_overwritten),
+    }[overwritten]
     settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
     db = Database(settings.database_url)
     victim, bystander = (accept(db, redis, settings, input="tokens 40", background=True) for _ in range(2))
     with local_worker(settings) as worker, ThreadPoolExecutor(2) as pool:
         runs = [pool.submit(run_response_now, response_id, worker=worker) for response_id in (victim, bystander)]
         wait_for_event(redis, victim, "response.output_text.delta")
-        redis.delete(redis_keys.journal(victim))
-        redis.set(redis_keys.journal(victim), "not a journal")
+        redis.delete(key_of(victim))
+        redis.set(key_of(victim), f"not a {overwritten}")
         assert [run.result(timeout=30) for run in runs] == ["lease_lost", "completed"]
         assert run_response_now(victim, worker=worker) == "failed"  # the takeover
-    assert_failed_journal_overwritten(db, redis, victim)
+    assert_failed(db, redis, victim)
     events = events_of(redis, bystander)
     assert_contiguous(events)
     assert events[-1]["type"] == "response.completed" and is_closed(redis, bystander)

@@ -100,9 +100,7 @@ def test_run_response_whose_engine_loop_stopped_before_it_started_is_handed_off_
         assert run_response_now(response_id, worker=ctx) == "handed_off"
     finally:
         ctx.stop()
-    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
-    assert not redis.exists(redis_keys.lease(response_id))
-    assert dispatched == [response_id]
+    assert_handed_off(redis, response_id, dispatched)
     db.dispose()
 
 
@@ -180,9 +178,7 @@ def test_run_response_taking_over_after_engine_loop_stopped_is_handed_off_uncoun
         assert run_response_now(response_id, worker=ctx) == "handed_off"
     finally:
         ctx.stop()
-    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
-    assert not redis.exists(redis_keys.lease(response_id))
-    assert dispatched == [response_id]
+    assert_handed_off(redis, response_id, dispatched)
     monkeypatch.undo()
     assert run_response_now(response_id, settings) == "completed"
     assert redis.get(redis_keys.takeovers(response_id)) in (None, b"0")
@@ -284,3 +280,10 @@ def test_run_racing_engine_loop_stop_never_waits_forever() -> None:
             time.sleep(0.01)
             loop.stop()
             assert {run.result() for run in runs} <= {"refused", "cancelled"}
+
+
+def assert_handed_off(redis: redis_lib.Redis, response_id: str, dispatched: list[str]) -> None:
+    """Sent on marked a handoff (not counted), its lease free, its task dispatched once."""
+    assert redis.get(redis_keys.resume(response_id)) == b"handoff"
+    assert not redis.exists(redis_keys.lease(response_id))
+    assert dispatched == [response_id]
