@@ -19,6 +19,7 @@ from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.pass_lock import release_pass_lock, take_pass_lock
 from oss_responses.storage import Database
 from oss_responses.storage.webhook_deliveries import DeliveryRecord, claim_stale
 from oss_responses.webhooks.delivery import longest_backoff
@@ -27,7 +28,6 @@ from oss_responses.webhooks.notify import SendDelivery
 
 log = logging.getLogger(__name__)
 
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 def delivery_of(record: DeliveryRecord) -> WebhookDelivery:
@@ -50,7 +50,7 @@ class WebhookSweeper:
     def sweep_once(self) -> int:
         """One pass (if this worker wins the lock); how many deliveries it sent again."""
         lock_ms = max(1000, int(self.interval * 1000))
-        if not self._redis.set(redis_keys.WEBHOOK_SWEEP_LOCK, self._owner, nx=True, px=lock_ms):
+        if not take_pass_lock(self._redis, redis_keys.WEBHOOK_SWEEP_LOCK, self._owner, lock_ms):
             return 0
         try:
             stale = self._db.run(
@@ -63,7 +63,7 @@ class WebhookSweeper:
                 self._send(delivery_of(record).task_args())
             return len(stale)
         finally:
-            self._redis.eval(_RELEASE, 1, redis_keys.WEBHOOK_SWEEP_LOCK, self._owner)
+            release_pass_lock(self._redis, redis_keys.WEBHOOK_SWEEP_LOCK, self._owner)
 
     def start(self) -> WebhookSweeper:
         self._thread = threading.Thread(target=self._run, name="webhook-sweeper", daemon=True)

@@ -57,6 +57,7 @@ from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
+from oss_responses.pass_lock import release_pass_lock, take_pass_lock
 from oss_responses.redis_refusals import wrong_type
 from oss_responses.statuses import ACTIVE_STATUSES, Status
 from oss_responses.storage import (
@@ -116,17 +117,6 @@ LEASE_OVERWRITTEN_MESSAGE = (
     "by hand, by another application or by a bug), so no worker can run it; it cannot be continued"
 )
 _RELEASE = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-# KEYS: the lock. ARGV: owner, PX. 1: taken. 0: held by another. 2: taken, replacing a key with no expiry, which
-# no holder sets (a list, or a string set by hand, another application or a bug): SET NX found it every pass,
-# and no reaper ran again, anywhere, silently (no lost response dispatched, no stream ended, no housekeeping).
-_TAKE_LOCK = """
-if redis.call('PTTL', KEYS[1]) == -1 then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 2
-end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
-"""
 _DELETE_UNLESS_SET = "if redis.call('TYPE', KEYS[1]).ok ~= 'set' then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -222,12 +212,8 @@ class Reaper:
     def reap_once(self) -> list[str]:
         """One pass (if this worker wins the lock); the ids it failed."""
         lock_ms = max(1000, int(self.interval * 1000))
-        taken = self.redis.eval(_TAKE_LOCK, 1, REAPER_LOCK, self.owner, lock_ms)
-        if not taken:
+        if not take_pass_lock(self.redis, REAPER_LOCK, self.owner, lock_ms):
             return []
-        if taken == 2:
-            log.warning("the reaper's lock key %s held something other than a lock (no expiry: overwritten by hand, "
-                        "another application or a bug), which stopped every reaper for good: replaced", REAPER_LOCK)
         try:
             running = self.db.run(list_in_progress_ids)
             lost, open_streams = self._survey(running)
@@ -241,7 +227,7 @@ class Reaper:
                 self.purge_retained()
             return handled
         finally:
-            self.redis.eval(_RELEASE, 1, REAPER_LOCK, self.owner)
+            release_pass_lock(self.redis, REAPER_LOCK, self.owner)
 
     def _each(self, response_ids: Iterable[str], act: Callable[[str], bool]) -> list[str]:
         """Those of ``response_ids`` that ``act`` handled. One that raises (a bug, a key of its own holding

@@ -11,6 +11,7 @@ import redis as redis_lib
 from sqlalchemy import update
 from support.clocks import ON_POSTGRESQL_ONLY
 
+from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, utcnow
 from oss_responses.storage.models import WebhookDeliveryRow
@@ -48,6 +49,23 @@ def test_sweep_sends_stale_pending_delivery_again_with_same_event(db: Database, 
     assert _sweeper(db, redis, sent).sweep_once() == 1
     assert sent == [EVENT.task_args()]
     assert WebhookDelivery(*sent[0]).payload() == EVENT.payload()
+
+
+@pytest.mark.parametrize("overwritten", ["list", "string"])
+def test_sweep_takes_its_lock_key_overwritten_without_expiry(
+    db: Database, redis: redis_lib.Redis, overwritten: str
+) -> None:
+    # A lock key with no expiry (by hand, another application, a bug): SET NX found it every pass, and no
+    # worker swept again, silently; lost webhooks were never sent again.
+    if overwritten == "list":
+        redis.rpush(redis_keys.WEBHOOK_SWEEP_LOCK, "x")
+    else:
+        redis.set(redis_keys.WEBHOOK_SWEEP_LOCK, "x")
+    db.run(add_pending, log_rows([EVENT]))
+    _age(db, "evt_lost", 120)
+    sent: list[list[Any]] = []
+    assert _sweeper(db, redis, sent).sweep_once() == 1 and sent == [EVENT.task_args()]
+    assert not redis.exists(redis_keys.WEBHOOK_SWEEP_LOCK)  # released, as any pass releases it
 
 
 def test_sweep_leaves_swept_delivery_alone_until_stale_again(db: Database, redis: redis_lib.Redis) -> None:
