@@ -27,6 +27,9 @@ from redis.exceptions import NoScriptError, ResponseError
 Command = tuple[Any, ...]  # (name, key, *args)
 
 CHUNK = 1_000
+# A guard's refusal: the run no longer holds its response's lease (another worker took it over after it lapsed,
+# or its key was deleted). Expected after a pause past the lease: its writes are refused by design.
+LEASE_LOST = "LEASE_LOST"
 
 # ARGV per command: "e", id, frame (an event: XADD key id f frame; the common case, packed short),
 # "g", token (a guard: the key, a lease, must hold the token, else the commands after it up to the
@@ -199,3 +202,8 @@ async def _reply(connection: AbstractConnection) -> Any:
         return await connection.read_response(disable_decoding=True)
     except ResponseError as error:  # NOSCRIPT, or the script itself failed: the caller decides
         return error
+
+
+def lease_lost(error: BaseException | str) -> bool:
+    """A write refused by its guard: the run lost its response's lease (``LEASE_LOST``)."""
+    return str(error).startswith(LEASE_LOST)

@@ -47,6 +47,7 @@ from oss_responses.eventlog.bulk import (
     Command,
     Packed,
     failed_commands,
+    lease_lost,
     pack_command,
     pack_event_entries,
     pack_guard,
@@ -588,7 +589,10 @@ class EventWriter:
             if fence is not None and self._fences.get(owner) != fence:
                 continue  # written for a run that has ended here since: the response's new run did not fail
             if owner not in self._failed:
-                log.error("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
+                if lease_lost(error):  # its run was taken over (paused past its lease): refused by design
+                    log.warning("event log write for %s refused: %s", owner, error, extra={"response_id": owner})
+                else:
+                    log.error("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
                 self._failed[owner] = error if isinstance(error, Exception) else EventWriteError(error)
         for owner in batch.response_ids:
             if self._last_batch.get(owner) is batch:

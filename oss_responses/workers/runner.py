@@ -44,6 +44,7 @@ from redis.exceptions import ResponseError
 
 from oss_responses import redis_keys
 from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
+from oss_responses.eventlog.bulk import lease_lost
 from oss_responses.eventlog.rewinds import mark_rewound
 from oss_responses.eventlog.writer import EventWriteError, framed
 from oss_responses.harmony.history import listed_tools
@@ -342,6 +343,9 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
         if wrong_type(exc.__cause__ or exc):  # a known condition, its key named by the takeover: no traceback
             log.warning("a write to the event log of %s was refused (%s): leaving it to a takeover", job.response_id,
                         exc.__cause__)
+        elif lease_lost(exc.__cause__ or exc):  # paused past its lease, or its key deleted: expected, no traceback
+            log.warning("%s lost its lease (another worker took it over, or its key was deleted): its writes are "
+                        "refused, this run stops", job.response_id)
         else:
             log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id,
                         exc_info=True)

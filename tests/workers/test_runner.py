@@ -520,6 +520,27 @@ def test_run_response_fails_response_whose_stream_key_holds_something_else(
     assert not [record for record in caplog.records if record.exc_info]
 
 
+def test_run_response_whose_lease_is_lost_while_it_runs_stops_without_traceback(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its lease gone mid-generation (its worker paused past it and another took it over, or its key deleted by
+    hand): its writes are refused by their guard, by design. That was logged as an ERROR and as "the event log
+    is unreachable" with a traceback; the run stops saying its lease was lost, and a takeover completes it."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=50.0)
+    db = Database(settings.database_url)
+    response_id = accept(db, redis, settings, input="tokens 40", background=True)
+    with local_worker(settings) as worker, ThreadPoolExecutor(1) as pool:
+        run = pool.submit(run_response_now, response_id, worker=worker)
+        wait_for_event(redis, response_id, "response.output_text.delta")
+        redis.delete(redis_keys.lease(response_id))
+        assert run.result(timeout=30) == "lease_lost"
+        assert run_response_now(response_id, worker=worker) == "completed"  # the takeover
+    assert_contiguous(events_of(redis, response_id))
+    assert any("lost its lease" in record.getMessage() for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info or record.levelno >= logging.ERROR]
+    db.dispose()
+
+
 def assert_failed_journal_overwritten(db: Database, redis: redis_lib.Redis, response_id: str) -> None:
     """Failed saying its journal was overwritten, after its last event (its stream is whole), closed as any end."""
     record = db.run(get_response, response_id)
