@@ -35,7 +35,7 @@ from oss_responses.api.jobs import cancel_if_running
 from oss_responses.api.services import Services
 from oss_responses.api.stream_slots import Release
 from oss_responses.eventlog.frames import frame
-from oss_responses.eventlog.hub import patiently
+from oss_responses.eventlog.history import patiently
 from oss_responses.eventlog.losses import (
     ArchiveLost,
     ArchiveUnreadable,

@@ -23,27 +23,22 @@ subscriptions (a plain request waiting for its response's end) go on until ``sto
 A subscriber that falls ``max_pending_batches`` behind is detached and goes back to step 1 from its
 own cursor, so a slow client costs Redis reads, not unbounded memory.
 
-Redis going away: the reader retries its read, and history reads retry for a while
-(``outage_seconds``), so followers carry on once Redis is back (with AOF nothing was lost). After a
-failed read the reader checks that the streams it follows still exist: one that does not was lost
-with Redis's data (a restart without persistence), and its subscribers get :class:`StreamLost`
-instead of waiting for events that will never come. Only an outage is retried so (a connection error or
-timeout, or Redis loading its data: ``OUTAGE``). A read that Redis refuses otherwise names the key to blame
-when one of the followed keys holds something other than a stream (WRONGTYPE: a value left there by hand
+Redis going away: the reader retries its read, and history reads retry for a while (``outage_seconds``,
+``history.py``), so followers carry on once Redis is back (with AOF nothing was lost). After a failed read the
+reader checks that the streams it follows survived it (``survival.py``): one that was lost with Redis's data,
+or came back from an earlier state, loses its subscribers (:class:`StreamLost`, :class:`StreamRewound`)
+instead of leaving them waiting for events that will never come. Only an outage is retried so (a connection
+error or timeout, or Redis loading its data: ``OUTAGE``). A read that Redis refuses otherwise names the key to
+blame when one of the followed keys holds something other than a stream (WRONGTYPE: a value left there by hand
 or by a bug): that stream's followers get :class:`StreamOverwritten` and the lane reads on without it. A
-refusal that no key explains raises, to the supervisor below, rather than stalling the lane unseen. A
-history read refused so (a new subscriber's first page, a follower catching up) raises
-:class:`StreamOverwritten` to its subscriber alike; ``open`` replays the archived log instead when SQL holds
-one, as for a stream Redis lost.
+refusal that no key explains raises, to the supervisor, rather than stalling the lane unseen. A history read
+refused so (a new subscriber's first page, a follower catching up) raises :class:`StreamOverwritten` to its
+subscriber alike; ``open`` replays the archived log instead when SQL holds one, as for a stream Redis lost.
 
-A reader (or the heartbeat timer) that raises anything but a failed read (an entry or reply it did not
-expect, a bug) had ended its task unseen, and its lane's followers waited on keep-alives for good. It is
-logged with its traceback and started again (``_supervised``), after a pause that doubles with each
-failure in the last ``FAILURE_WINDOW_SECONDS``; meanwhile every follower is detached, as one that fell
-behind is, and reads on from history after its own cursor (a read's entries may have moved a stream's
-cursor without reaching every subscriber): nothing lost, nothing twice (``take_frames`` drops what it
-had). One that keeps failing makes the hub unready (``failing``, shown by ``/readyz``). Nothing of this
-runs per event or per read.
+A reader (or the heartbeat timer) that raises anything but a failed read is started again
+(``supervision.py``); meanwhile every follower is detached, as one that fell behind is, and reads on from
+history after its own cursor (a read's entries may have moved a stream's cursor without reaching every
+subscriber): nothing lost, nothing twice (``take_frames`` drops what it had).
 
 Two reads, two lanes (``lane.py``): a stream starts in the busy lane, read again after each read that
 found entries; once it has had no entry for ``quiet_after_seconds`` it moves to the quiet lane, whose
@@ -62,9 +57,8 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
-from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -72,45 +66,18 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.bulk import bulk_string
-from oss_responses.eventlog.entries import (
-    ARCHIVED,
-    FIRST,
-    Entry,
-    EntryId,
-    archived_after,
-    as_entries,
-    cursor_after,
-    missed_rewrite,
-    parse_id,
-    seen_through,
-    take_frames,
-)
+from oss_responses.eventlog import survival
+from oss_responses.eventlog.entries import ARCHIVED, Entry, EntryId, as_entries, cursor_after, parse_id, take_frames
+from oss_responses.eventlog.following import FollowedStream, Subscriber, entry
 from oss_responses.eventlog.frames import frame_type
+from oss_responses.eventlog.history import ArchiveReader, History, pages_as_frames, raising
 from oss_responses.eventlog.lane import ReadLane
-from oss_responses.eventlog.losses import (
-    ArchiveLost,
-    ArchiveUnreadable,
-    EventHubStopped,
-    StreamLost,
-    StreamNotFound,
-    StreamOverwritten,
-    StreamRewound,
-)
-from oss_responses.eventlog.rewinds import parse_span, saw_rewound
+from oss_responses.eventlog.losses import EventHubStopped, StreamLost, StreamNotFound, StreamOverwritten, StreamRewound
+from oss_responses.eventlog.supervision import Supervisor
 from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
 
-_T = TypeVar("_T")
-
 log = logging.getLogger(__name__)
-
-# A reader that raised starts again after RESTART_SECONDS, doubled with each failure within the window, up
-# to RESTART_MAX_SECONDS; one that failed UNREADY_FAILURES times within the window makes the hub unready.
-RESTART_SECONDS = 0.5
-RESTART_MAX_SECONDS = 8.0
-FAILURE_WINDOW_SECONDS = 60.0
-UNREADY_FAILURES = 3
 
 # A failed read that is Redis away or not ready (a restart, a failover, a broken connection, its data loading:
 # BusyLoadingError is a ConnectionError): read again. OSError covers the lane's own connection (PipeBroken,
@@ -120,96 +87,6 @@ OUTAGE: tuple[type[Exception], ...] = (OSError, RedisConnectionError, RedisTimeo
 # The heartbeat timer's ticks per heartbeat_seconds: a stream gets its keep-alive on the last tick before it
 # would be quiet for the whole interval, 1/HEARTBEAT_TICKS of it early at most.
 HEARTBEAT_TICKS = 4
-
-# (response id, after sequence number: -1 for all, joined) -> the archived frames after it, in pages taken
-# one at a time, each one bytes when joined; None if none (see storage/event_logs.py).
-ArchiveReader = Callable[[str, int, bool], Awaitable[Iterable[list[bytes]] | None]]
-
-
-async def patiently(
-    call: Callable[[], Awaitable[_T]], away: tuple[type[Exception], ...], seconds: float, what: str
-) -> _T:
-    """``call()``, tried again while it raises one of ``away`` (its store did not answer: a restart, a full
-    pool), pausing 0.1 s doubling to 2 s, for up to ``seconds``; past that the last error is raised."""
-    delay, waited = 0.1, 0.0
-    while True:
-        try:
-            return await call()
-        except away:
-            if waited >= seconds:
-                raise
-            log.warning("%s: its store did not answer; retrying in %.1fs", what, delay)
-            await asyncio.sleep(delay)
-            waited += delay
-            delay = min(delay * 2, 2.0)
-
-
-def _entry(raw: list[Any]) -> Entry:
-    """A stream entry as read raw (RESP2: ``[id, [field, value, ...]]``) as the hub keeps it."""
-    entry_id, fields = raw
-    if len(fields) == 2:  # an event (its frame) or an end marker: one field
-        return entry_id, {fields[0]: fields[1]}
-    return entry_id, dict(zip(fields[::2], fields[1::2], strict=True))
-
-
-async def _raising(lost: StreamLost) -> AsyncIterator[bytes]:
-    """An iteration that raises ``lost`` at once: a stream that cannot be followed is told as its followers are."""
-    raise lost
-    yield b""  # pragma: no cover (a generator)
-
-
-async def _pages_as_frames(pages: Iterable[list[bytes]], chunked: bool) -> AsyncIterator[bytes]:
-    for page in pages:
-        if chunked:
-            yield b"".join(page)
-        else:
-            for data in page:
-                yield data
-
-
-class _Subscriber:
-    """One subscription's queue of read batches. Small on purpose: an idle stream holds one for as
-    long as it is open (a list and a future while waiting, not a deque and an Event: ~1.2 KB less)."""
-
-    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "client_stream", "since", "idle")
-
-    def __init__(self, *, client_stream: bool = False) -> None:
-        self.batches: list[list[Entry]] = []  # a few at most: a subscriber that falls behind is detached
-        self.waiter: asyncio.Future[None] | None = None
-        self.attached = False
-        self.stopped = False
-        self.lost: type[StreamLost] | None = None  # how its stream was lost
-        self.client_stream = client_stream  # heartbeats; ended by end_client_streams
-        self.since = 0.0  # attached, or sent a heartbeat, at (its stream's last batch: _Stream.last_entry_at)
-        self.idle = False  # a heartbeat is due
-
-    def wake(self) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(None)
-
-    async def wait(self) -> None:
-        self.waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self.waiter
-        finally:
-            self.waiter = None
-
-
-class _Stream:
-    __slots__ = ("packed_name", "cursor", "packed_cursor", "subscribers", "last_entry_at")
-
-    def __init__(self, key: str, cursor: EntryId) -> None:
-        # A read names every stream of its lane: its two arguments are kept packed (RESP), so that a
-        # read joins bytes instead of packing them (56.6 against 7.0 us per read at 100 streams).
-        self.packed_name = bulk_string(key.encode())
-        self.move_to(b"%d-%d" % cursor)
-        self.subscribers: set[_Subscriber] = set()
-        self.last_entry_at = time.monotonic()  # followed since, or last read an entry at
-
-    def move_to(self, entry_id: bytes) -> None:
-        """The reader dispatched up to ``entry_id``: the next read asks for what follows it."""
-        self.cursor = parse_id(entry_id)
-        self.packed_cursor = bulk_string(entry_id)
 
 
 class EventHub:
@@ -228,16 +105,13 @@ class EventHub:
         heartbeat_seconds: float = 15.0,
         quiet_after_seconds: float = 2.0,
     ) -> None:
-        self._archive = archive
         self._heartbeat_seconds = heartbeat_seconds
         self._clients_ended = False  # end_client_streams was called: no client's stream follows live
         self._stopped = False
         self._redis_url = redis_url
         self._block_ms = block_ms
-        self._count = count
         self._max_pending = max_pending_batches
         self._side_connections = side_connections
-        self._outage_seconds = outage_seconds
         self._recheck = False  # a read failed: check that the followed streams survived it
         self._quiet_after = quiet_after_seconds
         self._next_quiet_check = 0.0
@@ -246,11 +120,13 @@ class EventHub:
                                    count=count, block_ms=block_ms)
         self._quiet_lane = ReadLane(redis_keys.hub_wake(f"{hub_id}-quiet"), lambda: self._side_client,
                                     count=count, block_ms=block_ms)
-        self._streams: dict[str, _Stream] = {}  # every followed stream, each in one of the two below
-        self._busy: dict[str, _Stream] = {}
-        self._quiet: dict[str, _Stream] = {}
+        self._streams: dict[str, FollowedStream] = {}  # every followed stream, each in one of the two below
+        self._busy: dict[str, FollowedStream] = {}
+        self._quiet: dict[str, FollowedStream] = {}
         self._reader_tasks: list[asyncio.Task[None]] = []
-        self._failures: dict[str, list[float]] = {}  # when each supervised task raised, within the window
+        self._supervisor = Supervisor()
+        self._history = History(lambda: self._side_client, count=count, outage_seconds=outage_seconds,
+                                archive=archive)
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._side: Redis | None = None
 
@@ -261,13 +137,13 @@ class EventHub:
         self._side = Redis(connection_pool=pool)
         await self._busy_lane.connected()  # Redis answers, or the API does not start
         self._reader_tasks = [
-            asyncio.create_task(self._supervised("busy lane's reader", partial(
-                self._read_forever, self._busy_lane, self._busy)), name="event-hub-reader"),
-            asyncio.create_task(self._supervised("quiet lane's reader", partial(
-                self._read_forever, self._quiet_lane, self._quiet)), name="event-hub-quiet-reader"),
+            asyncio.create_task(self._supervisor.run("busy lane's reader", partial(
+                self._read_forever, self._busy_lane, self._busy), self._resync), name="event-hub-reader"),
+            asyncio.create_task(self._supervisor.run("quiet lane's reader", partial(
+                self._read_forever, self._quiet_lane, self._quiet), self._resync), name="event-hub-quiet-reader"),
         ]
         self._heartbeat_task = asyncio.create_task(
-            self._supervised("heartbeat timer", self._beat_forever, resync=False), name="event-hub-heartbeat"
+            self._supervisor.run("heartbeat timer", self._beat_forever), name="event-hub-heartbeat"
         )
 
     async def stop(self) -> None:
@@ -285,21 +161,16 @@ class EventHub:
             await self._side.aclose()
 
     def failing(self) -> str | None:
-        """What keeps failing: a reader (or the timer) that raised ``UNREADY_FAILURES`` times within the last
-        ``FAILURE_WINDOW_SECONDS`` (for ``/readyz``); None when nothing does."""
-        now = time.monotonic()
-        for what, failures in self._failures.items():
-            recent = sum(1 for at in failures if now - at < FAILURE_WINDOW_SECONDS)
-            if recent >= UNREADY_FAILURES:
-                return f"the event hub's {what} failed {recent} times in {FAILURE_WINDOW_SECONDS:.0f} s"
-        return None
+        """What keeps failing: a reader (or the timer) that raised again and again of late (for ``/readyz``);
+        None when nothing does."""
+        return self._supervisor.failing()
 
     def end_client_streams(self) -> None:
         """Every client's stream, live or still reading history, ends with :class:`EventHubStopped`."""
         self._clients_ended = True
         self._end_subscriptions(lambda sub: sub.client_stream)
 
-    def _end_subscriptions(self, which: Callable[[_Subscriber], bool]) -> None:
+    def _end_subscriptions(self, which: Callable[[Subscriber], bool]) -> None:
         for key, stream in list(self._streams.items()):
             ending = {sub for sub in stream.subscribers if which(sub)}
             for sub in ending:
@@ -344,27 +215,20 @@ class EventHub:
         if not history:
             return self._frames(response_id, cursor, ([], cursor), chunked=chunked, client_stream=client_stream)
         try:
-            first = await self._first_page(redis_keys.events(response_id), cursor, response_id)
+            first = await self._history.first_page(redis_keys.events(response_id), cursor, response_id)
         except StreamRewound as rewound:  # told in the iteration, as its followers are
-            return _raising(rewound)
+            return raising(rewound)
         except StreamNotFound as missing:
             # Redis lost the stream (restarted without its data, or flushed), or its key was overwritten,
             # while SQL still holds its archived log, the same bytes: those are replayed, as the tombstone
             # would have led to them.
-            pages = await self._archive_alone(response_id, cursor, chunked)
+            pages = await self._history.archive_alone(response_id, cursor, chunked)
             if pages is None:
                 if isinstance(missing, StreamLost):  # overwritten: told in the iteration, as its followers are
-                    return _raising(missing)
+                    return raising(missing)
                 raise
-            return _pages_as_frames(pages, chunked)
+            return pages_as_frames(pages, chunked)
         return self._frames(response_id, cursor, first, chunked=chunked, client_stream=client_stream)
-
-    async def _archive_alone(
-        self, response_id: str, cursor: EntryId, joined: bool
-    ) -> Iterable[list[bytes]] | None:
-        if self._archive is None:
-            return None
-        return await self._archive(response_id, seen_through(cursor), joined)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
@@ -410,9 +274,9 @@ class EventHub:
     ) -> AsyncIterator[bytes]:
         """``first``: the first history page and the log's last entry id when it was read."""
         if first is None:
-            first = await self._first_page(redis_keys.events(response_id), cursor, response_id)
+            first = await self._history.first_page(redis_keys.events(response_id), cursor, response_id)
         page, tail = first
-        follow = self._follow(response_id, cursor, page, tail, _Subscriber(client_stream=client_stream), chunked)
+        follow = self._follow(response_id, cursor, page, tail, Subscriber(client_stream=client_stream), chunked)
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
         # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
         del page, first
@@ -426,7 +290,7 @@ class EventHub:
             frames = []
 
     async def _follow(
-        self, response_id: str, cursor: EntryId, page: list[Entry], tail: EntryId, sub: _Subscriber, joined: bool
+        self, response_id: str, cursor: EntryId, page: list[Entry], tail: EntryId, sub: Subscriber, joined: bool
     ) -> AsyncIterator[list[bytes]]:
         """Lists of frames; an empty list is a heartbeat. ``tail``: an entry id the log had reached.
         ``joined``: the archive's pages may come as one bytes each (the frames are joined anyway)."""
@@ -434,24 +298,24 @@ class EventHub:
         try:
             while True:
                 frames, cursor, end = take_frames(page, cursor)
-                more_history = len(page) == self._count
+                more_history = len(page) == self._history.count
                 page = []
                 if frames:
                     yield frames
                 del frames
                 if end is not None:
-                    for rest in await self._rest(response_id, cursor, end, joined):
+                    for rest in await self._history.rest(response_id, cursor, end, joined):
                         yield rest
                     return
                 if more_history:
-                    page = await self._range(key, cursor)
+                    page = await self._history.page(key, cursor)
                     continue
                 if self._stopped or (sub.client_stream and self._clients_ended):
                     raise EventHubStopped("the event hub stopped")
                 if not sub.attached and not self._attach(key, sub, cursor, min(cursor, tail)):
                     # The reader is already past us: one more history pass (now attached, whatever is
                     # read from here on is queued as well) closes the gap.
-                    page = await self._range(key, cursor)
+                    page = await self._history.page(key, cursor)
                     continue
                 live = self._live(sub, cursor)
                 # cursor follows the live batches: after a detach, history resumes from where they ended
@@ -464,15 +328,15 @@ class EventHub:
                         yield frames
                     del frames
                     if end is not None:
-                        for rest in await self._rest(response_id, cursor, end, joined):
+                        for rest in await self._history.rest(response_id, cursor, end, joined):
                             yield rest
                         return
-                page = await self._range(key, cursor)  # fell behind and was detached
+                page = await self._history.page(key, cursor)  # fell behind and was detached
         finally:
             self._detach(key, sub)
 
     async def _live(
-        self, sub: _Subscriber, cursor: EntryId
+        self, sub: Subscriber, cursor: EntryId
     ) -> AsyncIterator[tuple[list[bytes], EntryId, dict[bytes, bytes] | None] | None]:
         """What each batch brings (frames, the cursor after them, the end marker's fields), or None for
         a heartbeat."""
@@ -494,79 +358,8 @@ class EventHub:
                 continue
             await sub.wait()
 
-    async def _rest(
-        self, response_id: str, cursor: EntryId, end: dict[bytes, bytes], joined: bool
-    ) -> Iterable[list[bytes]]:
-        """What a subscriber lacks once it reached the end marker: the archive's events, or, for a stream
-        written anew after Redis lost it, :class:`StreamLost` (its relay then says so in an ``error`` event)."""
-        if missed_rewrite(end, cursor):
-            raise StreamLost(cursor)
-        return await self._archived_rest(response_id, cursor, end, joined)
-
-    async def _archived_rest(
-        self, response_id: str, cursor: EntryId, end: dict[bytes, bytes], joined: bool
-    ) -> Iterable[list[bytes]]:
-        """What a subscriber lacks when the stream was archived (moved to SQL) before it read it all, in
-        pages taken one at a time: a slow client holds one, not the whole log."""
-        after = archived_after(end, cursor)
-        if after is None:
-            return ()
-        try:
-            pages = None if self._archive is None else await self._archive(response_id, after, joined)
-        except Exception as exc:  # the reader's store failed: the subscriber learns where its stream stopped
-            log.error("the archived event log of %s could not be read (%s): its stream ends early", response_id,
-                      type(exc).__name__)
-            raise ArchiveUnreadable(cursor) from exc
-        if pages is None:  # not an empty end: its subscriber learns that the rest is gone
-            log.error("the event log of %s was archived but the archive is gone: its stream ends early", response_id)
-            raise ArchiveLost(cursor)
-        return pages
-
-    async def _first_page(self, key: str, cursor: EntryId, response_id: str) -> tuple[list[Entry], EntryId]:
-        """History after ``cursor``, and the id of the log's last entry (FIRST if it has none).
-        :class:`StreamRewound` when the reader resumes after an event that was written anew since
-        (``rewinds.py``): one more command in the same round trip, for a resume only."""
-        try:
-            async with self._side_client.pipeline(transaction=False) as pipe:
-                pipe.exists(key)
-                pipe.xrange(key, _exclusive(cursor), "+", count=self._count)
-                pipe.xrevrange(key, "+", "-", count=1)
-                if cursor != FIRST:
-                    pipe.get(redis_keys.rewound(response_id))
-                exists, page, last, *mark = await pipe.execute()
-        except ResponseError as refused:
-            raise await self._refused_history(key, cursor, refused) from refused
-        if not exists:
-            raise StreamNotFound(key)
-        if mark and saw_rewound(parse_span(mark[0]), cursor):
-            log.warning("event hub: a reader of %s resumes after event %d, written anew since (Redis restored from "
-                        "an earlier state); it is told so", key, seen_through(cursor))
-            raise StreamRewound(cursor)
-        entries = as_entries(last)
-        return as_entries(page), parse_id(entries[0][0]) if entries else FIRST
-
-    async def _range(self, key: str, cursor: EntryId) -> list[Entry]:
-        """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""
-        try:
-            page = await patiently(lambda: self._side_client.xrange(key, _exclusive(cursor), "+", count=self._count),
-                                   (RedisConnectionError, RedisTimeoutError), self._outage_seconds,
-                                   f"event hub reading {key}")
-        except ResponseError as refused:
-            raise await self._refused_history(key, cursor, refused) from refused
-        return as_entries(page)
-
-    async def _refused_history(self, key: str, cursor: EntryId, refused: ResponseError) -> Exception:
-        """What a history read of ``key`` that Redis refused raises: :class:`StreamOverwritten` if the key holds
-        something other than a stream (WRONGTYPE), as the lane tells its followers; else the refusal itself.
-        Only a refused read costs the check."""
-        kind = await self._side_client.type(key)
-        if not isinstance(kind, bytes) or kind in (b"stream", b"none"):
-            return refused
-        log.warning("event hub: %s holds a %s, not a stream (%s); its reader is told so", key, kind.decode(), refused)
-        return StreamOverwritten(cursor)
-
     # --- the shared reader ----------------------------------------------------------------------
-    def _attach(self, key: str, sub: _Subscriber, cursor: EntryId, start: EntryId) -> bool:
+    def _attach(self, key: str, sub: Subscriber, cursor: EntryId, start: EntryId) -> bool:
         """Register ``sub`` as having seen ``cursor``; False if the reader already went past it.
 
         ``start``: where the reader starts if it does not follow the stream yet, at most the log's end.
@@ -575,14 +368,14 @@ class EventHub:
         log gets up to it (the subscriber itself skips it anyway: ``take_frames``)."""
         stream = self._streams.get(key)
         if stream is None:
-            stream = self._streams[key] = self._busy[key] = _Stream(key, start)
+            stream = self._streams[key] = self._busy[key] = FollowedStream(key, start)
             self._busy_lane.wake()
         sub.attached = True
         sub.since = time.monotonic()
         stream.subscribers.add(sub)
         return stream.cursor <= cursor
 
-    def _detach(self, key: str, sub: _Subscriber) -> None:
+    def _detach(self, key: str, sub: Subscriber) -> None:
         stream = self._streams.get(key)
         if stream is not None:
             stream.subscribers.discard(sub)
@@ -595,22 +388,6 @@ class EventHub:
         self._busy.pop(key, None)
         self._quiet.pop(key, None)
 
-    async def _supervised(self, what: str, run: Callable[[], Awaitable[None]], *, resync: bool = True) -> None:
-        """``run()`` for as long as the hub runs, started again after it raised (see the module docstring)."""
-        failures = self._failures.setdefault(what, [])
-        while True:
-            try:
-                await run()
-            except Exception:
-                now = time.monotonic()
-                failures[:] = [at for at in failures if now - at < FAILURE_WINDOW_SECONDS] + [now]
-                delay = min(RESTART_SECONDS * 2 ** (len(failures) - 1), RESTART_MAX_SECONDS)
-                log.exception("event hub: its %s raised (failure %d in the last %.0f s); it starts again in %.1f s",
-                              what, len(failures), FAILURE_WINDOW_SECONDS, delay)
-                if resync:
-                    self._resync()
-                await asyncio.sleep(delay)
-
     def _resync(self) -> None:
         """After a reader failed: a stream's cursor may have moved past entries that did not reach all its
         subscribers. Every subscriber is detached, as one that fell behind is, and reads on from history after
@@ -621,7 +398,7 @@ class EventHub:
                 sub.wake()
             self._forget(key)
 
-    async def _read_forever(self, lane: ReadLane, streams: dict[str, _Stream]) -> None:
+    async def _read_forever(self, lane: ReadLane, streams: dict[str, FollowedStream]) -> None:
         """One lane's reads, for as long as the hub runs: ``streams`` is the lane's own dict."""
         while True:
             if not streams:
@@ -648,7 +425,7 @@ class EventHub:
                 continue
             now = time.monotonic()
             for raw_key, entries in reply:
-                self._dispatch(raw_key.decode(), [_entry(entry) for entry in entries], reading, now)
+                self._dispatch(raw_key.decode(), [entry(raw) for raw in entries], reading, now)
             if lane is self._busy_lane and now >= self._next_quiet_check:
                 self._move_quiet_streams(now)
 
@@ -663,67 +440,39 @@ class EventHub:
             self._quiet_lane.wake()
 
     async def _drop_lost_streams(self) -> None:
-        """After a failed read: the followed streams that no longer exist, or that end before what was read of
-        them, lose their subscribers. Redis restored from a snapshot gives a running stream back shorter; its
-        takeover writes the lost numbers anew (with sampling, other text), and a read after the cursor skipped
-        them: a follower saw the old events, then the new ones after its cursor, as one story. Only a failed
-        read, as a restart or failover causes, costs the check: the reads of every event stay as they were."""
-        keys = list(self._streams)
-        async with self._side_client.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.xrevrange(key, "+", "-", count=1)
-            for key in keys:
-                pipe.get(redis_keys.rewound(key.removeprefix(redis_keys.events(""))))
-            replies = await pipe.execute(raise_on_error=False)
-        tails, marks = replies[:len(keys)], replies[len(keys):]
+        """After a failed read: the followed streams lost meanwhile, or written anew past what was read of
+        them, lose their subscribers (``survival.py``)."""
+        lost, refused = await survival.losses(self._side_client, {key: s.cursor for key, s in self._streams.items()})
         self._recheck = False
-        refused = [(key, tail) for key, tail in zip(keys, tails, strict=True) if isinstance(tail, Exception)]
         if refused:
             await self._drop_overwritten_streams([key for key, _ in refused], refused[0][1])
-        for key, tail, mark in zip(keys, tails, marks, strict=True):
-            stream = self._streams.get(key)
-            if stream is None or isinstance(tail, Exception):
-                continue
-            if not tail:
-                self._lose(key, stream, StreamLost, "vanished (Redis lost its data)")
-            elif parse_id(tail[0][0]) < stream.cursor:
-                self._lose(key, stream, StreamRewound,
-                           f"came back shorter than read (Redis restored from an earlier state: ends at "
-                           f"{tail[0][0].decode()}, read up to {stream.cursor[0]}-{stream.cursor[1]})")
-            elif not isinstance(mark, Exception) and saw_rewound(parse_span(mark), stream.cursor):
-                # Its takeover wrote past the cursor before this check: the mark, written before, tells.
-                self._lose(key, stream, StreamRewound,
-                           f"was written anew from an earlier state past what was read (events {mark.decode()}, "
-                           f"read up to {stream.cursor[0]}-{stream.cursor[1]})")
+        for key, how, why in lost:
+            if (stream := self._streams.get(key)) is not None:
+                self._lose(key, stream, how, why)
 
     async def _drop_overwritten_streams(self, keys: list[str], refused: Exception) -> None:
         """A read of ``keys`` that Redis refused (``refused``), not for an outage: the keys that hold something
         other than a stream lose their followers (:class:`StreamOverwritten`); if none does, ``refused`` is
-        raised (the supervisor's: nothing here tells which stream to end). Only a refused read costs the check."""
+        raised (the supervisor's: nothing here tells which stream to end)."""
         try:
-            async with self._side_client.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.type(key)
-                kinds = await pipe.execute(raise_on_error=False)
+            kinds = await survival.overwritten(self._side_client, keys)
         except OUTAGE:  # Redis went away meanwhile: the read is made again once it answers (and checked then)
             self._recheck = True
             return
-        overwritten = {key: kind for key, kind in zip(keys, kinds, strict=True)
-                       if isinstance(kind, bytes) and kind not in (b"stream", b"none")}
-        if not overwritten:
+        if not kinds:
             raise refused
-        for key, kind in overwritten.items():
+        for key, kind in kinds.items():
             if (stream := self._streams.get(key)) is not None:
                 self._lose(key, stream, StreamOverwritten, f"holds a {kind.decode()}, not a stream ({refused})")
 
-    def _lose(self, key: str, stream: _Stream, lost: type[StreamLost], why: str) -> None:
+    def _lose(self, key: str, stream: FollowedStream, lost: type[StreamLost], why: str) -> None:
         log.warning("event hub: %s %s; ending its %d followers", key, why, len(stream.subscribers))
         self._forget(key)
         for sub in stream.subscribers:
             sub.lost = lost
             sub.wake()
 
-    def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, _Stream], now: float) -> None:
+    def _dispatch(self, key: str, entries: list[Entry], reading: dict[str, FollowedStream], now: float) -> None:
         stream = reading[key]
         if self._streams.get(key) is not stream:
             return  # unsubscribed (or replaced) while the read was on its way
@@ -776,6 +525,3 @@ class EventHub:
             raise RuntimeError("EventHub.start() was not awaited")
         return self._side
 
-
-def _exclusive(cursor: EntryId) -> str:
-    return f"({cursor[0]}-{cursor[1]}"

@@ -17,9 +17,9 @@ from oss_responses.eventlog import (
     EventWriter,
     StreamNotFound,
     parse_frame,
+    supervision,
     write_events,
 )
-from oss_responses.eventlog import hub as hub_module
 from oss_responses.eventlog.losses import StreamLost, StreamOverwritten, StreamRewound
 from oss_responses.eventlog.rewinds import mark_rewound, parse_span
 from oss_responses.eventlog.writer import close_after
@@ -262,8 +262,8 @@ async def test_open_stream_redis_refuses_to_read_raises_the_refusal(hub, aredis,
 async def test_hub_whose_reads_redis_refuses_for_no_key_says_so(hub, aredis, redis, make_events, monkeypatch) -> None:
     """A refusal that no followed key explains (here, XREAD taken from the hub's user) was retried every 0.5 s
     for good, unseen by /readyz: it is the supervisor's."""
-    monkeypatch.setattr(hub_module, "RESTART_SECONDS", 0.01)
-    monkeypatch.setattr(hub_module, "FAILURE_WINDOW_SECONDS", 2.0)
+    monkeypatch.setattr(supervision, "RESTART_SECONDS", 0.01)
+    monkeypatch.setattr(supervision, "FAILURE_WINDOW_SECONDS", 2.0)
     await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
     following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
     await until(lambda: hub.subscriber_count("resp_a") == 1)
@@ -649,8 +649,8 @@ async def test_live_follower_goes_on_after_its_reader_raised(hub, aredis, make_e
 async def test_hub_whose_reader_keeps_failing_says_so_until_it_reads_again(
     hub, aredis, make_events, monkeypatch
 ) -> None:
-    monkeypatch.setattr(hub_module, "RESTART_SECONDS", 0.01)
-    monkeypatch.setattr(hub_module, "FAILURE_WINDOW_SECONDS", 2.0)
+    monkeypatch.setattr(supervision, "RESTART_SECONDS", 0.01)
+    monkeypatch.setattr(supervision, "FAILURE_WINDOW_SECONDS", 2.0)
     await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
     following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
     await until(lambda: hub.subscriber_count("resp_a") == 1)
@@ -661,4 +661,4 @@ async def test_hub_whose_reader_keeps_failing_says_so_until_it_reads_again(
     await write_events(aredis, "resp_a", [], close="completed", ttl_seconds=60)
     assert await asyncio.wait_for(following, 10) == [0, 1, 2, 3]
     await until(lambda: hub.failing() is None, timeout=5)
-    assert raised[0] >= hub_module.UNREADY_FAILURES
+    assert raised[0] >= supervision.UNREADY_FAILURES
