@@ -11,6 +11,8 @@ import logging
 
 from redis import Redis
 
+from oss_responses.owned_keys import RELEASE_IF_OWNED
+
 log = logging.getLogger(__name__)
 
 # KEYS: the lock. ARGV: owner, PX. 1: taken. 0: held by another. 2: taken, replacing a key with no expiry.
@@ -22,7 +24,6 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
-_RELEASE = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 def take_pass_lock(redis: Redis, key: str, owner: str, ttl_ms: int) -> bool:
@@ -35,4 +36,4 @@ def take_pass_lock(redis: Redis, key: str, owner: str, ttl_ms: int) -> bool:
 
 
 def release_pass_lock(redis: Redis, key: str, owner: str) -> None:
-    redis.eval(_RELEASE, 1, key, owner)
+    redis.eval(RELEASE_IF_OWNED, 1, key, owner)

@@ -2,7 +2,7 @@
 
 ``SET lease:{id} worker NX PX`` takes it; a keep-alive task renews it every third of its TTL while
 the response runs; it is released (and renewed) only while it is still ours, by a Lua compare-and-
-delete / compare-and-expire, so a worker that lost its lease can never drop another worker's.
+delete / compare-and-expire (``owned_keys.py``), so a worker that lost its lease can never drop another worker's.
 A lease that expires (its worker died) lets the reaper fail the response.
 
 The keep-alive stops once it is no longer the lease's keeper, not on its cancel alone (see
@@ -22,20 +22,10 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
+from oss_responses.owned_keys import RELEASE_IF_OWNED, RENEW_IF_OWNED
 
 log = logging.getLogger(__name__)
 
-# A lease key that holds another type (set by hand, another application, a bug) is no run's lease: its GET is
-# pcall'd, so that it answers 0 (lost: the run stops at once) rather than WRONGTYPE (a traceback each third of
-# the lease while the run went on, its writes refused; its release another traceback).
-_RELEASE = """
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-_RENEW = """
-if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 0
-"""
 
 
 def run_owner(worker_id: str) -> str:
@@ -58,16 +48,16 @@ class Lease:
         return bool(await self.redis.set(self.key, self.owner, nx=True, px=self.ttl_ms))
 
     async def renew(self) -> bool:
-        return bool(await self.redis.eval(_RENEW, 1, self.key, self.owner, self.ttl_ms))
+        return bool(await self.redis.eval(RENEW_IF_OWNED, 1, self.key, self.owner, self.ttl_ms))
 
     async def release(self) -> bool:
         self.stop_renewing()
-        return bool(await self.redis.eval(_RELEASE, 1, self.key, self.owner))
+        return bool(await self.redis.eval(RELEASE_IF_OWNED, 1, self.key, self.owner))
 
     def release_from_thread(self, redis: SyncRedis) -> bool:
         """Released on a synchronous client, by a task thread whose engine loop is gone (its keeper with it)."""
         self.on_lost = None
-        return bool(redis.eval(_RELEASE, 1, self.key, self.owner))
+        return bool(redis.eval(RELEASE_IF_OWNED, 1, self.key, self.owner))
 
     async def holder(self) -> str | None:
         value = await self.redis.get(self.key)

@@ -57,6 +57,7 @@ from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
+from oss_responses.owned_keys import RELEASE_IF_OWNED
 from oss_responses.pass_lock import release_pass_lock, take_pass_lock
 from oss_responses.redis_refusals import wrong_type
 from oss_responses.statuses import ACTIVE_STATUSES, Status
@@ -116,7 +117,6 @@ LEASE_OVERWRITTEN_MESSAGE = (
     "worker_lost: this response's lease in Redis was overwritten (its key holds something other than a lease: set "
     "by hand, by another application or by a bug), so no worker can run it; it cannot be continued"
 )
-_RELEASE = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 _DELETE_UNLESS_SET = "if redis.call('TYPE', KEYS[1]).ok ~= 'set' then return redis.call('DEL', KEYS[1]) end return 0"
 
 
@@ -326,7 +326,7 @@ class Reaper:
         try:
             return act(response_id)
         finally:
-            self.redis.eval(_RELEASE, 1, lease_key, self.owner)
+            self.redis.eval(RELEASE_IF_OWNED, 1, lease_key, self.owner)
 
     def sweep_queued(self) -> list[str]:
         """Send again the task of every response queued for longer than ``stale_queued_seconds``."""
