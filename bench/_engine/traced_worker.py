@@ -132,11 +132,11 @@ def _trace_stages() -> None:
     from celery import signals
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    from oss_responses.workers import runner
+    from oss_responses.workers import on_loop, runner
 
     signals.task_received.connect(lambda request, **_: _stage("received", request.args[0]), weak=False)
     run_response, load_job, execute = runner.run_response, runner.load_job, runner._execute
-    claim, render_early, render = runner.claim, runner.render_early, runner._render
+    claim, render_early, render = runner.claim, runner.render_early, on_loop._render
 
     def traced_claim(redis: Any, lease: Any, response_id: str) -> Any:
         taken = claim(redis, lease, response_id)
@@ -163,9 +163,9 @@ def _trace_stages() -> None:
         _stage("loaded", response_id)
         return job
 
-    def traced_execute(run: Any) -> Any:
+    def traced_execute(run: Any, steps: Any = None) -> Any:
         _stage("in_progress", run.job.response_id)
-        return execute(run)
+        return execute(run, steps)
 
     def wrap_call(original: Any, name: str) -> Any:
         async def traced(self: Any, request_id: str, *args: Any, **kwargs: Any) -> Any:
@@ -174,7 +174,7 @@ def _trace_stages() -> None:
         return traced
 
     runner.run_response, runner.load_job, runner._execute = traced_run_response, traced_load_job, traced_execute
-    runner.claim, runner.render_early, runner._render = traced_claim, traced_render_early, traced_render
+    runner.claim, runner.render_early, on_loop._render = traced_claim, traced_render_early, traced_render
     vllm_module.VllmEngine.stream = wrap_call(vllm_module.VllmEngine.stream, "generate")  # type: ignore[method-assign]
     AsyncLLM.add_request = wrap_call(AsyncLLM.add_request, "submitted")  # type: ignore[method-assign]
 

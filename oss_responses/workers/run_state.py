@@ -1,6 +1,6 @@
-"""What one run of a response holds, shared by the modules that run it (``runner``, ``handoff``, ``run_end``):
-its worker, its job and its lease; the translator, the generation and the prompt once made; a stop asked
-before the generation existed. And the ``Outcome`` a run gives its task.
+"""What one run of a response holds, shared by the modules that run it (``runner``, ``takeover``, ``on_loop``,
+``handoff``, ``run_end``): its worker, its job and its lease; the translator, the generation and the prompt
+once made; a stop asked before the generation existed. And the ``Outcome`` a run gives its task.
 """
 
 from __future__ import annotations

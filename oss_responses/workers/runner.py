@@ -18,16 +18,15 @@
     → close the stream (failed: the reaper ends it, workers/unclosed.py)
     release the lease
 
-Every translator call and engine call is journaled (``workers/journal.py``). A response found
-``in_progress`` lost its worker (the reaper dispatched it again, or Celery redelivered its task): once
-this worker holds its lease, the journal is replayed through a fresh translator, the replayed events
-the stream lacks are written, and generation resumes; the client's stream goes on with the next
-sequence number. On shutdown (SIGTERM) running responses stop, flush, release their lease and are
-dispatched again at once: a handoff.
+A response found ``in_progress`` lost its worker, or was handed off: ``takeover.py`` decides what its
+takeover does (its end, or its journal's steps to replay), and it runs here as a fresh start does. On
+shutdown (SIGTERM) running responses stop, flush, release their lease and are dispatched again at once:
+a handoff.
 
 SQL runs here in the task thread; the engine, and Redis but for the claim, the handoff and a
-takeover's counters, only on the engine loop.
-This module starts a run or takes one over and runs its generation; ``run_state.py`` holds what a run
+takeover's counters, only on the engine loop (``on_loop.py``: the translator, the tool listings, the
+prompt, the generation started or resumed).
+This module starts a run or takes one over, and sees it to its outcome; ``run_state.py`` holds what a run
 holds (``Run``) and its ``Outcome``, ``handoff.py`` a run handed on (at shutdown, under a dead engine, after
 a lost Redis write) and the lease let go, ``run_end.py`` a run's end (saved, archived, its stream closed) and
 the queued responses whose task Celery revoked.
@@ -36,7 +35,6 @@ the queued responses whose task Celery revoked.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
 from functools import partial
 from typing import Any
 
@@ -47,22 +45,16 @@ from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotC
 from oss_responses.eventlog.bulk import lease_lost
 from oss_responses.eventlog.rewinds import mark_rewound
 from oss_responses.eventlog.writer import EventWriteError, framed
-from oss_responses.harmony.history import listed_tools
-from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
 from oss_responses.harmony.lifecycle import opening_events
-from oss_responses.harmony.render import hosted_builtins, hosted_calls, offered_functions
-from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.metrics import TAKEOVERS
 from oss_responses.prompt_tokenizer import TokenizerClosed
 from oss_responses.redis_refusals import wrong_type
-from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
+from oss_responses.requests import CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import get_response, transition
-from oss_responses.workers.cancel import is_cancel_requested
 from oss_responses.workers.claim import Claim, claim, reopen
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.engine_loop import LoopStopped
-from oss_responses.workers.generation import Generation, StopCause
+from oss_responses.workers.generation import StopCause
 from oss_responses.workers.handoff import (
     hand_back,
     hand_off,
@@ -73,49 +65,23 @@ from oss_responses.workers.handoff import (
     send_again,
 )
 from oss_responses.workers.job import Job, JobLoadError, load_job
-from oss_responses.workers.journal import (
-    JournaledTranslator,
-    JournalError,
-    Step,
-    apply_translator_step,
-    first_sequence_number,
-    listed_in,
-    read_journal,
-    split_at_prompt,
-    unfinished_listings,
-)
+from oss_responses.workers.journal import Step
 from oss_responses.workers.lease import Lease, run_owner
+from oss_responses.workers.on_loop import fail, generate, resume
 from oss_responses.workers.outage import unreachable
-from oss_responses.workers.prompting import forced_tokens, prompt_budget, render, render_early, sampling
+from oss_responses.workers.prompting import render_early
 from oss_responses.workers.reaper import HANDOFF, end_failed, failed_response
 from oss_responses.workers.run_end import end_queued, finish
 from oss_responses.workers.run_state import Outcome, Run
 from oss_responses.workers.stream_tail import next_sequence_number
-from oss_responses.workers.tooling import (
-    PreparedTools,
-    approval_policy,
-    idempotent_calls,
-    list_new_tools,
-    prepare_tools,
-)
+from oss_responses.workers.takeover import fail_without_replay, take_over
 from oss_responses.workers.unrun import fail_unrun
 
 log = logging.getLogger(__name__)
 
-PROGRESS_LOST_MESSAGE = (
-    "event_log_lost: Redis lost this response's events and progress (was it restarted without "
-    "persistence?); it cannot be continued"
-)
-
 OVERWRITTEN_MESSAGE = (
     "event_log_lost: this response's event log in Redis was overwritten (its key holds something other than a "
     "stream: set by hand, by another application or by a bug); it cannot be continued"
-)
-
-JOURNAL_OVERWRITTEN_MESSAGE = (
-    "event_log_lost: this response's journal in Redis was overwritten (its key holds something other than a "
-    "list: set by hand, by another application or by a bug), so its progress cannot be replayed; it cannot be "
-    "continued"
 )
 
 # The database says the response runs, its event log says it ended: the database came back from an earlier
@@ -202,7 +168,8 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
         if job.record.status == "in_progress":
             # The takeover is under way: a later loss may be dispatched again. A handoff is no loss.
             _mark_rewound(run, taken.next_sequence_number)
-            return _take_over(run, counted=taken.resume_mark != HANDOFF.encode())
+            decided = take_over(run, counted=taken.resume_mark != HANDOFF.encode())
+            return decided if isinstance(decided, str) else _execute(run, decided.steps)
         if taken.cancel_requested:
             return _cancel_queued(ctx, job)
         run.first_sequence_number = taken.next_sequence_number or 0
@@ -263,7 +230,7 @@ def _fail_overwritten(run: Run) -> Outcome:
     key = redis_keys.events(run.job.response_id)
     log.warning("the event log key %s holds something other than a stream (overwritten by hand, another "
                 "application or a bug): failing %s", key, run.job.response_id)
-    return _fail_without_replay(run, OVERWRITTEN_MESSAGE)
+    return fail_without_replay(run, OVERWRITTEN_MESSAGE)
 
 
 def _reopen_stream(run: Run) -> int:
@@ -336,9 +303,9 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
     engine_lost = False
     try:
         if steps is not None:
-            ctx.loop.run(_resume(run, job.request(), steps))
+            ctx.loop.run(resume(run, job.request(), steps))
         else:
-            ctx.loop.run(_generate(run, job.request()))
+            ctx.loop.run(generate(run, job.request()))
     except EventWriteError as exc:
         if wrong_type(exc.__cause__ or exc):  # a known condition, its key named by the takeover: no traceback
             log.warning("a write to the event log of %s was refused (%s): leaving it to a takeover", job.response_id,
@@ -362,16 +329,16 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
         engine_lost = True
     except PromptTooLongError as exc:  # the request's doing, not the worker's: no traceback; OpenAI's code
         log.warning("response %s failed: %s", job.response_id, exc)
-        _fail(run, f"{exc} {_too_long_advice(job.request())}", code="context_length_exceeded")
+        fail(run, f"{exc} {_too_long_advice(job.request())}", code="context_length_exceeded")
     except SchemaNotConstrainable as exc:
         log.warning("response %s failed: %s", job.response_id, exc)
-        _fail(run, str(exc), code="invalid_prompt")
+        fail(run, str(exc), code="invalid_prompt")
     except Exception as exc:
         log.exception("response %s failed", job.response_id)
         if isinstance(exc, JobLoadError):
-            _fail(run, str(exc), code=exc.code)
+            fail(run, str(exc), code=exc.code)
         else:
-            _fail(run, f"The response failed in the worker: {type(exc).__name__}: {exc}")
+            fail(run, f"The response failed in the worker: {type(exc).__name__}: {exc}")
     stop_cause = run.generation.stop_cause if run.generation is not None else run.stop_cause
     if stop_cause == "lease_lost":
         return "lease_lost"
@@ -391,250 +358,3 @@ def _too_long_advice(request: CreateResponseRequest) -> str:
 
 def _is_terminal(run: Run) -> bool:
     return run.translator is not None and run.translator.response.status in TERMINAL_STATUSES
-
-
-# Takeovers past max_takeovers that replay the journal to end the response failed; then it fails without
-# a replay (whatever stops the replay would otherwise take it over again and again).
-_FAILED_ENDINGS = 2
-
-
-def _take_over(run: Run, *, counted: bool) -> Outcome:
-    """The response's worker was lost (or handed it off): replay its journal and go on.
-
-    A response whose workers were lost more than ``max_takeovers`` times is replayed, then failed.
-    """
-    ctx, job = run.ctx, run.job
-    count = _count_takeover(run, counted=counted)
-    try:
-        steps = ctx.loop.run(read_journal(ctx.redis, job.response_id))
-    except ResponseError as exc:
-        if not wrong_type(exc):
-            raise
-        return _fail_journal_overwritten(run)
-    log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
-    TAKEOVERS.labels("takeover" if counted else "handoff").inc()
-    if job.load_error is not None:
-        # Nothing to replay the journal with (an earlier turn or its conversation deleted since): it ends
-        # here, its failure after the events its lost worker wrote (a failure rendered from its start
-        # would reuse their sequence numbers, be refused by Redis, and be taken over again, forever).
-        log.warning("response %s failed: %s", job.response_id, job.load_error)
-        return _fail_without_replay(run, str(job.load_error), job.load_error.code)
-    if count > ctx.settings.max_takeovers:
-        run.fail_after_replay = (
-            f"worker_lost: the workers running this response stopped {count} time{'s' if count != 1 else ''}, more "
-            f"than OSS_RESPONSES_MAX_TAKEOVERS={ctx.settings.max_takeovers}; it is not taken over again"
-        )
-        if count > ctx.settings.max_takeovers + _FAILED_ENDINGS:  # replaying to fail it failed too: fail it as is
-            log.error("response %s failed: %s", job.response_id, run.fail_after_replay)
-            return _fail_without_replay(run, run.fail_after_replay)
-    elif ctx.loop.run(is_cancel_requested(ctx.redis, job.response_id)):
-        run.stop_cause = "cancelled"
-    if not steps and not ctx.sync_redis.exists(redis_keys.events(job.response_id)):
-        log.error("%s: %s", job.response_id, PROGRESS_LOST_MESSAGE)
-        return _fail_without_replay(run)
-    if not steps and run.fail_after_replay is None:  # lost before its first flush: a fresh start
-        run.first_sequence_number = ctx.loop.run(next_sequence_number(ctx.redis, job.response_id)) or 0
-        return _execute(run)
-    return _execute(run, steps)
-
-
-def _count_takeover(run: Run, *, counted: bool) -> int:
-    """The response's takeovers so far, this one included when ``counted`` (a handoff is not). A counter key
-    holding another type or no integer (by hand, another application, a bug) raised here after the lease was
-    taken: the task raised, let the lease go, and the reaper dispatched it again a second later, for good. Its
-    count is unknown: it starts again from this takeover, a WARNING naming the key. The bound holds: every later
-    takeover counts up from there (at most max_takeovers more), where failing the response would end one that
-    can go on."""
-    ctx, response_id = run.ctx, run.job.response_id
-    key = redis_keys.takeovers(response_id)
-    try:
-        count = int(ctx.sync_redis.incr(key) if counted else ctx.sync_redis.get(key) or 0)
-    except (ResponseError, ValueError) as exc:
-        if isinstance(exc, ResponseError) and not (wrong_type(exc) or str(exc).startswith("value is not an integer")):
-            raise
-        count = 1 if counted else 0
-        log.warning("the takeovers key %s held something other than a count (overwritten by hand, another "
-                    "application or a bug): %s's count starts again at %d", key, response_id, count)
-        ctx.sync_redis.set(key, count)
-    ctx.sync_redis.expire(key, ctx.settings.event_ttl_seconds)
-    return count
-
-
-def _fail_journal_overwritten(run: Run) -> Outcome:
-    """Its journal's key holds something other than a list: what its lost run did cannot be replayed, and the run
-    whose journal write was refused so left it to this takeover. Its stream is whole: it fails after its last
-    event, as a response whose progress Redis lost does (its close deletes the key, as every end deletes the
-    journal). Read as it was, the journal raised WRONGTYPE after the lease was taken: the task raised, let the
-    lease go, and the reaper dispatched it again a second later, for good."""
-    key = redis_keys.journal(run.job.response_id)
-    log.warning("the journal key %s holds something other than a list (overwritten by hand, another application "
-                "or a bug): failing %s", key, run.job.response_id)
-    return _fail_without_replay(run, JOURNAL_OVERWRITTEN_MESSAGE)
-
-
-def _fail_without_replay(run: Run, message: str = PROGRESS_LOST_MESSAGE, code: str = "server_error") -> Outcome:
-    """The response cannot be continued: Redis lost its stream and journal (a restart without persistence),
-    or what it continues is gone. It fails, saying why; its stream gets that failure after its last event
-    (a new stream holds it alone), then its end."""
-    ctx, record = run.ctx, run.job.record
-    end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, failed_response(record, message, code),
-               ctx.settings.event_ttl_seconds)
-    return "failed"
-
-
-def _translator(
-    run: Run,
-    approval_required: ApprovalPolicy | None = None,
-    request: CreateResponseRequest | None = None,
-    *,
-    record: bool = True,
-) -> JournaledTranslator:
-    """Made before the prompt is rendered (the tool listings stream first); ``use_prompt`` follows.
-    ``request``: what it offers the model (``offered_functions``, ``hosted_builtins``) and what its hosted
-    tools' items show (``hosted_calls``); None only for a run that fails before generating.
-
-    Its item ids are seeded by the response id, so a takeover's replay names items alike.
-    """
-    settings = run.ctx.settings
-    translator = JournaledTranslator(
-        run.job.response,
-        encoding=run.ctx.encoding,
-        first_sequence_number=run.first_sequence_number,
-        approval_required=approval_required,
-        max_tool_calls=None if run.job.load_error else run.job.record.request.get("max_tool_calls"),
-        offered_functions=None if request is None else offered_functions(request),
-        hosted_builtins=frozenset() if request is None else hosted_builtins(request, settings.builtin_tool_labels),
-        hosted_calls=DEFAULT_HOSTED_CALLS if request is None else hosted_calls(request),
-        seal=_reasoning_seal(run),
-        id_seed=run.job.response_id,
-    )
-    if record:
-        translator.record = partial(run.ctx.writer.append_journal, run.job.response_id)
-    return translator
-
-
-def _reasoning_seal(run: Run) -> Callable[[list[dict[str, Any]]], str] | None:
-    """Reasoning items carry encrypted_content only when the request's ``include`` asks for it."""
-    sealer = run.ctx.sealer
-    if sealer is None or REASONING_ENCRYPTED_CONTENT not in (run.job.record.request.get("include") or ()):
-        return None
-    return sealer.sealing("reasoning", run.job.record.owner)
-
-
-def _fail(run: Run, message: str, code: str = "server_error") -> None:
-    try:
-        run.ctx.loop.run(_fail_on_loop(run, message, code))
-    except EventWriteError:  # the stream is already broken: finish leaves the response to a takeover
-        log.exception("the failure of %s could not be written to its stream", run.job.response_id)
-
-
-async def _fail_on_loop(run: Run, message: str, code: str) -> None:
-    """The failure's events (on the loop, where the journal and the writer live)."""
-    if run.translator is None:  # failed before generating: in_progress first, then failed
-        run.ctx.writer.append_journal(run.job.response_id, ["begin", run.first_sequence_number])
-        run.translator = _translator(run)
-        events = run.translator.start() + run.translator.fail(message, code)
-    else:
-        events = run.translator.fail(message, code)
-    if events:
-        run.ctx.writer.append(run.job.response_id, events)
-
-
-async def _generate(run: Run, request: CreateResponseRequest) -> None:
-    """On the engine loop: tools resolved, translator started, tools listed, prompt, then generation."""
-    ctx, job = run.ctx, run.job
-    ctx.writer.append_journal(job.response_id, ["begin", run.first_sequence_number])
-    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings, job.record.owner)
-    known = listed_tools(job.history, request.input_items())  # grows with this response's listings
-    run.translator = _translator(run, approval_policy(tools.servers, known), request)
-    ctx.writer.append(job.response_id, run.translator.start())
-    await _list_then_generate(run, request, tools, known)
-
-
-async def _list_then_generate(
-    run: Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any],
-    started: Collection[str] = (),
-) -> None:
-    """The tool listings still to do (``started``: opened by a lost worker), the prompt, the generation."""
-    assert run.translator is not None
-    emit = partial(run.ctx.writer.append, run.job.response_id)
-    listed = await list_new_tools(tools, known, run.translator, emit, started) if tools.servers else {}
-    known.update(listed)
-    await _render(run, request, known)
-    assert run.rendered is not None
-    run.translator.use_prompt(
-        mcp_labels=run.rendered.mcp_labels,
-        input_tokens=len(run.rendered.token_ids),
-        function_namespaces=run.rendered.function_namespaces,
-    )
-    _new_generation(run, request, tools, known)
-    assert run.generation is not None
-    await run.generation.run(run.rendered.token_ids, run.rendered.approval, forced=forced_tokens(run.ctx, request))
-
-
-async def _resume(run: Run, request: CreateResponseRequest, steps: list[Step]) -> None:
-    """On the engine loop: the journal replayed (events the stream lacks written), then generation goes on.
-
-    Lost before its prompt was rendered: the listings it left unfinished are done again into their
-    items, and it goes on as a fresh run does.
-    """
-    ctx, job = run.ctx, run.job
-    tools = await prepare_tools(ctx.mcp_pool, request, ctx.settings, job.record.owner)
-    known = listed_tools(job.history, request.input_items())
-    before, after = split_at_prompt(steps)
-    known.update(listed_in(before))
-    first = first_sequence_number(steps)
-    if first is None:
-        first = await next_sequence_number(ctx.redis, job.response_id) or 0
-    run.first_sequence_number = first
-    run.translator = _translator(
-        run, approval_policy(tools.servers, known), request, record=False
-    )
-    events = [event for step in before for event in apply_translator_step(run.translator, step, None)]
-    if after:
-        await _render(run, request, known)
-        assert run.rendered is not None
-        _new_generation(run, request, tools, known)
-        assert run.generation is not None
-        events += run.generation.replay(run.rendered.token_ids, after, run.rendered.approval)
-    run.translator.record = partial(ctx.writer.append_journal, job.response_id)
-    await _write_missing(run, events)
-    if run.fail_after_replay is not None:
-        ctx.writer.append(job.response_id, run.translator.fail(run.fail_after_replay))
-    elif not after:
-        await _list_then_generate(run, request, tools, known, started=unfinished_listings(before))
-    else:
-        assert run.generation is not None
-        run.generation.journal = run.translator.record
-        await run.generation.resume(forced=forced_tokens(ctx, request))
-
-
-async def _write_missing(run: Run, events: list[Any]) -> None:
-    """The replayed events the stream does not hold yet (a flush cut short), written now."""
-    next_number = await next_sequence_number(run.ctx.redis, run.job.response_id)
-    if next_number is None:
-        raise JournalError("the stream of this response was closed while it was in progress")
-    missing = [event for event in events if event.sequence_number >= next_number]
-    if missing:
-        run.ctx.writer.append(run.job.response_id, missing)
-
-
-async def _render(run: Run, request: CreateResponseRequest, known: dict[str, Any]) -> None:
-    """The prompt rendered in the task thread (its error raised here), else rendered now."""
-    early, run.early_prompt = run.early_prompt, None
-    if isinstance(early, Exception):
-        raise early
-    run.rendered = early if early is not None else await render(run.ctx, run.job, request, known)
-
-
-def _new_generation(run: Run, request: CreateResponseRequest, tools: PreparedTools, known: dict[str, Any]) -> None:
-    ctx, job = run.ctx, run.job
-    assert run.translator is not None
-    run.generation = Generation(
-        job.response_id, ctx.engine, ctx.writer, run.translator, tools.executor, sampling(ctx, request, known),
-        journal=run.translator.record,
-        is_idempotent=idempotent_calls(ctx.settings, known),
-        context_budget=prompt_budget(ctx, request),
-    )
-    if run.stop_cause is not None:
-        run.generation.stop(run.stop_cause)

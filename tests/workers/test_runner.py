@@ -19,7 +19,7 @@ from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, delete_response, get_response, transition
 from oss_responses.storage.conversations import ConversationRecord, delete_conversation, insert_conversation
-from oss_responses.workers import runner
+from oss_responses.workers import runner, takeover
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.job import Job
 from oss_responses.workers.reaper import Reaper
@@ -546,7 +546,7 @@ def assert_failed_journal_overwritten(db: Database, redis: redis_lib.Redis, resp
     record = db.run(get_response, response_id)
     assert record is not None and record.status == "failed"
     assert record.error is not None and (record.error["code"], record.error["message"]) == (
-        "server_error", runner.JOURNAL_OVERWRITTEN_MESSAGE)
+        "server_error", takeover.JOURNAL_OVERWRITTEN_MESSAGE)
     events = events_of(redis, response_id)
     assert_contiguous(events)
     assert events[-1]["type"] == "response.failed" and is_closed(redis, response_id)

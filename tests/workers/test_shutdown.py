@@ -23,7 +23,7 @@ from support.workers import accept, accept_with_secrets, worker_settings
 from oss_responses import prompt_tokenizer, redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, get_response
-from oss_responses.workers import runner
+from oss_responses.workers import runner, takeover
 from oss_responses.workers.context import WorkerContext, start_worker
 from oss_responses.workers.engine_loop import EngineLoop
 from oss_responses.workers.prompting import render_early
@@ -172,8 +172,8 @@ def test_run_response_taking_over_after_engine_loop_stopped_is_handed_off_uncoun
         claimed = runner.claim
         monkeypatch.setattr(runner, "claim", lambda *args: (claimed(*args), ctx.loop.stop())[0])
     else:
-        read = runner.read_journal
-        monkeypatch.setattr(runner, "read_journal", lambda *args: (ctx.loop.stop(), read(*args))[1])
+        read = takeover.read_journal
+        monkeypatch.setattr(takeover, "read_journal", lambda *args: (ctx.loop.stop(), read(*args))[1])
     try:
         assert run_response_now(response_id, worker=ctx) == "handed_off"
     finally:
