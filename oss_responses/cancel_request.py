@@ -5,13 +5,22 @@ The flag (read by a worker that starts or takes the response over later) and the
 (should the end marker not reach Redis, the reaper ends the stream: ``workers/unclosed.py``) go first, in
 one round trip; the PUBLISH that running workers listen to only once they are written: a full Redis
 refuses SET but not PUBLISH, and a running response was cancelled while its client was told 503,
-nothing changed."""
+nothing changed.
+
+The listing is a safety net, not the cancel: refused because the open streams' key holds something other than
+a set (by hand, another application, a bug), it does not stop the cancel (``check_flagged``), which answered
+500 until a reaper's pass replaced the key, and whose PUBLISH never reached a running response's worker."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from oss_responses import redis_keys
+from oss_responses.redis_refusals import wrong_type
+
+log = logging.getLogger(__name__)
 
 
 def flag_commands(response_id: str, ttl_seconds: int) -> list[tuple[Any, ...]]:
@@ -19,3 +28,17 @@ def flag_commands(response_id: str, ttl_seconds: int) -> list[tuple[Any, ...]]:
         ("SET", redis_keys.cancel(response_id), "1", "EX", ttl_seconds),
         ("SADD", redis_keys.OPEN_STREAMS, response_id),
     ]
+
+
+def check_flagged(replies: Sequence[Any], response_id: str) -> None:
+    """The replies to ``flag_commands`` (sent with errors returned, not raised): a refused flag is raised; a
+    listing refused for the open streams' key holding another type is logged, and the cancel goes on."""
+    flag, listing = replies
+    if isinstance(flag, Exception):
+        raise flag
+    if isinstance(listing, Exception):
+        if not wrong_type(listing):
+            raise listing
+        log.warning("%s: its cancel could not list its stream among the open streams: %s holds something other "
+                    "than a set (overwritten by hand, another application or a bug; the reaper's next pass "
+                    "replaces it); the cancel goes on", response_id, redis_keys.OPEN_STREAMS)

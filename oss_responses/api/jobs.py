@@ -32,7 +32,7 @@ from oss_responses.api.errors import DATABASE_UNREACHABLE
 from oss_responses.api.queued import QueuedResponse
 from oss_responses.api.references import conversation_items, referenced_ids, resolve_references
 from oss_responses.api.services import Services
-from oss_responses.cancel_request import flag_commands
+from oss_responses.cancel_request import check_flagged, flag_commands
 from oss_responses.conversation import BrokenChain, ConversationPrefix, history_of, render_options, with_prefix
 from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooManyRequests
 from oss_responses.eventlog.archive import drop_closed_stream
@@ -280,7 +280,7 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
     async with services.redis.pipeline(transaction=False) as pipe:
         for command in flag_commands(record.id, ttl):
             pipe.execute_command(*command)
-        await pipe.execute()
+        check_flagged(await pipe.execute(raise_on_error=False), record.id)
     await services.redis.publish(redis_keys.CANCEL_CHANNEL, record.id)  # once flagged: cancel_request.py
     # Its webhooks logged pending with the cancel itself (see webhooks/notify.py).
     deliveries = planned_deliveries(

@@ -263,9 +263,9 @@ class Reaper:
 
     def _replace_open_streams(self) -> set[bytes]:
         """The open streams' key holds another type (overwritten by hand, another application or a bug): every
-        claim's SADD, every end's SREM (in the writer's flush: the response left to a takeover) and every pass's
-        SMEMBERS were refused, for every response. What it listed is lost with it (a stream among them whose end
-        was lost waits for its TTL); it is deleted, so that claims and ends list and unlist streams again."""
+        claim's and cancel's SADD and every pass's SMEMBERS were refused, for every response (an end's SREM counts
+        as done: ``eventlog/bulk.py``). What it listed is lost with it (a stream among them whose end was lost
+        waits for its TTL); it is deleted, so that claims and cancels list streams again."""
         log.warning("the open streams key %s held something other than a set (overwritten by hand, another "
                     "application or a bug): deleted; streams it listed whose end was lost wait for their TTL",
                     redis_keys.OPEN_STREAMS)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
-from oss_responses.cancel_request import flag_commands
+from oss_responses.cancel_request import check_flagged, flag_commands
 from oss_responses.eventlog.writer import EventWriteError
 from oss_responses.harmony.render import RenderedPrompt
 from oss_responses.statuses import TERMINAL_STATUSES
@@ -31,6 +31,7 @@ from oss_responses.workers.handoff import leave_for_takeover
 from oss_responses.workers.job import Job
 from oss_responses.workers.outage import Backoff, unreachable
 from oss_responses.workers.run_state import Outcome, Run
+from oss_responses.workers.unclosed import list_open_stream
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ def cancel_revoked(ctx: WorkerContext, response_id: str) -> Outcome:
         return "missing"
     if record.status != "queued":
         return "skipped"
-    ctx.sync_redis.sadd(redis_keys.OPEN_STREAMS, response_id)
+    list_open_stream(ctx.sync_redis, response_id)
     # Lost: it left the queue meanwhile (a duplicate of its task runs it), or it ended.
     return "cancelled" if end_queued(ctx, record) else "skipped"
 
@@ -59,7 +60,7 @@ def cancel_terminated(ctx: WorkerContext, response_id: str) -> None:
     with ctx.sync_redis.pipeline(transaction=False) as pipe:
         for command in flag_commands(response_id, ctx.settings.event_ttl_seconds):
             pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        pipe.execute()
+        check_flagged(pipe.execute(raise_on_error=False), response_id)
     ctx.sync_redis.publish(redis_keys.CANCEL_CHANNEL, response_id)  # once flagged: cancel_request.py
 
 

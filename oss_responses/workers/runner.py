@@ -75,6 +75,7 @@ from oss_responses.workers.run_end import end_queued, finish
 from oss_responses.workers.run_state import Outcome, Run
 from oss_responses.workers.stream_tail import next_sequence_number
 from oss_responses.workers.takeover import fail_without_replay, take_over
+from oss_responses.workers.unclosed import list_open_stream
 from oss_responses.workers.unrun import fail_unrun
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ def _list_unclosed(ctx: WorkerContext, response_id: str) -> None:
     if tail and b"end" not in (tail[0][1] or {}):
         log.warning("%s ended in SQL but its event stream did not (Redis restored from an earlier state?): "
                     "the reaper ends it", response_id)
-        ctx.sync_redis.sadd(redis_keys.OPEN_STREAMS, response_id)
+        list_open_stream(ctx.sync_redis, response_id)
 
 
 def _run_leased(run: Run, taken: Claim) -> Outcome:

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from openai.types.responses import Response, ResponseStreamEvent
 from redis import Redis
+from redis.exceptions import ResponseError
 from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
@@ -38,6 +39,7 @@ from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, response_error
+from oss_responses.redis_refusals import wrong_type
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
 from oss_responses.storage import Database, ResponseRecord, archived_last_sequence_number, get_response
 from oss_responses.workers.archive import archive_event_log
@@ -46,6 +48,21 @@ from oss_responses.workers.job import stored_response
 log = logging.getLogger(__name__)
 
 END_LOST_MESSAGE = "stream_end_lost: the response ended while its event log was unreachable, and its row is gone"
+
+
+def list_open_stream(redis: Redis, response_id: str) -> None:
+    """The response's stream listed among the open streams, so that the reaper ends it should its end be lost. A
+    safety net, not the work at hand: where the key holds another type (by hand, another application, a bug; the
+    reaper's next pass replaces it) the listing is skipped with a WARNING, rather than failing the task with
+    WRONGTYPE."""
+    try:
+        redis.sadd(redis_keys.OPEN_STREAMS, response_id)
+    except ResponseError as exc:
+        if not wrong_type(exc):
+            raise
+        log.warning("%s could not be listed among the open streams: %s holds something other than a set "
+                    "(overwritten by hand, another application or a bug; the reaper's next pass replaces it)",
+                    response_id, redis_keys.OPEN_STREAMS)
 
 def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_seconds: int) -> bool:
     """End the stream of a response that ended in SQL (or whose row is gone); True if this wrote its end.

@@ -520,6 +520,23 @@ def test_run_response_fails_response_whose_stream_key_holds_something_else(
     assert not [record for record in caplog.records if record.exc_info]
 
 
+def test_run_response_completes_while_open_streams_key_holds_something_else(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The open streams' key set to a string (by hand, another application, a bug): its end's SREM was refused
+    (WRONGTYPE), which failed the end's write, so every response on every worker was left to a takeover until a
+    reaper's pass replaced the key. A member removed from a key that lists nothing is not listed: it completes."""
+    response_id = accept(db, redis, settings, input="hi", background=True)
+    redis.set(redis_keys.OPEN_STREAMS, "not a set")
+    assert run_response_now(response_id, worker=worker) == "completed"
+    assert db.run(get_response, response_id).status == "completed"
+    [(_, last)] = redis.xrevrange(redis_keys.events(response_id), count=1)
+    assert last[b"end"] == b"completed"
+    assert redis.get(redis_keys.OPEN_STREAMS) == b"not a set"  # the reaper's to replace
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
+
+
 def test_run_response_whose_lease_is_lost_while_it_runs_stops_without_traceback(
     database_url: str, redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
