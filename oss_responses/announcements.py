@@ -11,11 +11,24 @@ from typing import Any
 import redis as redis_lib
 
 from oss_responses import redis_keys
+from oss_responses.redis_refusals import wrong_type
 
 
 def announcements(client: redis_lib.Redis) -> list[dict[str, Any]]:
-    """Every ready worker's announcement ({} for one this build cannot read)."""
-    return [_parsed(client.get(key)) for key in client.scan_iter(redis_keys.worker_ready("*"))]
+    """Every ready worker's announcement ({} for one this build cannot read). A key of that name holding another
+    type (by hand, another application, a bug) is no worker's: skipped, where its WRONGTYPE failed whoever read
+    them (every reaper pass's housekeeping, the doctor) for as long as it stayed; one expired since the scan too."""
+    keys = list(client.scan_iter(redis_keys.worker_ready("*")))
+    if not keys:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.get(key)
+        values = pipe.execute(raise_on_error=False)
+    for value in values:
+        if isinstance(value, Exception) and not wrong_type(value):
+            raise value
+    return [_parsed(value) for value in values if isinstance(value, bytes | str)]
 
 
 def ready_workers(client: redis_lib.Redis) -> Counter[str | None]:

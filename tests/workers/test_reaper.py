@@ -170,6 +170,21 @@ def test_reaper_leaves_stale_queued_response_of_model_no_worker_serves(
     assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
 
 
+def test_reaper_sends_task_of_stale_queued_response_again_beside_a_ready_key_holding_something_else(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """A key named as a worker's announcement but holding a list (by hand, another application, a bug; no TTL):
+    reading the announcements raised WRONGTYPE, which failed every pass's housekeeping (the stale sweep, the
+    event logs' purge, retention) for as long as the key stayed."""
+    stale = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, stale, created_at=utcnow() - timedelta(hours=1))
+    announce_worker(redis, "gpt-oss-20b")
+    redis.rpush(redis_keys.worker_ready("not-a-worker"), "not an announcement")
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    assert dispatching_reaper(db, redis, sent).reap_once() == [stale]
+    assert sent == [(stale, "gpt-oss-20b")]
+
+
 def announce_worker(redis: redis_lib.Redis, model: str) -> None:
     """What a worker's context keeps set while its engine is up (``workers/context.py``)."""
     redis.set(redis_keys.worker_ready(f"worker-of-{model}"), json.dumps({"model": model, "engine": "scripted"}))
