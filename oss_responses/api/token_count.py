@@ -15,11 +15,13 @@ thread, and a costly prompt's tokens are computed in a child process (``prompt_t
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 
 import anyio
 from openai.types.responses import InputTokenCountResponse
+from redis.exceptions import ResponseError
 
 from oss_responses import redis_keys
 from oss_responses.api.auth import Owner
@@ -29,8 +31,11 @@ from oss_responses.errors import BadRequest
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.render import render_prompt
 from oss_responses.harmony.truncation import context_budget
+from oss_responses.redis_refusals import wrong_type
 from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import utcnow
+
+log = logging.getLogger(__name__)
 
 # The create-request fields that change the prompt (InputTokenCountParams has these and conversation).
 COUNT_FIELDS = (
@@ -68,7 +73,26 @@ async def _truncation_budget(services: Services, request: CreateResponseRequest)
     output budget (held to the model's ceiling): a count request carries no ``max_output_tokens``."""
     if request.truncation != "auto":
         return None
-    context = await services.redis.get(redis_keys.model_context(request.model))
+    context = await _announced_context(services, request.model)
     if context is None:
         return None
-    return context_budget(int(context), services.settings.output_budget(request.model, None))
+    return context_budget(context, services.settings.output_budget(request.model, None))
+
+
+async def _announced_context(services: Services, model: str) -> int | None:
+    """The model's context as its workers announce it. A key holding another type, or a string that is no count
+    (by hand, another application, a bug), is no announcement: it was a 500 until a worker of the model set it
+    again (without one up, for good)."""
+    key = redis_keys.model_context(model)
+    try:
+        context = await services.redis.get(key)
+    except ResponseError as exc:
+        if not wrong_type(exc):
+            raise
+        context = None
+    else:
+        if context is None or context.isdigit():
+            return None if context is None else int(context)
+    log.warning("%s holds something other than a context's token count (overwritten by hand, another "
+                "application or a bug): read as no announcement", key)
+    return None

@@ -79,6 +79,28 @@ def test_count_input_tokens_with_truncation_auto_counts_whole_when_no_worker_ann
     assert client.responses.input_tokens.count(**turn, truncation="auto").input_tokens == whole  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", ["list", "not a number"])
+def test_count_input_tokens_with_truncation_auto_counts_whole_when_announced_context_is_overwritten(
+    client: OpenAI, small_context_worker: WorkerContext, redis: redis_lib.Redis, value: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The context's key holding a list or a string that is no count (by hand, another application, a bug) was a
+    500 with a traceback (WRONGTYPE, or int() of it), until a worker of the model announced its context again:
+    without a worker up, for good. It is read as no announcement, with a WARNING."""
+    previous = _chain(client, small_context_worker)
+    turn = {"model": MODEL, "input": "gamma " * WORDS, "previous_response_id": previous}
+    key = redis_keys.model_context(MODEL)
+    redis.delete(key)
+    if value == "list":
+        redis.rpush(key, "800")
+    else:
+        redis.set(key, value)
+
+    whole = client.responses.input_tokens.count(**turn).input_tokens  # type: ignore[arg-type]
+    assert client.responses.input_tokens.count(**turn, truncation="auto").input_tokens == whole  # type: ignore[arg-type]
+    assert any(key in record.getMessage() and record.levelname == "WARNING" for record in caplog.records)
+
+
 @pytest.mark.parametrize("field", ["bogus", "stream", "max_output_tokens"])
 def test_count_input_tokens_with_field_it_does_not_take_is_400(client: OpenAI, field: str) -> None:
     with pytest.raises(openai.BadRequestError) as error:
