@@ -37,8 +37,14 @@ def check_flagged(replies: Sequence[Any], response_id: str) -> None:
     if isinstance(flag, Exception):
         raise flag
     if isinstance(listing, Exception):
-        if not wrong_type(listing):
-            raise listing
-        log.warning("%s: its cancel could not list its stream among the open streams: %s holds something other "
-                    "than a set (overwritten by hand, another application or a bug; the reaper's next pass "
-                    "replaces it); the cancel goes on", response_id, redis_keys.OPEN_STREAMS)
+        note_unlisted(listing, response_id)
+
+
+def note_unlisted(refused: Exception, response_id: str) -> None:
+    """A listing of the response's stream among the open streams that Redis refused: raised, unless the key holds
+    another type (by hand, another application, a bug; the reaper's next pass replaces it), which is logged."""
+    if not wrong_type(refused):
+        raise refused
+    log.warning("%s could not be listed among the open streams: %s holds something other than a set (overwritten "
+                "by hand, another application or a bug; the reaper's next pass replaces it)", response_id,
+                redis_keys.OPEN_STREAMS)

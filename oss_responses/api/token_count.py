@@ -89,10 +89,11 @@ async def _announced_context(services: Services, model: str) -> int | None:
     except ResponseError as exc:
         if not wrong_type(exc):
             raise
-        context = None
-    else:
-        if context is None or context.isdigit():
-            return None if context is None else int(context)
+        context = b""  # another type: no count
+    if context is None:
+        return None
+    if context.isdigit():
+        return int(context)
     log.warning("%s holds something other than a context's token count (overwritten by hand, another "
                 "application or a bug): read as no announcement", key)
     return None

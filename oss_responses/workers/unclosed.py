@@ -34,12 +34,12 @@ from redis.exceptions import ResponseError
 from redis.typing import StreamRangeResponse
 
 from oss_responses import redis_keys
+from oss_responses.cancel_request import note_unlisted
 from oss_responses.eventlog.archive import tombstone_over
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.writer import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, response_error
-from oss_responses.redis_refusals import wrong_type
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
 from oss_responses.storage import Database, ResponseRecord, archived_last_sequence_number, get_response
 from oss_responses.workers.archive import archive_event_log
@@ -58,11 +58,7 @@ def list_open_stream(redis: Redis, response_id: str) -> None:
     try:
         redis.sadd(redis_keys.OPEN_STREAMS, response_id)
     except ResponseError as exc:
-        if not wrong_type(exc):
-            raise
-        log.warning("%s could not be listed among the open streams: %s holds something other than a set "
-                    "(overwritten by hand, another application or a bug; the reaper's next pass replaces it)",
-                    response_id, redis_keys.OPEN_STREAMS)
+        note_unlisted(exc, response_id)
 
 def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_seconds: int) -> bool:
     """End the stream of a response that ended in SQL (or whose row is gone); True if this wrote its end.

@@ -12,10 +12,10 @@ import redis as redis_lib
 from openai import OpenAI
 from support import MODEL
 from support.api_server import ApiServer
+from support.sdk import end_queued
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings, WebhookEndpoint
-from oss_responses.storage import get_response
 from oss_responses.storage.webhook_deliveries import list_deliveries
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, event_id
 
@@ -64,12 +64,7 @@ def test_cancel_queued_response_with_overwritten_log_ends_it_with_webhook(
     created = client.responses.create(model=MODEL, input="cancel me", background=True)
     key = redis_keys.events(created.id)
     redis.set(key, "not a stream")
-    if verb == "cancel":
-        assert client.responses.cancel(created.id).status == "cancelled"
-        assert api.db.run(get_response, created.id).status == "cancelled"
-    else:
-        assert client.responses.delete(created.id) is None
-        assert api.db.run(get_response, created.id) is None
+    end_queued(client, api.db, created.id, verb)
     [task] = _queued_tasks(redis, "webhooks")
     assert json.loads(base64.b64decode(task["body"]))[0][1] == "response.cancelled"
     assert redis.get(key) == b"not a stream" and redis.ttl(key) > 0  # left as it is, expiring with the log

@@ -10,6 +10,7 @@ from openai import OpenAI
 from openai.types.responses import Response
 
 from oss_responses.statuses import ACTIVE_STATUSES
+from oss_responses.storage import Database, get_response
 
 _SDK_ONLY_KEYS = ("parsed", "parsed_arguments")
 POLL_S = 0.02
@@ -31,3 +32,14 @@ def without_parsed(value: Any) -> Any:
     if isinstance(value, list):
         return [without_parsed(v) for v in value]
     return value
+
+
+def end_queued(client: OpenAI, db: Database, response_id: str, verb: str) -> None:
+    """A queued response ended by ``verb``, as a client asks it: "cancel" (cancelled, in SQL too) or "delete"
+    (gone from SQL)."""
+    if verb == "cancel":
+        assert client.responses.cancel(response_id).status == "cancelled"
+        assert db.run(get_response, response_id).status == "cancelled"  # type: ignore[union-attr]
+    else:
+        assert client.responses.delete(response_id) is None  # type: ignore[func-returns-value]
+        assert db.run(get_response, response_id) is None
