@@ -80,11 +80,13 @@ def _log_failure(exc: Exception, message: str, *args: object) -> None:
     else:
         log.exception(message, *args)
 
-# An engine step whose tokens take longer than this to translate ships what it has so far. Each early
-# flush costs the loop more than its write (a reply to read, a wake): at 128 streams paced like a GPU
-# (bench/worker_ceiling.py --step-ms 6.7) a 2 ms threshold cost +0.7 us of loop CPU per token, 0.5 ms
-# cost +3 us for ~0.8 ms lower median latency per event (bench/service.py b, 100 streams).
-EARLY_FLUSH_SECONDS = 0.002
+# An engine step whose tokens take longer than this to translate ships what it has so far, so that the
+# first responses of a step reach their clients while the loop translates the rest. Each early flush costs
+# the loop more than its write (a reply to read, a wake). Alternated on 2026-12-06 against 2 ms: the median
+# latency per event fell by 1.3 ms (bench/service.py b, 100 streams: 7.2/8.3/6.3 against 9.5/8.8/7.6 ms),
+# for +1.5 to +2.5 us of loop CPU per token at saturation (bench/worker_ceiling.py: 45.5-46.6k against
+# 49.6-52.8k tokens/s; paced like a GPU, --step-ms 6.7, no difference above the noise).
+EARLY_FLUSH_SECONDS = 0.0005
 _LOAD_SCRIPT = [b"SCRIPT", b"LOAD", SCRIPT.encode()]
 _SERVER_INFO = [b"INFO", b"server"]
 
