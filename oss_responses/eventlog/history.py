@@ -39,7 +39,7 @@ from oss_responses.eventlog.losses import (
     StreamOverwritten,
     StreamRewound,
 )
-from oss_responses.eventlog.rewinds import parse_span, saw_rewound
+from oss_responses.eventlog.rewinds import read_mark, saw_rewound
 
 _T = TypeVar("_T")
 
@@ -98,19 +98,20 @@ class History:
         """History after ``cursor``, and the id of the log's last entry (FIRST if it has none).
         :class:`StreamRewound` when the reader resumes after an event that was written anew since
         (``rewinds.py``): one more command in the same round trip, for a resume only."""
-        try:
-            async with self._client().pipeline(transaction=False) as pipe:
-                pipe.exists(key)
-                pipe.xrange(key, _exclusive(cursor), "+", count=self.count)
-                pipe.xrevrange(key, "+", "-", count=1)
-                if cursor != FIRST:
-                    pipe.get(redis_keys.rewound(response_id))
-                exists, page, last, *mark = await pipe.execute()
-        except ResponseError as refused:
+        mark_key = redis_keys.rewound(response_id)
+        async with self._client().pipeline(transaction=False) as pipe:
+            pipe.exists(key)
+            pipe.xrange(key, _exclusive(cursor), "+", count=self.count)
+            pipe.xrevrange(key, "+", "-", count=1)
+            if cursor != FIRST:
+                pipe.get(mark_key)
+            # Refusals come back as replies: the mark's own (its key of another type) is no mark, not the stream's.
+            exists, page, last, *mark = await pipe.execute(raise_on_error=False)
+        if (refused := next((r for r in (exists, page, last) if isinstance(r, ResponseError)), None)) is not None:
             raise await self._refused(key, cursor, refused) from refused
         if not exists:
             raise StreamNotFound(key)
-        if mark and saw_rewound(parse_span(mark[0]), cursor):
+        if mark and saw_rewound(read_mark(mark_key, mark[0]), cursor):
             log.warning("event hub: a reader of %s resumes after event %d, written anew since (Redis restored from "
                         "an earlier state); it is told so", key, seen_through(cursor))
             raise StreamRewound(cursor)

@@ -16,21 +16,28 @@ always whole.
 
 from __future__ import annotations
 
+import logging
+import re
+
 from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.entries import EntryId, seen_through
 
+log = logging.getLogger(__name__)
+
 Span = tuple[int, int]  # the first and last sequence numbers written anew
+_SPAN = re.compile(rb"(\d+) (\d+)")  # as mark_rewound writes it: "FIRST LAST"
 
 # KEYS: the mark. ARGV: first, last, TTL in seconds. Two rollbacks of one response mark the span covering both.
+# An old value of another type (GET refused: WRONGTYPE) or that is no span (by hand, another application, a
+# bug) is overwritten: it made the script raise, and with it the takeover. Read as parse_span reads it.
 _MARK = """
 local first, last = tonumber(ARGV[1]), tonumber(ARGV[2])
-local old = redis.call('GET', KEYS[1])
-if old then
-  local a, b = string.match(old, '(%d+) (%d+)')
-  first, last = math.min(first, tonumber(a)), math.max(last, tonumber(b))
-end
+local read, old = pcall(redis.call, 'GET', KEYS[1])
+local a, b
+if read and old then a, b = string.match(old, '^(%d+) (%d+)$') end
+if a then first, last = math.min(first, tonumber(a)), math.max(last, tonumber(b)) end
 redis.call('SET', KEYS[1], first .. ' ' .. last, 'EX', ARGV[3])
 return first .. ' ' .. last
 """
@@ -42,10 +49,23 @@ def mark_rewound(redis: Redis, response_id: str, span: Span, ttl_seconds: int) -
 
 
 def parse_span(value: bytes | None) -> Span | None:
-    if not value:
+    """The span a mark holds: None if none, or if it is no span."""
+    span = _SPAN.fullmatch(value or b"")
+    return None if span is None else (int(span[1]), int(span[2]))
+
+
+def read_mark(key: str, reply: object) -> Span | None:
+    """The span of the mark ``key`` as a pipeline's GET answered it (``raise_on_error=False``). One holding
+    another type (its GET's WRONGTYPE) or a string that is no span (by hand, another application, a bug) is no
+    mark, with a WARNING: it was a 500 on a resume and raised in the hub's recheck, and it tells of no rewind."""
+    if reply is None:
         return None
-    first, _, last = value.partition(b" ")
-    return int(first), int(last)
+    span = parse_span(reply) if isinstance(reply, bytes) else None
+    if span is None:
+        why = reply if isinstance(reply, Exception) else "a string that is no span"
+        log.warning("%s holds something other than a span of events written anew (%s: overwritten by hand, "
+                    "another application or a bug): read as no mark", key, why)
+    return span
 
 
 def saw_rewound(span: Span | None, cursor: EntryId) -> bool:

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from oss_responses import redis_keys
 from oss_responses.eventlog.entries import EntryId, parse_id
 from oss_responses.eventlog.losses import StreamLost, StreamRewound
-from oss_responses.eventlog.rewinds import parse_span, saw_rewound
+from oss_responses.eventlog.rewinds import read_mark, saw_rewound
 
 # (key, how its followers are told, why: for the log line)
 Loss = tuple[str, type[StreamLost], str]
@@ -41,16 +41,17 @@ async def losses(client: Redis, cursors: dict[str, EntryId]) -> tuple[list[Loss]
     """Of the streams read up to ``cursors``, those lost or rewound, and those whose check Redis refused (with
     its refusal: an overwritten key's, found by :func:`overwritten`)."""
     keys = list(cursors)
+    mark_keys = [redis_keys.rewound(key.removeprefix(redis_keys.events(""))) for key in keys]
     async with client.pipeline(transaction=False) as pipe:
         for key in keys:
             pipe.xrevrange(key, "+", "-", count=1)
-        for key in keys:
-            pipe.get(redis_keys.rewound(key.removeprefix(redis_keys.events(""))))
+        for mark_key in mark_keys:
+            pipe.get(mark_key)
         replies = await pipe.execute(raise_on_error=False)
     tails, marks = replies[:len(keys)], replies[len(keys):]
     found: list[Loss] = []
     refused: list[tuple[str, Exception]] = []
-    for key, tail, mark in zip(keys, tails, marks, strict=True):
+    for key, tail, mark_key, mark in zip(keys, tails, mark_keys, marks, strict=True):
         cursor = cursors[key]
         if isinstance(tail, Exception):
             refused.append((key, tail))
@@ -60,7 +61,7 @@ async def losses(client: Redis, cursors: dict[str, EntryId]) -> tuple[list[Loss]
             found.append((key, StreamRewound,
                           f"came back shorter than read (Redis restored from an earlier state: ends at "
                           f"{tail[0][0].decode()}, read up to {cursor[0]}-{cursor[1]})"))
-        elif not isinstance(mark, Exception) and saw_rewound(parse_span(mark), cursor):
+        elif saw_rewound(read_mark(mark_key, mark), cursor):
             # Its takeover wrote past the cursor before this check: the mark, written before, tells.
             found.append((key, StreamRewound,
                           f"was written anew from an earlier state past what was read (events {mark.decode()}, "

@@ -62,6 +62,26 @@ def test_retrieve_response_stream_of_overwritten_log_ends_with_error_event(
     assert not [record for record in caplog.records if record.exc_info]
 
 
+@pytest.mark.parametrize("value", ["list", "garbage"])
+def test_retrieve_response_stream_starting_after_with_overwritten_rewound_mark_replays_the_rest(
+    client: OpenAI, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture, value: str
+) -> None:
+    """The key marking events written anew (``eventlog/rewinds.py``) left holding a list or a string that is no
+    span (by hand, another application, a bug): a resume was a 500 with a traceback (WRONGTYPE, or int() of
+    it). It is no mark, with a WARNING naming the key."""
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    client.responses.cancel(created.id)  # closes the log, so the replay ends
+    key = redis_keys.rewound(created.id)
+    if value == "list":
+        redis.rpush(key, "0 1")
+    else:
+        redis.set(key, value)
+    events = list(client.responses.retrieve(created.id, stream=True, starting_after=0))
+    assert [e.type for e in events] == ["response.queued"]
+    assert any(key in record.getMessage() and record.levelname == "WARNING" for record in caplog.records)
+    assert not [record for record in caplog.records if record.exc_info]
+
+
 def test_retrieve_response_stream_of_overwritten_archived_log_replays_it(
     client: OpenAI, api: ApiServer, redis: redis_lib.Redis
 ) -> None:

@@ -21,6 +21,7 @@ from oss_responses.eventlog import (
     write_events,
 )
 from oss_responses.eventlog.losses import StreamLost, StreamOverwritten, StreamRewound
+from oss_responses.eventlog.pipe import PipeBroken
 from oss_responses.eventlog.rewinds import mark_rewound, parse_span
 from oss_responses.eventlog.writer import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
@@ -161,6 +162,61 @@ async def test_resume_after_event_written_anew_gets_stream_rewound(
         assert lost.value.last_sequence == after
     else:
         assert await collect(frames) == list(range(after + 1, 12))
+
+
+def _overwrite(redis: redis_lib.Redis, key: str, value: str) -> None:
+    """``key`` left holding a list (``value`` "list") or the string ``value``: by hand, another application, a bug."""
+    redis.delete(key)
+    if value == "list":
+        redis.rpush(key, "5 9")
+    else:
+        redis.set(key, value)
+
+
+def _warned_once_without_traceback(caplog: pytest.LogCaptureFixture, key: str) -> bool:
+    """One WARNING names ``key``, and no traceback but a read broken by the test's kill (``_kill_live_read``)."""
+    warned = [r for r in caplog.records if key in r.getMessage() and r.levelname == "WARNING"]
+    tracebacks = [r for r in caplog.records if r.exc_info and not isinstance(r.exc_info[1], PipeBroken)]
+    return len(warned) == 1 and not tracebacks and not [r for r in caplog.records if "raised" in r.getMessage()]
+
+
+@pytest.mark.parametrize("value", ["list", "garbage", "5", "5 9 x"])
+async def test_resume_with_rewound_mark_overwritten_reads_on_as_without_mark(
+    hub, aredis, redis, make_events, caplog, value
+) -> None:
+    """The mark's key holding a list or a string that is no span was a 500 with a traceback on every resume
+    (WRONGTYPE in the history's pipeline, or int() of it): it is no mark, with a WARNING naming the key."""
+    await write_events(aredis, "resp_a", make_events(range(12)), close="completed", ttl_seconds=60)
+    _overwrite(redis, redis_keys.rewound("resp_a"), value)
+    assert await collect(await hub.open("resp_a", after=7)) == list(range(8, 12))
+    assert _warned_once_without_traceback(caplog, redis_keys.rewound("resp_a"))
+
+
+async def test_follower_recheck_with_rewound_mark_overwritten_reads_on(
+    hub, aredis, redis, make_events, caplog
+) -> None:
+    """A string that is no span in the mark's key raised in the hub's recheck after a failed read (int() of
+    it): it is no mark, with a WARNING naming the key, and the follower reads on."""
+    await write_events(aredis, "resp_a", make_events(range(3)), ttl_seconds=60)
+    subscription = hub.subscribe("resp_a", after=None)
+    assert await collect(subscription, limit=3) == [0, 1, 2]
+    following = asyncio.create_task(collect(subscription))
+    await until(lambda: any(c["cmd"] == "xread" for c in redis.client_list()))
+    _overwrite(redis, redis_keys.rewound("resp_a"), "garbage")
+    _kill_live_read(redis)
+    await write_events(aredis, "resp_a", make_events(range(3, 5)), close="completed", ttl_seconds=60)
+    assert await asyncio.wait_for(following, 10) == [3, 4]
+    assert hub.failing() is None and _warned_once_without_traceback(caplog, redis_keys.rewound("resp_a"))
+
+
+@pytest.mark.parametrize("value", ["list", "garbage", "5", "5 9 x"])
+def test_mark_rewound_over_overwritten_mark_writes_its_span(redis, value) -> None:
+    """A mark's key holding a list or a string that is no span made the script raise (WRONGTYPE in its GET, or
+    math.min of nil), and with it the takeover: it is overwritten with the new span."""
+    _overwrite(redis, redis_keys.rewound("resp_a"), value)
+    mark_rewound(redis, "resp_a", (3, 7), 60)
+    assert redis.get(redis_keys.rewound("resp_a")) == b"3 7"
+    assert 0 < redis.ttl(redis_keys.rewound("resp_a")) <= 60
 
 
 def test_mark_rewound_twice_covers_both_spans(redis) -> None:
