@@ -467,3 +467,50 @@ async def test_lease_key_holding_another_type_fails_its_response_alone(aredis, r
     assert redis.xlen(redis_keys.events("resp_b")) == 3
     assert not [record for record in caplog.records if record.exc_info]
     await writer.aclose()
+
+
+async def test_held_writes_reach_redis_only_once_released_in_their_order(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.hold("resp_a")
+    writer.append_journal("resp_a", ["begin", 0])
+    writer.append("resp_a", make_events(range(0, 2)))
+    writer.append("resp_b", make_events(range(0, 1)))  # another response is not held
+    await writer.flush()
+    assert not redis.exists(redis_keys.events("resp_a")) and not redis.exists(redis_keys.journal("resp_a"))
+    assert redis.xlen(redis_keys.events("resp_b")) == 1
+    writer.release("resp_a")
+    writer.append("resp_a", make_events(range(2, 3)))
+    await writer.drain("resp_a")
+    assert [entry_id for entry_id, _ in redis.xrange(redis_keys.events("resp_a"))] == [b"0-1", b"0-2", b"0-3"]
+    assert await read_journal(aredis, "resp_a") == [["begin", 0]]
+
+
+async def test_dropped_writes_and_later_ones_of_the_run_never_reach_redis(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    fence = Fence(redis_keys.lease("resp_a"), "token")
+    writer.fence("resp_a", fence)
+    writer.hold("resp_a")
+    writer.append("resp_a", make_events(range(0, 2)))
+    writer.drop("resp_a")
+    writer.append_journal("resp_a", ["feed", [1]])  # the stopping run goes on writing
+    writer.close("resp_a", "cancelled")
+    writer.release("resp_a")  # a dropped run stays dropped
+    await writer.drain("resp_a")
+    assert not redis.exists(redis_keys.events("resp_a")) and not redis.exists(redis_keys.journal("resp_a"))
+    writer.unfence("resp_a", fence)  # the run ended: the response's next writes are made
+    writer.append("resp_a", make_events(range(0, 1)))
+    await writer.drain("resp_a")
+    assert redis.xlen(redis_keys.events("resp_a")) == 1
+
+
+async def test_drain_of_held_response_waits_for_its_release(aredis, redis, make_events) -> None:
+    writer = EventWriter(aredis, ttl_seconds=60)
+    writer.hold("resp_a")
+    writer.append("resp_a", make_events(range(0, 1)))
+    draining = asyncio.create_task(writer.drain("resp_a"))
+    waiting = asyncio.create_task(writer.unheld("resp_a"))
+    await asyncio.sleep(0.05)
+    assert not draining.done() and not waiting.done()
+    writer.release("resp_a")
+    await asyncio.wait_for(asyncio.gather(draining, waiting), 5)
+    assert redis.xlen(redis_keys.events("resp_a")) == 1
