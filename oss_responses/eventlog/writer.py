@@ -56,7 +56,6 @@ from oss_responses.eventlog.bulk import (
     script_calls,
 )
 from oss_responses.eventlog.frames import StreamEvent, frame
-from oss_responses.eventlog.holds import Holds
 from oss_responses.eventlog.pipe import PipeBroken, RedisPipe
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
 from oss_responses.redis_refusals import wrong_type
@@ -346,26 +345,18 @@ class EventWriter:
         # Runs ended here (unfenced) with writes still buffered or unanswered, which had failed or written on
         # the server: those writes stay theirs (``_run_failed``) until they settled.
         self._ended: dict[str, Fence] = {}
-        self._holds = Holds()  # responses whose run's start is not saved yet (holds.py)
 
     def append(self, response_id: str, events: Iterable[StreamEvent]) -> None:
-        if self._holds and self._holds.keep(response_id, partial(self.append, response_id, events)):
-            return
         self._buffer(response_id, packed_events(response_id, events))
 
     def close(self, response_id: str, status: str, *, ttl_seconds: int | None = None) -> None:
         """Buffer the end marker and the TTL (the writer's, or ``ttl_seconds``); the stream then ends for every
         subscriber."""
-        if self._holds and self._holds.keep(response_id, partial(self.close, response_id, status,
-                                                                 ttl_seconds=ttl_seconds)):
-            return
         commands = close_commands(response_id, status, ttl_seconds or self._ttl_seconds)
         self._buffer(response_id, [pack_command(command) for command in commands], closing=True)
 
     def append_journal(self, response_id: str, step: Any) -> None:
         """Buffer one journal step (JSON-able); it lands before the events buffered after it."""
-        if self._holds and self._holds.keep(response_id, partial(self.append_journal, response_id, step)):
-            return
         batch = self._pending
         fence = self._fences.get(response_id)
         group = batch.groups.get(response_id)
@@ -392,11 +383,8 @@ class EventWriter:
     async def drain(self, response_id: str) -> None:
         """Wait until this response's buffered writes are in Redis; raise if any of them failed.
 
-        After ``close``, draining also forgets the response (its failure is reported once). Its writes held
-        (``hold``) are waited for until released or dropped.
+        After ``close``, draining also forgets the response (its failure is reported once).
         """
-        if self._holds:
-            await self._holds.over(response_id)
         batch = self._last_batch.get(response_id)
         if batch is not None:
             await batch.done.wait()
@@ -440,27 +428,6 @@ class EventWriter:
             self._settling.add(batch)
             self._write(pipe, batch)
 
-    def hold(self, response_id: str) -> None:
-        """Keep the response's writes back, in their order, until ``release`` or ``drop`` (``holds.py``): its
-        run's start is not saved in SQL yet."""
-        self._holds.hold(response_id)
-
-    def release(self, response_id: str) -> None:
-        """Its start is saved: what the response's run wrote meanwhile is buffered now, as if just written."""
-        for write in self._holds.release(response_id):
-            write()
-
-    def drop(self, response_id: str) -> None:
-        """Its start was not saved (the API cancelled it meanwhile): what its run wrote, and writes until the
-        run ends (``unfence``), are forgotten."""
-        self._holds.drop(response_id)
-
-    async def unheld(self, response_id: str) -> None:
-        """Wait while the response's writes are held: what must not happen before its start is saved (a tool
-        call) waits here."""
-        if self._holds:
-            await self._holds.over(response_id)
-
     def fence(self, response_id: str, fence: Fence) -> None:
         """A run took the response's lease: from now on what is buffered for the response lands only
         while the lease holds the run's token, checked in Redis with the writes (a guard heads each
@@ -480,7 +447,6 @@ class EventWriter:
         landed after the gap, on the same server or on one restored with the run's lease."""
         if self._fences.get(response_id) == fence:
             del self._fences[response_id]
-            self._holds.forget(response_id)
             if response_id in self._last_batch and (response_id in self._failed or response_id in self._written):
                 self._ended[response_id] = fence
             self._written.discard(response_id)

@@ -97,10 +97,7 @@ class EngineLoop:
         if self.in_loop():
             coro.close()
             raise RuntimeError("EngineLoop.run called from the engine loop itself: await instead")
-        return self.wait(self.submit(coro), timeout)
-
-    def wait(self, future: concurrent.futures.Future[T], timeout: float | None = None) -> T:
-        """The result of a coroutine ``submit`` scheduled (from any thread but the loop's own)."""
+        future = self.submit(coro)
         try:
             return future.result(timeout)
         except concurrent.futures.TimeoutError:

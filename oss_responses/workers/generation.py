@@ -41,8 +41,7 @@ from oss_responses.workers.journal import apply_translator_step
 log = logging.getLogger(__name__)
 
 # handoff: the worker is shutting down and gives the response to another worker.
-# abandoned: its start could not be saved in SQL (the API cancelled the queued response meanwhile): write nothing
-StopCause = Literal["cancelled", "lease_lost", "handoff", "abandoned"]
+StopCause = Literal["cancelled", "lease_lost", "handoff"]
 
 
 @dataclass(slots=True)
@@ -285,7 +284,7 @@ class Generation:
     def _finish_stopped(self) -> None:
         if self.stop_cause == "cancelled":
             self.emit(self.translator.finish("abort", **self._usage()))
-        # lease_lost or handoff: write nothing more; whoever runs the response next ends it (abandoned: the API did)
+        # lease_lost or handoff: write nothing more; whoever runs the response next ends it
 
     def _is_terminal(self) -> bool:
         return self.translator.response.status in TERMINAL_STATUSES
@@ -371,12 +370,8 @@ class Generation:
         return call is not None and await self._run_tool(call)
 
     async def _run_tool(self, call: PendingToolCall) -> bool:
-        """Run an MCP call and feed its result; False if stopped meanwhile. Not before the run's start is saved
-        (``EventWriter.hold``): a run the API cancelled meanwhile calls no tool."""
+        """Run an MCP call and feed its result; False if stopped meanwhile."""
         assert call.server_label is not None
-        await self.writer.unheld(self.response_id)
-        if self._stopped.is_set():
-            return False
         idempotent = self.is_idempotent(call.server_label, call.name)
         running = self.tools.call(call.server_label, call.name, call.arguments, idempotent=idempotent)
         task = asyncio.ensure_future(running)

@@ -8,9 +8,8 @@
     ─ the worker began to stop meanwhile? handed back to the queue, still queued (not counted)
     ─ the engine loop gone when this thread next needs it (the thread was held past the stop's wait)?
     handed back, or, in progress, handed off (not counted)
-    queued → in_progress (SQL), while the generation below already starts on the loop, its writes held
-    until the save (the API's cancel may win it: then they are dropped, and the run is skipped)
-    stored request/Response loaded (a row that cannot be: failed here, at once, its start saved first), tools resolved,
+    queued → in_progress (SQL)
+    stored request/Response loaded (a row that cannot be: failed here, at once), tools resolved,
     in_progress event, tool lists streamed, prompt rendered (unless it was), an answered approval run
     or declined, generation (engine loop) ─ any exception fails the response, but a dead engine's: the
     response is passed on to another worker, and this worker stops (``WorkerContext.lose_engine``); and
@@ -36,7 +35,6 @@ the queued responses whose task Celery revoked.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future, wait
 from functools import partial
 from typing import Any
 
@@ -181,53 +179,12 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
         run.early_prompt = render_early(ctx, job)
         if ctx.shutting_down:  # told while the prompt rendered (a run registered after was told at once)
             return hand_back(run)
-        return _start(run)
+        if not ctx.db.run(transition, job.response_id, from_statuses=("queued",), to_status="in_progress"):
+            return "skipped"  # cancelled by the API meanwhile
+        return _execute(run)
     finally:
         ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
         ctx.running.pop(job.response_id, None)
-
-
-def _start(run: Run) -> Outcome:
-    """A fresh run: its generation starts on the loop while this thread saves its start (queued → in_progress),
-    which on a GPU the prompt's prefill then hides; the run's writes wait for the save (``EventWriter.hold``).
-    The API's cancel of the queued response may win the save: then the run leaves nothing (the API ended its
-    stream) and its engine request is aborted. A job that cannot load fails at once, its start saved first."""
-    ctx, job = run.ctx, run.job
-    try:
-        request = job.request()
-    except JobLoadError:
-        return _execute(run) if _save_start(run) else "skipped"
-    ctx.loop.call_soon(partial(ctx.writer.hold, job.response_id))
-    generating = ctx.loop.submit(generate(run, request))
-    try:
-        saved = _save_start(run)
-    except BaseException:
-        _abandon(run, generating)
-        raise
-    if not saved:
-        _abandon(run, generating)
-        return "skipped"  # cancelled by the API meanwhile
-    ctx.loop.call_soon(partial(ctx.writer.release, job.response_id))
-    return _execute(run, generating=generating)
-
-
-def _save_start(run: Run) -> bool:
-    return bool(run.ctx.db.run(transition, run.job.response_id, from_statuses=("queued",), to_status="in_progress"))
-
-
-def _abandon(run: Run, generating: Future[None]) -> None:
-    """The run's start was not saved: its generation stops, writing nothing (what it held is dropped), and is
-    waited for, so that its lease is let go after it."""
-    try:
-        run.ctx.loop.call_soon(partial(_drop, run))
-    except LoopStopped:  # the loop's stop cancelled the generation
-        return
-    wait([generating])
-
-
-def _drop(run: Run) -> None:
-    run.ctx.writer.drop(run.job.response_id)
-    _stop(run, "abandoned")
 
 
 def _mark_rewound(run: Run, next_number: int) -> None:
@@ -341,16 +298,13 @@ def _cancel_queued(ctx: WorkerContext, job: Job) -> Outcome:
     return "cancelled"
 
 
-def _execute(run: Run, steps: list[Step] | None = None, generating: Future[None] | None = None) -> Outcome:
-    """Run the response from its start (``generating``: started already), or (``steps``: its journal) from
-    where a lost worker stopped."""
+def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
+    """Run the response from its start, or (``steps``: its journal) from where a lost worker stopped."""
     ctx, job = run.ctx, run.job
     engine_lost = False
     try:
         if steps is not None:
             ctx.loop.run(resume(run, job.request(), steps))
-        elif generating is not None:
-            ctx.loop.wait(generating)
         else:
             ctx.loop.run(generate(run, job.request()))
     except EventWriteError as exc:

@@ -49,9 +49,6 @@ class EventList:
     def append(self, response_id: str, events: list[Any]) -> None:
         self.events += events
 
-    async def unheld(self, response_id: str) -> None:
-        """Nothing is held here: a run outside a worker has no start to save."""
-
 
 @dataclass
 class Calculator:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -18,7 +17,7 @@ from support.workers import accept, generating, overwrite_row, roll_back_row, wo
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.storage import Database, cancel_queued, delete_response, get_response, transition
+from oss_responses.storage import Database, delete_response, get_response, transition
 from oss_responses.storage.conversations import ConversationRecord, delete_conversation, insert_conversation
 from oss_responses.workers import runner, takeover
 from oss_responses.workers.context import WorkerContext
@@ -735,56 +734,3 @@ def test_run_response_takeover_counts_again_from_itself_when_takeovers_key_holds
     assert redis.get(key) == str(count).encode() and redis.ttl(key) > 0
     assert any(key in record.getMessage() for record in caplog.records)
     assert not [record for record in caplog.records if record.exc_info]
-
-
-def _when_generating(run: Any) -> None:
-    deadline = time.monotonic() + 5
-    while run.generation is None:  # made on the loop right before the engine is asked
-        assert time.monotonic() < deadline, "the generation did not start before the start was saved"
-        time.sleep(0.005)
-
-
-def test_run_response_generates_while_its_start_is_saved_but_writes_only_after(
-    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The engine starts while SQL saves queued → in_progress (a GPU's prefill hides the write); the run's events
-    and journal wait for the save, which the API's cancel of the queued response may win."""
-    response_id = accept(db, redis, settings, input="tokens 7")
-    opening = len(stream_entries(redis, response_id))
-    save, seen = runner._save_start, {}
-
-    def slow_save(run: Any) -> bool:
-        _when_generating(run)
-        time.sleep(0.2)  # the scripted engine at full speed answers meanwhile
-        seen["stream"], seen["journal"] = len(stream_entries(redis, response_id)), redis.exists(
-            redis_keys.journal(response_id))
-        return save(run)
-
-    monkeypatch.setattr(runner, "_save_start", slow_save)
-    assert run_response_now(response_id, worker=worker) == "completed"
-    assert seen == {"stream": opening, "journal": 0}
-    events = events_of(redis, response_id)
-    assert_contiguous(events)
-    assert events[opening]["type"] == "response.in_progress" and events[-1]["type"] == "response.completed"
-
-
-def test_run_response_whose_start_the_api_cancel_won_leaves_nothing(
-    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The API cancelled the queued response in SQL while the run's start was being saved: the run returns
-    skipped, its generation stopped, and nothing of it reached Redis (the API ends the stream itself)."""
-    response_id = accept(db, redis, settings, input="tokens 500")
-    opening = stream_entries(redis, response_id)
-    save = runner._save_start
-
-    def cancelled_first(run: Any) -> bool:
-        _when_generating(run)
-        record = db.run(get_response, response_id)
-        assert record is not None and db.run(cancel_queued, response_id, record.response)
-        return save(run)
-
-    monkeypatch.setattr(runner, "_save_start", cancelled_first)
-    assert run_response_now(response_id, worker=worker) == "skipped"
-    assert stream_entries(redis, response_id) == opening
-    assert not redis.exists(redis_keys.journal(response_id))
-    assert db.run(get_response, response_id).status == "cancelled"  # type: ignore[union-attr]

@@ -78,11 +78,12 @@ def test_run_response_told_to_stop_while_its_prompt_renders_stays_queued(
     assert not redis.exists(redis_keys.lease(response_id))
 
 
-def test_run_response_whose_engine_loop_stopped_before_it_started_is_handed_back_queued(
+def test_run_response_whose_engine_loop_stopped_before_it_started_is_handed_off_uncounted(
     database_url: str, redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The loop stops between the task's look at the worker and its run (the stop's wait for the task threads
-    ran out just then): nothing started, so the response goes back to its queue as it came, its lease free."""
+    ran out just then): the run is handed off, marked so that its takeover is not counted. It failed on the
+    stopped loop with tracebacks, its lease left to lapse, and the reaper dispatched a counted takeover."""
     settings = worker_settings(database_url, redis_url)
     db = Database(settings.database_url)
     dispatched: list[str] = []
@@ -94,34 +95,6 @@ def test_run_response_whose_engine_loop_stopped_before_it_started_is_handed_back
         return rendered
 
     monkeypatch.setattr(runner, "render_early", render_then_lose_the_loop)
-    response_id = accept(db, redis, settings, input="tokens 40", background=True)
-    try:
-        assert run_response_now(response_id, worker=ctx) == "handed_off"
-    finally:
-        ctx.stop()
-    assert db.run(get_response, response_id).status == "queued"  # type: ignore[union-attr]
-    assert not redis.exists(redis_keys.lease(response_id)) and dispatched == [response_id]
-    db.dispose()
-
-
-def test_run_response_whose_engine_loop_stopped_while_its_start_was_saved_is_handed_off_uncounted(
-    database_url: str, redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The loop stops while the run's start is saved (in_progress; its generation already began on the loop):
-    the run is handed off, marked so that its takeover is not counted. It failed on the stopped loop with
-    tracebacks, its lease left to lapse, and the reaper dispatched a counted takeover."""
-    settings = worker_settings(database_url, redis_url)
-    db = Database(settings.database_url)
-    dispatched: list[str] = []
-    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
-    save = runner._save_start
-
-    def save_then_lose_the_loop(run: Any) -> bool:
-        saved = save(run)
-        ctx.loop.stop()
-        return saved
-
-    monkeypatch.setattr(runner, "_save_start", save_then_lose_the_loop)
     response_id = accept(db, redis, settings, input="tokens 40", background=True)
     try:
         assert run_response_now(response_id, worker=ctx) == "handed_off"
