@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
-from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.redis_refusals import refuses_writes
 from oss_responses.storage.db import refused_read_only, schema_missing
 

@@ -38,7 +38,7 @@ from oss_responses.errors import BadRequest, NotFound, ServiceUnavailable, TooMa
 from oss_responses.eventlog.archive import drop_closed_stream
 from oss_responses.eventlog.frames import parse_frame
 from oss_responses.eventlog.losses import StreamLost, StreamNotFound
-from oss_responses.eventlog.writer import EventLogOverwritten, EventWriteError, framed, write_events, write_frames
+from oss_responses.eventlog.writes import EventLogOverwritten, EventWriteError, framed, write_events, write_frames
 from oss_responses.harmony.history import ConversationTurn
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation

@@ -3,7 +3,8 @@
 from oss_responses.eventlog.frames import frame, parse_frame
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.eventlog.losses import EventHubStopped, StreamNotFound
-from oss_responses.eventlog.writer import EventWriteError, EventWriter, write_events
+from oss_responses.eventlog.writer import EventWriter
+from oss_responses.eventlog.writes import EventWriteError, write_events
 
 __all__ = [
     "EventHub",

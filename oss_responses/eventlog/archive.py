@@ -42,7 +42,7 @@ return 1
 
 # KEYS: the stream, the journal, the open streams. ARGV: the end marker's status, the archive's last sequence
 # number, the TTL in seconds, the response id. Whatever the stream holds is replaced by the tombstone of the
-# log already in SQL, and the stream is closed as an end marker closes it (``writer.close_commands``).
+# log already in SQL, and the stream is closed as an end marker closes it (``writes.close_commands``).
 SUPERSEDED_SCRIPT = """
 redis.call('XTRIM', KEYS[1], 'MAXLEN', 0)
 redis.call('XADD', KEYS[1], '*', 'end', ARGV[1], 'archived', ARGV[2])

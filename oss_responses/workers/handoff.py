@@ -23,7 +23,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import get_response, transition
 from oss_responses.workers.context import WorkerContext

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 from functools import partial
 from typing import Any
 
-from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
 from oss_responses.harmony.render import hosted_builtins, hosted_calls, offered_functions

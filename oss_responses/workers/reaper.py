@@ -53,7 +53,7 @@ from redis.exceptions import ResponseError
 
 from oss_responses import redis_keys
 from oss_responses.announcements import ready_workers
-from oss_responses.eventlog.writer import close_after
+from oss_responses.eventlog.writes import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from oss_responses import redis_keys
 from oss_responses.cancel_request import check_flagged, flag_commands
-from oss_responses.eventlog.writer import EventWriteError
+from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.harmony.render import RenderedPrompt
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import ResponseRecord, cancel_queued, get_response, save_turn

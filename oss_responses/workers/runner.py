@@ -44,7 +44,7 @@ from oss_responses import redis_keys
 from oss_responses.engine.base import EngineDead, PromptTooLongError, SchemaNotConstrainable
 from oss_responses.eventlog.bulk import lease_lost
 from oss_responses.eventlog.rewinds import mark_rewound
-from oss_responses.eventlog.writer import EventWriteError, framed
+from oss_responses.eventlog.writes import EventWriteError, framed
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.prompt_tokenizer import TokenizerClosed
 from oss_responses.redis_refusals import wrong_type

@@ -4,7 +4,7 @@ A response ends in two stores: its turn saved in SQL, then its stream's end mark
 Redis goes down between the two (or the worker dies between them, or a Redis that lost its last
 writes comes back), SQL says the response ended and its stream never does: every client following it
 waits for the stream's TTL. Each stream a worker claims is a member of ``redis_keys.OPEN_STREAMS``
-until its end marker removes it (``eventlog.writer.close_commands``), so the reaper's pass finds
+until its end marker removes it (``eventlog.writes.close_commands``), so the reaper's pass finds
 these: a member that SQL no longer has running, whose lease nobody holds. It ends the stream with
 what SQL holds, under the response's lease:
 
@@ -37,7 +37,7 @@ from oss_responses import redis_keys
 from oss_responses.cancel_request import note_unlisted
 from oss_responses.eventlog.archive import tombstone_over
 from oss_responses.eventlog.frames import parse_frame
-from oss_responses.eventlog.writer import close_after
+from oss_responses.eventlog.writes import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, response_error
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES

@@ -27,7 +27,7 @@ from oss_responses.api.jobs import PLAN_ON_LOOP_MESSAGES
 from oss_responses.config import Settings
 from oss_responses.conversation import history_of
 from oss_responses.eventlog import parse_frame
-from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.eventlog.writes import close_commands, event_commands
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import placeholder_response
 from oss_responses.harmony.render import plan_conversation

@@ -17,7 +17,7 @@ from oss_responses.api import relay
 from oss_responses.api.relay import archived_frames
 from oss_responses.eventlog import EventHub, StreamNotFound, parse_frame, write_events
 from oss_responses.eventlog.losses import ArchiveLost, ArchiveUnreadable, StreamLost
-from oss_responses.eventlog.writer import close_commands, event_commands
+from oss_responses.eventlog.writes import close_commands, event_commands
 from oss_responses.storage import (
     AsyncDatabase,
     Database,

@@ -23,7 +23,7 @@ from oss_responses.eventlog import (
 from oss_responses.eventlog.losses import StreamLost, StreamOverwritten, StreamRewound
 from oss_responses.eventlog.pipe import PipeBroken
 from oss_responses.eventlog.rewinds import mark_rewound, parse_span
-from oss_responses.eventlog.writer import close_after
+from oss_responses.eventlog.writes import close_after
 from oss_responses.redis_pool import CONNECT_ATTEMPTS
 
 pytestmark = pytest.mark.anyio

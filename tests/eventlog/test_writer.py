@@ -14,7 +14,8 @@ from oss_responses.eventlog import EventWriteError, EventWriter, frame, write_ev
 from oss_responses.eventlog import writer as writer_module
 from oss_responses.eventlog.bulk import NAME
 from oss_responses.eventlog.pipe import RedisPipe
-from oss_responses.eventlog.writer import Fence, write_frames
+from oss_responses.eventlog.writer import Fence
+from oss_responses.eventlog.writes import write_frames
 from oss_responses.workers.journal import read_journal
 
 pytestmark = pytest.mark.anyio

@@ -16,7 +16,7 @@ from sqlalchemy import delete, update
 from oss_responses import redis_keys
 from oss_responses.api.queued import build_queued
 from oss_responses.config import Settings
-from oss_responses.eventlog.writer import close_after, event_commands
+from oss_responses.eventlog.writes import close_after, event_commands
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import build_sealer, seal_secrets

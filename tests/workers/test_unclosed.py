@@ -17,7 +17,7 @@ from support.workers import accept
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.eventlog.writer import close_commands, frame_commands
+from oss_responses.eventlog.writes import close_commands, frame_commands
 from oss_responses.storage import Database, EventLogRow, get_event_log, get_response, transition
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.reaper import Reaper
