@@ -31,6 +31,13 @@ A Redis that refuses writes refuses the consumer's BRPOP too (a pop is a write; 
 it, but not unable to write its append-only file or snapshot, ``MISCONF``, nor as a replica, ``READONLY``):
 the reply escaped the consumer as well and stopped the worker for good, so that once Redis wrote again no
 worker was left to run anything. Refused, the consumer waits ``REFUSED_POP_PAUSE_SECONDS`` and asks again.
+
+kombu's own keys for the unacknowledged messages (``unacked`` a hash, ``unacked_index`` a sorted set,
+``unacked_mutex`` a string with a TTL) may hold another type (by hand, another application, a bug). Then
+its redelivery of unacknowledged messages stopped: the restore pass raised WRONGTYPE in the worker's timer
+every time (a traceback in the log), or, the mutex taken for good (it never expires), never ran at all,
+silently. The restore pass deletes such a key first (a TYPE-checked DEL, a WARNING naming it), at most once
+a minute: what it held was no record of kombu's anyway.
 """
 
 from __future__ import annotations
@@ -73,7 +80,18 @@ def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[s
     )
 
 
+# KEYS: kombu's key; ARGV: the type it must hold. Deleted if it holds another one (a refused read is none).
+_DELETE_IF_OTHER_TYPE = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'none' and kind ~= ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+KOMBU_KEYS_CHECK_SECONDS = 60.0
+
+
 class QoS(kombu_redis.QoS):
+    _keys_checked_at: float | None = None
+
     def restore_unacked(self, client: Any = None) -> None:
         if client is None and not self._connected():
             log.warning("broker connection lost: %d unacknowledged tasks stay in the broker's unacked set "
@@ -86,11 +104,26 @@ class QoS(kombu_redis.QoS):
         # The pass that puts back tasks unacknowledged past the visibility timeout takes a lock (a SET):
         # refused, it is left to a later pass instead of escaping the consumer.
         try:
+            self._delete_overwritten_keys()
             super().restore_visible(*args, **kwargs)  # type: ignore[no-untyped-call]
         except ResponseError as exc:
             if not refuses_writes(exc):
                 raise
             log.debug("the broker refused to restore unacknowledged tasks (%s): a later pass does", exc)
+
+    def _delete_overwritten_keys(self) -> None:
+        """kombu's keys of another type deleted (see the module docstring), at most once a minute."""
+        now = time.monotonic()
+        if self._keys_checked_at is not None and now - self._keys_checked_at < KOMBU_KEYS_CHECK_SECONDS:
+            return
+        self._keys_checked_at = now
+        expected = {self.unacked_key: "hash", self.unacked_index_key: "zset", self.unacked_mutex_key: "string"}
+        with self.channel.conn_or_acquire() as client:
+            for key, kind in expected.items():
+                if client.eval(_DELETE_IF_OTHER_TYPE, 1, key, kind):
+                    log.warning("kombu's key %s held something other than a %s (overwritten by hand, another "
+                                "application or a bug), which stopped the redelivery of unacknowledged tasks: "
+                                "deleted", key, kind)
 
     def append(self, message: Any, delivery_tag: Any) -> None:
         try:

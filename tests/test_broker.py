@@ -166,3 +166,25 @@ def test_get_from_queue_whose_key_holds_something_else_waits_and_takes_tasks_onc
         assert message.payload == {"n": 1}
         message.ack()
         queue.close()
+
+
+@pytest.mark.parametrize("key", ["unacked_index", "unacked_mutex"])
+def test_restore_unacked_with_kombu_key_overwritten_deletes_it_and_redelivers(
+    redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture, key: str
+) -> None:
+    # kombu's index of unacknowledged tasks or its restore lock made a list (by hand, another application, a
+    # bug): the restore pass raised WRONGTYPE in the worker's timer every time (the index), or never ran at all
+    # (the lock, which then never expires), and no unacknowledged task was redelivered.
+    redis.rpush(key, "not kombu's")
+    with Connection(redis_url, transport=TRANSPORT, transport_options={"visibility_timeout": 1}) as connection:
+        qos = connection.default_channel.qos
+        qos.restore_visible(interval=1)  # raised ResponseError (WRONGTYPE) for the index
+        assert not redis.exists(key)
+        assert f"kombu's key {key} held something other than" in caplog.text
+        queue = connection.SimpleQueue("responses.unacked")
+        queue.put({"n": 1})
+        queue.get(timeout=5)  # taken, never acknowledged: its worker died
+        redis.zadd("unacked_index", {tag: 0 for tag in qos._delivered})  # unacknowledged since long ago
+        qos.restore_visible(interval=1)
+        assert redis.llen("responses.unacked") == 1  # redelivered
+        queue.close()
