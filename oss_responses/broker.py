@@ -50,7 +50,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from redis.exceptions import ResponseError
 
-from oss_responses.redis_refusals import refuses_writes, wrong_type
+from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, refuses_writes, wrong_type
 from oss_responses.statuses import RUN_RESPONSE_TASK
 
 if TYPE_CHECKING:
@@ -80,12 +80,6 @@ def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[s
     )
 
 
-# KEYS: kombu's key; ARGV: the type it must hold. Deleted if it holds another one (a refused read is none).
-_DELETE_IF_OTHER_TYPE = """
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'none' and kind ~= ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 KOMBU_KEYS_CHECK_SECONDS = 60.0
 
 
@@ -120,7 +114,7 @@ class QoS(kombu_redis.QoS):
         expected = {self.unacked_key: "hash", self.unacked_index_key: "zset", self.unacked_mutex_key: "string"}
         with self.channel.conn_or_acquire() as client:
             for key, kind in expected.items():
-                if client.eval(_DELETE_IF_OTHER_TYPE, 1, key, kind):
+                if client.eval(DELETE_IF_OTHER_TYPE, 1, key, kind):
                     log.warning("kombu's key %s held something other than a %s (overwritten by hand, another "
                                 "application or a bug), which stopped the redelivery of unacknowledged tasks: "
                                 "deleted", key, kind)

@@ -21,3 +21,13 @@ def wrong_type(error: BaseException | str) -> bool:
     hand, by another application or by a bug. Not a refusal of writes: only that key's commands fail, for
     good, so it is neither waited out nor a 503."""
     return str(error).startswith("WRONGTYPE")
+
+
+# KEYS: the key. ARGV: the type it must hold (as TYPE names it: 'set', 'hash', 'string'...). 1 if it held
+# another type and is deleted, else 0: how a key that WRONGTYPE keeps refusing is replaced (its next writer
+# creates it anew), in one step, so that a key its rightful writer recreated meanwhile is kept.
+DELETE_IF_OTHER_TYPE = """
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'none' and kind ~= ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""

@@ -59,7 +59,7 @@ from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
 from oss_responses.owned_keys import RELEASE_IF_OWNED
 from oss_responses.pass_lock import release_pass_lock, take_pass_lock
-from oss_responses.redis_refusals import wrong_type
+from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, wrong_type
 from oss_responses.statuses import ACTIVE_STATUSES, Status
 from oss_responses.storage import (
     Database,
@@ -117,7 +117,6 @@ LEASE_OVERWRITTEN_MESSAGE = (
     "worker_lost: this response's lease in Redis was overwritten (its key holds something other than a lease: set "
     "by hand, by another application or by a bug), so no worker can run it; it cannot be continued"
 )
-_DELETE_UNLESS_SET = "if redis.call('TYPE', KEYS[1]).ok ~= 'set' then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 def failed_response(record: ResponseRecord, message: str = WORKER_LOST_MESSAGE, code: str = "server_error") -> Response:
@@ -269,7 +268,7 @@ class Reaper:
         log.warning("the open streams key %s held something other than a set (overwritten by hand, another "
                     "application or a bug): deleted; streams it listed whose end was lost wait for their TTL",
                     redis_keys.OPEN_STREAMS)
-        self.redis.eval(_DELETE_UNLESS_SET, 1, redis_keys.OPEN_STREAMS)
+        self.redis.eval(DELETE_IF_OTHER_TYPE, 1, redis_keys.OPEN_STREAMS, "set")
         return set()
 
     def unleased(self, response_ids: list[str]) -> list[str]:
