@@ -17,7 +17,7 @@ from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.history import ConversationTurn, turn_items
 from oss_responses.harmony.render import McpToolSpec, RenderOptions, items_turn
-from oss_responses.requests import parse_input_item
+from oss_responses.request_items import parse_input_item
 from oss_responses.sealing import Sealer
 from oss_responses.storage import ResponseRecord
 from oss_responses.storage.responses import MAX_CHAIN_DEPTH

@@ -2,42 +2,17 @@
 
 openai's request types are TypedDicts that pydantic validates loosely (unknown keys dropped, tools
 checked lazily), so the body is validated here: top-level fields strictly (an unknown field is a
-400, as OpenAI answers), input items and tools with openai's own pydantic models, dispatched on
-``type`` so that an error names one model, not fifty.
+400, as OpenAI answers), input items (``request_items.py``), tools (``request_tools.py``) and
+``tool_choice`` (``request_tool_choice.py``) each by its own module.
 """
 
 from __future__ import annotations
 
-import re
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal
 
-from openai.types.responses import (
-    EasyInputMessage,
-    FunctionTool,
-    NamespaceTool,
-    ResponseCodeInterpreterToolCall,
-    ResponseCompactionItemParam,
-    ResponseFormatTextJSONSchemaConfig,
-    ResponseFunctionToolCall,
-    ResponseFunctionWebSearch,
-    ResponseIncludable,
-    ResponseOutputMessage,
-    ResponseReasoningItem,
-    WebSearchPreviewTool,
-    WebSearchTool,
-)
+from openai.types.responses import EasyInputMessage, ResponseFormatTextJSONSchemaConfig, ResponseIncludable
 from openai.types.responses.response_create_params import ResponseCreateParamsBase
-from openai.types.responses.response_input_item import (
-    FunctionCallOutput,
-    ItemReference,
-    McpApprovalRequest,
-    McpApprovalResponse,
-    McpCall,
-    McpListTools,
-    Message,
-)
-from openai.types.responses.tool import CodeInterpreter, Mcp
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -50,234 +25,18 @@ from pydantic import (
 )
 
 from oss_responses.errors import BadRequest
-from oss_responses.harmony.builtin_tools import TOOL_TYPES
-from oss_responses.harmony.ids import new_id
-from oss_responses.harmony.mcp_tools import MCP_TOOL_NAME, MCP_TOOL_NAME_PATTERN
-from oss_responses.harmony.tool_choice import (
-    ALLOWED_TOOLS,
-    allows,
-    forced_tool_missing,
-)
+from oss_responses.request_items import MAX_INPUT_TEXT, InputItem, parse_input_item
+from oss_responses.request_tool_choice import check_choice_offered, parse_tool_choice
+from oss_responses.request_tools import RequestTool, check_name, parse_tool
 from oss_responses.schema_shape import schema_problem
 from oss_responses.strict_schema import object_root_problem, strict_problem
-from oss_responses.validation_errors import openai_error, too_long
-
-InputItem = (
-    EasyInputMessage
-    | Message
-    | ResponseOutputMessage
-    | ResponseReasoningItem
-    | ResponseFunctionToolCall
-    | FunctionCallOutput
-    | McpCall
-    | ResponseFunctionWebSearch
-    | ResponseCodeInterpreterToolCall
-    | McpListTools
-    | McpApprovalRequest
-    | McpApprovalResponse
-    | ItemReference
-    | ResponseCompactionItemParam
-)
-RequestTool = FunctionTool | NamespaceTool | Mcp | CodeInterpreter | WebSearchPreviewTool | WebSearchTool
-M = TypeVar("M", bound=BaseModel)
+from oss_responses.validation_errors import M, openai_error, too_long, validate_one
 
 # OpenAI's metadata: at most 16 pairs, keys up to 64 characters, values up to 512.
 Metadata = Annotated[
     dict[Annotated[str, StringConstraints(max_length=64)], Annotated[str, StringConstraints(max_length=512)]],
     Field(max_length=16),
 ]
-
-# OpenAI's rule for the names of functions and response formats. Here it also keeps harmony's headers
-# whole: a function's name, a namespace's or an MCP server's label is the recipient ``to=NAMESPACE.NAME``,
-# and a space or a dot in it would end or split that recipient.
-NAME_PATTERN = "^[a-zA-Z0-9_-]+$"
-NAME_MAX_LENGTH = 64
-_NAME = re.compile(NAME_PATTERN)
-
-# The ``include`` value asking for reasoning items' sealed harmony messages (stateless multi-turn).
-REASONING_ENCRYPTED_CONTENT = "reasoning.encrypted_content"
-
-_TOOL_MODELS: dict[str, type[RequestTool]] = {
-    "function": FunctionTool,
-    "namespace": NamespaceTool,
-    "mcp": Mcp,
-    "code_interpreter": CodeInterpreter,
-    "web_search_preview": WebSearchPreviewTool,
-    "web_search_preview_2025_03_11": WebSearchPreviewTool,
-    "web_search": WebSearchTool,
-    "web_search_2025_08_26": WebSearchTool,
-}
-
-_ITEM_MODELS: dict[str, type[InputItem]] = {
-    "reasoning": ResponseReasoningItem,
-    "function_call": ResponseFunctionToolCall,
-    "function_call_output": FunctionCallOutput,
-    "mcp_call": McpCall,
-    "web_search_call": ResponseFunctionWebSearch,
-    "code_interpreter_call": ResponseCodeInterpreterToolCall,
-    "mcp_list_tools": McpListTools,
-    "mcp_approval_request": McpApprovalRequest,
-    "mcp_approval_response": McpApprovalResponse,
-    "item_reference": ItemReference,
-    "compaction": ResponseCompactionItemParam,
-}
-
-
-def _message_model(item: dict[str, Any]) -> type[EasyInputMessage | Message | ResponseOutputMessage]:
-    """A ``type: message`` item is one of three shapes; pick by role and content."""
-    content = item.get("content")
-    if item.get("role") == "assistant" and "id" in item and isinstance(content, list):
-        return ResponseOutputMessage
-    if isinstance(content, str):
-        return EasyInputMessage
-    if item.get("role") in ("user", "system", "developer") and "type" in item:
-        return Message
-    return EasyInputMessage
-
-
-_OUTPUT_PARTS = frozenset({"output_text", "refusal"})
-
-
-def _is_output_content(content: Any) -> bool:
-    return isinstance(content, list) and bool(content) and all(
-        isinstance(part, dict) and _type_of(part) in _OUTPUT_PARTS for part in content
-    )
-
-
-def _output_part(part: dict[str, Any]) -> dict[str, Any]:
-    return {"annotations": [], **part} if part["type"] == "output_text" else part
-
-
-_TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
-MAX_INPUT_TEXT = 10_485_760  # OpenAI's longest `input` string or text part, in characters
-
-
-def _check_text_parts(content: Any, param: str) -> None:
-    """gpt-oss reads text only: an image, file or audio part is refused by name, not by a union error."""
-    if not isinstance(content, list):
-        return
-    for index, part in enumerate(content):
-        kind = _type_of(part) if isinstance(part, dict) else None
-        if kind not in _TEXT_PARTS:
-            raise BadRequest(
-                f"Invalid value for '{param}.content[{index}].type': {kind!r} content is not supported by gpt-oss, "
-                "which reads text only.",
-                param=f"{param}.content[{index}]",
-                code="unsupported_value",
-            )
-        if isinstance(text := part.get("text"), str) and len(text) > MAX_INPUT_TEXT:
-            raise too_long(f"{param}.content[{index}].text", MAX_INPUT_TEXT, len(text))
-
-
-def _type_of(value: dict[str, Any], default: str | None = None) -> str | None:
-    """The ``type`` of an item, part or tool; anything but a string is no type (and cannot be a dict key)."""
-    kind = value.get("type")
-    if kind is None:  # left out, or null: the SDK's TypedDicts mark several types Optional
-        kind = default
-    return kind if isinstance(kind, str) else None
-
-
-def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
-    """Fill what OpenAI lets a client leave out of replayed history, so one model describes each item.
-
-    Clients replay assistant messages as ``output_text`` parts without ``id``/``status``/``annotations``
-    and reasoning items without ``id``/``summary``, and an item reference may be its ``id`` alone (openai's
-    ``ItemReference`` type: ``type`` optional); the filled form is what is stored.
-    """
-    if item.get("type") is None and set(item) <= {"id", "type"} and isinstance(item.get("id"), str):
-        return {"type": "item_reference", "id": item["id"]}
-    kind = _type_of(item, "message")
-    if kind == "message" and item.get("role") == "assistant" and _is_output_content(item.get("content")):
-        content = [_output_part(part) for part in item["content"]]
-        return {**item, "type": "message", "id": item.get("id") or new_id("msg"),
-                "status": item.get("status") or "completed", "content": content}
-    if kind == "reasoning":
-        return {**item, "id": item.get("id") or new_id("rs"), "summary": item.get("summary") or []}
-    return item
-
-
-def check_name(name: str, param: str) -> None:
-    """A function's, namespace's, MCP server's or response format's name, as OpenAI checks it."""
-    if len(name) > NAME_MAX_LENGTH:
-        raise too_long(param, NAME_MAX_LENGTH, len(name))
-    if not _NAME.match(name):
-        raise _mismatch(param, NAME_PATTERN)
-
-
-def _mismatch(param: str, pattern: str) -> BadRequest:
-    """OpenAI's words for a string outside its pattern."""
-    return BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
-                      f"pattern '{pattern}'.", param=param, code="invalid_value")
-
-
-def _validate_one(model: type[M], value: Any, param: str) -> M:
-    try:
-        return model.model_validate(value)
-    except ValidationError as exc:
-        raise openai_error(value, exc, param) from exc
-
-
-def parse_input_item(value: Any, param: str) -> InputItem:
-    if not isinstance(value, dict):
-        raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
-    value = normalise_input_item(value)
-    item_type = _type_of(value, "message")
-    if item_type == "message":
-        _check_text_parts(value.get("content"), param)
-        return _validate_one(_message_model(value), value, param)
-    model = _ITEM_MODELS.get(item_type) if item_type is not None else None
-    if model is None:
-        raise BadRequest(
-            f"Invalid value for '{param}.type': input items of type {value.get('type')!r} "
-            "are not supported by gpt-oss.",
-            param=f"{param}.type",
-            code="unsupported_value",
-        )
-    return _validate_one(model, value, param)
-
-
-def parse_tool(value: Any, param: str) -> RequestTool:
-    if not isinstance(value, dict):
-        raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
-    tool_type = _type_of(value, "")
-    model = _TOOL_MODELS.get(tool_type) if tool_type is not None else None
-    if model is None:
-        raise BadRequest(
-            f"Invalid value for '{param}.type': tools of type '{value.get('type')}' are not supported "
-            f"(supported: {', '.join(_TOOL_MODELS)}).",
-            param=f"{param}.type",
-            code="unsupported_value",
-        )
-    tool = _validate_one(model, value, param)
-    _check_tool_names(tool, param)
-    if isinstance(tool, FunctionTool):
-        _check_parameters(tool.name, tool.parameters, tool.strict, f"{param}.parameters")
-    if isinstance(tool, NamespaceTool):
-        for index, function in enumerate(tool.tools):
-            strict = getattr(function, "strict", None)
-            _check_parameters(function.name, getattr(function, "parameters", None), strict,
-                              f"{param}.tools[{index}].parameters")
-    return tool
-
-
-def _check_parameters(name: str, parameters: Any, strict: bool | None, param: str) -> None:
-    """OpenAI's checks of a function's parameters: an object schema, and a strict one in the strict subset."""
-    problem = (schema_problem(parameters) or object_root_problem(parameters)
-               or (strict_problem(parameters) if strict else None))
-    if problem is not None:
-        raise BadRequest(f"Invalid schema for function '{name}': {problem}", param=param,
-                         code="invalid_function_parameters")
-
-
-def _check_tool_names(tool: RequestTool, param: str) -> None:
-    if isinstance(tool, FunctionTool | NamespaceTool):
-        check_name(tool.name, f"{param}.name")
-    if isinstance(tool, NamespaceTool):
-        for index, function in enumerate(tool.tools):
-            check_name(function.name, f"{param}.tools[{index}].name")
-    if isinstance(tool, Mcp):
-        check_name(tool.server_label, f"{param}.server_label")
-
 
 # OpenAI's efforts; gpt-oss has low, medium and high, and render maps the others to the nearest.
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -303,7 +62,7 @@ class TextFormat(BaseModel):
     def _json_schema(cls, value: Any) -> Any:
         """A ``json_schema`` format has its name and schema (openai's type says which fields it has)."""
         if isinstance(value, dict) and value.get("type") == "json_schema":
-            config = _validate_one(ResponseFormatTextJSONSchemaConfig, value, "text.format")
+            config = validate_one(ResponseFormatTextJSONSchemaConfig, value, "text.format")
             check_name(config.name, "text.format.name")
             schema = config.schema_
             problem = schema_problem(schema) or (
@@ -385,20 +144,7 @@ class CreateResponseRequest(BaseModel):
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _tool_choice(cls, value: Any) -> Any:
-        # A forcing choice is honoured by writing the start of the call for the model
-        # (harmony/render.py: forced_call_header); harmony has no other switch.
-        if value in ("auto", "none", "required"):
-            return value
-        kind = value.get("type") if isinstance(value, dict) else None
-        if kind == ALLOWED_TOOLS:
-            return _allowed_tools_choice(value)
-        if kind in _CHOICE_KEYS:
-            return _named_choice(value, kind)
-        if isinstance(kind, str):
-            raise BadRequest(f"Invalid value for 'tool_choice.type': '{kind}' is not available on this server.",
-                             param="tool_choice.type", code="unsupported_value")
-        raise BadRequest("Invalid value for 'tool_choice': expected 'auto', 'none', 'required' or a tool choice "
-                         "object.", param="tool_choice", code="invalid_value")
+        return parse_tool_choice(value)
 
     @field_validator("conversation", mode="before")
     @classmethod
@@ -420,15 +166,7 @@ class CreateResponseRequest(BaseModel):
 
     @model_validator(mode="after")
     def _forced_tool_offered(self) -> CreateResponseRequest:
-        choice = self.tool_choice
-        if isinstance(choice, dict) and choice["type"] == ALLOWED_TOOLS:
-            _check_allowed_tools(choice["tools"], self.tools)
-        if isinstance(choice, dict) and choice["type"] == "mcp" and "server_label" not in choice:
-            self.tool_choice = _only_server(choice, self.tools)
-        if isinstance(choice, dict) and choice["type"] == "mcp" and isinstance(choice.get("name"), str):
-            _check_mcp_tool_name(choice["name"], "tool_choice.name")
-        if (missing := forced_tool_missing(self)) is not None:
-            raise BadRequest(f"Invalid value for 'tool_choice': {missing}", param="tool_choice")
+        check_choice_offered(self)
         return self
 
     def input_items(self) -> list[InputItem]:
@@ -439,84 +177,6 @@ class CreateResponseRequest(BaseModel):
 
 
 _adapter = TypeAdapter(CreateResponseRequest)
-
-
-class _Included(BaseModel):
-    """``include`` alone, checked as a create request's is (``GET /v1/responses/{id}`` takes it in its query)."""
-
-    model_config = ConfigDict(strict=True)
-
-    include: list[ResponseIncludable]
-
-
-_included_adapter = TypeAdapter(_Included)
-
-
-def parse_include(values: list[str]) -> list[ResponseIncludable]:
-    """A query's ``include`` values, refused as a create's are: a 400 ``invalid_value`` naming ``include[i]``."""
-    return parse_body(_included_adapter, {"include": values}).include
-
-
-# A choice naming one tool: its required keys, then its optional ones.
-_CHOICE_KEYS: dict[str, tuple[set[str], set[str]]] = {
-    "function": ({"type", "name"}, set()),
-    # server_label may be left out when the request has one MCP tool (the Agents SDK's tool_choice="mcp").
-    "mcp": ({"type"}, {"server_label", "name"}),
-    **{kind: ({"type"}, set()) for kind in TOOL_TYPES},
-}
-_ALLOWED_ENTRY_KEYS = {"function": {"type", "name"}, "namespace": {"type", "name"}, "mcp": {"type", "server_label"}}
-
-
-def _allowed_tools_choice(value: dict[str, Any]) -> dict[str, Any]:
-    """``{"type": "allowed_tools", "mode", "tools"}`` checked for shape (``tools`` is matched to the
-    request's tools once they are parsed)."""
-    if set(value) - {"type", "mode", "tools"} or value.get("mode") not in ("auto", "required"):
-        raise BadRequest("Invalid value for 'tool_choice': allowed_tools has a 'mode' ('auto' or 'required') "
-                         "and 'tools'.", param="tool_choice", code="invalid_value")
-    entries = value.get("tools")
-    if not isinstance(entries, list) or not entries:
-        raise BadRequest("Invalid value for 'tool_choice.tools': expected a non-empty array of tools.",
-                         param="tool_choice.tools", code="invalid_value")
-    for index, entry in enumerate(entries):
-        kind = entry.get("type") if isinstance(entry, dict) else None
-        keys = _ALLOWED_ENTRY_KEYS.get(kind, {"type"}) if isinstance(kind, str) else None
-        if keys is None or set(entry) != keys or not all(isinstance(entry[key], str) for key in keys):
-            raise BadRequest(
-                f"Invalid value for 'tool_choice.tools[{index}]': a function or namespace is named by 'name', an "
-                "MCP server by 'server_label', a hosted tool by its 'type' alone.",
-                param=f"tool_choice.tools[{index}]", code="invalid_value",
-            )
-    return value
-
-
-def _named_choice(value: dict[str, Any], kind: str) -> dict[str, Any]:
-    required, optional = _CHOICE_KEYS[kind]
-    keys = set(value)
-    if not required <= keys or keys - required - optional or not all(isinstance(v, str) for v in value.values()):
-        listed = ", ".join(f"'{key}'" for key in sorted(required | optional))
-        raise BadRequest(f"Invalid value for 'tool_choice': a {kind} choice has {listed} (strings).",
-                         param="tool_choice", code="invalid_value")
-    return value
-
-
-def _check_mcp_tool_name(name: str, param: str) -> None:
-    if not MCP_TOOL_NAME.match(name):
-        raise _mismatch(param, MCP_TOOL_NAME_PATTERN)
-
-
-def _only_server(choice: dict[str, Any], tools: list[Any]) -> dict[str, Any]:
-    servers = [tool.server_label for tool in tools if isinstance(tool, Mcp)]
-    if len(servers) != 1:
-        raise BadRequest(f"Missing required parameter: 'tool_choice.server_label' (the request has {len(servers)} "
-                         "MCP tools).", param="tool_choice.server_label", code="missing_required_parameter")
-    return {**choice, "server_label": servers[0]}
-
-
-def _check_allowed_tools(entries: list[dict[str, Any]], tools: list[Any]) -> None:
-    for index, entry in enumerate(entries):
-        if not any(allows(entry, tool) for tool in tools):
-            raise BadRequest(f"Invalid value for 'tool_choice.tools[{index}]': no such tool in 'tools'.",
-                             param=f"tool_choice.tools[{index}]", code="invalid_value")
 
 
 def parse_create_request(body: Any) -> CreateResponseRequest:

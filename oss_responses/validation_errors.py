@@ -4,18 +4,28 @@ gives for that kind of error (``Unknown parameter: 'x'.``, ``integer_below_min_v
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from oss_responses.errors import BadRequest
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def openai_error(value: Any, exc: ValidationError, prefix: str = "") -> BadRequest:
     """The 400 for ``exc``, raised validating ``value``; ``prefix``: where ``value`` is in the body."""
     path, error = _closest_error(value, exc)
     return _bad_request(_param(prefix, path).lstrip(".") or None, error)
+
+
+def validate_one(model: type[M], value: Any, param: str) -> M:
+    """``value`` validated by ``model``; a failure is the 400 of :func:`openai_error` under ``param``."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise openai_error(value, exc, param) from exc
 
 
 def _path(value: Any, error: ErrorDetails) -> list[str | int]:
@@ -116,3 +126,9 @@ def _kind_of(value: Any) -> str:
 def too_long(param: str | None, limit: int, length: int) -> BadRequest:
     return BadRequest(f"Invalid '{param}': string too long. Expected a string with maximum length {limit}, but got "
                       f"a string with length {length} instead.", param=param, code="string_above_max_length")
+
+
+def mismatch(param: str, pattern: str) -> BadRequest:
+    """OpenAI's words for a string outside its pattern."""
+    return BadRequest(f"Invalid '{param}': string does not match pattern. Expected a string that matches the "
+                      f"pattern '{pattern}'.", param=param, code="invalid_value")

@@ -26,7 +26,8 @@ from oss_responses.conversation import ConversationPrefix, prefix_position, rend
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.harmony.ids import new_id
 from oss_responses.harmony.token_cost import check_tokenizable, cost_of
-from oss_responses.requests import CreateResponseRequest, Metadata, parse_body, parse_input_item
+from oss_responses.request_items import parse_input_item
+from oss_responses.requests import CreateResponseRequest, Metadata, parse_body
 from oss_responses.storage import ResponseRecord, find_stored_items, utcnow
 from oss_responses.storage.conversations import ConversationRecord, get_conversation, item_bytes, items_through
 

@@ -15,7 +15,7 @@ from openai.types.responses.response_input_item import ItemReference
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.history import ConversationTurn
-from oss_responses.requests import InputItem, parse_input_item
+from oss_responses.request_items import InputItem, parse_input_item
 
 
 def referenced_ids(items: Sequence[InputItem]) -> list[str]:

@@ -23,7 +23,8 @@ from openai.types.responses.tool import Mcp
 
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.messages import text_message
-from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
+from oss_responses.request_include import REASONING_ENCRYPTED_CONTENT
+from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import Sealer
 from oss_responses.storage.records import ResponseRecord
 

@@ -64,7 +64,7 @@ def usable_tools(request: Any) -> list[tuple[int, Any]]:
 
 def forced_call(request: Any, builtin_labels: Mapping[str, str]) -> ForcedCall | None:
     """The call ``tool_choice`` forces (None: the model decides, or the request's tools allow none;
-    ``requests.py`` refuses a forcing choice that names no tool of the request). ``builtin_labels``
+    ``request_tool_choice.py`` refuses a forcing choice that names no tool of the request). ``builtin_labels``
     are the MCP server labels served as ``python``/``browser`` (``settings.builtin_tool_labels``)."""
     choice = request.tool_choice
     if _requires(choice):

@@ -18,7 +18,8 @@ from oss_responses.harmony.history import listed_tools
 from oss_responses.harmony.hosted_items import DEFAULT_HOSTED_CALLS
 from oss_responses.harmony.render import hosted_builtins, hosted_calls, offered_functions
 from oss_responses.harmony.translator import ApprovalPolicy
-from oss_responses.requests import REASONING_ENCRYPTED_CONTENT, CreateResponseRequest
+from oss_responses.request_include import REASONING_ENCRYPTED_CONTENT
+from oss_responses.requests import CreateResponseRequest
 from oss_responses.workers.generation import Generation
 from oss_responses.workers.journal import (
     JournaledTranslator,

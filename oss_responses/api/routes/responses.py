@@ -24,7 +24,8 @@ from oss_responses.api.services import Services
 from oss_responses.api.socket import ResponsesSocket
 from oss_responses.errors import BadRequest, NotFound, ServiceError
 from oss_responses.eventlog.losses import StreamNotFound
-from oss_responses.requests import CreateResponseRequest, parse_create_request, parse_include
+from oss_responses.request_include import parse_include
+from oss_responses.requests import CreateResponseRequest, parse_create_request
 from oss_responses.storage import list_input_items
 
 router = APIRouter(prefix="/v1/responses", tags=["responses"])
