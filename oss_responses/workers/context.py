@@ -47,7 +47,7 @@ from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
-from oss_responses.workers.outage import wait_for_redis, wait_for_schema
+from oss_responses.workers.outage import unreachable, wait_for_redis, wait_for_schema
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,10 @@ READY_REFRESH_SECONDS = 10
 # How long a stopping worker waits for its task threads (their responses handed off, which takes
 # about a second) before it stops the engine under them; within compose's 30 s grace period.
 TASKS_STOP_TIMEOUT_SECONDS = 20.0
+# How long a stopping worker tries to delete its readiness key: with Redis down, the client's reconnects
+# and retries (RECONNECT) took about a second; with Redis silent (stopped, a blackholed link) the DEL had
+# no bound but the stop's 30 s, past which the engine was never shut down. The key lapses with its TTL.
+STOP_REDIS_SECONDS = 3.0
 
 
 # (response id, model, MCP secrets) → the response's task sent to its model's queue.
@@ -185,16 +189,27 @@ class WorkerContext:
 
     async def _stop_on_loop(self) -> None:
         await cancel_and_wait(self._ready_task)  # its last SET lands before the DEL
-        try:
-            await self.redis.delete(redis_keys.worker_ready(self.worker_id))
-        except redis.RedisError:  # a stop while Redis is down still shuts the engine down
-            log.warning("Redis is unreachable: the worker's readiness lapses with its TTL", exc_info=True)
+        await self._unannounce()
         await self.cancels.stop()
         if self.mcp_pool is not None:
             await self.mcp_pool.close()
         await self.engine.shutdown()
         await self.writer.aclose()
         await self.redis.aclose()
+
+    async def _unannounce(self) -> None:
+        """The readiness key deleted, at most ``STOP_REDIS_SECONDS``: a stop while Redis is down (or silent)
+        still shuts the engine down, and the key lapses with its TTL. An outage is a line; anything else
+        keeps its traceback."""
+        key = redis_keys.worker_ready(self.worker_id)
+        try:
+            await asyncio.wait_for(self.redis.delete(key), STOP_REDIS_SECONDS)
+        except (RedisError, TimeoutError) as exc:
+            timed_out = isinstance(exc, TimeoutError)  # asyncio's; redis-py's own is a RedisError
+            reason = f"no answer within {STOP_REDIS_SECONDS} s" if timed_out else f"{type(exc).__name__}: {exc}"
+            log.warning("stopping: could not delete this worker's readiness key %s (%s); it lapses with its TTL "
+                        "(%d s at most)", key, reason, READY_TTL_SECONDS,
+                        exc_info=not (timed_out or unreachable(exc)))
 
 
 async def _call_all(callbacks: list[Callable[[], None]]) -> None:

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import signal
+import time
+from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
 import uvloop
 from redis.exceptions import ConnectionError as RedisConnectionError
 from support.db_connections import connects_in_two_rounds
+from support.servers import RedisServer, start_redis
 from support.silent_link import SilentLink
+from support.workers import worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.workers.context import READY_TTL_SECONDS, WorkerContext
+from oss_responses.workers.context import READY_TTL_SECONDS, WorkerContext, start_worker
 from oss_responses.workers.testing import local_worker
 
 
@@ -117,3 +123,63 @@ def test_worker_redis_command_on_connection_reset_is_sent_again(silent_link: Sil
             await client.aclose()
 
     assert uvloop.run(scenario()) == b"v"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to kill or stop (SIGSTOP) under a worker."""
+    server = start_redis()
+    yield server
+    server.process.send_signal(signal.SIGCONT)
+    server.stop()
+
+
+def _stop_warnings(caplog: pytest.LogCaptureFixture, ctx: WorkerContext) -> tuple[float, list[logging.LogRecord]]:
+    """``ctx`` stopped: how long it took, and the records at WARNING and above it logged meanwhile."""
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        started = time.monotonic()
+        ctx.stop()
+        took = time.monotonic() - started
+    return took, [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+def test_stop_worker_with_redis_killed_warns_one_line_without_traceback(
+    database_url: str, own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The DEL of its readiness key failed with a traceback (a connection refused is an outage, not a bug).
+    ctx = start_worker(worker_settings(database_url, own_redis.url), with_reaper=False)
+    own_redis.kill()
+    took, warnings = _stop_warnings(caplog, ctx)
+    assert took < 5
+    assert [record.getMessage() for record in warnings if record.exc_info] == []  # no traceback
+    unannounced = [r.getMessage() for r in warnings if "readiness key" in r.getMessage()]
+    assert len(unannounced) == 1 and "lapses with its TTL" in unannounced[0], warnings
+    assert not ctx.loop.running  # the engine loop (and the engine on it) stopped
+
+
+def test_stop_worker_with_redis_silent_ends_within_bound(
+    database_url: str, own_redis: RedisServer, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A Redis that accepts the DEL and never answers (stopped; a blackholed link): the DEL waited out the
+    # stop's whole 30 s, which then raised, and the engine was never shut down.
+    from oss_responses.workers import context
+
+    monkeypatch.setattr(context, "STOP_REDIS_SECONDS", 0.5, raising=False)
+    ctx = start_worker(worker_settings(database_url, own_redis.url), with_reaper=False)
+    own_redis.process.send_signal(signal.SIGSTOP)
+    shutdowns = []
+    real_shutdown = ctx.engine.shutdown
+
+    async def shutdown() -> None:
+        shutdowns.append(True)
+        await real_shutdown()
+
+    monkeypatch.setattr(ctx.engine, "shutdown", shutdown)
+    run = ctx.loop.run
+    monkeypatch.setattr(ctx.loop, "run", lambda coro, timeout=None: run(coro, timeout and 5))  # the stop's 30 s
+    took, warnings = _stop_warnings(caplog, ctx)
+    assert took < 3 and shutdowns == [True]
+    messages = [record.getMessage() for record in warnings]
+    assert any("readiness key" in m and "no answer within 0.5 s" in m for m in messages), messages
+    assert [record.getMessage() for record in warnings if record.exc_info] == []
