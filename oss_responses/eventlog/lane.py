@@ -26,6 +26,8 @@ from typing import Any, Protocol, cast
 import hiredis
 from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from oss_responses.eventlog.bulk import bulk_string
 from oss_responses.eventlog.pipe import RedisPipe
@@ -33,6 +35,8 @@ from oss_responses.eventlog.pipe import RedisPipe
 log = logging.getLogger(__name__)
 
 WAKE_TTL_SECONDS = 86_400
+# Redis away or not answering (as the hub's OUTAGE: a lane cannot import the hub).
+_OUTAGE: tuple[type[Exception], ...] = (OSError, RedisConnectionError, RedisTimeoutError)
 
 
 class Followed(Protocol):
@@ -138,8 +142,10 @@ class ReadLane:
         self.close()
         try:
             await self._side().delete(self.wake_key)
-        except Exception:
-            log.warning("event hub: could not delete its wake stream at stop", exc_info=True)
+        except Exception as exc:  # Redis away (an API stopped during an outage): a line; anything else, a traceback
+            log.warning("event hub: could not delete its wake stream %s at stop (%s: %s); it expires within %d s",
+                        self.wake_key, type(exc).__name__, exc, WAKE_TTL_SECONDS,
+                        exc_info=not isinstance(exc, _OUTAGE))
 
 
 def redis_error(reply: Exception) -> Exception:

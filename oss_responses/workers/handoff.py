@@ -31,6 +31,7 @@ from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation
 from oss_responses.workers.job import load_job
 from oss_responses.workers.lease import Lease
+from oss_responses.workers.outage import unreachable
 from oss_responses.workers.reaper import HANDOFF, resume_wait_seconds
 from oss_responses.workers.run_state import Outcome, Run
 
@@ -46,8 +47,14 @@ def let_go(run: Run) -> None:
         ctx.loop.call_soon(partial(ctx.writer.unfence, run.job.response_id, run.fence))
     try:
         _release(run)
-    except RedisError:  # Redis went away: the lease lapses by itself
-        log.warning("releasing the lease of %s failed", run.job.response_id, exc_info=True)
+    except RedisError as exc:  # Redis went away: the lease lapses by itself (an outage: a line, no traceback)
+        log.warning("releasing the lease of %s failed (%s: %s): it lapses within %.0f s", run.job.response_id,
+                    type(exc).__name__, exc, ctx.settings.lease_seconds, exc_info=not unreachable(exc))
+
+
+def _outage(exc: BaseException) -> bool:
+    """Redis away: redis-py's errors for it, or the event writer's own connection's (refused, reset, timed out)."""
+    return unreachable(exc) or isinstance(exc, (ConnectionError, TimeoutError))
 
 
 def _release(run: Run) -> None:
@@ -140,8 +147,13 @@ def hand_off(run: Run) -> Outcome:
     ctx, job = run.ctx, run.job
     try:
         ctx.loop.run(ctx.writer.drain(job.response_id))
-    except EventWriteError:
-        log.exception("events of %s did not all reach Redis before its handoff", job.response_id)
+    except EventWriteError as exc:
+        cause = exc.__cause__ or exc
+        if _outage(cause):  # Redis away (a stop during an outage): a line, no traceback
+            log.warning("events of %s did not all reach Redis before its handoff (%s: %s): its next run writes "
+                        "what the stream lacks from its journal", job.response_id, type(cause).__name__, cause)
+        else:
+            log.exception("events of %s did not all reach Redis before its handoff", job.response_id)
     if ctx.dispatch is None:  # the reaper dispatches it once it sees the lease free
         ctx.loop.run(run.lease.release())
         return "handed_off"

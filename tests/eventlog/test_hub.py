@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -718,3 +719,21 @@ async def test_hub_whose_reader_keeps_failing_says_so_until_it_reads_again(
     assert await asyncio.wait_for(following, 10) == [0, 1, 2, 3]
     await until(lambda: hub.failing() is None, timeout=5)
     assert raised[0] >= supervision.UNREADY_FAILURES
+
+
+async def test_stop_hub_with_redis_killed_warns_without_traceback(caplog) -> None:
+    # An API stopped while Redis is down: each lane's DEL of its wake stream logged a ConnectionError traceback.
+    server = start_redis()
+    hub = EventHub(server.url, block_ms=10_000)
+    try:
+        await hub.start()
+        server.kill()
+        caplog.clear()
+        started = time.monotonic()
+        await hub.stop()
+        assert time.monotonic() - started < 5
+    finally:
+        server.stop()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage() for r in warnings if r.exc_info] == []  # no traceback
+    assert len([r for r in warnings if "could not delete its wake stream" in r.getMessage()]) == 2  # one per lane

@@ -4,6 +4,7 @@ handle, an in-process worker (scripted engine, no reaper), and the MCP servers o
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 import redis as redis_lib
 from support.mcp import CALCULATOR, MISBEHAVING, mcp_server
 from support.processes import WorkerProcess, ready_workers
+from support.servers import RedisServer, start_redis
 from support.silent_link import SilentLink
 from support.tool_turns import ToolEnv, tool_settings
 from support.workers import worker_settings
@@ -97,3 +99,12 @@ def silent_link(redis_url: str) -> Iterator[SilentLink]:
         asyncio.run_coroutine_threadsafe(link.stop(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    """A redis-server of this test's own, to kill or stop (SIGSTOP) under a worker."""
+    server = start_redis()
+    yield server
+    server.process.send_signal(signal.SIGCONT)
+    server.stop()

@@ -7,14 +7,13 @@ import json
 import logging
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis as redis_lib
 import uvloop
 from redis.exceptions import ConnectionError as RedisConnectionError
 from support.db_connections import connects_in_two_rounds
-from support.servers import RedisServer, start_redis
+from support.servers import RedisServer
 from support.silent_link import SilentLink
 from support.workers import worker_settings
 
@@ -123,15 +122,6 @@ def test_worker_redis_command_on_connection_reset_is_sent_again(silent_link: Sil
             await client.aclose()
 
     assert uvloop.run(scenario()) == b"v"
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A redis-server of this test's own, to kill or stop (SIGSTOP) under a worker."""
-    server = start_redis()
-    yield server
-    server.process.send_signal(signal.SIGCONT)
-    server.stop()
 
 
 def _stop_warnings(caplog: pytest.LogCaptureFixture, ctx: WorkerContext) -> tuple[float, list[logging.LogRecord]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 import redis as redis_lib
+from redis.exceptions import ConnectionError as RedisConnectionError
+from support.servers import RedisServer
 from support.streams import wait_for_event
 from support.tool_turns import CALC, tool_settings
 from support.workers import accept, accept_with_secrets, worker_settings
@@ -287,3 +290,32 @@ def assert_handed_off(redis: redis_lib.Redis, response_id: str, dispatched: list
     assert redis.get(redis_keys.resume(response_id)) == b"handoff"
     assert not redis.exists(redis_keys.lease(response_id))
     assert dispatched == [response_id]
+
+
+def test_stop_worker_with_redis_killed_under_running_response_warns_without_traceback(
+    database_url: str, own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The handoff's lease release logged a ConnectionError traceback (its lease lapses by itself): an outage.
+    settings = worker_settings(database_url, own_redis.url, scripted_tokens_per_second=20.0)
+    client = redis_lib.Redis.from_url(own_redis.url)
+    db = Database(settings.database_url)
+    response_id = accept(db, client, settings, input="tokens 400", background=True)
+    ctx = start_worker(settings, with_reaper=False)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            task = pool.submit(_run_as_task, ctx, response_id)
+            wait_for_event(client, response_id, "response.output_text.delta")
+            own_redis.kill()
+            with caplog.at_level(logging.WARNING):
+                started = time.monotonic()
+                ctx.stop()
+                assert time.monotonic() - started < 10
+            with pytest.raises(RedisConnectionError):  # the task goes back to its queue (tasks.py: an outage)
+                task.result(timeout=5)
+    finally:
+        client.close()
+        db.dispose()
+    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    assert [record.getMessage() for record in warnings if record.exc_info] == []  # no traceback
+    released = [record.getMessage() for record in warnings if "releasing the lease" in record.getMessage()]
+    assert len(released) == 1 and "lapses within 60 s" in released[0], released
