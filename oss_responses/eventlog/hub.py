@@ -74,6 +74,7 @@ from oss_responses.eventlog.history import ArchiveReader, History, pages_as_fram
 from oss_responses.eventlog.lane import ReadLane
 from oss_responses.eventlog.losses import EventHubStopped, StreamLost, StreamNotFound, StreamOverwritten, StreamRewound
 from oss_responses.eventlog.supervision import Supervisor
+from oss_responses.outage_log import OutageLog
 from oss_responses.redis_pool import PatientPool
 from oss_responses.stopping import cancel_and_wait
 
@@ -113,6 +114,7 @@ class EventHub:
         self._max_pending = max_pending_batches
         self._side_connections = side_connections
         self._recheck = False  # a read failed: check that the followed streams survived it
+        self._outage = OutageLog(log, "event hub: Redis")  # both lanes' failed reads, told once together
         self._quiet_after = quiet_after_seconds
         self._next_quiet_check = 0.0
         hub_id = uuid.uuid4().hex
@@ -408,21 +410,23 @@ class EventHub:
             if self._recheck:
                 try:
                     await self._drop_lost_streams()
-                except OUTAGE:
-                    log.warning("event hub: Redis still unreachable; retrying", exc_info=True)
+                except OUTAGE as exc:
+                    self._outage.failed(exc)
                     await asyncio.sleep(0.5)
                     continue
+                self._outage.answered()
             reading = dict(streams)
             try:
                 reply = await lane.read(reading.values())
-            except OUTAGE:
-                log.exception("event hub read failed; retrying")
+            except OUTAGE as exc:
+                self._outage.failed(exc)
                 self._recheck = True
                 await asyncio.sleep(0.5)
                 continue
             except ResponseError as refused:
                 await self._drop_overwritten_streams(list(reading), refused)
                 continue
+            self._outage.answered()
             now = time.monotonic()
             for raw_key, entries in reply:
                 self._dispatch(raw_key.decode(), [entry(raw) for raw in entries], reading, now)

@@ -127,8 +127,8 @@ class RedisPipe(asyncio.Protocol):
                 self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._fail(PipeBroken(f"the event writer's Redis connection was lost: {exc!r}" if exc else
-                              "Redis closed the event writer's connection"))
+        self._fail(PipeBroken(f"the Redis connection was lost: {exc!r}" if exc else
+                              "Redis closed the connection"))
 
     def _fail(self, error: PipeBroken) -> None:
         if self._broken is None:

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from oss_responses.eventlog.archive import ClosedStream, leave_tombstone, read_closed_stream
 from oss_responses.storage import Database, get_response, save_event_log, utcnow
+from oss_responses.workers.outage import warn_failed
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +47,8 @@ def archive_event_log(db: Database, redis: Redis, response_id: str, *, ttl_secon
             log.info("%s was deleted since it ended: its event log is dropped", response_id)
             return False
         return leave_tombstone(redis, response_id, closed)
-    except (RedisError, SQLAlchemyError):
-        log.warning("archiving the event log of %s failed: it stays in Redis until its TTL", response_id,
-                    exc_info=True)
+    except (RedisError, SQLAlchemyError) as exc:
+        warn_failed(log, exc, "archiving the event log of %s failed: it stays in Redis until its TTL", response_id)
         return False
 
 
@@ -59,9 +59,9 @@ def drop_event_log(redis: Redis, response_id: str) -> None:
         closed = read_closed_stream(redis, response_id)
         if closed is not None:
             _drop(redis, response_id, closed)
-    except RedisError:
-        log.warning("dropping the event log of deleted %s failed: it stays in Redis until its TTL", response_id,
-                    exc_info=True)
+    except RedisError as exc:
+        warn_failed(log, exc, "dropping the event log of deleted %s failed: it stays in Redis until its TTL",
+                    response_id)
 
 
 def _drop(redis: Redis, response_id: str, closed: ClosedStream) -> None:

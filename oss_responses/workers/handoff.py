@@ -31,7 +31,7 @@ from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation
 from oss_responses.workers.job import load_job
 from oss_responses.workers.lease import Lease
-from oss_responses.workers.outage import unreachable
+from oss_responses.workers.outage import outage, warn_failed
 from oss_responses.workers.reaper import HANDOFF, resume_wait_seconds
 from oss_responses.workers.run_state import Outcome, Run
 
@@ -47,14 +47,9 @@ def let_go(run: Run) -> None:
         ctx.loop.call_soon(partial(ctx.writer.unfence, run.job.response_id, run.fence))
     try:
         _release(run)
-    except RedisError as exc:  # Redis went away: the lease lapses by itself (an outage: a line, no traceback)
-        log.warning("releasing the lease of %s failed (%s: %s): it lapses within %.0f s", run.job.response_id,
-                    type(exc).__name__, exc, ctx.settings.lease_seconds, exc_info=not unreachable(exc))
-
-
-def _outage(exc: BaseException) -> bool:
-    """Redis away: redis-py's errors for it, or the event writer's own connection's (refused, reset, timed out)."""
-    return unreachable(exc) or isinstance(exc, (ConnectionError, TimeoutError))
+    except RedisError as exc:  # Redis went away: the lease lapses by itself
+        warn_failed(log, exc, "releasing the lease of %s failed: it lapses within %.0f s", run.job.response_id,
+                    ctx.settings.lease_seconds)
 
 
 def _release(run: Run) -> None:
@@ -130,8 +125,8 @@ def _note_high_water(run: Run) -> None:
     try:
         run.ctx.db.run(transition, run.job.response_id, from_statuses=("in_progress",), to_status="in_progress",
                        stream_high_water=last)
-    except Exception:
-        log.warning("could not record how far %s numbered its stream (%d)", run.job.response_id, last, exc_info=True)
+    except Exception as exc:
+        warn_failed(log, exc, "could not record how far %s numbered its stream (%d)", run.job.response_id, last)
 
 
 async def _abort(generation: Generation) -> None:
@@ -148,10 +143,9 @@ def hand_off(run: Run) -> Outcome:
     try:
         ctx.loop.run(ctx.writer.drain(job.response_id))
     except EventWriteError as exc:
-        cause = exc.__cause__ or exc
-        if _outage(cause):  # Redis away (a stop during an outage): a line, no traceback
-            log.warning("events of %s did not all reach Redis before its handoff (%s: %s): its next run writes "
-                        "what the stream lacks from its journal", job.response_id, type(cause).__name__, cause)
+        if outage(exc):
+            warn_failed(log, exc, "events of %s did not all reach Redis before its handoff: its next run writes "
+                        "what the stream lacks from its journal", job.response_id)
         else:
             log.exception("events of %s did not all reach Redis before its handoff", job.response_id)
     if ctx.dispatch is None:  # the reaper dispatches it once it sees the lease free
@@ -180,8 +174,8 @@ def pass_on(run: Run) -> Outcome:
     ctx, job = run.ctx, run.job
     try:
         ctx.loop.run(ctx.writer.drain(job.response_id))
-    except EventWriteError:
-        log.warning("events of %s did not all reach Redis before it was passed on", job.response_id, exc_info=True)
+    except EventWriteError as exc:
+        warn_failed(log, exc, "events of %s did not all reach Redis before it was passed on", job.response_id)
         return leave_for_takeover(run)
     send_again(run, "engine_lost", resume_wait_seconds(ctx.settings.lease_seconds))
     log.warning("passed %s on to another worker: this worker's engine stopped", job.response_id)

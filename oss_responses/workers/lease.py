@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from oss_responses import redis_keys
 from oss_responses.owned_keys import RELEASE_IF_OWNED, RENEW_IF_OWNED
+from oss_responses.workers.outage import warn_failed
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,8 @@ class Lease:
                 return
             try:
                 still_ours = await self.renew()
-            except Exception:  # a Redis hiccup: try again next time, the TTL still has two thirds left
-                log.warning("renewing %s failed", self.key, exc_info=True)
+            except Exception as exc:  # a Redis hiccup: try again next time, the TTL still has two thirds left
+                warn_failed(log, exc, "renewing %s failed", self.key)
                 continue
             if not self._still_keeper():  # released while the renewal was on its way
                 return

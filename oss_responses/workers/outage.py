@@ -37,6 +37,21 @@ def unreachable(exc: BaseException) -> bool:
     return isinstance(exc, (RedisConnectionError, RedisTimeoutError)) or refuses_writes(exc)
 
 
+def outage(exc: BaseException) -> bool:
+    """``exc``, or the error it was raised from (an ``EventWriteError``'s), says a store is away: redis-py's
+    and SQLAlchemy's errors for it (:func:`unreachable`), or the event writer's own connection's (refused,
+    reset, timed out)."""
+    cause = exc.__cause__ or exc
+    return unreachable(cause) or isinstance(cause, (ConnectionError, TimeoutError))
+
+
+def warn_failed(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
+    """``message`` as a WARNING naming the error it met; with its traceback only if that is no outage: a
+    Redis or database restart is a known condition, and each retried call had logged its traceback."""
+    cause = exc.__cause__ or exc
+    logger.warning(message + " (%s: %s)", *args, type(cause).__name__, cause, exc_info=not outage(exc))
+
+
 class Backoff:
     """Pauses doubling from 0.25 s to 5 s, for up to ``seconds`` in all."""
 

@@ -29,7 +29,7 @@ from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.ended import planned_webhooks, response_ended
 from oss_responses.workers.handoff import leave_for_takeover
 from oss_responses.workers.job import Job
-from oss_responses.workers.outage import Backoff, unreachable
+from oss_responses.workers.outage import Backoff, unreachable, warn_failed
 from oss_responses.workers.run_state import Outcome, Run
 from oss_responses.workers.unclosed import list_open_stream
 
@@ -83,9 +83,9 @@ def finish(run: Run) -> Outcome:
     assert translator is not None
     try:
         ctx.loop.run(ctx.writer.drain(job.response_id))
-    except EventWriteError:
-        log.warning("the last events of %s did not all reach Redis: leaving it to a takeover", job.response_id,
-                    exc_info=True)
+    except EventWriteError as exc:
+        warn_failed(log, exc, "the last events of %s did not all reach Redis: leaving it to a takeover",
+                    job.response_id)
         return leave_for_takeover(run)
     status = translator.response.status
     if status not in TERMINAL_STATUSES:  # a translator ends its response; a status-less one counts as failed
@@ -171,6 +171,6 @@ async def _close_stream(ctx: WorkerContext, record: ResponseRecord, status: str)
     ctx.writer.close(response_id, status, ttl_seconds=ttl)
     try:
         await ctx.writer.drain(response_id)
-    except EventWriteError:  # the stream stays among the open ones: the reaper ends it (workers/unclosed.py)
-        log.warning("closing the event stream of %s failed: the reaper closes it once Redis answers", response_id,
-                    exc_info=True)
+    except EventWriteError as exc:  # the stream stays among the open ones: the reaper ends it (workers/unclosed.py)
+        warn_failed(log, exc, "closing the event stream of %s failed: the reaper closes it once Redis answers",
+                    response_id)

@@ -68,7 +68,7 @@ from oss_responses.workers.job import Job, JobLoadError, load_job
 from oss_responses.workers.journal import Step
 from oss_responses.workers.lease import Lease, run_owner
 from oss_responses.workers.on_loop import fail, generate, resume
-from oss_responses.workers.outage import unreachable
+from oss_responses.workers.outage import unreachable, warn_failed
 from oss_responses.workers.prompting import render_early
 from oss_responses.workers.reaper import HANDOFF, end_failed, failed_response
 from oss_responses.workers.run_end import end_queued, finish
@@ -315,8 +315,7 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
             log.warning("%s lost its lease (another worker took it over, or its key was deleted): its writes are "
                         "refused, this run stops", job.response_id)
         else:
-            log.warning("the event log of %s is unreachable: leaving it to a takeover", job.response_id,
-                        exc_info=True)
+            warn_failed(log, exc, "the event log of %s is unreachable: leaving it to a takeover", job.response_id)
         return leave_for_takeover(run)
     except LoopStopped:  # the worker stopped under it, past its wait for the task threads: a stop, not a loss
         log.warning("the engine loop of this stopping worker stopped under %s: handed off", job.response_id)

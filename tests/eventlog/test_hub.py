@@ -356,12 +356,42 @@ async def test_live_follower_reads_on_while_redis_loads_its_data(make_events, ca
         client = Redis.from_url(server.url)  # not its connection to the Redis that was killed
         await write_events(client, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=600)
         assert await asyncio.wait_for(following, 15) == [0, 1, 2, 3]
-        assert any(r.exc_info and isinstance(r.exc_info[1], redis_lib.BusyLoadingError) for r in caplog.records)
+        told = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+        assert len(told) == 1 and "the last BusyLoadingError" in told[0]
         assert hub.failing() is None and not [r for r in caplog.records if "raised" in r.getMessage()]
     finally:
         await hub.stop()
         await client.aclose()
         server.stop()
+
+
+async def test_follower_through_redis_restart_logs_outage_in_two_lines_without_traceback(make_events, caplog) -> None:
+    # Each failed read of each lane logged a traceback, twice a second for as long as Redis was away (24 in 6 s).
+    server = start_redis(appendonly=True)
+    client = Redis.from_url(server.url)
+    hub = EventHub(server.url, block_ms=10_000)
+    try:
+        await write_events(client, "resp_a", make_events(range(2)), ttl_seconds=600)
+        await hub.start()
+        following = asyncio.create_task(collect(hub.subscribe("resp_a", after=None)))
+        await until(lambda: hub.subscriber_count("resp_a") == 1)
+        server.kill()
+        await asyncio.sleep(2.5)  # several failed tries of both lanes
+        await asyncio.to_thread(server.restart)
+        await client.aclose()
+        client = Redis.from_url(server.url)
+        await write_events(client, "resp_a", make_events(range(2, 4)), close="completed", ttl_seconds=600)
+        assert await asyncio.wait_for(following, 15) == [0, 1, 2, 3]
+    finally:
+        await hub.stop()
+        await client.aclose()
+        server.stop()
+    lines = [r for r in caplog.records if r.name == "oss_responses.eventlog.hub" and r.levelno >= logging.WARNING]
+    assert [r for r in lines if r.exc_info] == []
+    told = [r.getMessage() for r in lines]
+    assert len(told) == 2, told
+    assert told[0].startswith("event hub: Redis unreachable (")
+    assert told[1].startswith("event hub: Redis answers again after ")
 
 
 async def test_subscriber_of_stream_written_anew_gets_its_events_and_end(hub, redis, make_events) -> None:

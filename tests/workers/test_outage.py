@@ -3,6 +3,7 @@ starting while Redis is away, or on a database behind its migrations."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sqlite3
@@ -23,9 +24,17 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from support import TIKTOKEN_DIR
 from support.servers import PostgresCluster, free_port
 
+from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.storage import Database, migrate
 from oss_responses.storage.migrations import newest_revision
-from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, wait_for_redis, wait_for_schema
+from oss_responses.workers.outage import (
+    Backoff,
+    StoreAwayAtStart,
+    unreachable,
+    wait_for_redis,
+    wait_for_schema,
+    warn_failed,
+)
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 # The revision before conversation_through (0009): the newest release's first statements name it.
@@ -199,3 +208,30 @@ def test_worker_started_on_database_behind_this_build_exits_saying_to_migrate(re
     assert (f"oss-responses worker not started: the database at {database_url} is at revision {OLD_REVISION}, "
             f"behind this release's {newest_revision()}") in worker.stdout
     assert "no such column" not in worker.stdout
+
+
+@pytest.mark.parametrize("cause", [
+    ConnectionRefusedError(111, "Connection refused"),
+    RedisConnectionError("Error 111 connecting"),
+    OperationalError("SELECT 1", {}, sqlite3.OperationalError("database is locked")),
+], ids=["writer's connection", "redis", "database"])
+def test_warn_failed_names_outage_in_one_line_without_traceback(cause: Exception, caplog) -> None:
+    # A Redis restart logged a traceback at every call that met it (the run left to a takeover, its lease's
+    # release, the archive): an outage is a known condition, its error says it all.
+    try:
+        raise EventWriteError("a write did not reach Redis") from cause
+    except EventWriteError as exc:
+        warn_failed(logging.getLogger("test"), exc, "the event log of %s is unreachable", "resp_a")
+    [record] = caplog.records
+    assert not record.exc_info
+    assert record.getMessage() == f"the event log of resp_a is unreachable ({type(cause).__name__}: {cause})"
+
+
+def test_warn_failed_keeps_traceback_of_what_is_no_outage(caplog) -> None:
+    try:
+        raise EventWriteError("a write did not reach Redis") from ValueError("a bug")
+    except EventWriteError as exc:
+        warn_failed(logging.getLogger("test"), exc, "the event log of %s is unreachable", "resp_a")
+    [record] = caplog.records
+    assert record.exc_info
+    assert record.getMessage() == "the event log of resp_a is unreachable (ValueError: a bug)"

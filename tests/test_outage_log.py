@@ -1,0 +1,79 @@
+"""A store's outage told in a few lines (``outage_log.py``): its start, a reminder now and then, its end."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from redis.exceptions import BusyLoadingError
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from oss_responses.outage_log import OutageLog
+
+log = logging.getLogger("test_outage_log")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def outage(clock: Clock) -> OutageLog:
+    return OutageLog(log, "the store", remind_seconds=30, clock=clock)
+
+
+def told(caplog: pytest.LogCaptureFixture) -> list[str]:
+    assert [r for r in caplog.records if r.exc_info] == []  # an outage is a line, never a traceback
+    return [r.getMessage() for r in caplog.records if r.name == log.name]
+
+
+def test_failed_tries_tell_outage_once_until_reminder_is_due(outage: OutageLog, clock: Clock, caplog) -> None:
+    for _ in range(59):  # a try every half second for 29.5 s
+        outage.failed(RedisConnectionError("Error 111 connecting"))
+        clock.now += 0.5
+    assert told(caplog) == ["the store unreachable (ConnectionError: Error 111 connecting); retrying until it answers"]
+
+
+def test_failed_tries_remind_of_outage_every_remind_seconds(outage: OutageLog, clock: Clock, caplog) -> None:
+    for _ in range(130):  # 65 s
+        outage.failed(RedisConnectionError("Error 111 connecting"))
+        clock.now += 0.5
+    assert told(caplog)[1:] == [
+        "the store still unreachable after 30 s (ConnectionError: Error 111 connecting); retrying",
+        "the store still unreachable after 60 s (ConnectionError: Error 111 connecting); retrying",
+    ]
+
+
+def test_answered_tells_end_of_outage_once_with_its_last_error(outage: OutageLog, clock: Clock, caplog) -> None:
+    outage.failed(RedisConnectionError("Error 111 connecting"))
+    clock.now += 2.5
+    outage.failed(BusyLoadingError("Redis is loading the dataset in memory"))
+    outage.answered()
+    outage.answered()
+    assert told(caplog)[1:] == [
+        "the store answers again after 2.5 s (2 failed tries, the last BusyLoadingError: Redis is loading the "
+        "dataset in memory)"
+    ]
+    assert not outage.ongoing
+
+
+def test_answered_without_outage_tells_nothing(outage: OutageLog, caplog) -> None:
+    outage.answered()
+    assert told(caplog) == []
+
+
+def test_failed_after_answered_tells_new_outage(outage: OutageLog, clock: Clock, caplog) -> None:
+    outage.failed(RedisConnectionError("first"))
+    outage.answered()
+    clock.now += 1
+    outage.failed(RedisConnectionError("second"))
+    assert told(caplog)[2] == "the store unreachable (ConnectionError: second); retrying until it answers"
