@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from celery import Celery, bootsteps, signals
+from celery.app import trace as celery_trace
 from celery.apps import worker as celery_worker
 from celery.exceptions import Reject
 from celery.platforms import EX_FAILURE
@@ -236,7 +237,15 @@ def register(app: Celery, settings: Settings, frontend: Frontend | None = None) 
     # Connected, this replaces Celery's own logging set-up: the worker logs as the API does (logs.py).
     def setup_logging(**_: Any) -> None:
         configure_logging(settings)
+        quiet_rejects()
         if settings.log_format == "json":
             celery_worker.safe_say = say_as_json
 
     signals.setup_logging.connect(setup_logging, weak=False)
+
+
+def quiet_rejects() -> None:
+    """Celery's line for a rejected task without its traceback. The task rejects itself only to go back to
+    its queue while its stores do not answer (``run_response``), after a line of its own saying so: Celery's
+    traceback of the ``Reject`` said nothing more, once per task a Redis or database outage met."""
+    celery_trace.log_policy_reject = celery_trace.log_policy_reject._replace(traceback=0)
