@@ -9,15 +9,26 @@ happened, and the traceback says nothing more.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+
+from sqlalchemy.exc import SQLAlchemyError
 
 REMIND_SECONDS = 30.0
 
 
+def describe(exc: BaseException) -> str:
+    """``exc`` in one line: its type and its message's first line (SQLAlchemy's add the SQL and a link on
+    lines of their own, which split a log line in three)."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
 class OutageLog:
     """One outage at a time of ``what`` (a store, as the lines name it), told by ``log``; shared by every
-    loop that retries that store, so that they tell it once together."""
+    loop that retries that store, so that they tell it once together (a worker's task threads and its
+    reaper's and sweeper's threads included: its state is kept under a lock)."""
 
     def __init__(self, log: logging.Logger, what: str, *, remind_seconds: float = REMIND_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -29,6 +40,7 @@ class OutageLog:
         self._told = 0.0  # when it was last told
         self._tries = 0
         self._last: BaseException | None = None  # the last failed try's error
+        self._lock = threading.Lock()
 
     @property
     def ongoing(self) -> bool:
@@ -36,22 +48,47 @@ class OutageLog:
 
     def failed(self, exc: BaseException) -> None:
         """A try failed for an outage: told if it is the first, or the last line is ``remind_seconds`` old."""
-        now = self._clock()
-        self._tries += 1
-        self._last = exc
-        if self._since is None:
-            self._since, self._told = now, now
-            self._log.warning("%s unreachable (%s: %s); retrying until it answers", self._what,
-                              type(exc).__name__, exc)
-        elif now - self._told >= self._remind_seconds:
-            self._told = now
-            self._log.warning("%s still unreachable after %.0f s (%s: %s); retrying", self._what,
-                              now - self._since, type(exc).__name__, exc)
+        with self._lock:
+            now = self._clock()
+            self._tries += 1
+            self._last = exc
+            if self._since is None:
+                self._since, self._told = now, now
+                self._log.warning("%s unreachable (%s); retrying until it answers", self._what, describe(exc))
+            elif now - self._told >= self._remind_seconds:
+                self._told = now
+                self._log.warning("%s still unreachable after %.0f s (%s); retrying", self._what,
+                                  now - self._since, describe(exc))
 
     def answered(self) -> None:
         """A try succeeded: an outage, if there was one, is over and told so."""
-        if self._since is None:
+        if self._since is None:  # the usual case, unlocked: a stale read at worst tells it on the next answer
             return
-        self._log.warning("%s answers again after %.1f s (%d failed tries, the last %s: %s)", self._what,
-                          self._clock() - self._since, self._tries, type(self._last).__name__, self._last)
-        self._since, self._tries, self._last = None, 0, None
+        with self._lock:
+            if self._since is None:
+                return
+            assert self._last is not None
+            self._log.warning("%s answers again after %.1f s (%d failed tries, the last %s)", self._what,
+                              self._clock() - self._since, self._tries, describe(self._last))
+            self._since, self._tries, self._last = None, 0, None
+
+
+class StoreOutages:
+    """A worker's two stores' outages, each told in a few lines (:class:`OutageLog`) by all the loops that
+    retry it together: its task threads' retries (a response's save, its task's), its reaper's passes, its
+    webhook sweeper's. Each had logged every try (the reaper a line a second, a save a line per backoff
+    step, the sweeper a traceback a pass) for as long as the database was away."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.database = OutageLog(logger, "the database")
+        self.redis = OutageLog(logger, "Redis")
+
+    def of(self, exc: BaseException) -> OutageLog:
+        """The outage log of the store that ``exc`` (an outage: ``workers.outage.outage``) came from."""
+        return self.database if isinstance(exc, SQLAlchemyError) or isinstance(exc.__cause__, SQLAlchemyError) \
+            else self.redis
+
+    def answered(self) -> None:
+        self.database.answered()
+        self.redis.answered()
+

@@ -7,6 +7,7 @@ import logging
 import pytest
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from sqlalchemy.exc import OperationalError
 
 from oss_responses.outage_log import OutageLog
 
@@ -77,3 +78,12 @@ def test_failed_after_answered_tells_new_outage(outage: OutageLog, clock: Clock,
     clock.now += 1
     outage.failed(RedisConnectionError("second"))
     assert told(caplog)[2] == "the store unreachable (ConnectionError: second); retrying until it answers"
+
+
+def test_failed_tells_database_error_in_one_line(outage: OutageLog, caplog) -> None:
+    # SQLAlchemy's message adds its SQL and a link on lines of their own: a log line split in three.
+    error = OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+    outage.failed(error)
+    [line] = told(caplog)
+    assert line == ("the store unreachable (OperationalError: (builtins.ConnectionRefusedError) connection refused); "
+                    "retrying until it answers")

@@ -19,12 +19,14 @@ from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.outage_log import StoreOutages
 from oss_responses.pass_lock import release_pass_lock, take_pass_lock
 from oss_responses.storage import Database
 from oss_responses.storage.webhook_deliveries import DeliveryRecord, claim_stale
 from oss_responses.webhooks.delivery import longest_backoff
 from oss_responses.webhooks.events import WebhookDelivery
 from oss_responses.webhooks.notify import SendDelivery
+from oss_responses.workers.outage import outage
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,8 @@ def delivery_of(record: DeliveryRecord) -> WebhookDelivery:
 
 
 class WebhookSweeper:
-    def __init__(self, settings: Settings, db: Database, redis: Redis, send: SendDelivery) -> None:
+    def __init__(self, settings: Settings, db: Database, redis: Redis, send: SendDelivery, *,
+                 outages: StoreOutages | None = None) -> None:
         self._resend_after = settings.webhook_resend_after_seconds
         self._longest_backoff = longest_backoff(settings)
         self.interval = min(60.0, self._resend_after / 2)
@@ -46,10 +49,14 @@ class WebhookSweeper:
         self._owner = f"webhook-sweeper:{uuid.uuid4().hex[:8]}"
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Its passes' outages, told with the worker's other loops that retry the same stores.
+        self._outages = outages or StoreOutages(log)
+        self._passed = False  # the last pass won the lock and went through (the database answered it)
 
     def sweep_once(self) -> int:
         """One pass (if this worker wins the lock); how many deliveries it sent again."""
         lock_ms = max(1000, int(self.interval * 1000))
+        self._passed = False
         if not take_pass_lock(self._redis, redis_keys.WEBHOOK_SWEEP_LOCK, self._owner, lock_ms):
             return 0
         try:
@@ -61,6 +68,7 @@ class WebhookSweeper:
                 log.warning("webhook %s to %s is still %s: sending it again", record.webhook_id,
                             record.endpoint_url, record.state, extra={"response_id": record.response_id})
                 self._send(delivery_of(record).task_args())
+            self._passed = True
             return len(stale)
         finally:
             release_pass_lock(self._redis, redis_keys.WEBHOOK_SWEEP_LOCK, self._owner)
@@ -79,5 +87,12 @@ class WebhookSweeper:
         while not self._stop.wait(self.interval):
             try:
                 self.sweep_once()
-            except Exception:
-                log.exception("webhook sweep failed")
+            except Exception as exc:
+                if outage(exc):  # a restart: its start and end told, not a traceback a pass while it lasts
+                    self._outages.of(exc).failed(exc)
+                else:
+                    log.exception("webhook sweep failed")
+                continue
+            self._outages.redis.answered()  # its pass lock's command answered
+            if self._passed:  # the database too (a pass another worker's sweeper holds asks it nothing)
+                self._outages.database.answered()

@@ -36,6 +36,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import ContextLimited, Engine, EngineDead
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
+from oss_responses.outage_log import StoreOutages
 from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import driver_info, reset_is_lost_connection, silent_peer_guards
 from oss_responses.sealing import Sealer, build_sealer
@@ -51,6 +52,7 @@ from oss_responses.workers.outage import unreachable, wait_for_redis, wait_for_s
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)
+outage_log = logging.getLogger("oss_responses.workers.outage")
 
 READY_TTL_SECONDS = 30
 READY_REFRESH_SECONDS = 10
@@ -114,6 +116,8 @@ class WorkerContext:
     engine_lost: EngineDead | None = None
     # Asks the worker process to stop and exit non-zero (set by the Celery bootstep); None: in-process tests.
     request_exit: Callable[[], None] | None = None
+    # The database's and Redis's outages, told once by every loop of this worker that retries them.
+    outages: StoreOutages = field(default_factory=lambda: StoreOutages(outage_log))
     _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
     _tasks: int = field(default=0, repr=False)
     _tasks_changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -354,7 +358,7 @@ def _reaper(ctx: WorkerContext) -> Reaper:
         ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
         lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
         dispatch=ctx.dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
-        retention_seconds=settings.response_retention_seconds,
+        retention_seconds=settings.response_retention_seconds, outages=ctx.outages,
     )
 
 

@@ -16,9 +16,10 @@ from collections.abc import Callable
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
 from oss_responses.logs import safe_url
+from oss_responses.outage_log import describe
 from oss_responses.redis_refusals import refuses_writes
 from oss_responses.storage.db import Database, refused_read_only, schema_missing
 from oss_responses.storage.migrations import database_revision, newest_revision, schema_behind
@@ -41,15 +42,23 @@ def outage(exc: BaseException) -> bool:
     """``exc``, or the error it was raised from (an ``EventWriteError``'s), says a store is away: redis-py's
     and SQLAlchemy's errors for it (:func:`unreachable`), or the event writer's own connection's (refused,
     reset, timed out)."""
-    cause = exc.__cause__ or exc
+    cause = told_cause(exc)
     return unreachable(cause) or isinstance(cause, (ConnectionError, TimeoutError))
 
 
+def told_cause(exc: BaseException) -> BaseException:
+    """The error that says what happened: the one ``exc`` was raised from (an ``EventWriteError``'s), but a
+    SQLAlchemy error itself, not the driver's it wraps (its ``__cause__``): judged by the driver's, a
+    database outage counted as none, and its WARNING carried a traceback."""
+    if isinstance(exc, SQLAlchemyError):
+        return exc
+    return exc.__cause__ or exc
+
+
 def warn_failed(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
-    """``message`` as a WARNING naming the error it met; with its traceback only if that is no outage: a
-    Redis or database restart is a known condition, and each retried call had logged its traceback."""
-    cause = exc.__cause__ or exc
-    logger.warning(message + " (%s: %s)", *args, type(cause).__name__, cause, exc_info=not outage(exc))
+    """``message`` as a WARNING naming the error it met, in one line; with its traceback only if that is no
+    outage: a Redis or database restart is a known condition, and each retried call had logged its traceback."""
+    logger.warning(message + " (%s)", *args, describe(told_cause(exc)), exc_info=not outage(exc))
 
 
 class Backoff:

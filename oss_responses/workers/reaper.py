@@ -57,6 +57,7 @@ from oss_responses.eventlog.writes import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
 from oss_responses.metrics import REAPER_ACTIONS
+from oss_responses.outage_log import StoreOutages
 from oss_responses.owned_keys import RELEASE_IF_OWNED
 from oss_responses.pass_lock import release_pass_lock, take_pass_lock
 from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, wrong_type
@@ -189,6 +190,7 @@ class Reaper:
         event_ttl_seconds: int, dispatch: Callable[[str, str, dict[str, Any] | None], None] | None = None,
         stale_queued_seconds: int = 600, webhooks: WebhookNotifier | None = None,
         retention_seconds: int = 0, clock: Callable[[], float] = time.monotonic,
+        outages: StoreOutages | None = None,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -207,10 +209,14 @@ class Reaper:
         self.webhooks = webhooks
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Its passes' outages, told with the worker's other loops that retry the same stores.
+        self.outages = outages or StoreOutages(log)
+        self._passed = False  # the last pass won the lock and went through (the database answered it)
 
     def reap_once(self) -> list[str]:
         """One pass (if this worker wins the lock); the ids it failed."""
         lock_ms = max(1000, int(self.interval * 1000))
+        self._passed = False
         if not take_pass_lock(self.redis, REAPER_LOCK, self.owner, lock_ms):
             return []
         try:
@@ -224,6 +230,7 @@ class Reaper:
                     handled += self.sweep_queued()
                 self.db.run(purge_expired_event_logs)  # their tombstones in Redis expired with them
                 self.purge_retained()
+            self._passed = True
             return handled
         finally:
             release_pass_lock(self.redis, REAPER_LOCK, self.owner)
@@ -423,10 +430,13 @@ class Reaper:
             try:
                 reaped = self.reap_once()
             except Exception as exc:
-                if unreachable(exc):  # an outage: a line per pass, not a traceback a second while it lasts
-                    log.warning("reaper pass skipped: its database or Redis is away (%s)", str(exc).splitlines()[0])
+                if unreachable(exc):  # an outage: its start and end told, not a line a pass while it lasts
+                    self.outages.of(exc).failed(exc)
                 else:
                     log.exception("reaper pass failed")
                 continue
+            self.outages.redis.answered()  # its pass lock's command answered
+            if self._passed:  # the database too (a pass another worker's reaper holds asks it nothing)
+                self.outages.database.answered()
             if reaped:
                 log.warning("reaper handled %d lost responses in %.3fs", len(reaped), time.monotonic() - started)

@@ -19,6 +19,7 @@ from oss_responses import redis_keys
 from oss_responses.cancel_request import check_flagged, flag_commands
 from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.harmony.render import RenderedPrompt
+from oss_responses.outage_log import describe
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import ResponseRecord, cancel_queued, get_response, save_turn
 from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
@@ -125,15 +126,23 @@ def _save_retrying(run: Run, webhooks: list[DeliveryRow]) -> bool:
     restart, a failover), for up to ``save_retry_seconds``: the stream already holds the terminal event, so
     SQL must follow it."""
     backoff = Backoff(run.ctx.settings.save_retry_seconds)
+    outage = run.ctx.outages.database  # its tries told with the worker's other loops that retry the database
+    first = True
     while True:
         try:
-            return _save(run, webhooks)
+            saved = _save(run, webhooks)
         except DBAPIError as exc:
             if not unreachable(exc) or backoff.exhausted() or run.lease.lost:
                 raise
-            log.warning("saving %s failed (%s): retrying in %.2fs", run.job.response_id, type(exc.orig).__name__,
-                        backoff.delay)
+            if first:  # a line per response that waits, not one per try (it was five in an 8 s restart)
+                log.warning("saving %s failed (%s): retrying until the database answers, for up to %.0f s",
+                            run.job.response_id, describe(exc), run.ctx.settings.save_retry_seconds)
+                first = False
+            outage.failed(exc)
             backoff.wait()
+            continue
+        outage.answered()
+        return saved
 
 
 def _save(run: Run, webhooks: list[DeliveryRow]) -> bool:

@@ -33,6 +33,7 @@ from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context, say_as_json
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
+from oss_responses.outage_log import describe
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
@@ -42,7 +43,7 @@ from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import handoff, run_end, runner
 from oss_responses.workers.context import Dispatch, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
-from oss_responses.workers.outage import Backoff, unreachable
+from oss_responses.workers.outage import Backoff, unreachable, warn_failed
 from oss_responses.workers.run_state import Outcome
 
 log = logging.getLogger(__name__)
@@ -101,21 +102,30 @@ def _run_while_stores_answer(ctx: WorkerContext, response_id: str, secrets: dict
     leased elsewhere is left to its worker, one in progress is taken over from its journal.
     """
     backoff = Backoff(ctx.settings.save_retry_seconds)
+    outage = None  # the store it waits for: its tries told with the worker's other loops that retry it
     while True:
         try:
             if ctx.shutting_down and ctx.dispatch is not None:
-                return handoff.send_back(ctx, response_id, secrets)
-            return runner.run_response(ctx, response_id, secrets)
+                outcome = handoff.send_back(ctx, response_id, secrets)
+            else:
+                outcome = runner.run_response(ctx, response_id, secrets)
         except Exception as exc:
             if not unreachable(exc):
                 raise
             if backoff.exhausted() or ctx.shutting_down:
                 log.warning("response %s: its stores still do not answer (%s): its task goes back to the queue",
-                            response_id, exc)
+                            response_id, describe(exc))
                 raise Reject(exc, requeue=True) from exc
-            log.warning("response %s: a store did not answer (%s): trying again in %.2fs", response_id, exc,
-                        backoff.delay)
+            if outage is None:  # a line per response that waits, not one per try
+                log.warning("response %s: a store did not answer (%s): trying again until it does, for up to "
+                            "%.0f s", response_id, describe(exc), ctx.settings.save_retry_seconds)
+            outage = ctx.outages.of(exc)
+            outage.failed(exc)
             backoff.wait()
+            continue
+        if outage is not None:
+            outage.answered()
+        return outcome
 
 
 def _stop_signalled() -> bool:
@@ -157,7 +167,8 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
             )
             _context.request_exit = _exit_for_a_new_engine
             if settings.webhook_endpoints:
-                _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send_webhook).start()
+                _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send_webhook,
+                                                  outages=_context.outages).start()
             tune_garbage_collection("worker")  # the engine included
 
         def stop(self, worker: Any) -> None:
@@ -218,8 +229,8 @@ def _cancel_revoked(sender: Any = None, request: Any = None, terminated: bool = 
                 log.info("response %s: its task was terminated: cancelling it", response_id)
                 return
             outcome = run_end.cancel_revoked(_context, response_id)
-        except Exception:  # the stores: it stays queued, and the stale sweep sends its task again
-            log.exception("response %s: its task was revoked, and cancelling it failed", response_id)
+        except Exception as exc:  # the stores: it stays queued, and the stale sweep sends its task again
+            warn_failed(log, exc, "response %s: its task was revoked, and cancelling it failed", response_id)
             return
         log.info("response %s: its task was revoked: %s", response_id, outcome)
     TASK_OUTCOMES.labels(_context.settings.worker_model, outcome).inc()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -99,3 +101,20 @@ def test_sweep_leaves_recent_delivery_alone_when_its_clock_runs_ahead(
     db.run(add_pending, log_rows([EVENT]))
     sent: list[list[Any]] = []
     assert _sweeper(db, redis, sent).sweep_once() == 0 and sent == []
+
+
+def test_sweeper_running_while_database_is_away_logs_outage_once_without_traceback(
+    redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # It logged "webhook sweep failed" with a traceback at every pass for as long as the database was away.
+    unreachable_db = Database("postgresql+psycopg://u@127.0.0.1:1/none")  # nothing listens there
+    sweeping = _sweeper(unreachable_db, redis, [])
+    sweeping.interval = 0.02
+    with caplog.at_level("WARNING"):
+        sweeping.start()
+        time.sleep(0.5)  # some 20 passes
+        sweeping.stop()
+    unreachable_db.dispose()
+    assert [r for r in caplog.records if r.exc_info] == []
+    [line] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert line.startswith("the database unreachable (OperationalError: ")

@@ -224,7 +224,8 @@ def test_warn_failed_names_outage_in_one_line_without_traceback(cause: Exception
         warn_failed(logging.getLogger("test"), exc, "the event log of %s is unreachable", "resp_a")
     [record] = caplog.records
     assert not record.exc_info
-    assert record.getMessage() == f"the event log of resp_a is unreachable ({type(cause).__name__}: {cause})"
+    first_line = str(cause).splitlines()[0]  # a SQLAlchemy error's SQL and link left out
+    assert record.getMessage() == f"the event log of resp_a is unreachable ({type(cause).__name__}: {first_line})"
 
 
 def test_warn_failed_keeps_traceback_of_what_is_no_outage(caplog) -> None:
@@ -235,3 +236,19 @@ def test_warn_failed_keeps_traceback_of_what_is_no_outage(caplog) -> None:
     [record] = caplog.records
     assert record.exc_info
     assert record.getMessage() == "the event log of resp_a is unreachable (ValueError: a bug)"
+
+
+def test_warn_failed_names_database_outage_in_one_line_without_traceback(caplog) -> None:
+    # SQLAlchemy raises its error from the driver's: judged by that one, an outage counted as none (a
+    # traceback), and its message took three lines (its SQL, a link).
+    try:
+        try:
+            raise sqlite3.OperationalError("unable to open database file")
+        except sqlite3.OperationalError as driver_error:
+            raise OperationalError("SELECT 1", {}, driver_error) from driver_error
+    except OperationalError as exc:
+        warn_failed(logging.getLogger("test"), exc, "archiving the event log of %s failed", "resp_a")
+    [record] = caplog.records
+    assert not record.exc_info
+    assert record.getMessage() == ("archiving the event log of resp_a failed (OperationalError: "
+                                   "(sqlite3.OperationalError) unable to open database file)")

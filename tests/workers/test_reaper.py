@@ -4,6 +4,7 @@ dispatcher, failed with their streams ended; responses queued for too long have 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ import pytest
 import redis as redis_lib
 from sqlalchemy import select
 from support.clocks import ON_POSTGRESQL_ONLY
+from support.servers import start_postgres
 from support.streams import assert_contiguous, events_of, is_closed
 from support.workers import accept, overwrite_row
 
@@ -21,6 +23,7 @@ from oss_responses.storage import (
     EventLogRow,
     get_event_log,
     get_response,
+    migrate,
     save_event_log,
     transition,
     utcnow,
@@ -289,22 +292,33 @@ def test_reaper_dispatches_handoff_again_when_no_worker_took_it(
     assert redis.ttl(redis_keys.resume(response_id)) > 3600 - reaper.resume_seconds
 
 
-def test_reaper_running_while_database_is_away_logs_a_line_per_pass_without_traceback(
+def test_reaper_through_database_restart_logs_outage_in_two_lines_without_traceback(
     redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    unreachable_db = Database("postgresql+psycopg://u@127.0.0.1:1/none")  # nothing listens there
-    reaping = Reaper(unreachable_db, redis, worker_id="test", interval_seconds=0.05, lease_seconds=3,
-                     event_ttl_seconds=60)
-    with caplog.at_level("WARNING", logger="oss_responses.workers.reaper"):
-        reaping.start()
-        deadline = time.monotonic() + 10
-        while sum("reaper pass" in r.getMessage() for r in caplog.records) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        reaping.stop()
-    passes = [r for r in caplog.records if "reaper pass" in r.getMessage()]
-    assert len(passes) >= 2
-    assert all(r.levelname == "WARNING" and r.exc_info is None and "skipped" in r.getMessage() for r in passes)
-    unreachable_db.dispose()
+    # It logged a line a pass, a line a second, for as long as the database was away (8 in an 8 s restart).
+    cluster = start_postgres()
+    try:
+        database_url = cluster.create_database("reaped")
+        migrate(database_url)
+        db = Database(database_url)
+        reaping = Reaper(db, redis, worker_id="test", interval_seconds=0.05, lease_seconds=3, event_ttl_seconds=60)
+        with caplog.at_level("WARNING"):
+            reaping.start()
+            cluster.shut_down()
+            time.sleep(1.5)  # some 30 passes
+            cluster.start_again()
+            deadline = time.monotonic() + 10
+            while not any("answers again" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            reaping.stop()
+        db.dispose()
+    finally:
+        cluster.stop()
+    assert [r for r in caplog.records if r.exc_info] == []
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(told) == 2, told
+    assert told[0].startswith("the database unreachable (OperationalError: ") and "\n" not in told[0]
+    assert told[1].startswith("the database answers again after ")
 
 
 def clock_runs_ahead(monkeypatch: pytest.MonkeyPatch, module: object, settings: Settings, hours: float) -> None:

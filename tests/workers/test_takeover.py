@@ -266,6 +266,21 @@ def test_response_is_saved_through_postgresql_restart(redis_url: str, redis: red
         assert "retrying" in worker.log.read_text()
 
 
+def test_save_through_postgresql_restart_logs_response_once_without_traceback(
+    redis_url: str, redis: redis_lib.Redis, tmp_path: Path
+) -> None:
+    # Each save retry logged a line (5 in an 8 s restart), the reaper a line a pass (a second).
+    with _worker_on_own_postgres(redis_url, redis, tmp_path, "save-lines") as (cluster, settings, db, worker):
+        response_id = _start_response(db, redis, settings, "tokens 60")
+        _wait_for_deltas(redis, response_id, 10)
+        cluster.restart(down_seconds=4.0)  # the response ends while the database is down
+        wait_for_end(redis, response_id, timeout=60)
+        text = worker.log.read_text()
+    assert "Traceback" not in text
+    assert text.count(f"saving {response_id} failed") == 1
+    assert text.count("the database unreachable") == 1 and text.count("the database answers again") == 1
+
+
 def test_response_whose_task_starts_while_postgresql_is_down_runs_once_it_is_back(
     redis_url: str, redis: redis_lib.Redis, tmp_path: Path
 ) -> None:
