@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from oss_responses.storage.db import refused_write
+
 REMIND_SECONDS = 30.0
 
 
@@ -31,9 +33,14 @@ class OutageLog:
     reaper's and sweeper's threads included: its state is kept under a lock)."""
 
     def __init__(self, log: logging.Logger, what: str, *, remind_seconds: float = REMIND_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 refusal: Callable[[BaseException], str | None] = lambda _exc: None) -> None:
+        """``refusal``: why an error is the store refusing writes (its disk full, read-only), or None: such
+        an outage is told as one, and ends only with a write (``answered``)."""
         self._log = log
         self._what = what
+        self._refusal = refusal
+        self._refused: str | None = None  # why the outage's last try was refused a write, if it was
         self._remind_seconds = remind_seconds
         self._clock = clock
         self._since: float | None = None  # the outage's first failed try
@@ -52,25 +59,35 @@ class OutageLog:
             now = self._clock()
             self._tries += 1
             self._last = exc
+            self._refused = self._refusal(exc)
             if self._since is None:
                 self._since, self._told = now, now
-                self._log.warning("%s unreachable (%s); retrying until it answers", self._what, describe(exc))
+                if self._refused:
+                    self._log.warning("%s refuses writes (%s: %s); retrying until it takes them", self._what,
+                                      self._refused, describe(exc))
+                else:
+                    self._log.warning("%s unreachable (%s); retrying until it answers", self._what, describe(exc))
             elif now - self._told >= self._remind_seconds:
                 self._told = now
-                self._log.warning("%s still unreachable after %.0f s (%s); retrying", self._what,
-                                  now - self._since, describe(exc))
+                self._log.warning("%s still %s after %.0f s (%s); retrying", self._what,
+                                  "refusing writes" if self._refused else "unreachable", now - self._since,
+                                  describe(exc))
 
-    def answered(self) -> None:
-        """A try succeeded: an outage, if there was one, is over and told so."""
+    def answered(self, *, wrote: bool = True) -> None:
+        """A try succeeded: an outage, if there was one, is over and told so. ``wrote``: the try wrote; one
+        that only read does not end an outage of refused writes (reads go on through a full disk): a
+        worker's reaper's passes, which read, told a SQLite disk full over each second, and the next save's
+        refusal told it begun again (22 pairs of lines in 40 s)."""
         if self._since is None:  # the usual case, unlocked: a stale read at worst tells it on the next answer
             return
         with self._lock:
-            if self._since is None:
+            if self._since is None or (self._refused and not wrote):
                 return
             assert self._last is not None
-            self._log.warning("%s answers again after %.1f s (%d failed tries, the last %s)", self._what,
-                              self._clock() - self._since, self._tries, describe(self._last))
-            self._since, self._tries, self._last = None, 0, None
+            self._log.warning("%s %s again after %.1f s (%d failed tries, the last %s)", self._what,
+                              "takes writes" if self._refused else "answers", self._clock() - self._since,
+                              self._tries, describe(self._last))
+            self._since, self._tries, self._last, self._refused = None, 0, None, None
 
 
 class StoreOutages:
@@ -80,7 +97,7 @@ class StoreOutages:
     step, the sweeper a traceback a pass) for as long as the database was away."""
 
     def __init__(self, logger: logging.Logger) -> None:
-        self.database = OutageLog(logger, "the database")
+        self.database = OutageLog(logger, "the database", refusal=refused_write)
         self.redis = OutageLog(logger, "Redis")
 
     def of(self, exc: BaseException) -> OutageLog:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 from redis.exceptions import BusyLoadingError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from sqlalchemy.exc import OperationalError
+from support.sqlite_refusals import fill, full_database
 
 from oss_responses.outage_log import OutageLog
+from oss_responses.storage.db import refused_write
 
 log = logging.getLogger("test_outage_log")
 
@@ -87,3 +90,41 @@ def test_failed_tells_database_error_in_one_line(outage: OutageLog, caplog) -> N
     [line] = told(caplog)
     assert line == ("the store unreachable (OperationalError: (builtins.ConnectionRefusedError) connection refused); "
                     "retrying until it answers")
+
+
+@pytest.fixture
+def disk_full(tmp_path: Path) -> OperationalError:
+    """A real SQLITE_FULL, as SQLAlchemy raises it."""
+    db = full_database(tmp_path / "full.db")
+    try:
+        with pytest.raises(OperationalError) as refused:
+            fill(db)
+    finally:
+        db.dispose()
+    return refused.value
+
+
+@pytest.fixture
+def database_outage(clock: Clock) -> OutageLog:
+    return OutageLog(log, "the database", remind_seconds=30, clock=clock, refusal=refused_write)
+
+
+def test_failed_tells_refused_write_as_refusing_writes(database_outage: OutageLog, disk_full, caplog) -> None:
+    database_outage.failed(disk_full)
+    assert told(caplog) == ["the database refuses writes (disk full: OperationalError: (sqlite3.OperationalError) "
+                            "database or disk is full); retrying until it takes them"]
+
+
+def test_answered_by_read_leaves_refused_writes_outage_ongoing(database_outage: OutageLog, clock: Clock, disk_full,
+                                                               caplog) -> None:
+    """Reads go on through a full disk: a worker's reaper passes that read told the outage over each second,
+    and the next save's refusal told it begun again (22 pairs of lines in 40 s)."""
+    for _ in range(3):
+        database_outage.failed(disk_full)
+        clock.now += 1
+        database_outage.answered(wrote=False)
+    database_outage.answered()
+    assert told(caplog)[1:] == [
+        "the database takes writes again after 3.0 s (3 failed tries, the last OperationalError: "
+        "(sqlite3.OperationalError) database or disk is full)"
+    ]

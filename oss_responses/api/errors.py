@@ -9,7 +9,9 @@
 - Redis refusing writes (full under ``noeviction``, a read-only replica, ``MISCONF``; from a command or
   from an event log's write) → 503 ``redis_unavailable`` too: it passes once its operator acts.
 - The database unreachable (a refused connection, a pool that timed out, a locked SQLite), or refusing
-  writes while read-only (a failover) → 503 ``database_unavailable``, logged in one line, as Redis's.
+  writes (PostgreSQL read-only in a failover; a SQLite file whose disk is full, or whose file or
+  filesystem turned read-only or fails its writes) → 503 ``database_unavailable``, logged in one line, as
+  Redis's, naming which.
 - Anything else → 500 ``server_error``, logged with its traceback on the server side only.
 """
 
@@ -32,7 +34,7 @@ from starlette.requests import ClientDisconnect
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
 from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.redis_refusals import refuses_writes
-from oss_responses.storage.db import refused_read_only, schema_missing
+from oss_responses.storage.db import refused_read_only, refused_write, schema_missing
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +104,16 @@ async def _database_unreachable(request: Request, exc: Exception) -> JSONRespons
     if schema_missing(exc):
         return await _database_not_migrated(request, exc)
     busy = _timed_out(exc)
-    log.warning("database %s on %s %s (%s: %s)", "timed out" if busy else "unreachable", request.method,
+    refused = refused_write(exc)
+    what = "timed out" if busy else f"refusing writes ({refused})" if refused else "unreachable"
+    log.warning("database %s on %s %s (%s: %s)", what, request.method,
                 request.url.path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-    message = ("The service's database is too busy right now (a lock or statement timeout). Retry shortly."
-               if busy else "The service cannot reach its database right now. Retry shortly.")
+    if busy:
+        message = "The service's database is too busy right now (a lock or statement timeout). Retry shortly."
+    elif refused:  # it answered: "cannot reach" sent its operator to look for a network fault
+        message = f"The service's database is refusing writes right now ({refused}). Retry shortly."
+    else:
+        message = "The service cannot reach its database right now. Retry shortly."
     return error_response(ServiceUnavailable(message, code="database_unavailable"))
 
 

@@ -63,6 +63,24 @@ def refused_read_only(exc: BaseException) -> bool:
     return getattr(driver_error, "sqlstate", None) == READ_ONLY_SQLSTATE
 
 
+# SQLite's primary result codes for a write its file refused: SQLITE_READONLY (the file, or its filesystem,
+# turned read-only: a remount, a permission change), SQLITE_IOERR (a write the filesystem failed, as one
+# turned read-only under an open connection does), SQLITE_FULL (its disk full). Each passes once its
+# operator acts, as a failover does; Python's sqlite3 raises all three as an OperationalError.
+_SQLITE_WRITE_REFUSED = {8: "read-only", 10: "disk I/O error", 13: "disk full"}
+
+
+def refused_write(exc: BaseException) -> str | None:
+    """Why the database refused a write for now (its disk full, or read-only: a PostgreSQL failover, a
+    SQLite file or filesystem), in a few words; None if ``exc`` (SQLAlchemy's, or the driver's) is no such
+    refusal. Reads go on meanwhile: an outage that only writes meet."""
+    if refused_read_only(exc):
+        return "read-only"
+    driver_error = exc.orig if isinstance(exc, DBAPIError) else exc
+    code = getattr(driver_error, "sqlite_errorcode", None)
+    return _SQLITE_WRITE_REFUSED.get(code & 0xFF) if isinstance(code, int) else None
+
+
 _SCHEMA_MISSING_SQLITE = ("no such table", "no such column", "has no column named")
 _SCHEMA_MISSING_SQLSTATES = ("42P01", "42703")  # PostgreSQL's undefined_table, undefined_column
 

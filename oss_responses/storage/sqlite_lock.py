@@ -14,6 +14,12 @@ its busy handler, as before.
 
 A thread that writes on a second connection while its first holds the lock does not wait for itself
 (SQLite's own lock then answers, as it did).
+
+The lock file is opened read-only (``flock`` needs no more): on a filesystem turned read-only, or a lock
+file whose permissions changed, opening it to write raised ``OSError`` before SQLite was asked, a 500
+and a traceback in the API and a task failing in a loop in the worker, where SQLite's own refusal is
+an outage (``storage/db.py`` ``refused_write``). One that cannot be opened at all (it is missing and its
+folder takes no new file) leaves the write to SQLite's own lock, and to its own error if it refuses.
 """
 
 from __future__ import annotations
@@ -40,12 +46,16 @@ class WriterLock:
         self._holders: set[int] = set()  # threads holding the lock (through one of their connections)
 
     def acquire(self) -> tuple[int, int] | None:
-        """Wait for the lock; its hold (descriptor, thread id), or None if this thread holds it already."""
+        """Wait for the lock; its hold (descriptor, thread id), or None if this thread holds it already or
+        its file cannot be opened (SQLite's own lock answers then)."""
         thread = threading.get_ident()
         with self._guard:
             if thread in self._holders:
                 return None
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CREAT, 0o600)
+        except OSError:
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except BaseException:

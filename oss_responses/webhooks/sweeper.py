@@ -95,4 +95,4 @@ class WebhookSweeper:
                 continue
             self._outages.redis.answered()  # its pass lock's command answered
             if self._passed:  # the database too (a pass another worker's sweeper holds asks it nothing)
-                self._outages.database.answered()
+                self._outages.database.answered(wrote=False)  # a pass reads: writes may still be refused

@@ -437,6 +437,6 @@ class Reaper:
                 continue
             self.outages.redis.answered()  # its pass lock's command answered
             if self._passed:  # the database too (a pass another worker's reaper holds asks it nothing)
-                self.outages.database.answered()
+                self.outages.database.answered(wrote=False)  # a pass reads: writes may still be refused
             if reaped:
                 log.warning("reaper handled %d lost responses in %.3fs", len(reaped), time.monotonic() - started)

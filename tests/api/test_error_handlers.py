@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import anyio
 import httpx2
 import pytest
 from fastapi import FastAPI
+from support.sqlite_refusals import fill, full_database
 
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.errors import Conflict
 
 
-def _app() -> FastAPI:
+def _app(tmp_path: Path | None = None) -> FastAPI:
     app = FastAPI()
     install_error_handlers(app)
+
+    @app.post("/fill")
+    def fill_disk() -> None:
+        assert tmp_path is not None
+        db = full_database(tmp_path / "full.db")
+        try:
+            fill(db)
+        finally:
+            db.dispose()
 
     @app.get("/boom")
     async def boom() -> None:
@@ -28,11 +39,11 @@ def _app() -> FastAPI:
     return app
 
 
-def _get(path: str) -> httpx2.Response:
+def _get(path: str, method: str = "GET", tmp_path: Path | None = None) -> httpx2.Response:
     async def get() -> httpx2.Response:
-        transport = httpx2.ASGITransport(app=_app(), raise_app_exceptions=False)
+        transport = httpx2.ASGITransport(app=_app(tmp_path), raise_app_exceptions=False)
         async with httpx2.AsyncClient(transport=transport, base_url="http://api") as client:
-            return await client.get(path)
+            return await client.request(method, path)
 
     return anyio.run(get)
 
@@ -52,3 +63,19 @@ def test_service_error_keeps_its_status_and_fields() -> None:
     assert response.json() == {
         "error": {"message": "busy", "type": "invalid_request_error", "param": "x", "code": "busy"}
     }
+
+
+def test_write_on_full_sqlite_disk_is_503_saying_writes_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLITE_FULL: the database answered, and refuses writes until its disk has room; it was told as
+    "cannot reach its database", which sent its operator to look for a network fault."""
+    with caplog.at_level(logging.WARNING):
+        response = _get("/fill", "POST", tmp_path)
+    assert response.status_code == 503
+    assert response.json()["error"] == {
+        "message": "The service's database is refusing writes right now (disk full). Retry shortly.",
+        "type": "server_error", "param": None, "code": "database_unavailable",
+    }
+    assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["database refusing writes"]
+    assert not any(r.exc_info for r in caplog.records)

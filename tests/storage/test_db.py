@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import make_url, text
@@ -15,6 +17,7 @@ from support.db_connections import (
     hold_transactions,
 )
 from support.rows import new_response
+from support.sqlite_refusals import fill, full_database
 
 from oss_responses.storage import (
     AsyncDatabase,
@@ -24,7 +27,7 @@ from oss_responses.storage import (
     insert_response,
     sync_url,
 )
-from oss_responses.storage.db import PG_SILENT_PEER_GUARDS, refused_read_only
+from oss_responses.storage.db import PG_SILENT_PEER_GUARDS, refused_read_only, refused_write
 from oss_responses.workers.outage import unreachable
 
 
@@ -263,3 +266,39 @@ def test_database_keeps_a_urls_own_keepalive_settings(postgres_url: str) -> None
         assert parameters["tcp_user_timeout"] == str(PG_SILENT_PEER_GUARDS["tcp_user_timeout"])
     finally:
         database.dispose()
+
+
+def test_refused_write_names_sqlite_disk_full(tmp_path: Path) -> None:
+    """SQLITE_FULL ("database or disk is full"), met by a write on a real file held to its pages."""
+    db = full_database(tmp_path / "full.db")
+    try:
+        with pytest.raises(OperationalError) as refused:
+            fill(db)
+        assert refused_write(refused.value) == "disk full"
+    finally:
+        db.dispose()
+
+
+def test_refused_write_names_sqlite_read_only_file(tmp_path: Path) -> None:
+    """SQLITE_READONLY ("attempt to write a readonly database"): the file opened read-only, as SQLite opens
+    one whose file or filesystem refuses writing."""
+    path = tmp_path / "ro.db"
+    with sqlite3.connect(path) as writable:
+        writable.execute("CREATE TABLE t (x)")
+    read_only = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        with pytest.raises(sqlite3.OperationalError) as refused:
+            read_only.execute("INSERT INTO t VALUES (1)")
+        assert refused_write(refused.value) == "read-only"
+    finally:
+        read_only.close()
+
+
+def test_refused_write_is_none_for_missing_table(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 'empty.db'}")
+    try:
+        with pytest.raises(OperationalError) as failed:
+            db.run(lambda session: session.execute(text("INSERT INTO nowhere VALUES (1)")))
+        assert refused_write(failed.value) is None
+    finally:
+        db.dispose()

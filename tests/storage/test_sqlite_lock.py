@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import event
 from support.rows import new_response
+from support.sqlite_refusals import unwritable
 
 from oss_responses.storage import Database, get_response, insert_response
 from oss_responses.storage.sqlite_lock import WriterLock, is_write
@@ -96,3 +97,20 @@ def test_writer_lock_is_not_taken_twice_by_one_thread(tmp_path: Path) -> None:
 )
 def test_is_write_tells_write_statements(statement: str, writes: bool) -> None:
     assert is_write(statement) is writes
+
+
+def test_write_with_lock_file_unwritable_goes_through(database_file: str) -> None:
+    """A lock file that cannot be opened to write (a filesystem turned read-only, a permission change): the
+    lock was opened so, and its OSError (EROFS) was a 500 in the API and a failed task in a worker."""
+    db, record = Database(database_file), new_response()
+    with unwritable(Path(database_file.removeprefix("sqlite:///") + "-writer.lock")):
+        db.run(insert_response, record)
+
+    assert db.run(get_response, record.id) is not None
+    db.dispose()
+
+
+def test_acquire_without_lock_file_leaves_write_to_sqlite(tmp_path: Path) -> None:
+    """A lock file that cannot be created (missing, its folder taking no new file) is no error: SQLite's own
+    lock answers, and SQLite's own error if it refuses the write."""
+    assert WriterLock(tmp_path / "gone" / "db-writer.lock").acquire() is None

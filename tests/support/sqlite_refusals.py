@@ -1,0 +1,59 @@
+"""A real SQLite file that refuses writes, as a full disk or a read-only file does, for the tests of what
+the service does then (``storage/db.py`` ``refused_write``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+
+from oss_responses.storage import Database
+
+
+def full_database(path: Path) -> Database:
+    """A database on ``path`` holding one table ``filler(data)``, whose connections are held to the pages
+    it has (``PRAGMA max_page_count``): a write that needs one more page meets SQLITE_FULL, "database or
+    disk is full", exactly as on a full disk."""
+    db = Database(f"sqlite:///{path}")
+    with db.session() as session:
+        session.execute(text("CREATE TABLE filler (data BLOB)"))
+
+    def hold_to_its_pages(connection: Any, _record: Any) -> None:
+        pages = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute(f"PRAGMA max_page_count={pages}")
+
+    db.dispose()
+    event.listen(db.engine, "connect", hold_to_its_pages)
+    return db
+
+
+def fill(db: Database) -> None:
+    """A write that needs more pages than ``db`` (a :func:`full_database`) may have."""
+    with db.session() as session:
+        session.execute(text("INSERT INTO filler VALUES (randomblob(100000))"))
+
+
+@contextmanager
+def unwritable(path: Path) -> Iterator[None]:
+    """``path`` (a file) refuses to be opened for writing, as on a filesystem turned read-only: immutable
+    (``chattr +i``) for root, whom permissions do not stop, read-only permissions for anyone else."""
+    path.touch()
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        yield
+        path.chmod(0o644)
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("root, and no chattr +i on this filesystem")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", str(path)], check=True)
