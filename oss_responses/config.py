@@ -141,6 +141,13 @@ class Settings(BaseSettings):
     # --- worker -------------------------------------------------------------
     worker_model: str = Field("gpt-oss-20b", min_length=1, description="The model (and queue) this worker serves")
     worker_concurrency: int = Field(8, ge=1, description="Responses one worker runs at once (Celery threads)")
+    worker_stop_seconds: float = Field(
+        25.0, gt=0,
+        description="A stopping worker (SIGTERM, SIGINT) that has not exited this many seconds after the signal exits "
+        "at once: a Redis that stopped answering (SIGSTOP, a blackholed link) held Celery's own stop on its "
+        "broker calls for over 60 s; its responses are left to their leases and its tasks to the broker. Below the "
+        "orchestrator's grace period (docker-compose: 30 s)",
+    )
     engine: Literal["scripted", "vllm"] = Field("scripted", description="Which engine the worker runs")
     lease_seconds: float = Field(15.0, gt=0, description="TTL of a running response's lease; renewed every third of it")
     reaper_interval_seconds: float = Field(

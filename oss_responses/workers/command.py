@@ -6,8 +6,14 @@ Its functions live here, not in ``__main__``: a front end's child process (spawn
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
+import threading
 from functools import partial
+from typing import Any
+
+from celery import signals
 
 from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend, serve_frontends
@@ -16,6 +22,10 @@ from oss_responses.workers.celery_app import make_celery
 from oss_responses.workers.context import EngineStartError
 from oss_responses.workers.outage import StoreAwayAtStart
 from oss_responses.workers.tasks import engine_lost, start_error
+
+log = logging.getLogger(__name__)
+# The exit status of a worker that its stop deadline ended (``os._exit``: nothing after it runs).
+EX_STOP_DEADLINE = 1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -35,6 +45,8 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     # Before Celery's own start: its warnings (running as root) are log lines from the first one.
     configure_logging(settings)
     app = make_celery(settings, frontend)
+    arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds)
+    signals.worker_shutting_down.connect(arm, weak=False)  # this process's own worker only (never a test's)
     args = [
         # JSON logs are for a log pipeline: Celery's banner (a block of text on stdout) is left out.
         *(["--quiet"] if settings.log_format == "json" else []),
@@ -83,3 +95,24 @@ def _indexed(name: str, index: int) -> str:
     first, at, rest = name.partition("@")
     return f"{first}-{index}{at}{rest}"
 
+
+
+def _arm_stop_deadline(seconds: float, how: str | None = None, **_: Any) -> None:
+    """From Celery's ``worker_shutting_down`` (SIGTERM, SIGINT): the process exits ``seconds`` later if it is
+    still there. Celery's own stop talks to the broker (its pidbox's and consumer's channels closed, unacknowledged
+    tasks restored, a worker-offline event), a call per step each up to the broker's socket timeout and retried,
+    and the task threads' and the engine's stop talk to Redis too: with Redis silent (SIGSTOP, a blackholed link)
+    a SIGTERM took 66 s to exit (measured), past compose's 30 s, and the engine was never stopped in order.
+    Exited here, nothing is lost: the running responses' leases lapse and the reaper hands them on once Redis
+    answers, and an unacknowledged task stays in the broker's unacked set."""
+    threading.Thread(target=_exit_after, args=(seconds, how), name="stop-deadline", daemon=True).start()
+
+
+def _exit_after(seconds: float, how: str | None) -> None:
+    threading.Event().wait(seconds)
+    log.warning("stopping (%s): not stopped within %.0f s (OSS_RESPONSES_WORKER_STOP_SECONDS; Redis or the "
+                "database not answering?): exiting now; running responses go on elsewhere once their leases "
+                "lapse", how or "shutdown", seconds)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(EX_STOP_DEADLINE)

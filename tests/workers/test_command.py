@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-import pytest
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
 
+import pytest
+import redis as redis_lib
+from support import MODEL
+from support.processes import start_worker_process, stop_process
+from support.servers import RedisServer
+from support.workers import accept
+
+from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.engine.frontends import Frontend
+from oss_responses.storage import Database, migrate
 from oss_responses.workers import command
+from oss_responses.workers.celery_app import enqueue, make_celery
 
 
 @pytest.mark.parametrize(
@@ -49,3 +63,39 @@ def test_run_frontend_serves_metrics_on_the_port_plus_its_index(monkeypatch: pyt
     assert [(settings.worker_metrics_port, extra, used) for settings, extra, used in ran] == [
         (9101, ["--hostname=frontend-1@%h"], frontend)
     ]
+
+
+def test_stop_worker_exits_by_its_deadline_with_redis_stopped(own_redis: RedisServer, tmp_path: Path) -> None:
+    # Redis frozen (SIGSTOP: connected, never answering) under a running response: Celery's own stop, the
+    # response's handoff and the engine's stop waited on Redis call after call, and a SIGTERM took 66 s to exit,
+    # past compose's 30 s grace period.
+    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
+    migrate(database_url)
+    settings = Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL],
+                        scripted_tokens_per_second=40.0, worker_stop_seconds=3.0)
+    log_path = tmp_path / "worker.log"
+    worker = start_worker_process(settings, log_path)
+    client = redis_lib.Redis.from_url(own_redis.url, socket_timeout=5)
+    db = Database(database_url)
+    try:
+        response_id = accept(db, client, settings, input="tokens 800", background=True)
+        enqueue(make_celery(settings), settings, response_id, MODEL)
+        deadline = time.monotonic() + 20
+        while not client.exists(redis_keys.lease(response_id)):
+            assert time.monotonic() < deadline, "the response never started"
+            time.sleep(0.05)
+        os.kill(own_redis.process.pid, signal.SIGSTOP)
+        worker.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        try:
+            status = worker.wait(timeout=12)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the worker was still there 12 s after its SIGTERM, with Redis stopped")
+        assert time.monotonic() - started < 3.0 + 3
+        assert status == command.EX_STOP_DEADLINE
+        assert "not stopped within 3 s" in log_path.read_text()
+    finally:
+        os.kill(own_redis.process.pid, signal.SIGCONT)
+        stop_process(worker)
+        client.close()
+        db.dispose()
