@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 WAKE_TTL_SECONDS = 86_400
 # Redis away or not answering (as the hub's OUTAGE: a lane cannot import the hub).
 _OUTAGE: tuple[type[Exception], ...] = (OSError, RedisConnectionError, RedisTimeoutError)
+# How long a stopping hub's lane tries to delete its wake stream. With Redis silent (SIGSTOP, a blackholed link)
+# each DEL took 15 s (its connection's three connect attempts), one lane after the other: an API stopped then took
+# 30 s to exit, its orchestrator's whole grace period. The stream expires anyway.
+STOP_REDIS_SECONDS = 3.0
 
 
 class Followed(Protocol):
@@ -141,11 +145,13 @@ class ReadLane:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.close()
         try:
-            await self._side().delete(self.wake_key)
+            await asyncio.wait_for(self._side().delete(self.wake_key), STOP_REDIS_SECONDS)
         except Exception as exc:  # Redis away (an API stopped during an outage): a line; anything else, a traceback
-            log.warning("event hub: could not delete its wake stream %s at stop (%s: %s); it expires within %d s",
-                        self.wake_key, type(exc).__name__, exc, WAKE_TTL_SECONDS,
-                        exc_info=not isinstance(exc, _OUTAGE))
+            # asyncio's timeout (Redis silent), a builtin TimeoutError, is an OSError: an outage too.
+            silent = isinstance(exc, TimeoutError)
+            reason = f"no answer within {STOP_REDIS_SECONDS:g} s" if silent else f"{type(exc).__name__}: {exc}"
+            log.warning("event hub: could not delete its wake stream %s at stop (%s); it expires within %d s",
+                        self.wake_key, reason, WAKE_TTL_SECONDS, exc_info=not isinstance(exc, _OUTAGE))
 
 
 def redis_error(reply: Exception) -> Exception:

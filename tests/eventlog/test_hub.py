@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import time
 
 import pytest
@@ -17,6 +19,7 @@ from oss_responses.eventlog import (
     EventHubStopped,
     EventWriter,
     StreamNotFound,
+    lane,
     parse_frame,
     supervision,
     write_events,
@@ -767,3 +770,22 @@ async def test_stop_hub_with_redis_killed_warns_without_traceback(caplog) -> Non
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert [r.getMessage() for r in warnings if r.exc_info] == []  # no traceback
     assert len([r for r in warnings if "could not delete its wake stream" in r.getMessage()]) == 2  # one per lane
+
+
+async def test_stop_hub_with_redis_stopped_ends_within_seconds(caplog) -> None:
+    # An API stopped while Redis is frozen (SIGSTOP: connected, never answering): each lane's DEL of its wake stream
+    # waited 15 s, one after the other, and the API took 30 s to exit.
+    server = start_redis()
+    hub = EventHub(server.url, block_ms=10_000)
+    try:
+        await hub.start()
+        os.kill(server.process.pid, signal.SIGSTOP)
+        caplog.clear()
+        started = time.monotonic()
+        await asyncio.wait_for(hub.stop(), 10)
+        assert time.monotonic() - started < 2 * lane.STOP_REDIS_SECONDS + 2
+    finally:
+        os.kill(server.process.pid, signal.SIGCONT)
+        server.stop()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and not r.exc_info]
+    assert len([m for m in warnings if "could not delete its wake stream" in m and "no answer within" in m]) == 2
