@@ -117,19 +117,31 @@ class PatientPool(BlockingConnectionPool):
             try:
                 await super().ensure_connection(connection)
                 return
-            except RedisTimeoutError:
-                if attempt == CONNECT_ATTEMPTS:
+            except RedisTimeoutError as exc:
+                if attempt == CONNECT_ATTEMPTS or not _connect_timed_out(exc):
                     raise
                 log.info("connecting to Redis timed out (attempt %d of %d); trying again",
                          attempt, CONNECT_ATTEMPTS)
                 await anyio.sleep(CONNECT_PAUSE_SECONDS * attempt)
 
 
+def _connect_timed_out(exc: RedisTimeoutError) -> bool:
+    """The socket's connect timed out (redis-py's "Timeout connecting to server"): on a busy event loop, not
+    only a Redis away. Its handshake's reply not read in time ("Timeout reading from ...") is a Redis connected
+    and silent (stopped, hung, a blackholed link): each attempt waited the whole socket timeout, and a create met
+    three (15 s), or four after an idle connection's PING (20 s: a POST during a 20 s SIGSTOP waited it out)."""
+    return str(exc).startswith("Timeout connecting")
+
+
 async def _drop_if_stale(connection: AbstractConnection) -> None:
-    """PING an idle connection; disconnect it if that fails (the pool then connects it again)."""
+    """PING an idle connection; disconnect it if that fails (the pool then connects it again). A PING left
+    unanswered for the socket timeout is a silent Redis, no stale connection: its error is the command's."""
     try:
         await connection.send_command("PING", check_health=False)
         await connection.read_response()
-    except (RedisConnectionError, RedisTimeoutError, OSError):
+    except RedisTimeoutError:
+        await connection.disconnect()
+        raise
+    except (RedisConnectionError, OSError):
         log.info("a pooled Redis connection went stale (Redis restarted?): connecting it again")
         await connection.disconnect()
