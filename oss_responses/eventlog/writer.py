@@ -220,6 +220,9 @@ class EventWriter:
         self._ttl_seconds = ttl_seconds
         self._early_flush_seconds = early_flush_seconds
         self._reply_seconds = reply_seconds
+        # The connection whose loss the log has told: every flush in flight on it fails with it (early flushes
+        # go out without waiting for the last one's replies), and one line says so for all of them.
+        self._loss_told: RedisPipe | None = None
         self._pending = _Batch()
         self._last_batch: dict[str, _Batch] = {}  # response id -> latest batch holding its writes
         self._failed: dict[str, BaseException] = {}
@@ -455,7 +458,10 @@ class EventWriter:
             # Every reply retrieved, errors included: a broken pipe fails them all at once.
             errors: dict[int, str | Exception] = dict(failed_commands([_outcome(reply) for reply in replies]))
         except Exception as exc:  # connection lost, or a whole script call refused: the batch failed
-            _log_failure(exc, "event log flush of %d commands failed", len(batch.commands))
+            if pipe is not self._loss_told or not isinstance(exc, _OUTAGE_ERRORS):
+                _log_failure(exc, "event log flush of %d commands failed", len(batch.commands))
+            if isinstance(exc, _OUTAGE_ERRORS):  # the flushes after it on this connection fail alike: told
+                self._loss_told = pipe
             errors = dict.fromkeys(range(len(batch.commands)), exc)
             if self._pipe is pipe:  # the batches written after it fail as well; the next flush reconnects
                 self._pipe = None

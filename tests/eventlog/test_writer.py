@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
@@ -270,6 +271,31 @@ async def test_writer_gives_up_a_connection_that_fell_silent(redis_url, redis, m
     writer.append("resp_b", make_events(range(1)))  # the next flush connects again, and lands
     await asyncio.wait_for(writer.drain("resp_b"), 5)
     assert redis.xlen(redis_keys.events("resp_b")) == 1
+    await writer.aclose()
+    await client.aclose()
+    await link.stop()
+
+
+async def test_writer_flushes_lost_with_their_silent_connection_log_one_line(
+    redis_url, redis, make_events, caplog
+) -> None:
+    # Redis frozen (SIGSTOP) under a streaming response: its writes went out in early flushes on the silent
+    # connection, and each one failing with it when it was given up logged a line of its own (213 lines in one
+    # 20 s freeze of one response at 40 tokens/s, measured).
+    link = await SilentLink(redis.connection_pool.connection_kwargs["port"]).start()
+    client = Redis(port=link.port)
+    writer = EventWriter(client, ttl_seconds=60, early_flush_seconds=0.01, reply_seconds=0.5)
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    link.silence()
+    for number in range(1, 8):  # each append 20 ms after its batch started ships it: an early flush
+        writer.append("resp_a", make_events(range(number, number + 1)))
+        await asyncio.sleep(0.02)
+    caplog.clear()
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    lines = [r.getMessage() for r in caplog.records if r.name == writer_module.__name__ and r.levelno >= logging.ERROR]
+    assert len([line for line in lines if line.startswith("event log flush of")]) == 1, lines
     await writer.aclose()
     await client.aclose()
     await link.stop()
