@@ -15,6 +15,11 @@ from redis import asyncio as redis_asyncio
 
 # NTP keeps hosts within milliseconds; seconds apart is a host without it.
 SKEW_WARN_SECONDS = 2.0
+# A reading is off by up to half its round trip. One that took longer than this (Redis stopped or stalled a
+# while, a busy loop) is taken again, up to READ_ATTEMPTS readings in all: a worker's refresh whose TIME Redis
+# answered 4-5 s late, after a SIGSTOP, read its own clock 2-2.5 s ahead and warned "run NTP".
+MAX_ROUND_TRIP_SECONDS = 0.5
+READ_ATTEMPTS = 3
 
 
 def skew(before: float, after: float, server_time: tuple[int, int]) -> float:
@@ -25,15 +30,23 @@ def skew(before: float, after: float, server_time: tuple[int, int]) -> float:
 
 
 async def redis_skew(client: redis_asyncio.Redis) -> float:
-    before = time.time()
-    server_time = await client.time()
-    return skew(before, time.time(), server_time)
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        before = time.time()
+        server_time = await client.time()
+        after = time.time()
+        if after - before <= MAX_ROUND_TRIP_SECONDS or attempt == READ_ATTEMPTS:
+            break
+    return skew(before, after, server_time)
 
 
 def redis_skew_sync(client: redis_lib.Redis) -> float:
-    before = time.time()
-    server_time = client.time()
-    return skew(before, time.time(), server_time)
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        before = time.time()
+        server_time = client.time()
+        after = time.time()
+        if after - before <= MAX_ROUND_TRIP_SECONDS or attempt == READ_ATTEMPTS:
+            break
+    return skew(before, after, server_time)
 
 
 def skewed(seconds: float) -> bool:
