@@ -6,14 +6,17 @@ Its functions live here, not in ``__main__``: a front end's child process (spawn
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
 import threading
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from celery import signals
+from celery import signals as celery_signals
 
 from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend, serve_frontends
@@ -46,7 +49,7 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     configure_logging(settings)
     app = make_celery(settings, frontend)
     arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds)
-    signals.worker_shutting_down.connect(arm, weak=False)  # this process's own worker only (never a test's)
+    celery_signals.worker_shutting_down.connect(arm, weak=False)  # this process's own worker only (never a test's)
     args = [
         # JSON logs are for a log pipeline: Celery's banner (a block of text on stdout) is left out.
         *(["--quiet"] if settings.log_format == "json" else []),
@@ -115,4 +118,19 @@ def _exit_after(seconds: float, how: str | None) -> None:
                 "lapse", how or "shutdown", seconds)
     for handler in logging.getLogger().handlers:
         handler.flush()
+    _kill_children()
     os._exit(EX_STOP_DEADLINE)
+
+
+def _kill_children() -> None:
+    """This process's children killed (SIGKILL), as an orchestrator's kill would: ``os._exit`` runs no atexit
+    handler, so an engine's processes (vLLM's engine core, holding the GPU's memory) and the tokenizer's child
+    would otherwise outlive the worker."""
+    for listing in Path(f"/proc/{os.getpid()}/task").glob("*/children"):
+        try:
+            pids = listing.read_text().split()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -99,3 +100,18 @@ def test_stop_worker_exits_by_its_deadline_with_redis_stopped(own_redis: RedisSe
         stop_process(worker)
         client.close()
         db.dispose()
+
+
+
+def test_kill_children_at_stop_deadline_leaves_no_child_behind(tmp_path: Path) -> None:
+    # os._exit runs no atexit handler: an engine's processes (vLLM's engine core and its GPU memory) outlived it.
+    pids = tmp_path / "pids"
+    program = (
+        "import subprocess, sys, time\n"
+        "from oss_responses.workers import command\n"
+        "children = [subprocess.Popen(['sleep', '60']) for _ in range(2)]\n"
+        f"open({str(pids)!r}, 'w').write(' '.join(str(child.pid) for child in children))\n"
+        "command._kill_children()\n"
+        "sys.exit(sorted(child.wait(5) for child in children) != [-9, -9])\n"
+    )
+    assert subprocess.run([sys.executable, "-c", program], timeout=60).returncode == 0, pids.read_text()
