@@ -194,9 +194,11 @@ def _mark_rewound(run: Run, next_number: int) -> None:
     high_water = run.job.record.stream_high_water
     if high_water is None or next_number > high_water:
         return
-    log.warning("the event stream of %s ends before event %d, which its lost run had numbered (Redis restored "
-                "from an earlier state?): events %d..%d are written anew", run.job.response_id, high_water,
-                next_number, high_water)
+    # Both happen: a run whose writes Redis never took (it stopped answering, its flushes given up) leaves
+    # its numbers unwritten, and a Redis restored from a snapshot or a lagging replica lost written ones.
+    log.warning("the event stream of %s ends before event %d, which its lost run had numbered (its last writes "
+                "did not reach Redis, or Redis was restored from an earlier state): events %d..%d are written anew",
+                run.job.response_id, high_water, next_number, high_water)
     mark_rewound(run.ctx.sync_redis, run.job.response_id, (next_number, high_water), run.ctx.settings.event_ttl_seconds)
 
 
