@@ -24,7 +24,8 @@ def describe(exc: BaseException) -> str:
     """``exc`` in one line: its type and its message's first line (SQLAlchemy's add the SQL and a link on
     lines of their own, which split a log line in three)."""
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    # A message-less error (asyncio's TimeoutError) is its type alone, not "TimeoutError: ".
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
 class OutageLog:

@@ -128,3 +128,9 @@ def test_answered_by_read_leaves_refused_writes_outage_ongoing(database_outage: 
         "the database takes writes again after 3.0 s (3 failed tries, the last OperationalError: "
         "(sqlite3.OperationalError) database or disk is full)"
     ]
+
+
+def test_failed_tells_error_without_message_by_its_type(outage: OutageLog, caplog) -> None:
+    # A silent Redis's read times out with asyncio's TimeoutError, which has no message: the line read "TimeoutError: ".
+    outage.failed(TimeoutError())
+    assert told(caplog) == ["the store unreachable (TimeoutError); retrying until it answers"]
