@@ -103,10 +103,18 @@ class StoreOutages:
 
     def of(self, exc: BaseException) -> OutageLog:
         """The outage log of the store that ``exc`` (an outage: ``workers.outage.outage``) came from."""
-        return self.database if isinstance(exc, SQLAlchemyError) or isinstance(exc.__cause__, SQLAlchemyError) \
-            else self.redis
+        from_database = isinstance(exc, SQLAlchemyError) or isinstance(exc.__cause__, SQLAlchemyError)
+        return self.database if from_database else self.redis
 
-    def answered(self) -> None:
-        self.database.answered()
+    def failed(self, exc: BaseException) -> None:
+        """A try failed for an outage (``workers.outage.outage``): told by its store's log."""
+        self.of(exc).failed(exc)
+
+    def pass_answered(self, *, read_database: bool) -> None:
+        """A periodic pass (the reaper's, the webhook sweeper's) went through: Redis answered its pass lock's
+        command, and the database too if the pass ran (a pass another worker holds asks it nothing). A pass
+        only reads: an outage of refused writes is not over for it."""
         self.redis.answered()
+        if read_database:
+            self.database.answered(wrote=False)
 

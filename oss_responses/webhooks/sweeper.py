@@ -89,10 +89,8 @@ class WebhookSweeper:
                 self.sweep_once()
             except Exception as exc:
                 if outage(exc):  # a restart: its start and end told, not a traceback a pass while it lasts
-                    self._outages.of(exc).failed(exc)
+                    self._outages.failed(exc)
                 else:
                     log.exception("webhook sweep failed")
                 continue
-            self._outages.redis.answered()  # its pass lock's command answered
-            if self._passed:  # the database too (a pass another worker's sweeper holds asks it nothing)
-                self._outages.database.answered(wrote=False)  # a pass reads: writes may still be refused
+            self._outages.pass_answered(read_database=self._passed)

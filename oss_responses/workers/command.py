@@ -99,7 +99,6 @@ def _indexed(name: str, index: int) -> str:
     return f"{first}-{index}{at}{rest}"
 
 
-
 def _arm_stop_deadline(seconds: float, how: str | None = None, **_: Any) -> None:
     """From Celery's ``worker_shutting_down`` (SIGTERM, SIGINT): the process exits ``seconds`` later if it is
     still there. Celery's own stop talks to the broker (its pidbox's and consumer's channels closed, unacknowledged

@@ -431,12 +431,10 @@ class Reaper:
                 reaped = self.reap_once()
             except Exception as exc:
                 if unreachable(exc):  # an outage: its start and end told, not a line a pass while it lasts
-                    self.outages.of(exc).failed(exc)
+                    self.outages.failed(exc)
                 else:
                     log.exception("reaper pass failed")
                 continue
-            self.outages.redis.answered()  # its pass lock's command answered
-            if self._passed:  # the database too (a pass another worker's reaper holds asks it nothing)
-                self.outages.database.answered(wrote=False)  # a pass reads: writes may still be refused
+            self.outages.pass_answered(read_database=self._passed)
             if reaped:
                 log.warning("reaper handled %d lost responses in %.3fs", len(reaped), time.monotonic() - started)
