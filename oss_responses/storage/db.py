@@ -164,15 +164,17 @@ def _set_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 def _configure(engine: Engine) -> None:
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _set_sqlite_pragmas)
-    else:
-        event.listen(engine, "handle_error", _drop_connections_to_read_only)
+    event.listen(engine, "handle_error", _drop_connections_to_read_only)
 
 
 def _drop_connections_to_read_only(context: ExceptionContext) -> None:
-    """A write refused as read-only means a failover: the pool's connections lead to the demoted primary
-    (where ``pool_pre_ping``'s probe still passes), so they are all dropped, as after a lost connection,
-    and the next checkout connects to wherever the address leads now."""
-    if refused_read_only(context.original_exception):
+    """A write refused as read-only leaves the pool's connections unfit for writes once the database takes
+    them again, so they are all dropped, as after a lost connection, and the next checkout connects anew.
+    On PostgreSQL it means a failover: they lead to the demoted primary (where ``pool_pre_ping``'s probe
+    still passes). On SQLite, a connection that opened its file while the file or its filesystem refused
+    writing opened it read-only, and stays so for good: a worker that waited at its start for the file to
+    take writes again waited on (its pooled connection), and an API went on answering 503."""
+    if refused_write(context.original_exception) == "read-only":
         context.is_disconnect = True
 
 

@@ -41,14 +41,14 @@ from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import driver_info, reset_is_lost_connection, silent_peer_guards
 from oss_responses.sealing import Sealer, build_sealer
 from oss_responses.stopping import cancel_and_wait
-from oss_responses.storage import Database, warm_statements
+from oss_responses.storage import Database
 from oss_responses.storage.migrations import newest_revision
 from oss_responses.tools.mcp_client import McpSessionPool
 from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
-from oss_responses.workers.outage import unreachable, wait_for_redis, wait_for_schema
+from oss_responses.workers.outage import unreachable, wait_for_database, wait_for_redis
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)
@@ -297,12 +297,17 @@ def start_worker(
     stopping: Callable[[], bool] = lambda: False,
 ) -> WorkerContext:
     """Bring a worker up (see the module docstring); raises EngineStartError if the engine fails,
-    StoreAwayAtStart if Redis does not answer, or the database is not migrated to this build's schema,
-    within ``save_retry_seconds`` (or ``stopping`` says so first)."""
+    StoreAwayAtStart if Redis does not answer, or the database does not, is not migrated to this build's
+    schema, or refuses writes, within ``save_retry_seconds`` (or ``stopping`` says so first)."""
     wait_for_redis(settings.redis_url, settings.save_retry_seconds, stopping)
     # Before the engine: a vLLM start takes minutes, and its memory is better not held by a worker that
-    # cannot serve yet.
-    wait_for_schema(settings.database_url, settings.save_retry_seconds, stopping)
+    # cannot serve yet. Its statements warmed and its pool opened there, inside the wait.
+    db = _database(settings)
+    try:
+        wait_for_database(db, settings.save_retry_seconds, stopping)
+    except BaseException:
+        db.dispose()
+        raise
     loop = EngineLoop().start()
     try:
         encoding = encoding or load_encoding(settings.tiktoken_dir)
@@ -315,7 +320,7 @@ def start_worker(
             encoding=encoding,
             tokenizer=_tokenizer(settings, encoding),
             engine=engine or build_engine(settings, encoding, frontend),
-            db=_database(settings),
+            db=db,
             redis=redis_client,
             sync_redis=_sync_redis(settings.redis_url, connections),
             # Its own connection, opened with this client's settings and never retried (see RECONNECT).
@@ -327,11 +332,10 @@ def start_worker(
         )
         if send_webhook is not None:
             ctx.webhooks = WebhookNotifier(settings, send_webhook)
-        ctx.db.run(warm_statements)  # before the worker is ready: compiled now, not in its first response
-        ctx.db.open_pool()
         loop.run(_start_on_loop(ctx))
     except BaseException:
         loop.stop()
+        db.dispose()
         raise
     if with_reaper:
         ctx.reaper = _reaper(ctx)

@@ -21,7 +21,8 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 from oss_responses.logs import safe_url
 from oss_responses.outage_log import describe
 from oss_responses.redis_refusals import refuses_writes
-from oss_responses.storage.db import Database, refused_read_only, schema_missing
+from oss_responses.storage import warm_statements
+from oss_responses.storage.db import Database, refused_read_only, refused_write, schema_missing
 from oss_responses.storage.migrations import database_revision, newest_revision, schema_behind
 
 
@@ -105,40 +106,47 @@ def wait_for_redis(url: str, seconds: float, stopping: Callable[[], bool] = lamb
         client.close()
 
 
-def wait_for_schema(database_url: str, seconds: float, stopping: Callable[[], bool] = lambda: False) -> None:
-    """A worker starting on a database behind this build's schema (its release's workers started before
-    its migration ran) waits for ``oss-responses migrate``, a line per try, for up to ``seconds``, as it
-    waits for a database that does not answer; then, or once ``stopping``, it raises
-    :class:`StoreAwayAtStart`. Without it the start's first statements met the missing column and Celery
-    stopped with "Unrecoverable error" and the SQL, while a worker already running waited for the same
-    migration (``unreachable``)."""
-    database = Database(database_url, pool_size=1)
+def wait_for_database(database: Database, seconds: float, stopping: Callable[[], bool] = lambda: False) -> None:
+    """A worker starting on a database that is not ready for it (:func:`_not_ready`) waits for it, a line per
+    try, for up to ``seconds``; then, or once ``stopping``, it raises :class:`StoreAwayAtStart`. Every database
+    statement of the start runs here, so that none meets an outage outside the wait: without it a database
+    behind this build's schema (a release's workers started before its migration ran) stopped Celery with
+    "Unrecoverable error" and the SQL, and so did a SQLite file or filesystem turned read-only (the warm
+    statements' UPDATE refused, two tracebacks), while a worker already running waits for either
+    (``unreachable``)."""
     shown = database.url.render_as_string(hide_password=True)
     backoff = Backoff(seconds)
-    try:
-        while True:
-            why = _schema_not_ready(database)
-            if why is None:
-                return
-            if backoff.exhausted() or stopping():
-                raise StoreAwayAtStart(f"the database at {shown} {why}")
-            log.warning("the database at %s %s; the worker waits for it (next try in %.2fs)", shown, why,
-                        backoff.delay)
-            backoff.wait()
-    finally:
-        database.dispose()
+    while True:
+        why = _not_ready(database)
+        if why is None:
+            return
+        if backoff.exhausted() or stopping():
+            raise StoreAwayAtStart(f"the database at {shown} {why}")
+        log.warning("the database at %s %s; the worker waits for it (next try in %.2fs)", shown, why,
+                    backoff.delay)
+        backoff.wait()
 
 
-def _schema_not_ready(database: Database) -> str | None:
-    """Why this worker cannot run on the database yet, or None."""
+def _not_ready(database: Database) -> str | None:
+    """Why this worker cannot run on the database yet, or None once it answers, holds this build's schema
+    and takes the start's writes: the warm statements (an UPDATE of no row, which compiles them now, not
+    in the first response) are refused as any write is by a database that is read-only (a failover's
+    demoted primary, a SQLite file or filesystem turned read-only). A full disk lets them pass (they need
+    no page): the worker meets it at its first save, as a running worker does. Then its pool's connections
+    are opened (a PostgreSQL at ``max_connections`` refuses them)."""
     try:
         revision = database.run(database_revision)
+        if schema_behind(revision):
+            return (f"is at revision {revision or 'none'}, behind this release's {newest_revision()}: "
+                    "run `oss-responses migrate`")
+        database.run(warm_statements)
+        database.open_pool()
     except DBAPIError as exc:
+        # Before unreachable(): SQLite's refusals are OperationalErrors, which it counts as not answering.
+        if (refused := refused_write(exc)) is not None:
+            return f"is refusing writes ({refused})"
         if not unreachable(exc):
             raise
         lines = str(exc.orig).strip().splitlines()
         return f"did not answer ({lines[0] if lines else type(exc).__name__})"
-    if schema_behind(revision):
-        return (f"is at revision {revision or 'none'}, behind this release's {newest_revision()}: "
-                "run `oss-responses migrate`")
     return None

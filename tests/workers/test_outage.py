@@ -23,6 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from support import TIKTOKEN_DIR
 from support.servers import PostgresCluster, free_port
+from support.sqlite_refusals import unwritable
 
 from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.storage import Database, migrate
@@ -31,8 +32,8 @@ from oss_responses.workers.outage import (
     Backoff,
     StoreAwayAtStart,
     unreachable,
+    wait_for_database,
     wait_for_redis,
-    wait_for_schema,
     warn_failed,
 )
 
@@ -168,29 +169,77 @@ def old_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator
     cluster.drop_database(name)
 
 
-def test_wait_for_schema_gives_up_on_database_behind_this_build(old_database_url: str) -> None:
-    with pytest.raises(StoreAwayAtStart, match=rf"is at revision {OLD_REVISION}, behind this release's "
-                                               rf"{newest_revision()}: run `oss-responses migrate`"):
-        wait_for_schema(old_database_url, seconds=0.5)
+def _wait_for_database(url: str, seconds: float) -> None:
+    database = Database(url, pool_size=1)
+    try:
+        wait_for_database(database, seconds)
+    finally:
+        database.dispose()
 
 
-def test_wait_for_schema_returns_once_database_is_migrated(old_database_url: str) -> None:
-    waited: list[BaseException | None] = []
-
+def _waiting_for_database(url: str, waited: list[BaseException | None]) -> threading.Thread:
+    """A thread waiting for the database at ``url`` (30 s at most); ``waited`` gets None once it returned, or
+    what it raised."""
     def wait() -> None:
         try:
-            wait_for_schema(old_database_url, seconds=30)
+            _wait_for_database(url, seconds=30)
             waited.append(None)
-        except BaseException as exc:  # noqa: BLE001  # reported by the assert below
+        except BaseException as exc:  # noqa: BLE001  # reported by the caller's assert
             waited.append(exc)
 
     waiter = threading.Thread(target=wait)
     waiter.start()
+    return waiter
+
+
+def test_wait_for_database_gives_up_on_database_behind_this_build(old_database_url: str) -> None:
+    with pytest.raises(StoreAwayAtStart, match=rf"is at revision {OLD_REVISION}, behind this release's "
+                                               rf"{newest_revision()}: run `oss-responses migrate`"):
+        _wait_for_database(old_database_url, seconds=0.5)
+
+
+def test_wait_for_database_returns_once_database_is_migrated(old_database_url: str) -> None:
+    waited: list[BaseException | None] = []
+    waiter = _waiting_for_database(old_database_url, waited)
     time.sleep(0.5)
     assert not waited
     migrate(old_database_url)
     waiter.join(timeout=15)
     assert waited == [None]
+
+
+def test_wait_for_database_gives_up_on_sqlite_file_refusing_writes(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    migrate(f"sqlite:///{path}")
+    with unwritable(path), pytest.raises(StoreAwayAtStart, match=r"is refusing writes \(read-only\)$"):
+        _wait_for_database(f"sqlite:///{path}", seconds=0.5)
+
+
+def test_wait_for_database_returns_once_sqlite_file_takes_writes(tmp_path: Path) -> None:
+    """The wait's pooled connection opened the file read-only, and SQLite keeps a connection so for good: the
+    wait went on after the file took writes again, until it gave up."""
+    path = tmp_path / "db.sqlite"
+    migrate(f"sqlite:///{path}")
+    waited: list[BaseException | None] = []
+    with unwritable(path):
+        waiter = _waiting_for_database(f"sqlite:///{path}", waited)
+        time.sleep(1.0)
+        assert not waited
+    waiter.join(timeout=15)
+    assert waited == [None]
+
+
+@pytest.mark.postgres
+def test_wait_for_database_gives_up_on_read_only_postgresql(postgres_cluster: PostgresCluster) -> None:
+    name = f"read_only_{os.getpid()}_{time.monotonic_ns()}"
+    url = postgres_cluster.create_database(name)
+    migrate(url)
+    postgres_cluster.execute(f'ALTER DATABASE "{name}" SET default_transaction_read_only = on')
+    try:
+        with pytest.raises(StoreAwayAtStart, match=r"is refusing writes \(read-only\)$"):
+            _wait_for_database(url, seconds=0.5)
+    finally:
+        postgres_cluster.drop_database(name)
 
 
 def test_worker_started_on_database_behind_this_build_exits_saying_to_migrate(redis_url: str, tmp_path: Path) -> None:
@@ -252,3 +301,28 @@ def test_warn_failed_names_database_outage_in_one_line_without_traceback(caplog)
     assert not record.exc_info
     assert record.getMessage() == ("archiving the event log of resp_a failed (OperationalError: "
                                    "(sqlite3.OperationalError) unable to open database file)")
+
+
+def test_worker_started_on_sqlite_file_refusing_writes_waits_then_exits_saying_so(
+    redis_url: str, tmp_path: Path
+) -> None:
+    """A worker started while its SQLite file (or filesystem) was read-only stopped at once on the start's
+    first write: Celery's "Unrecoverable error", two tracebacks and the UPDATE's SQL, where it waits for a
+    database that does not answer."""
+    path = tmp_path / "db.sqlite"
+    database_url = f"sqlite:///{path}"
+    migrate(database_url)
+    env = {**os.environ, "OSS_RESPONSES_REDIS_URL": redis_url, "OSS_RESPONSES_LOG_FORMAT": "text",
+           "OSS_RESPONSES_DATABASE_URL": database_url, "OSS_RESPONSES_SAVE_RETRY_SECONDS": "1",
+           "OSS_RESPONSES_TIKTOKEN_DIR": str(TIKTOKEN_DIR), "OSS_RESPONSES_WORKER_METRICS_PORT": "0"}
+    with unwritable(path):
+        worker = subprocess.run([sys.executable, "-m", "oss_responses.workers"], env=env, cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    waits = [line for line in worker.stdout.splitlines() if "the worker waits for it" in line]
+    assert worker.returncode == 1
+    assert waits  # a line per try: 2 on an idle machine (0.25 + 0.5 s slept, the next 1 s past its 1 s)
+    assert all(f"WARNING oss_responses.workers.outage: the database at {database_url} is refusing writes "
+               "(read-only); the worker waits for it" in line for line in waits)
+    assert (f"oss-responses worker not started: the database at {database_url} is refusing writes (read-only)"
+            in worker.stdout)
+    assert "attempt to write a readonly database" not in worker.stdout
