@@ -23,7 +23,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import QueuePool
 
-from oss_responses.storage import sqlite_lock
+from oss_responses.storage import sqlite_lock, write_refusals
+from oss_responses.storage.write_refusals import WriteRefusals
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -236,6 +237,11 @@ class AsyncDatabase:
         self._threaded = (
             Database(url, pool_size=pool_size, **engine_options) if self.url.get_backend_name() == "sqlite" else None
         )
+        # What this process's writes to a SQLite file last met, for /readyz (write_refusals.py says why);
+        # every transaction runs in the threaded engine.
+        self.write_refusals = WriteRefusals()
+        if self._threaded is not None and _sqlite_file(self.url) is not None:
+            write_refusals.watch(self._threaded.engine, self.write_refusals, refused_write)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[AsyncSession]:

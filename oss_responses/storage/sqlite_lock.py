@@ -33,6 +33,9 @@ from typing import Any
 from sqlalchemy import Engine, event
 
 _HELD = "oss_responses_sqlite_writer"  # in a pooled connection's info while it holds the lock
+# An execution option: the statement takes no lock (``/readyz``'s probe, which writes nothing and must not
+# wait behind a writer).
+UNLOCKED = "oss_responses_sqlite_unlocked"
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
 
@@ -80,8 +83,9 @@ def install(engine: Engine, database_file: str) -> WriterLock:
     """The writer lock of ``database_file``, taken by every write transaction of ``engine``."""
     lock = WriterLock(Path(f"{database_file}-writer.lock"))
 
-    def before_write(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if is_write(statement) and _HELD not in conn.info:
+    def before_write(conn: Any, _cursor: Any, statement: str, _parameters: Any, context: Any, _many: bool) -> None:
+        unlocked = context is not None and context.execution_options.get(UNLOCKED, False)
+        if is_write(statement) and _HELD not in conn.info and not unlocked:
             conn.info[_HELD] = lock.acquire()
 
     def let_go(_dbapi_connection: Any, record: Any, *_args: Any) -> None:

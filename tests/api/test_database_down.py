@@ -89,4 +89,4 @@ def test_readyz_with_database_read_only_is_503_naming_it(
     own_postgres.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = 'down'")
     response = http.get("/readyz")
     assert response.status_code == 503
-    assert response.json()["database"] == "error: ReadOnly"
+    assert response.json()["database"] == "error: refusing writes (read-only)"

@@ -11,6 +11,7 @@ from openai import OpenAI
 from support import MODEL
 from support.api_server import serve_in_thread
 from support.servers import free_port
+from support.sqlite_refusals import fill_filesystem, small_filesystem, unwritable
 
 from oss_responses.config import Settings
 from oss_responses.eventlog import EventHub
@@ -125,3 +126,47 @@ def test_readyz_with_event_hub_reader_failing_is_503(
         assert response.status_code == 503 and response.headers["retry-after"] == "5"
         assert response.json()["event_hub"].startswith("error: the event hub's busy lane's reader failed")
         assert response.json()["redis"] == "ok"
+
+
+def test_readyz_with_sqlite_file_read_only_is_503_until_it_takes_writes(redis_url: str, tmp_path: Path) -> None:
+    """Every create answered 503 'refusing writes (read-only)' while /readyz said ok, so a load balancer kept
+    sending them to this replica."""
+    path = tmp_path / "db.sqlite"
+    migrate(f"sqlite:///{path}")
+    settings = Settings(database_url=f"sqlite:///{path}", redis_url=redis_url, models=[MODEL])
+    for base_url in serve_in_thread(settings):
+        with unwritable(path):
+            refused = httpx2.get(f"{base_url}/readyz", timeout=10)
+        ready = httpx2.get(f"{base_url}/readyz", timeout=10)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    assert refused.json()["database"] == "error: refusing writes (read-only)"
+    assert ready.status_code == 200
+
+
+def _create(base_url: str) -> httpx2.Response:
+    return httpx2.post(f"{base_url}/v1/responses", json={"model": MODEL, "input": "hi", "background": True},
+                       timeout=10)
+
+
+def test_readyz_after_write_refused_for_full_disk_is_503_until_write_passes(redis_url: str, tmp_path: Path) -> None:
+    """A full disk refuses only the writes that need room: /readyz said ok while every create answered 503
+    'refusing writes (disk full)'. Its probe writes nothing, so it goes by this replica's last write."""
+    with small_filesystem(tmp_path / "disk", size_kib=1024) as disk:
+        url = f"sqlite:///{disk / 'db.sqlite'}"
+        migrate(url)
+        for base_url in serve_in_thread(Settings(database_url=url, redis_url=redis_url, models=[MODEL])):
+            before = httpx2.get(f"{base_url}/readyz", timeout=10)
+            filler = fill_filesystem(disk)
+            create_refused = _create(base_url)
+            full = httpx2.get(f"{base_url}/readyz", timeout=10)
+            filler.unlink()
+            freed = httpx2.get(f"{base_url}/readyz", timeout=10)  # no write has passed yet
+            created = _create(base_url)
+            ready = httpx2.get(f"{base_url}/readyz", timeout=10)
+    assert before.status_code == 200
+    assert create_refused.status_code == 503
+    assert full.status_code == 503 and full.headers["retry-after"] == "5"
+    assert full.json()["database"] == "error: refusing writes (disk full)"
+    assert freed.json()["database"] == "error: refusing writes (disk full)"
+    assert created.status_code == 200
+    assert ready.status_code == 200

@@ -3,6 +3,7 @@ the service does then (``storage/db.py`` ``refused_write``)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -59,3 +60,34 @@ def unwritable(path: Path) -> Iterator[None]:
         yield
     finally:
         subprocess.run([chattr, "-i", str(path)], check=True)
+
+
+@contextmanager
+def small_filesystem(path: Path, size_kib: int) -> Iterator[Path]:
+    """A filesystem of ``size_kib`` KiB mounted on ``path`` (a tmpfs): a disk that really fills, for root only."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a filesystem needs root")
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:  # a container without CAP_SYS_ADMIN
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "--lazy", str(path)], check=True)
+
+
+def fill_filesystem(folder: Path) -> Path:
+    """A file taking every free block of ``folder``'s filesystem, to delete for room again."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, bytes(4096))
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+    finally:
+        os.close(fd)
+    return filler
