@@ -41,9 +41,9 @@ from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
 from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import handoff, run_end, runner
-from oss_responses.workers.context import Dispatch, WorkerContext, start_worker
+from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
-from oss_responses.workers.outage import Backoff, unreachable, warn_failed
+from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, warn_failed
 from oss_responses.workers.run_state import Outcome
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,14 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
             global _start_error
             try:
                 self._start(worker)
-            except Exception as exc:  # the engine, the database, Redis, the metrics port...
+            except (EngineStartError, StoreAwayAtStart) as exc:
+                _start_error = exc
+                self.stop(worker)
+                # Its reason says it all: Celery's "Unrecoverable error" line added a traceback of this
+                # start-up. A SystemExit is Celery's stop without them (the same stop, the same exit status).
+                log.error("the worker cannot start: %s", exc)
+                raise SystemExit(EX_FAILURE) from None
+            except Exception as exc:  # a bug, the metrics port...: its traceback tells where
                 _start_error = exc
                 self.stop(worker)
                 raise

@@ -326,3 +326,4 @@ def test_worker_started_on_sqlite_file_refusing_writes_waits_then_exits_saying_s
     assert (f"oss-responses worker not started: the database at {database_url} is refusing writes (read-only)"
             in worker.stdout)
     assert "attempt to write a readonly database" not in worker.stdout
+    assert "Traceback" not in worker.stdout  # nor Celery's "Unrecoverable error" and the start-up's stack
