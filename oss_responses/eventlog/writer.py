@@ -55,6 +55,7 @@ from oss_responses.eventlog.frames import StreamEvent
 from oss_responses.eventlog.pipe import PipeBroken, RedisPipe
 from oss_responses.eventlog.writes import EventWriteError, close_commands, packed_events
 from oss_responses.metrics import EVENT_WRITE_FAILURES, EVENT_WRITE_SECONDS
+from oss_responses.outage_log import OutageLog
 
 log = logging.getLogger(__name__)
 # A flush still missing replies this long after it was written (or a connection not made and greeted
@@ -65,16 +66,10 @@ log = logging.getLogger(__name__)
 # while the leases were renewed on other connections, so each response on the worker froze and none
 # was taken over. A flush's replies take milliseconds; this leaves room for a slow link.
 REPLY_SECONDS = 10.0
-# Redis away is an outage, not a bug: one line per failed write says so; a traceback each time (every
-# flush tries again) would bury the rest of the log while it lasts.
+# Redis away (stopped, restarted, silent) is an outage, not a bug: the writer's own connection meets it first
+# and tells it in a few WARNING lines (``OutageLog``), no traceback; each run it fails tells its own line as it
+# is left to a takeover. A frozen Redis had cost three ERROR lines per outage here, plus one per response.
 _OUTAGE_ERRORS = (RedisConnectionError, RedisTimeoutError, ConnectionError, TimeoutError)
-
-
-def _log_failure(exc: Exception, message: str, *args: object) -> None:
-    if isinstance(exc, _OUTAGE_ERRORS):
-        log.error(message + ": %s", *args, exc)
-    else:
-        log.exception(message, *args)
 
 # An engine step whose tokens take longer than this to translate ships what it has so far, so that the
 # first responses of a step reach their clients while the loop translates the rest. Each early flush costs
@@ -215,8 +210,11 @@ class EventWriter:
     """Buffers stream writes of all responses; flushes them once per loop iteration, pipelined."""
 
     def __init__(self, redis: Redis, *, ttl_seconds: int, early_flush_seconds: float = EARLY_FLUSH_SECONDS,
-                 reply_seconds: float = REPLY_SECONDS) -> None:
+                 reply_seconds: float = REPLY_SECONDS, outage: OutageLog | None = None) -> None:
+        """``outage``: where Redis's outages are told; a worker's, shared with its other loops that retry Redis,
+        so that they tell one outage once together."""
         self._redis = redis  # whose settings the writer's own connection copies
+        self._outage = outage or OutageLog(log, "event writer: Redis")
         self._ttl_seconds = ttl_seconds
         self._early_flush_seconds = early_flush_seconds
         self._reply_seconds = reply_seconds
@@ -378,7 +376,7 @@ class EventWriter:
         try:
             pipe = await self._connected_pipe()
         except Exception as exc:  # Redis unreachable: every response in the batch failed
-            _log_failure(exc, "the event writer could not connect to Redis")
+            self._tell_failure(exc, "the event writer could not connect to Redis")
             batch.lay_out()  # its journal's owners fail too
             self._done(batch, dict.fromkeys(range(len(batch.commands)), exc))
             return
@@ -389,10 +387,22 @@ class EventWriter:
             self._pipe = None
             # The script is loaded on every new connection: a restarted Redis has lost it.
             opening = RedisPipe.open(self._redis, [_LOAD_SCRIPT, _SERVER_INFO])
-            pipe = await asyncio.wait_for(opening, self._reply_seconds)
+            try:
+                pipe = await asyncio.wait_for(opening, self._reply_seconds)
+            except TimeoutError as exc:  # named, or its outage line says only "TimeoutError"
+                raise TimeoutError(f"no answer to a connect within {self._reply_seconds:.1f}s") from exc
+            self._outage.answered()
             self._check_server(_run_id(pipe.setup_replies[1]))
             self._pipe = pipe
         return self._pipe
+
+    def _tell_failure(self, exc: Exception, message: str, *args: object) -> None:
+        """An outage told with the others (its first try, a reminder, its end); anything else with its
+        traceback: a bug, or a Redis that answered what the writer did not expect."""
+        if isinstance(exc, _OUTAGE_ERRORS):
+            self._outage.failed(exc)
+        else:
+            log.exception(message, *args)
 
     def _check_server(self, server: bytes) -> None:
         """A new connection that reaches another Redis server run (restarted, or failed over to a replica)
@@ -404,8 +414,8 @@ class EventWriter:
         takeover after the restart) writes on."""
         if self._server is not None and server != self._server:
             runs = [response_id for response_id in (*self._written, *self._ended) if response_id not in self._failed]
-            if runs:
-                log.error("Redis restarted or failed over (its run id changed): the %d running responses of this "
+            if runs:  # a known condition, as the outage before it: no ERROR
+                log.warning("Redis restarted or failed over (its run id changed): the %d running responses of this "
                           "worker are left to takeovers from what it holds now", len(runs))
             error = EventWriteError("Redis restarted or failed over: this run's earlier writes may be gone")
             for response_id in runs:
@@ -444,9 +454,7 @@ class EventWriter:
     def _give_up(self, pipe: RedisPipe, last_reply: asyncio.Future[Any]) -> None:
         """A flush's replies did not come within ``REPLY_SECONDS``: its connection is closed, which fails
         every reply still awaited on it (this flush's and later ones'), and the next flush reconnects."""
-        if not last_reply.done():
-            log.error("no reply from Redis to an event log flush within %.1fs: giving up its connection",
-                      self._reply_seconds)
+        if not last_reply.done():  # told as the outage's error by the flushes it fails (``_replied``)
             pipe.abort(f"no reply within {self._reply_seconds:.1f}s")
 
     def _replied(
@@ -459,7 +467,7 @@ class EventWriter:
             errors: dict[int, str | Exception] = dict(failed_commands([_outcome(reply) for reply in replies]))
         except Exception as exc:  # connection lost, or a whole script call refused: the batch failed
             if pipe is not self._loss_told or not isinstance(exc, _OUTAGE_ERRORS):
-                _log_failure(exc, "event log flush of %d commands failed", len(batch.commands))
+                self._tell_failure(exc, "event log flush of %d commands failed", len(batch.commands))
             if isinstance(exc, _OUTAGE_ERRORS):  # the flushes after it on this connection fail alike: told
                 self._loss_told = pipe
             errors = dict.fromkeys(range(len(batch.commands)), exc)
@@ -489,6 +497,8 @@ class EventWriter:
             if owner not in self._failed:
                 if lease_lost(error):  # its run was taken over (paused past its lease): refused by design
                     log.warning("event log write for %s refused: %s", owner, error, extra={"response_id": owner})
+                elif isinstance(error, _OUTAGE_ERRORS):  # told once above; its run tells its own end
+                    log.debug("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
                 else:
                     log.error("event log write for %s failed: %s", owner, error, extra={"response_id": owner})
                 self._failed[owner] = error if isinstance(error, Exception) else EventWriteError(error)

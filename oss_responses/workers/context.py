@@ -313,6 +313,7 @@ def start_worker(
         encoding = encoding or load_encoding(settings.tiktoken_dir)
         connections = _redis_connections(settings)
         redis_client = loop.run(_async_redis(settings.redis_url, connections))
+        outages = StoreOutages(outage_log)
         ctx = WorkerContext(
             settings=settings,
             worker_id=worker_id or new_worker_id(),
@@ -324,11 +325,13 @@ def start_worker(
             redis=redis_client,
             sync_redis=_sync_redis(settings.redis_url, connections),
             # Its own connection, opened with this client's settings and never retried (see RECONNECT).
-            writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds),
+            # Its outages told with the worker's other loops' (the reaper's passes end one as soon as Redis answers).
+            writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds, outage=outages.redis),
             cancels=CancelListener(redis_client),
             mcp_pool=McpSessionPool() if with_mcp else None,
             sealer=build_sealer(settings.encryption_key_values),
             dispatch=dispatch,
+            outages=outages,
         )
         if send_webhook is not None:
             ctx.webhooks = WebhookNotifier(settings, send_webhook)
