@@ -14,7 +14,9 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
+from oss_responses.outage_log import OutageLog
 from oss_responses.stopping import cancel_and_wait
+from oss_responses.workers.outage import outage
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +33,10 @@ async def is_cancel_requested(redis: Redis, response_id: str) -> bool:
 class CancelListener:
     """Running responses by id, and the pub/sub task that triggers their cancel callbacks."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, outage_log: OutageLog | None = None) -> None:
+        """``outage_log``: where Redis's outages are told; a worker's, shared with its other loops that retry Redis."""
         self.redis = redis
+        self._outage = outage_log or OutageLog(log, "cancel listener: Redis")
         self._running: dict[str, OnCancel] = {}
         self._task: asyncio.Task[None] | None = None
         self._catching_up: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
@@ -76,9 +80,13 @@ class CancelListener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                # One line per try, not a traceback: with Redis away this ran twice a second for as long.
-                log.warning("cancel listener lost its subscription (%s: %s); re-subscribing in %.1fs",
-                            type(exc).__name__, exc, self._pause)
+                # Redis away: told with the worker's other loops' tries (a line per try here had told a 2 s
+                # restart twice, a minute's outage fifteen times); anything else once each, with its traceback.
+                if outage(exc):
+                    self._outage.failed(exc)
+                else:
+                    log.warning("cancel listener lost its subscription; re-subscribing in %.1fs", self._pause,
+                                exc_info=True)
                 await asyncio.sleep(self._pause)
                 self._pause = min(self._pause * 2, LONGEST_PAUSE_SECONDS)
 
@@ -89,6 +97,7 @@ class CancelListener:
                 await self._catch_up()
             self.subscribed.set()
             self._pause = FIRST_PAUSE_SECONDS
+            self._outage.answered()
             # The worker's client retries a lost connection (context.RECONNECT): its pub/sub then reconnects
             # and re-subscribes by itself, raising nothing here, and a cancel published in between was lost
             # for good (the response ran to its end, its flag set). A reconnect catches up as ours does.

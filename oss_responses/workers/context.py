@@ -327,7 +327,7 @@ def start_worker(
             # Its own connection, opened with this client's settings and never retried (see RECONNECT).
             # Its outages told with the worker's other loops' (the reaper's passes end one as soon as Redis answers).
             writer=EventWriter(redis_client, ttl_seconds=settings.event_ttl_seconds, outage=outages.redis),
-            cancels=CancelListener(redis_client),
+            cancels=CancelListener(redis_client, outages.redis),
             mcp_pool=McpSessionPool() if with_mcp else None,
             sealer=build_sealer(settings.encryption_key_values),
             dispatch=dispatch,

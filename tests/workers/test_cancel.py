@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from typing import Any
 
+import pytest
 import redis as redis_lib
 import redis.asyncio as aioredis
+from support.servers import RedisServer
 from support.streams import events_of, is_closed
 from support.workers import generating
 
 from oss_responses import redis_keys
 from oss_responses.storage import delete_response, get_response
+from oss_responses.workers import cancel as cancel_module
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.context import _async_redis
 
@@ -111,3 +116,34 @@ def test_cancel_published_before_listener_reconnects_is_read_from_flag(
             await client.aclose()
 
     assert asyncio.run(scenario())
+
+
+def test_tell_redis_restart_under_listener_as_one_outage(
+    own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its re-subscriptions while Redis was away logged a line each (0.5 s, 1 s, 2 s, then every 5 s): a
+    # minute's outage told fifteen times, none saying when it ended.
+    async def scenario() -> None:
+        client = await _async_redis(own_redis.url, 4)
+        listener = CancelListener(client)
+        await listener.start()
+        try:
+            caplog.clear()
+            own_redis.kill()
+            await asyncio.sleep(2)  # its tries at 0, 0.5 and 1.5 s meet Redis away
+            await asyncio.to_thread(own_redis.restart)
+            deadline = time.monotonic() + 10
+            while not any("answers again" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+        finally:
+            await listener.stop()
+            await client.aclose()
+
+    with caplog.at_level(logging.WARNING, logger=cancel_module.__name__):
+        asyncio.run(scenario())
+    lines = [record for record in caplog.records if record.name == cancel_module.__name__]
+    messages = [record.getMessage() for record in lines]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith("cancel listener: Redis unreachable (ConnectionError")
+    assert messages[1].startswith("cancel listener: Redis answers again after")
+    assert [record for record in lines if record.exc_info] == []

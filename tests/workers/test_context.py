@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis as redis_lib
@@ -15,12 +16,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from support.db_connections import connects_in_two_rounds
 from support.servers import RedisServer
 from support.silent_link import SilentLink
-from support.workers import worker_settings
+from support.streams import wait_for_event
+from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.storage import Database
 from oss_responses.workers.context import READY_TTL_SECONDS, WorkerContext, start_worker
-from oss_responses.workers.testing import local_worker
+from oss_responses.workers.testing import local_worker, run_response_now
 
 
 def test_worker_starts_with_its_database_pool_open(worker: WorkerContext, settings: Settings) -> None:
@@ -173,3 +176,42 @@ def test_stop_worker_with_redis_silent_ends_within_bound(
     messages = [record.getMessage() for record in warnings]
     assert any("readiness key" in m and "no answer within 0.5 s" in m for m in messages), messages
     assert [record.getMessage() for record in warnings if record.exc_info] == []
+
+
+def _await_line(caplog: pytest.LogCaptureFixture, part: str, timeout: float) -> None:
+    """Until a line holding ``part`` was logged, or ``timeout`` passed (the caller's checks then say what lacks)."""
+    deadline = time.monotonic() + timeout
+    while not any(part in record.getMessage() for record in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_tell_redis_killed_under_running_responses_as_one_outage(
+    database_url: str, own_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Killed under two streaming responses and started again, Redis cost the worker four ERROR lines (the event
+    # writer's flush or connect, then each response's write) and a line per try of its cancel listener's
+    # re-subscription, each loop telling it on its own. One outage: a start and an end, and a line per response.
+    settings = worker_settings(database_url, own_redis.url, scripted_tokens_per_second=40.0)
+    client = redis_lib.Redis.from_url(own_redis.url)
+    db = Database(settings.database_url)
+    response_ids = [accept(db, client, settings, input="tokens 2000", background=True) for _ in range(2)]
+    caplog.set_level(logging.WARNING)
+    try:
+        with local_worker(settings) as ctx, ThreadPoolExecutor(2) as pool:
+            runs = [pool.submit(run_response_now, response_id, worker=ctx) for response_id in response_ids]
+            for response_id in response_ids:
+                wait_for_event(client, response_id, "response.output_text.delta")
+            caplog.clear()
+            own_redis.kill()
+            assert [run.result(timeout=30) for run in runs] == ["lease_lost", "lease_lost"]
+            time.sleep(2)  # the cancel listener's tries meet it away
+            own_redis.restart()
+            _await_line(caplog, "Redis answers again", timeout=10)
+    finally:
+        client.close()
+        db.dispose()
+    lines = [record.getMessage() for record in caplog.records]
+    assert [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info] == []
+    assert len([line for line in lines if line.startswith("Redis unreachable")]) == 1, lines
+    assert len([line for line in lines if "is unreachable: leaving it to a takeover" in line]) == 2, lines
+    assert len([line for line in lines if line.startswith("Redis answers again")]) == 1, lines
