@@ -449,7 +449,9 @@ class EventWriter:
         response_id, fence = group.owner
         if response_id not in self._failed:
             return False
-        return self._fences.get(response_id) is fence or (fence is not None and self._ended.get(response_id) is fence)
+        # Equal, not the same object: a runner's fence is built anew each time it is asked for (``Run.fence``), and
+        # the one a run ended with, by identity, was never the one its writes were buffered under.
+        return self._fences.get(response_id) == fence or (fence is not None and self._ended.get(response_id) == fence)
 
     def _give_up(self, pipe: RedisPipe, last_reply: asyncio.Future[Any]) -> None:
         """A flush's replies did not come within ``REPLY_SECONDS``: its connection is closed, which fails
