@@ -13,6 +13,9 @@ answers 503), waits a random while, then injects one fault drawn at random:
   over, resumed (SIGCONT), and a second later the other is SIGKILLed: the resumed one takes them over
   again, from journals its own late writes must not have reached;
 - ``redis``: redis-server is SIGKILLed and started again a second later (AOF keeps everything);
+- ``redis_freeze``: redis-server stops answering (SIGSTOP) past the event writer's reply limit, its connections
+  open, then goes on (SIGCONT): each worker gives its writes up and its running responses go to takeovers,
+  while the commands it had sent may still land once Redis reads them;
 - ``postgres`` (with ``--postgres``): the database is restarted while responses finish.
 
 A lost worker is replaced. Then every response must end ``completed`` with one contiguous stream,
@@ -43,6 +46,7 @@ import redis as redis_lib
 from sqlalchemy.exc import DBAPIError
 
 from oss_responses.config import Settings
+from oss_responses.eventlog.writer import REPLY_SECONDS
 from oss_responses.storage import Database, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 from support import MODEL
@@ -60,7 +64,7 @@ KINDS: dict[str, dict[str, object]] = {
                   "tools": [{"type": "mcp", "server_label": "slow", "require_approval": "never"}]},
 }
 CANCELLED = {"input": "tokens 200"}  # ~3.3 s at the soak's pace: the cancel usually comes first
-FAULTS = ("sigkill", "sigterm", "redis", "sigstop")
+FAULTS = ("sigkill", "sigterm", "redis", "redis_freeze", "sigstop")
 END_TIMEOUT_S = 90.0
 
 
@@ -182,6 +186,10 @@ def inject(soak: Soak, fault: str, rng: random.Random) -> None:
         soak.redis_server.kill()
         time.sleep(1.0)
         soak.redis_server.restart()
+    elif fault == "redis_freeze":
+        os.kill(soak.redis_server.process.pid, signal.SIGSTOP)
+        time.sleep(REPLY_SECONDS + 1.0)
+        os.kill(soak.redis_server.process.pid, signal.SIGCONT)
     elif fault == "postgres":
         assert soak.postgres is not None
         soak.postgres.restart(down_seconds=2.0)

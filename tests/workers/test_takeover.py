@@ -10,6 +10,7 @@ object equal to SQL's, and the same text as an uninterrupted run of the same req
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import time
@@ -35,6 +36,7 @@ from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.eventlog.writer import REPLY_SECONDS
 from oss_responses.storage import Database, delete_response, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 
@@ -225,6 +227,43 @@ def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str,
         assert_one_story(events, db, response_id)
         assert len(story_text(events).split()) == 200
         assert worker.process.poll() is None, "the worker died with its broker connection (broker.py)"
+        db.dispose()
+        client.close()
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
+
+
+def test_responses_complete_intact_after_redis_freezes_past_writer_reply_limit(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    # Redis frozen (SIGSTOP: its connections open, nothing answered) longer than the event writer waits for a
+    # reply and shorter than a lease: the worker gives its writes up and leaves its runs to takeovers while
+    # their leases still hold. A run's events buffered behind the lost flush were sent on the writer's next
+    # connection all the same, after a gap (a stream 0..50 then 410), and every takeover's writes were refused
+    # (XADD id not above the top) until the response failed, "not valid harmony".
+    database = tmp_path / "oss-responses.db"
+    shutil.copyfile(sqlite_template, database)
+    server = start_redis(appendonly=True)
+    worker = None
+    try:
+        settings = worker_settings(f"sqlite:///{database}", server.url, scripted_tokens_per_second=40.0,
+                                   lease_seconds=REPLY_SECONDS + 5.0, reaper_interval_seconds=1.0)
+        client = redis_lib.Redis.from_url(server.url)
+        db = Database(settings.database_url)
+        worker = WorkerProcess(settings, "through-freeze", tmp_path)
+        worker.wait_ready(client, set())
+        response_ids = [_start_response(db, client, settings, "tokens 600") for _ in range(2)]
+        for response_id in response_ids:
+            _wait_for_deltas(client, response_id, 5)
+        os.kill(server.process.pid, signal.SIGSTOP)
+        time.sleep(REPLY_SECONDS + 3.0)
+        os.kill(server.process.pid, signal.SIGCONT)
+        for response_id in response_ids:
+            events = wait_for_end(client, response_id, timeout=90)
+            assert_one_story(events, db, response_id)
+            assert len(story_text(events).split()) == 600
         db.dispose()
         client.close()
     finally:
