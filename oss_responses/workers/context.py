@@ -36,7 +36,7 @@ from oss_responses.config import Settings
 from oss_responses.engine.base import ContextLimited, Engine, EngineDead
 from oss_responses.engine.frontends import Frontend
 from oss_responses.eventlog.writer import EventWriter
-from oss_responses.outage_log import StoreOutages
+from oss_responses.outage_log import OutageLog, StoreOutages
 from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import driver_info, reset_is_lost_connection, silent_peer_guards
 from oss_responses.sealing import Sealer, build_sealer
@@ -48,7 +48,7 @@ from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
-from oss_responses.workers.outage import unreachable, wait_for_database, wait_for_redis
+from oss_responses.workers.outage import outage, unreachable, wait_for_database, wait_for_redis
 from oss_responses.workers.reaper import Reaper
 
 log = logging.getLogger(__name__)
@@ -221,17 +221,24 @@ async def _call_all(callbacks: list[Callable[[], None]]) -> None:
         callback()
 
 
-async def _keep_ready(redis_client: redis_asyncio.Redis, announced: dict[str, dict[str, Any] | str]) -> None:
+async def _keep_ready(
+    redis_client: redis_asyncio.Redis, announced: dict[str, dict[str, Any] | str], redis_outage: OutageLog
+) -> None:
     """Until cancelled, whatever Redis does: a failed refresh had ended the task, and a worker that lived
-    through a Redis restart was then never ready again (doctor: "no worker ready" while it served)."""
+    through a Redis restart was then never ready again (doctor: "no worker ready" while it served). Redis
+    away is told with the worker's other loops' tries (``redis_outage``), not a line each 10 s of its own."""
     skew = 0.0
     while True:
         try:
             was, skew = skew, await _announce(redis_client, announced)
+            redis_outage.answered()
             _warn_of_skew(skew, was)
         except Exception as exc:  # anything: a worker that serves on unannounced is unready to doctor and the sweep
-            log.warning("announcing this worker's readiness failed (%s: %s); trying again in %s s",
-                        type(exc).__name__, exc, READY_REFRESH_SECONDS, exc_info=not isinstance(exc, RedisError))
+            if outage(exc):
+                redis_outage.failed(exc)
+            else:
+                log.warning("announcing this worker's readiness failed (%s: %s); trying again in %s s",
+                            type(exc).__name__, exc, READY_REFRESH_SECONDS, exc_info=not isinstance(exc, RedisError))
         await asyncio.sleep(READY_REFRESH_SECONDS)
 
 
@@ -280,7 +287,7 @@ async def _start_on_loop(ctx: WorkerContext) -> None:
     await ctx.cancels.start()
     announced = _announced(ctx)
     await _announce(ctx.redis, announced)
-    ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, announced))
+    ctx._ready_task = asyncio.get_running_loop().create_task(_keep_ready(ctx.redis, announced, ctx.outages.redis))
 
 
 def start_worker(

@@ -21,6 +21,7 @@ from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.outage_log import OutageLog
 from oss_responses.storage import Database
 from oss_responses.workers.context import READY_TTL_SECONDS, WorkerContext, start_worker
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -65,7 +66,7 @@ def test_keep_ready_warns_once_when_host_clock_is_off(
     monkeypatch.setattr(context, "READY_REFRESH_SECONDS", 0.001)
 
     async def scenario() -> None:
-        task = asyncio.create_task(context._keep_ready(None, {}))  # type: ignore[arg-type]
+        task = asyncio.create_task(context._keep_ready(None, {}, OutageLog(logging.getLogger("test"), "Redis")))  # type: ignore[arg-type]
         await done.wait()
         task.cancel()
 
@@ -97,7 +98,7 @@ def test_keep_ready_goes_on_announcing_after_a_failed_refresh(
     monkeypatch.setattr(context, "READY_REFRESH_SECONDS", 0.01)
 
     async def scenario() -> None:
-        task = asyncio.create_task(context._keep_ready(None, {}))  # type: ignore[arg-type]
+        task = asyncio.create_task(context._keep_ready(None, {}, OutageLog(logging.getLogger("test"), "Redis")))  # type: ignore[arg-type]
         while len(calls) < 3 and not task.done():
             await asyncio.sleep(0.01)
         assert not task.done()
@@ -105,6 +106,40 @@ def test_keep_ready_goes_on_announcing_after_a_failed_refresh(
 
     asyncio.run(scenario())
     assert len(calls) >= 3
+
+
+def test_keep_ready_tells_redis_away_as_the_worker_outage(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A Redis away for minutes had added a line of its own every 10 s ("announcing this worker's readiness
+    # failed") beside the worker's outage lines.
+    from oss_responses.workers import context
+
+    failures = [RedisConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")] * 3
+    done = asyncio.Event()
+
+    async def announce(_client: object, _announced: dict[str, str]) -> float:
+        if failures:
+            raise failures.pop()
+        done.set()
+        return 0.0
+
+    monkeypatch.setattr(context, "_announce", announce)
+    monkeypatch.setattr(context, "READY_REFRESH_SECONDS", 0.001)
+    redis_outage = OutageLog(logging.getLogger("outage"), "worker: Redis")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(context._keep_ready(None, {}, redis_outage))  # type: ignore[arg-type]
+        await done.wait()
+        task.cancel()
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(scenario())
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("worker: Redis unreachable (ConnectionError: Error 111")
+    assert lines[1].startswith("worker: Redis answers again after") and "3 failed tries" in lines[1]
+    assert not redis_outage.ongoing
 
 
 def test_worker_redis_command_on_connection_reset_is_sent_again(silent_link: SilentLink) -> None:
