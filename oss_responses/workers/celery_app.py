@@ -47,6 +47,9 @@ def make_celery(settings: Settings, frontend: Frontend | None = None) -> Celery:
         broker_transport=TRANSPORT,  # kombu's Redis transport, surviving a Redis restart (broker.py)
         broker_transport_options=broker_transport_options(settings),
         broker_connection_retry_on_startup=True,
+        # Celery 6's default would cancel the running tasks at each broker reconnect: a response runs on
+        # through a Redis blip (its lease and stream say whether it may), and its late ack is the broker's.
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         worker_send_task_events=False,
     )

@@ -33,7 +33,7 @@ from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context, say_as_json
 from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
-from oss_responses.outage_log import describe
+from oss_responses.outage_log import OutageLog, describe
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
@@ -41,6 +41,7 @@ from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
 from oss_responses.webhooks.tasks import register_webhook_task
 from oss_responses.workers import handoff, run_end, runner
+from oss_responses.workers.broker_log import ignore_cancel_notice, tell_reconnects_as_outage
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
 from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, warn_failed
@@ -164,6 +165,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
         def _start(self, worker: Any) -> None:
             global _context, _metrics_server, _webhook_sweeper
             raise_open_files_limit("worker")  # before the engine's processes start: they inherit it
+            ignore_cancel_notice()  # here, past Celery's logging set-up, which shows every such notice
             build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)
             # Before the engine: a port already taken fails the start before the worker says it is ready.
             _metrics_server = MetricsServer(settings.worker_metrics_port)
@@ -256,10 +258,16 @@ def register(app: Celery, settings: Settings, frontend: Frontend | None = None) 
     def setup_logging(**_: Any) -> None:
         configure_logging(settings)
         quiet_rejects()
+        tell_reconnects_as_outage(_redis_outage)
         if settings.log_format == "json":
             celery_worker.safe_say = say_as_json
 
     signals.setup_logging.connect(setup_logging, weak=False)
+
+
+def _redis_outage() -> OutageLog | None:
+    """This worker's Redis outage, told by all its loops (none before its context is built)."""
+    return _context.outages.redis if _context is not None else None
 
 
 def quiet_rejects() -> None:

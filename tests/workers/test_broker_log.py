@@ -1,0 +1,117 @@
+"""What a worker's log says of its Redis (its broker too) killed and restarted under running responses.
+
+A real Celery worker process and a real redis-server, killed (SIGKILL) under two streaming responses and
+started again 3 s later; the log read is the worker's own (JSON lines), from the kill on. Celery's consumer's
+lines stay Celery's words, its reconnect count with them, as one WARNING line each; the worker tells the
+outage once (``outage_log.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis as redis_lib
+from celery.worker.consumer.consumer import CONNECTION_ERROR
+from support import MODEL
+from support.processes import WorkerProcess
+from support.servers import start_redis
+from support.streams import wait_for_end, wait_for_event
+from support.workers import accept, worker_settings
+
+from oss_responses.outage_log import OutageLog
+from oss_responses.storage import Database
+from oss_responses.workers.broker_log import CONSUMER_LOGGER, ConsumerReconnectFilter
+from oss_responses.workers.celery_app import enqueue, make_celery
+
+DOWN_SECONDS = 3.0
+
+Line = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def restart_log(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Line]]:
+    """The worker's log lines from Redis's kill until both responses ended, taken over after the restart."""
+    tmp_path = tmp_path_factory.mktemp("broker-log")
+    database = tmp_path / "oss-responses.db"
+    shutil.copyfile(sqlite_template, database)
+    server = start_redis(appendonly=True)
+    worker = None
+    try:
+        settings = worker_settings(f"sqlite:///{database}", server.url, scripted_tokens_per_second=40.0,
+                                   lease_seconds=5.0, reaper_interval_seconds=0.5)
+        client = redis_lib.Redis.from_url(server.url)
+        db = Database(settings.database_url)
+        worker = WorkerProcess(settings, "broker-log", tmp_path)
+        worker.wait_ready(client, set())
+        response_ids = [accept(db, client, settings, input="tokens 400", background=True) for _ in range(2)]
+        for response_id in response_ids:
+            enqueue(make_celery(settings), settings, response_id, MODEL)
+        for response_id in response_ids:
+            wait_for_event(client, response_id, "response.output_text.delta")
+        since = worker.log.stat().st_size
+        server.kill()
+        time.sleep(DOWN_SECONDS)
+        server.restart()
+        for response_id in response_ids:
+            wait_for_end(client, response_id, timeout=90)
+        db.dispose()
+        client.close()
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
+    yield [json.loads(line) for line in worker.log.read_bytes()[since:].decode().splitlines()]
+
+
+def _consumer_tries(lines: list[Line]) -> list[Line]:
+    return [line for line in lines if line["logger"] == CONSUMER_LOGGER and "Cannot connect" in line["message"]]
+
+
+def test_log_redis_restart_without_error_or_traceback(restart_log: list[Line]) -> None:
+    # Celery's consumer logged an ERROR per reconnect try (two in a 3 s restart).
+    assert [line for line in restart_log if line["level"] in ("ERROR", "CRITICAL") or "exc_info" in line] == []
+
+
+def test_tell_consumer_reconnect_tries_in_celery_words_one_line_each(restart_log: list[Line]) -> None:
+    # Each had been three lines: the error, "Trying again in 2.00 seconds... (1/100)", an empty one.
+    tries = _consumer_tries(restart_log)
+    assert [line["level"] for line in tries] == ["WARNING"] * len(tries) and tries, restart_log
+    assert "Connection refused. Trying again in 2.00 seconds... (1/100)" in tries[0]["message"]
+    assert [line for line in tries if "\n" in line["message"]] == []
+
+
+def test_log_no_cancel_notice_at_broker_reconnect(restart_log: list[Line]) -> None:
+    # Celery repeated its notice of worker_cancel_long_running_tasks_on_connection_loss's Celery 6 default at
+    # each reconnect, six lines, although the app sets it.
+    assert [line for line in restart_log if line["logger"] == "py.warnings"] == []
+
+
+def test_count_consumer_reconnect_try_in_redis_outage(caplog: pytest.LogCaptureFixture) -> None:
+    # The consumer's try, refused by a Redis that is down, is a try of the worker's Redis outage: the first
+    # starts its story, and its end counts them.
+    server = start_redis()
+    client = redis_lib.Redis(port=server.port)
+    server.kill()
+    try:
+        with pytest.raises(redis_lib.ConnectionError) as refused:
+            client.ping()
+        outage = OutageLog(logging.getLogger("test.outage"), "Redis")
+        record = logging.getLogger(CONSUMER_LOGGER).makeRecord(
+            CONSUMER_LOGGER, logging.ERROR, __file__, 0, CONNECTION_ERROR,
+            ("redis://127.0.0.1:1/0", refused.value, "Trying again in 2.00 seconds... (1/100)"), None)
+        caplog.set_level(logging.WARNING, logger="test.outage")
+        assert ConsumerReconnectFilter(lambda: outage).filter(record)
+        assert caplog.messages == [f"Redis unreachable (ConnectionError: {refused.value}); retrying until it answers"]
+        assert (record.levelname, record.getMessage()) == (
+            "WARNING", f"consumer: Cannot connect to redis://127.0.0.1:1/0: {str(refused.value).rstrip('.')}. "
+            "Trying again in 2.00 seconds... (1/100)")
+    finally:
+        client.close()
+        server.stop()
