@@ -54,21 +54,26 @@ class OutageLog:
     def ongoing(self) -> bool:
         return self._since is not None
 
-    def failed(self, exc: BaseException) -> None:
-        """A try failed for an outage: told if it is the first, or the last line is ``remind_seconds`` old."""
+    def failed(self, exc: BaseException, *, waited: float = 0.0) -> None:
+        """A try failed for an outage: told if it is the first, or the last line is ``remind_seconds`` old.
+        ``waited``: how long the try had gone unanswered before it failed. The store was away since it was
+        sent: a frozen Redis's first failed try comes at the event writer's 10 s give-up, and its end line,
+        counted from that failure, said "after 2.0 s" of a 12 s freeze."""
         with self._lock:
             now = self._clock()
             self._tries += 1
             self._last = exc
             self._refused = self._refusal(exc)
             if self._since is None:
-                self._since, self._told = now, now
+                self._since, self._told = now - waited, now
                 if self._refused:
                     self._log.warning("%s refuses writes (%s: %s); retrying until it takes them", self._what,
                                       self._refused, describe(exc))
                 else:
                     self._log.warning("%s unreachable (%s); retrying until it answers", self._what, describe(exc))
-            elif now - self._told >= self._remind_seconds:
+                return
+            self._since = min(self._since, now - waited)  # a try sent before the first failed one began it sooner
+            if now - self._told >= self._remind_seconds:
                 self._told = now
                 self._log.warning("%s still %s after %.0f s (%s); retrying", self._what,
                                   "refusing writes" if self._refused else "unreachable", now - self._since,

@@ -396,11 +396,12 @@ class EventWriter:
             self._pipe = pipe
         return self._pipe
 
-    def _tell_failure(self, exc: Exception, message: str, *args: object) -> None:
+    def _tell_failure(self, exc: Exception, message: str, *args: object, waited: float = 0.0) -> None:
         """An outage told with the others (its first try, a reminder, its end); anything else with its
-        traceback: a bug, or a Redis that answered what the writer did not expect."""
+        traceback: a bug, or a Redis that answered what the writer did not expect. ``waited``: how long the
+        failed flush had awaited its replies."""
         if isinstance(exc, _OUTAGE_ERRORS):
-            self._outage.failed(exc)
+            self._outage.failed(exc, waited=waited)
         else:
             log.exception(message, *args)
 
@@ -469,7 +470,8 @@ class EventWriter:
             errors: dict[int, str | Exception] = dict(failed_commands([_outcome(reply) for reply in replies]))
         except Exception as exc:  # connection lost, or a whole script call refused: the batch failed
             if pipe is not self._loss_told or not isinstance(exc, _OUTAGE_ERRORS):
-                self._tell_failure(exc, "event log flush of %d commands failed", len(batch.commands))
+                self._tell_failure(exc, "event log flush of %d commands failed", len(batch.commands),
+                                   waited=time.perf_counter() - started)
             if isinstance(exc, _OUTAGE_ERRORS):  # the flushes after it on this connection fail alike: told
                 self._loss_told = pipe
             errors = dict.fromkeys(range(len(batch.commands)), exc)

@@ -337,6 +337,35 @@ async def test_log_frozen_redis_as_one_outage_without_error(make_events, caplog)
         server.stop()
 
 
+async def test_count_frozen_redis_outage_from_its_unanswered_flush(make_events, caplog) -> None:
+    # Frozen, Redis fails no try until the writer gives its flush up: counted from that failure, a 2.5 s freeze
+    # ended "after 0.5 s" (a 12 s one under a worker's 10 s limit, "after 2.0 s").
+    server = start_redis()
+    client = Redis(port=server.port)
+    writer = EventWriter(client, ttl_seconds=60, reply_seconds=2.0)
+    try:
+        writer.append("resp_a", make_events(range(1)))
+        await writer.drain("resp_a")
+        caplog.set_level(logging.WARNING, logger=writer_module.__name__)
+        server.process.send_signal(signal.SIGSTOP)
+        frozen = time.monotonic()
+        writer.append("resp_a", make_events(range(1, 2)))
+        with pytest.raises(EventWriteError):
+            await asyncio.wait_for(writer.drain("resp_a"), 5)
+        await asyncio.sleep(frozen + 2.5 - time.monotonic())
+        server.process.send_signal(signal.SIGCONT)
+        writer.append("resp_b", make_events(range(1)))
+        await asyncio.wait_for(writer.drain("resp_b"), 5)
+        end = _writer_lines(caplog)[-1].getMessage()
+        assert end.startswith("event writer: Redis answers again after "), end
+        assert float(end.split(" after ")[1].split(" s ")[0]) >= 2.4, end
+        await writer.aclose()
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+        await client.aclose()
+        server.stop()
+
+
 async def test_log_killed_redis_as_one_outage_without_error(make_events, caplog) -> None:
     # Killed and started again under two responses, Redis cost the writer an ERROR line for the flush (or the
     # connect) and one more per response.
