@@ -34,7 +34,7 @@ async def redis_skew(client: redis_asyncio.Redis) -> float:
         before = time.time()
         server_time = await client.time()
         after = time.time()
-        if after - before <= MAX_ROUND_TRIP_SECONDS or attempt == READ_ATTEMPTS:
+        if _settled(before, after, attempt):
             break
     return skew(before, after, server_time)
 
@@ -44,9 +44,14 @@ def redis_skew_sync(client: redis_lib.Redis) -> float:
         before = time.time()
         server_time = client.time()
         after = time.time()
-        if after - before <= MAX_ROUND_TRIP_SECONDS or attempt == READ_ATTEMPTS:
+        if _settled(before, after, attempt):
             break
     return skew(before, after, server_time)
+
+
+def _settled(before: float, after: float, attempt: int) -> bool:
+    """A reading to keep: its round trip short enough, or the last one allowed."""
+    return after - before <= MAX_ROUND_TRIP_SECONDS or attempt == READ_ATTEMPTS
 
 
 def skewed(seconds: float) -> bool:

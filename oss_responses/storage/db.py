@@ -69,6 +69,14 @@ def refused_read_only(exc: BaseException) -> bool:
 # turned read-only under an open connection does), SQLITE_FULL (its disk full). Each passes once its
 # operator acts, as a failover does; Python's sqlite3 raises all three as an OperationalError.
 _SQLITE_WRITE_REFUSED = {8: "read-only", 10: "disk I/O error", 13: "disk full"}
+SQLITE_BUSY = 5  # another connection holds the write lock
+
+
+def sqlite_result_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of ``exc`` (SQLAlchemy's, or the driver's own); None if it is no SQLite error."""
+    driver_error = exc.orig if isinstance(exc, DBAPIError) else exc
+    code = getattr(driver_error, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
 
 
 def refused_write(exc: BaseException) -> str | None:
@@ -77,9 +85,8 @@ def refused_write(exc: BaseException) -> str | None:
     refusal. Reads go on meanwhile: an outage that only writes meet."""
     if refused_read_only(exc):
         return "read-only"
-    driver_error = exc.orig if isinstance(exc, DBAPIError) else exc
-    code = getattr(driver_error, "sqlite_errorcode", None)
-    return _SQLITE_WRITE_REFUSED.get(code & 0xFF) if isinstance(code, int) else None
+    code = sqlite_result_code(exc)
+    return None if code is None else _SQLITE_WRITE_REFUSED.get(code)
 
 
 _SCHEMA_MISSING_SQLITE = ("no such table", "no such column", "has no column named")

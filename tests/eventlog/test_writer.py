@@ -4,11 +4,12 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis as redis_lib
 from redis.asyncio import Redis
-from support.servers import start_redis
+from support.servers import RedisServer, start_redis
 from support.silent_link import SilentLink
 
 from oss_responses import redis_keys
@@ -307,94 +308,88 @@ async def test_writer_flushes_lost_with_their_silent_connection_log_one_line(
     await link.stop()
 
 
-async def test_log_frozen_redis_as_one_outage_without_error(make_events, caplog) -> None:
+@pytest.fixture
+async def own_redis() -> AsyncIterator[tuple[RedisServer, Redis]]:
+    """A redis-server of the test's own, which it freezes or kills, and a client of it."""
+    server = start_redis()
+    client = Redis(port=server.port)
+    yield server, client
+    server.process.send_signal(signal.SIGCONT)  # a frozen server would not stop
+    await client.aclose()
+    server.stop()
+
+
+async def test_log_frozen_redis_as_one_outage_without_error(own_redis, make_events, caplog) -> None:
     # Frozen (SIGSTOP: it answers nothing and closes nothing) under two responses, Redis cost the writer three
     # ERROR lines and one more per response: the connection given up, the flush failed, each write failed.
-    server = start_redis()
-    client = Redis(port=server.port)
+    server, client = own_redis
     writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
-    try:
-        writer.append("resp_a", make_events(range(1)))
-        await writer.drain("resp_a")
-        caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
-        server.process.send_signal(signal.SIGSTOP)
-        writer.append("resp_a", make_events(range(1, 2)))
-        writer.append("resp_b", make_events(range(1)))
-        with pytest.raises(EventWriteError):
-            await asyncio.wait_for(writer.drain("resp_a"), 5)
-        server.process.send_signal(signal.SIGCONT)
-        writer.append("resp_c", make_events(range(1)))
-        await asyncio.wait_for(writer.drain("resp_c"), 5)
-        lines = _writer_lines(caplog)
-        assert [record.levelname for record in lines] == ["WARNING", "WARNING"], [r.getMessage() for r in lines]
-        assert "unreachable (PipeBroken" in lines[0].getMessage() and "no reply within 0.5s" in lines[0].getMessage()
-        assert "answers again" in lines[1].getMessage()
-        assert [record for record in lines if record.exc_info] == []
-        await writer.aclose()
-    finally:
-        server.process.send_signal(signal.SIGCONT)
-        await client.aclose()
-        server.stop()
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
+    server.process.send_signal(signal.SIGSTOP)
+    writer.append("resp_a", make_events(range(1, 2)))
+    writer.append("resp_b", make_events(range(1)))
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    server.process.send_signal(signal.SIGCONT)
+    writer.append("resp_c", make_events(range(1)))
+    await asyncio.wait_for(writer.drain("resp_c"), 5)
+    lines = _writer_lines(caplog)
+    assert [record.levelname for record in lines] == ["WARNING", "WARNING"], [r.getMessage() for r in lines]
+    assert "unreachable (PipeBroken" in lines[0].getMessage() and "no reply within 0.5s" in lines[0].getMessage()
+    assert "answers again" in lines[1].getMessage()
+    assert [record for record in lines if record.exc_info] == []
+    await writer.aclose()
 
 
-async def test_count_frozen_redis_outage_from_its_unanswered_flush(make_events, caplog) -> None:
+async def test_count_frozen_redis_outage_from_its_unanswered_flush(own_redis, make_events, caplog) -> None:
     # Frozen, Redis fails no try until the writer gives its flush up: counted from that failure, a 2.5 s freeze
     # ended "after 0.5 s" (a 12 s one under a worker's 10 s limit, "after 2.0 s").
-    server = start_redis()
-    client = Redis(port=server.port)
+    server, client = own_redis
     writer = EventWriter(client, ttl_seconds=60, reply_seconds=2.0)
-    try:
-        writer.append("resp_a", make_events(range(1)))
-        await writer.drain("resp_a")
-        caplog.set_level(logging.WARNING, logger=writer_module.__name__)
-        server.process.send_signal(signal.SIGSTOP)
-        frozen = time.monotonic()
-        writer.append("resp_a", make_events(range(1, 2)))
-        with pytest.raises(EventWriteError):
-            await asyncio.wait_for(writer.drain("resp_a"), 5)
-        await asyncio.sleep(frozen + 2.5 - time.monotonic())
-        server.process.send_signal(signal.SIGCONT)
-        writer.append("resp_b", make_events(range(1)))
-        await asyncio.wait_for(writer.drain("resp_b"), 5)
-        end = _writer_lines(caplog)[-1].getMessage()
-        assert end.startswith("event writer: Redis answers again after "), end
-        assert float(end.split(" after ")[1].split(" s ")[0]) >= 2.4, end
-        await writer.aclose()
-    finally:
-        server.process.send_signal(signal.SIGCONT)
-        await client.aclose()
-        server.stop()
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    caplog.set_level(logging.WARNING, logger=writer_module.__name__)
+    server.process.send_signal(signal.SIGSTOP)
+    frozen = time.monotonic()
+    writer.append("resp_a", make_events(range(1, 2)))
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    await asyncio.sleep(frozen + 2.5 - time.monotonic())
+    server.process.send_signal(signal.SIGCONT)
+    writer.append("resp_b", make_events(range(1)))
+    await asyncio.wait_for(writer.drain("resp_b"), 5)
+    end = _writer_lines(caplog)[-1].getMessage()
+    assert end.startswith("event writer: Redis answers again after "), end
+    assert float(end.split(" after ")[1].split(" s ")[0]) >= 2.4, end
+    await writer.aclose()
 
 
-async def test_log_killed_redis_as_one_outage_without_error(make_events, caplog) -> None:
+async def test_log_killed_redis_as_one_outage_without_error(own_redis, make_events, caplog) -> None:
     # Killed and started again under two responses, Redis cost the writer an ERROR line for the flush (or the
     # connect) and one more per response.
-    server = start_redis()
-    client = Redis(port=server.port)
+    server, client = own_redis
     writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
-    try:
-        writer.append("resp_a", make_events(range(1)))
-        await writer.drain("resp_a")
-        caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
-        server.kill()
-        writer.append("resp_a", make_events(range(1, 2)))
-        writer.append("resp_b", make_events(range(1)))
-        with pytest.raises(EventWriteError):
-            await asyncio.wait_for(writer.drain("resp_a"), 5)
-        writer.append("resp_c", make_events(range(1)))  # the next flush fails too: one more try, no line
-        with pytest.raises(EventWriteError):
-            await asyncio.wait_for(writer.drain("resp_c"), 5)
-        server.restart()
-        writer.append("resp_d", make_events(range(1)))
-        await asyncio.wait_for(writer.drain("resp_d"), 5)
-        lines = _writer_lines(caplog)
-        assert [record.levelname for record in lines] == ["WARNING", "WARNING"], [r.getMessage() for r in lines]
-        assert "unreachable" in lines[0].getMessage() and "answers again" in lines[1].getMessage()
-        assert [record for record in lines if record.exc_info] == []
-        await writer.aclose()
-    finally:
-        await client.aclose()
-        server.stop()
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
+    server.kill()
+    writer.append("resp_a", make_events(range(1, 2)))
+    writer.append("resp_b", make_events(range(1)))
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_a"), 5)
+    writer.append("resp_c", make_events(range(1)))  # the next flush fails too: one more try, no line
+    with pytest.raises(EventWriteError):
+        await asyncio.wait_for(writer.drain("resp_c"), 5)
+    server.restart()
+    writer.append("resp_d", make_events(range(1)))
+    await asyncio.wait_for(writer.drain("resp_d"), 5)
+    lines = _writer_lines(caplog)
+    assert [record.levelname for record in lines] == ["WARNING", "WARNING"], [r.getMessage() for r in lines]
+    assert "unreachable" in lines[0].getMessage() and "answers again" in lines[1].getMessage()
+    assert [record for record in lines if record.exc_info] == []
+    await writer.aclose()
 
 
 async def test_writer_writes_nothing_after_a_lost_flush_of_the_same_run(redis_url, redis, make_events) -> None:

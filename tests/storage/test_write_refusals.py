@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,48 +15,36 @@ from oss_responses.storage.db import refused_write
 from oss_responses.storage.write_refusals import WriteRefusals, watch
 
 
-def _watched(db: Database) -> WriteRefusals:
+@pytest.fixture
+def full(tmp_path: Path) -> Iterator[tuple[Database, WriteRefusals]]:
+    """A full SQLite database, watched, whose last write was refused for want of room."""
+    db = full_database(tmp_path / "full.db")
     refusals = WriteRefusals()
     watch(db.engine, refusals, refused_write)
-    return refusals
+    with pytest.raises(OperationalError):
+        fill(db)
+    yield db, refusals
+    db.dispose()
 
 
-def test_refused_write_stands_as_disk_full(tmp_path: Path) -> None:
-    db = full_database(tmp_path / "full.db")
-    refusals = _watched(db)
-    try:
-        with pytest.raises(OperationalError):
-            fill(db)
-        assert refusals.standing(within=30) == "disk full"
-    finally:
-        db.dispose()
+def test_refused_write_stands_as_disk_full(full: tuple[Database, WriteRefusals]) -> None:
+    _, refusals = full
+    assert refusals.standing(within=30) == "disk full"
 
 
-def test_write_changing_a_row_ends_refusal(tmp_path: Path) -> None:
-    db = full_database(tmp_path / "full.db")
-    refusals = _watched(db)
-    try:
-        with pytest.raises(OperationalError):
-            fill(db)
-        with db.session() as session:
-            session.execute(text("INSERT INTO filler VALUES (x'00')"))  # fits the page it has
-        assert refusals.standing(within=30) is None
-    finally:
-        db.dispose()
+def test_write_changing_a_row_ends_refusal(full: tuple[Database, WriteRefusals]) -> None:
+    db, refusals = full
+    with db.session() as session:
+        session.execute(text("INSERT INTO filler VALUES (x'00')"))  # fits the page it has
+    assert refusals.standing(within=30) is None
 
 
-def test_write_changing_nothing_leaves_refusal_standing(tmp_path: Path) -> None:
+def test_write_changing_nothing_leaves_refusal_standing(full: tuple[Database, WriteRefusals]) -> None:
     """/readyz's probe, an UPDATE of no row, passes on a full disk: it cannot tell that room came back."""
-    db = full_database(tmp_path / "full.db")
-    refusals = _watched(db)
-    try:
-        with pytest.raises(OperationalError):
-            fill(db)
-        with db.session() as session:
-            session.execute(text("UPDATE filler SET data = data WHERE 0"))
-        assert refusals.standing(within=30) == "disk full"
-    finally:
-        db.dispose()
+    db, refusals = full
+    with db.session() as session:
+        session.execute(text("UPDATE filler SET data = data WHERE 0"))
+    assert refusals.standing(within=30) == "disk full"
 
 
 def test_refusal_lapses_after_its_hold() -> None:

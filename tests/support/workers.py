@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis as redis_lib
@@ -33,6 +34,8 @@ from oss_responses.storage import (
 from oss_responses.wire import wire_json
 from oss_responses.workers.testing import local_worker, run_response_now
 from support import MODEL, TIKTOKEN_DIR
+from support.processes import WorkerProcess
+from support.servers import RedisServer, start_redis
 from support.streams import read_archives_from, wait_for_event
 
 
@@ -129,3 +132,33 @@ def generating(database_url: str, redis_url: str, redis: redis_lib.Redis, tokens
         running = pool.submit(run_response_now, response_id, worker=worker)
         wait_for_event(redis, response_id, "response.output_text.delta")
         yield Generating(settings, db, response_id, running)
+
+
+@dataclass
+class OwnRedisWorker:
+    server: RedisServer
+    settings: Settings
+    redis: redis_lib.Redis
+    db: Database
+    worker: WorkerProcess
+
+
+@contextmanager
+def worker_on_own_redis(database_url: str, log_dir: Path, name: str, **overrides: Any) -> Iterator[OwnRedisWorker]:
+    """A ready worker process (``overrides``: its settings) on a redis-server with AOF of its own, which the
+    test kills, restarts or freezes; all of it stopped when the block ends."""
+    server = start_redis(appendonly=True)
+    settings = worker_settings(database_url, server.url, **overrides)
+    client = redis_lib.Redis.from_url(server.url)
+    db = Database(settings.database_url)
+    worker = None
+    try:
+        worker = WorkerProcess(settings, name, log_dir)
+        worker.wait_ready(client, set())
+        yield OwnRedisWorker(server, settings, client, db, worker)
+    finally:
+        if worker is not None:
+            worker.stop()
+        db.dispose()
+        client.close()
+        server.stop()

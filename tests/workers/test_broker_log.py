@@ -20,13 +20,11 @@ import pytest
 import redis as redis_lib
 from celery.worker.consumer.consumer import CONNECTION_ERROR
 from support import MODEL
-from support.processes import WorkerProcess
 from support.servers import start_redis
 from support.streams import wait_for_end, wait_for_event
-from support.workers import accept, worker_settings
+from support.workers import accept, worker_on_own_redis
 
 from oss_responses.outage_log import OutageLog
-from oss_responses.storage import Database
 from oss_responses.workers.broker_log import CONSUMER_LOGGER, ConsumerReconnectFilter
 from oss_responses.workers.celery_app import enqueue, make_celery
 
@@ -41,33 +39,22 @@ def restart_log(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory)
     tmp_path = tmp_path_factory.mktemp("broker-log")
     database = tmp_path / "oss-responses.db"
     shutil.copyfile(sqlite_template, database)
-    server = start_redis(appendonly=True)
-    worker = None
-    try:
-        settings = worker_settings(f"sqlite:///{database}", server.url, scripted_tokens_per_second=40.0,
-                                   lease_seconds=5.0, reaper_interval_seconds=0.5)
-        client = redis_lib.Redis.from_url(server.url)
-        db = Database(settings.database_url)
-        worker = WorkerProcess(settings, "broker-log", tmp_path)
-        worker.wait_ready(client, set())
-        response_ids = [accept(db, client, settings, input="tokens 400", background=True) for _ in range(2)]
+    with worker_on_own_redis(f"sqlite:///{database}", tmp_path, "broker-log", scripted_tokens_per_second=40.0,
+                             lease_seconds=5.0, reaper_interval_seconds=0.5) as own:
+        response_ids = [accept(own.db, own.redis, own.settings, input="tokens 400", background=True)
+                        for _ in range(2)]
         for response_id in response_ids:
-            enqueue(make_celery(settings), settings, response_id, MODEL)
+            enqueue(make_celery(own.settings), own.settings, response_id, MODEL)
         for response_id in response_ids:
-            wait_for_event(client, response_id, "response.output_text.delta")
-        since = worker.log.stat().st_size
-        server.kill()
+            wait_for_event(own.redis, response_id, "response.output_text.delta")
+        since = own.worker.log.stat().st_size
+        own.server.kill()
         time.sleep(DOWN_SECONDS)
-        server.restart()
+        own.server.restart()
         for response_id in response_ids:
-            wait_for_end(client, response_id, timeout=90)
-        db.dispose()
-        client.close()
-    finally:
-        if worker is not None:
-            worker.stop()
-        server.stop()
-    yield [json.loads(line) for line in worker.log.read_bytes()[since:].decode().splitlines()]
+            wait_for_end(own.redis, response_id, timeout=90)
+    log = own.worker.log  # read once the worker stopped: its stop's lines too
+    yield [json.loads(line) for line in log.read_bytes()[since:].decode().splitlines()]
 
 
 def _consumer_tries(lines: list[Line]) -> list[Line]:

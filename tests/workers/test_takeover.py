@@ -24,7 +24,7 @@ import redis as redis_lib
 from support import MODEL
 from support.mcp import MISBEHAVING, mcp_server
 from support.processes import WorkerProcess, ready_workers
-from support.servers import PostgresCluster, start_postgres, start_redis
+from support.servers import PostgresCluster, start_postgres
 from support.streams import (
     assert_one_story,
     events_of,
@@ -32,7 +32,7 @@ from support.streams import (
     wait_for_end,
     wait_for_event,
 )
-from support.workers import accept, worker_settings
+from support.workers import accept, worker_on_own_redis, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
@@ -40,11 +40,12 @@ from oss_responses.eventlog.writer import REPLY_SECONDS
 from oss_responses.storage import Database, delete_response, get_response, migrate
 from oss_responses.workers.celery_app import enqueue, make_celery
 
+TAKEOVER_SETTINGS: dict[str, Any] = {"scripted_tokens_per_second": 40.0, "lease_seconds": 1.5,
+                                     "reaper_interval_seconds": 0.3}
+
 
 def _takeover_settings(database_url: str, redis_url: str) -> Settings:
-    return worker_settings(
-        database_url, redis_url, scripted_tokens_per_second=40.0, lease_seconds=1.5, reaper_interval_seconds=0.3
-    )
+    return worker_settings(database_url, redis_url, **TAKEOVER_SETTINGS)
 
 
 def _unpaced(settings: Settings) -> Settings:
@@ -210,29 +211,16 @@ def _stop_while_running(
 
 
 def test_response_goes_on_after_redis_is_killed_and_restarted(database_url: str, tmp_path: Path) -> None:
-    server = start_redis(appendonly=True)
-    worker = None
-    try:
-        settings = _takeover_settings(database_url, server.url)
-        client = redis_lib.Redis.from_url(server.url)
-        db = Database(settings.database_url)
-        worker = WorkerProcess(settings, "through-restart", tmp_path)
-        worker.wait_ready(client, set())
-        response_id = _start_response(db, client, settings, "tokens 200")
-        _wait_for_deltas(client, response_id, 10)
-        server.kill()
+    with worker_on_own_redis(database_url, tmp_path, "through-restart", **TAKEOVER_SETTINGS) as own:
+        response_id = _start_response(own.db, own.redis, own.settings, "tokens 200")
+        _wait_for_deltas(own.redis, response_id, 10)
+        own.server.kill()
         time.sleep(1.0)
-        server.restart()
-        events = wait_for_end(client, response_id, timeout=60)
-        assert_one_story(events, db, response_id)
+        own.server.restart()
+        events = wait_for_end(own.redis, response_id, timeout=60)
+        assert_one_story(events, own.db, response_id)
         assert len(story_text(events).split()) == 200
-        assert worker.process.poll() is None, "the worker died with its broker connection (broker.py)"
-        db.dispose()
-        client.close()
-    finally:
-        if worker is not None:
-            worker.stop()
-        server.stop()
+        assert own.worker.process.poll() is None, "the worker died with its broker connection (broker.py)"
 
 
 def test_responses_complete_intact_after_redis_freezes_past_writer_reply_limit(
@@ -245,31 +233,20 @@ def test_responses_complete_intact_after_redis_freezes_past_writer_reply_limit(
     # (XADD id not above the top) until the response failed, "not valid harmony".
     database = tmp_path / "oss-responses.db"
     shutil.copyfile(sqlite_template, database)
-    server = start_redis(appendonly=True)
-    worker = None
-    try:
-        settings = worker_settings(f"sqlite:///{database}", server.url, scripted_tokens_per_second=40.0,
-                                   lease_seconds=REPLY_SECONDS + 5.0, reaper_interval_seconds=1.0)
-        client = redis_lib.Redis.from_url(server.url)
-        db = Database(settings.database_url)
-        worker = WorkerProcess(settings, "through-freeze", tmp_path)
-        worker.wait_ready(client, set())
-        response_ids = [_start_response(db, client, settings, "tokens 600") for _ in range(2)]
+    with worker_on_own_redis(f"sqlite:///{database}", tmp_path, "through-freeze", scripted_tokens_per_second=40.0,
+                             lease_seconds=REPLY_SECONDS + 5.0, reaper_interval_seconds=1.0) as own:
+        response_ids = [_start_response(own.db, own.redis, own.settings, "tokens 600") for _ in range(2)]
         for response_id in response_ids:
-            _wait_for_deltas(client, response_id, 5)
-        os.kill(server.process.pid, signal.SIGSTOP)
-        time.sleep(REPLY_SECONDS + 3.0)
-        os.kill(server.process.pid, signal.SIGCONT)
+            _wait_for_deltas(own.redis, response_id, 5)
+        os.kill(own.server.process.pid, signal.SIGSTOP)
+        try:
+            time.sleep(REPLY_SECONDS + 3.0)
+        finally:
+            os.kill(own.server.process.pid, signal.SIGCONT)
         for response_id in response_ids:
-            events = wait_for_end(client, response_id, timeout=90)
-            assert_one_story(events, db, response_id)
+            events = wait_for_end(own.redis, response_id, timeout=90)
+            assert_one_story(events, own.db, response_id)
             assert len(story_text(events).split()) == 600
-        db.dispose()
-        client.close()
-    finally:
-        if worker is not None:
-            worker.stop()
-        server.stop()
 
 
 @contextmanager

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from oss_responses.api.deps import ServicesDep
 from oss_responses.errors import ServiceUnavailable
 from oss_responses.storage import AsyncDatabase, sqlite_lock
-from oss_responses.storage.db import SQLITE_BUSY_TIMEOUT_MS, refused_write
+from oss_responses.storage.db import SQLITE_BUSY, SQLITE_BUSY_TIMEOUT_MS, refused_write, sqlite_result_code
 from oss_responses.storage.migrations import database_revision, schema_behind
 
 router = APIRouter(tags=["health"])
@@ -65,15 +65,11 @@ def _probe_sqlite_writes(session: Session) -> None:
     try:
         connection.execute(_WRITE_PROBE, execution_options={sqlite_lock.UNLOCKED: True})
     except OperationalError as exc:
-        code = getattr(exc.orig, "sqlite_errorcode", None)
-        if not (isinstance(code, int) and code & 0xFF == _SQLITE_BUSY):
+        if sqlite_result_code(exc) != SQLITE_BUSY:
             raise
     finally:
         if not connection.invalidated:  # dropped for a read-only refusal (storage/db.py): nothing to restore
             connection.exec_driver_sql(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-
-
-_SQLITE_BUSY = 5  # SQLITE_BUSY: another connection holds the write lock
 
 
 async def _database_ready(db: AsyncDatabase) -> None:
