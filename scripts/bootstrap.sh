@@ -19,7 +19,7 @@ fi
 # Codex CLI for tests/clients: its npm package carries a 400 MB native binary, so it goes to a git-ignored
 # prefix once. Checking the installed version (not the stamp) reinstalls it when the pin changes or
 # .tools/ is removed.
-codex_version=0.169.0
+codex_version=0.171.0
 if [ "$(.tools/bin/codex --version 2>/dev/null)" != "codex-cli $codex_version" ]; then
   npm install -g -q --prefix "$PWD/.tools" --no-fund --no-audit "@openai/codex@$codex_version"
 fi
