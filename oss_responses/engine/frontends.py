@@ -91,11 +91,13 @@ def serve_frontends(settings: Settings, child: Callable[[Frontend], None]) -> in
 
     Returns the exit status: 0 when told to stop and every child stopped cleanly, else 1.
     """
+    from oss_responses.engine.model_runner import keep_v1_model_runner
     from oss_responses.engine.vllm import engine_args
     from oss_responses.vocab import ensure_vocabulary
 
     ensure_vocabulary(settings.tiktoken_dir)  # the engine core's structured-output processor reads it
     args = engine_args(settings)  # a model folder that is not one fails here, before vLLM is imported
+    keep_v1_model_runner()  # the engine core and the front ends inherit it
 
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.engine.utils import bind_engine_zmq_listeners

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineDead, EngineOutput, OutputSink, SamplingSettings, check_prompt_length
 from oss_responses.engine.grammar import GrammarBudget
+from oss_responses.engine.model_runner import keep_v1_model_runner
 from oss_responses.engine.stall import StallWatch
 from oss_responses.statuses import FinishReason
 from oss_responses.stopping import cancel_and_wait
@@ -275,6 +276,7 @@ class VllmEngine:
                 "front ends"
             )
         args = engine_args(self._settings)
+        keep_v1_model_runner()  # before vLLM builds its config: the logits processors need V1
         from vllm.v1.engine.async_llm import AsyncLLM
 
         # The structured-output processor reads the vocabulary in vLLM's engine process through
