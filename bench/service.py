@@ -223,19 +223,29 @@ async def bench_e(stack: Stack, meter: CpuMeter) -> float:
 @dataclass
 class Trace:
     emitted: dict[tuple[str, int], float]  # (response id, sequence number) -> engine step tick
-    written: dict[tuple[str, int], tuple[float, float]]  # -> the worker's flush: sent, reply read
+    written: dict[tuple[str, int], float]  # -> when the worker's flush that held it was sent
 
 
 def read_trace(stack: Stack) -> Trace:
+    """The trace's events (``bench/_service/traced_worker.py``): each appended event's tick, and the time
+    of the flush that sent it (the first flush after its append that names its response)."""
     assert stack.trace_file is not None
     trace = Trace({}, {})
+    unsent: dict[str, list[int]] = {}  # response id -> sequence numbers appended, not yet flushed
     with stack.trace_file.open() as f:
         for line in f:
-            kind, rid, seq, *times = line.split()
+            kind, *fields = line.split()
             if kind == "E":
-                trace.emitted[(rid, int(seq))] = float(times[0])
+                rid, first, count, at = fields
+                sequence_numbers = range(int(first), int(first) + int(count))
+                unsent.setdefault(rid, []).extend(sequence_numbers)
+                if at != "-":
+                    trace.emitted.update(((rid, seq), float(at)) for seq in sequence_numbers)
             else:
-                trace.written[(rid, int(seq))] = (float(times[0]), float(times[1]))
+                sent, *rids = fields
+                for rid in rids:
+                    for seq in unsent.pop(rid, ()):
+                        trace.written[(rid, seq)] = float(sent)
     return trace
 
 
@@ -277,7 +287,7 @@ async def bench_b(stack: Stack, meter: CpuMeter, streams_wanted: int = B_STREAMS
             latencies.append((received - at) * 1e3)
             if at > all_running:
                 steady.append((received - at) * 1e3)
-                sent, _ = trace.written[key]
+                sent = trace.written[key]
                 in_worker.append((sent - at) * 1e3)
                 after_write.append((received - sent) * 1e3)
     p50, p99 = percentile(steady, 0.5), percentile(steady, 0.99)
