@@ -81,6 +81,7 @@ from _engine.profile import Profiler
 from wake_penalty import penalty_line
 
 from oss_responses.engine.base import SamplingSettings
+from oss_responses.engine.model_runner import keep_v1_model_runner
 from oss_responses.engine.vllm import FORCED_TOKENS_KEY, ScriptedAnswers, VllmEngine, sampling_params
 
 
@@ -667,6 +668,9 @@ def main() -> None:
                         help="the engine's compute threads on CPU 1, everything else on CPU 0 (as a GPU would "
                              "keep the model's compute off the cores the service runs on)")
     args = parser.parse_args()
+    # vLLM's own server and raw AsyncLLM run the forcing processor too: every path on Model Runner V1, as the
+    # worker runs it (engine/model_runner.py), on a CUDA host as here.
+    keep_v1_model_runner()
     if args.pin:  # inherited by every process started from here; vLLM binds its OpenMP threads itself
         os.sched_setaffinity(0, {0})
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "1"
