@@ -17,6 +17,7 @@ import yaml
 
 from oss_responses.cli import PASS_THROUGH, build_parser
 from oss_responses.config import Settings
+from oss_responses.engine.model_runner import TESTED_VLLM
 from oss_responses.storage.db import most_connections
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,3 +162,4 @@ def test_gpu_image_runs_the_vllm_version_the_tests_run() -> None:
     version = tested.group(1)
     assert f"FROM vllm/vllm-openai:v{version}\n" in (REPO / "Dockerfile.gpu").read_text()
     assert f"`pip install vllm=={version}`" in (REPO / "README.md").read_text()
+    assert TESTED_VLLM == version  # what a worker on a vLLM without Model Runner V1 is told to install

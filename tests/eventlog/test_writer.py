@@ -5,6 +5,7 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis as redis_lib
@@ -255,15 +256,21 @@ async def test_flush_to_unreachable_redis_logs_one_line_without_traceback(make_e
     await unreachable.aclose()
 
 
+async def _writer_that_wrote(client: Redis, make_events: Any, **options: Any) -> EventWriter:
+    """A writer whose connection is made: resp_a's first event landed through it."""
+    writer = EventWriter(client, ttl_seconds=60, **options)
+    writer.append("resp_a", make_events(range(1)))
+    await writer.drain("resp_a")
+    return writer
+
+
 async def test_writer_gives_up_a_connection_that_fell_silent(redis_url, redis, make_events) -> None:
     # A blackholed link (no RST ever): the flush awaiting its replies failed nobody, and every later
     # flush waited behind it for good while the leases went on being renewed elsewhere (the network
     # probe: every response of the worker frozen, none taken over).
     link = await SilentLink(redis.connection_pool.connection_kwargs["port"]).start()
     client = Redis(port=link.port)
-    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
-    writer.append("resp_a", make_events(range(1)))
-    await writer.drain("resp_a")
+    writer = await _writer_that_wrote(client, make_events, reply_seconds=0.5)
     link.silence()
     writer.append("resp_a", make_events(range(1, 2)))
     started = time.monotonic()
@@ -291,9 +298,7 @@ async def test_writer_flushes_lost_with_their_silent_connection_log_one_line(
     # 20 s freeze of one response at 40 tokens/s, measured).
     link = await SilentLink(redis.connection_pool.connection_kwargs["port"]).start()
     client = Redis(port=link.port)
-    writer = EventWriter(client, ttl_seconds=60, early_flush_seconds=0.01, reply_seconds=0.5)
-    writer.append("resp_a", make_events(range(1)))
-    await writer.drain("resp_a")
+    writer = await _writer_that_wrote(client, make_events, early_flush_seconds=0.01, reply_seconds=0.5)
     link.silence()
     for number in range(1, 8):  # each append 20 ms after its batch started ships it: an early flush
         writer.append("resp_a", make_events(range(number, number + 1)))
@@ -323,9 +328,7 @@ async def test_log_frozen_redis_as_one_outage_without_error(own_redis, make_even
     # Frozen (SIGSTOP: it answers nothing and closes nothing) under two responses, Redis cost the writer three
     # ERROR lines and one more per response: the connection given up, the flush failed, each write failed.
     server, client = own_redis
-    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
-    writer.append("resp_a", make_events(range(1)))
-    await writer.drain("resp_a")
+    writer = await _writer_that_wrote(client, make_events, reply_seconds=0.5)
     caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
     server.process.send_signal(signal.SIGSTOP)
     writer.append("resp_a", make_events(range(1, 2)))
@@ -347,9 +350,7 @@ async def test_count_frozen_redis_outage_from_its_unanswered_flush(own_redis, ma
     # Frozen, Redis fails no try until the writer gives its flush up: counted from that failure, a 2.5 s freeze
     # ended "after 0.5 s" (a 12 s one under a worker's 10 s limit, "after 2.0 s").
     server, client = own_redis
-    writer = EventWriter(client, ttl_seconds=60, reply_seconds=2.0)
-    writer.append("resp_a", make_events(range(1)))
-    await writer.drain("resp_a")
+    writer = await _writer_that_wrote(client, make_events, reply_seconds=2.0)
     caplog.set_level(logging.WARNING, logger=writer_module.__name__)
     server.process.send_signal(signal.SIGSTOP)
     frozen = time.monotonic()
@@ -370,9 +371,7 @@ async def test_log_killed_redis_as_one_outage_without_error(own_redis, make_even
     # Killed and started again under two responses, Redis cost the writer an ERROR line for the flush (or the
     # connect) and one more per response.
     server, client = own_redis
-    writer = EventWriter(client, ttl_seconds=60, reply_seconds=0.5)
-    writer.append("resp_a", make_events(range(1)))
-    await writer.drain("resp_a")
+    writer = await _writer_that_wrote(client, make_events, reply_seconds=0.5)
     caplog.set_level(logging.DEBUG, logger=writer_module.__name__)
     server.kill()
     writer.append("resp_a", make_events(range(1, 2)))
