@@ -1,5 +1,5 @@
 """README.md and ARCHITECTURE.md stay true: the configuration table lists every setting, the commands exist,
-and the module map names every module."""
+the clients table names the versions the suite runs, and the module map names every module."""
 
 from __future__ import annotations
 
@@ -33,6 +33,24 @@ def test_make_test_runs_lint_first() -> None:
     assert re.search(r"^test: lint$", MAKEFILE, re.MULTILINE)
     lint = MAKEFILE.split("\nlint:", 1)[1].split("\n\n", 1)[0]
     assert "ruff check ." in lint and "mypy oss_responses" in lint
+
+
+# The Python clients tests/clients runs (requirements-dev.txt); the JavaScript ones are pinned in scripts/bootstrap.sh.
+PYTHON_CLIENTS = ("openai-agents", "langchain-openai", "pydantic-ai-slim[openai]", "litellm", "agent-framework-core",
+                  "agent-framework-openai")
+
+
+def test_readme_clients_table_names_pinned_versions() -> None:
+    requirements = (ROOT / "requirements-dev.txt").read_text()
+    bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text()
+    pins = [(name, re.findall(rf"^{re.escape(name)}==(\S+)", requirements, re.MULTILINE)) for name in PYTHON_CLIENTS]
+    pins.append(("@openai/codex", re.findall(r"^codex_version=(\S+)", bootstrap, re.MULTILINE)))
+    js_installs = bootstrap.split("\ninstall_js_clients() {", 1)[1]
+    js_pins = re.findall(r'"((?:@[\w-]+/)?[\w-]+)@([\w.-]+)"', js_installs)
+    assert all(len(versions) == 1 for _, versions in pins) and len(js_pins) == 8
+    clients = README.split("\n## Clients\n", 1)[1].split("\n## ", 1)[0]
+    named = [f"`{name}` {version}" for name, version in [*((name, v[0]) for name, v in pins), *js_pins]]
+    assert [text for text in named if text not in clients] == []
 
 
 def test_readme_oss_responses_commands_exist() -> None:

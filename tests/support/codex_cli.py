@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from support import MODEL, REPO
+from support.node import missing_node, with_node
 
 LOCAL_CODEX = REPO / ".tools" / "bin" / "codex"
 EXEC_TIMEOUT_S = 120.0
@@ -38,8 +39,8 @@ enabled = false
 
 def missing_codex() -> str | None:
     """Why Codex cannot run here, or None when it can."""
-    if shutil.which("node") is None:
-        return "node is not installed (scripts/bootstrap.sh installs nodejs and npm from apt)"
+    if (reason := missing_node()) is not None:
+        return reason
     if codex_binary() is None:
         return "Codex CLI is not installed (scripts/bootstrap.sh installs @openai/codex into .tools/)"
     return None
@@ -70,7 +71,7 @@ def codex_exec(
     ``options``: more of exec's flags); stdin closed, or Codex waits to read more of the prompt from it."""
     binary = codex_binary()
     assert binary is not None
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))}
+    env = with_node({k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "CODEX_"))})
     env["CODEX_HOME"] = str(home)
     command = [str(binary), "exec", "--skip-git-repo-check", *options,
                *(["resume", "--last"] if resume else []), prompt]
