@@ -31,6 +31,7 @@ from oss_responses.workers.journal import (
     split_at_prompt,
     unfinished_listings,
 )
+from oss_responses.workers.outage import warn_failed
 from oss_responses.workers.prompting import forced_tokens, prompt_budget, render, sampling
 from oss_responses.workers.run_state import Run
 from oss_responses.workers.stream_tail import next_sequence_number
@@ -87,8 +88,9 @@ def _reasoning_seal(run: Run) -> Callable[[list[dict[str, Any]]], str] | None:
 def fail(run: Run, message: str, code: str = "server_error") -> None:
     try:
         run.ctx.loop.run(_fail_on_loop(run, message, code))
-    except EventWriteError:  # the stream is already broken: finish leaves the response to a takeover
-        log.exception("the failure of %s could not be written to its stream", run.job.response_id)
+    except EventWriteError as exc:  # the stream is already broken: finish leaves the response to a takeover
+        warn_failed(log, exc, "the failure of %s could not be written to its stream: leaving it to a takeover",
+                    run.job.response_id)
 
 
 async def _fail_on_loop(run: Run, message: str, code: str) -> None:

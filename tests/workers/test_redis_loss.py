@@ -21,6 +21,7 @@ from support.workers import accept, worker_settings
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.storage import Database, get_event_log, get_response
+from oss_responses.workers import on_loop, runner
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.reaper import Reaper
 from oss_responses.workers.testing import local_worker, run_response_now
@@ -161,3 +162,33 @@ def test_takeover_of_stream_restored_shorter_marks_the_events_it_writes_anew(dat
         db.dispose()
     finally:
         server.stop()
+
+
+def test_failure_that_missed_redis_is_logged_in_one_line_and_left_to_a_takeover(
+    settings: Settings, server: RedisServer, client: redis_lib.Redis, db: Database, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Redis dies as the response starts and its writer's flush fails; then the request's own failure (its
+    # prompt exceeds the context) cannot be written: an outage, not a bug, so one WARNING without a
+    # traceback. The takeover writes the same failure once Redis is back.
+    async def generate_then_flush(run: Any, request: Any) -> None:
+        try:
+            await on_loop.generate(run, request)
+        finally:  # the failed flush settles before the failure is written: its append is refused
+            await run.ctx.writer.flush()
+
+    monkeypatch.setattr(runner, "generate", generate_then_flush)
+    small = settings.model_copy(update={"scripted_context_tokens": 800})
+    response_id = accept(db, client, small, input="word " * 900, truncation="disabled", background=True)
+    with local_worker(small) as worker:
+        kill_redis_when(worker, server, "append", lambda _, events: events[-1].type == "response.in_progress")
+        assert run_response_now(response_id, worker=worker) == "lease_lost"
+        unwritten = [r for r in caplog.records if "could not be written to its stream" in r.getMessage()]
+        assert [(r.levelname, bool(r.exc_info)) for r in unwritten] == [("WARNING", False)]
+        server.restart()
+        wait_until_gone(client, redis_keys.lease(response_id))
+        assert run_response_now(response_id, worker=worker) == "failed"
+    events = wait_for_end(client, response_id, timeout=10)
+    kinds = ["created", "queued", "in_progress", "failed"]
+    assert [e["type"] for e in events] == [f"response.{kind}" for kind in kinds]
+    assert events[-1]["response"]["error"]["code"] == "context_length_exceeded"
