@@ -24,7 +24,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   # The checkout itself, editable: .venv/bin/oss-responses is the command README's examples run (a second
-  # worker beside `make run`, doctor, migrate, keys), on the code as it is.
+  # worker beside `make run`, doctor, migrate, keys), on the code as it is. A leftover oss_responses.egg-info
+  # (from a build in the checkout) is removed first: setuptools reuses it, and the installed metadata kept the
+  # pins of whenever it was made (openai 3.54.0 two pin changes later).
+  rm -rf oss_responses.egg-info
   .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .
   if [ -f requirements-engine.txt ] && [ "${OSS_RESPONSES_SKIP_ENGINE:-0}" != 1 ]; then
     bash scripts/install-engine.sh
