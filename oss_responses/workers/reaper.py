@@ -437,4 +437,6 @@ class Reaper:
                 continue
             self.outages.pass_answered(read_database=self._passed)
             if reaped:
-                log.warning("reaper handled %d lost responses in %.3fs", len(reaped), time.monotonic() - started)
+                # Each response it handled has had its own WARNING; the pass's count and time are for INFO.
+                log.info("reaper pass handled %d response%s in %.3fs", len(reaped), "" if len(reaped) == 1 else "s",
+                         time.monotonic() - started)

@@ -128,6 +128,26 @@ def test_reaper_dispatches_takeover_of_lost_response_once(
     assert not is_closed(redis, response_id)
 
 
+def test_running_reaper_tells_lost_response_in_one_warning(
+    db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The pass's own summary ("reaper handled 1 lost responses") was a second WARNING for the same loss.
+    response_id = in_progress(db, redis, settings)
+    sent: list[tuple] = []  # type: ignore[type-arg]
+    reaping = dispatching_reaper(db, redis, sent)
+    with caplog.at_level("INFO", logger="oss_responses.workers.reaper"):
+        reaping.start()
+        deadline = time.monotonic() + 10
+        while not any("pass handled" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        reaping.stop()
+    told = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "oss_responses.workers.reaper"]
+    assert [message for level, message in told if level == "WARNING"] == [
+        f"{response_id} lost its worker: dispatching its takeover"]
+    assert [level for level, message in told if "pass handled 1 response" in message] == ["INFO"]
+    assert sent == [(response_id, "gpt-oss-20b")]
+
+
 def test_reaper_dispatches_no_takeover_of_leased_response(
     db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
