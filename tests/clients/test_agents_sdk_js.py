@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 from support.client_stack import Service, call_directive
 from support.js_clients import missing_js_client, run_js
+from support.node import require_client
 
-if (reason := missing_js_client("@openai/agents")) is not None:
-    pytest.skip(f"the Agents SDK for JavaScript cannot run: {reason}", allow_module_level=True)
+
+@pytest.fixture(scope="module", autouse=True)
+def agents_sdk_installed() -> None:
+    require_client("the Agents SDK for JavaScript", missing_js_client("@openai/agents"))
 
 
 RunAgent = Callable[..., dict[str, Any]]

