@@ -85,11 +85,17 @@ KOMBU_KEYS_CHECK_SECONDS = 60.0
 
 class QoS(kombu_redis.QoS):
     _keys_checked_at: float | None = None
+    # The tasks the channel held when it lost its connection, told in one line then: each one's ack or
+    # reject later is DEBUG (a GPU worker's 128 running responses made 128 more WARNING lines, one per task
+    # as it finished, for one Redis restart). A reconnect makes a new channel.
+    _told_unacked: frozenset[Any] = frozenset()
 
     def restore_unacked(self, client: Any = None) -> None:
         if client is None and not self._connected():
             log.warning("broker connection lost: %d unacknowledged tasks stay in the broker's unacked set "
-                        "(redelivered after the visibility timeout)", len(self._delivered))
+                        "(redelivered after the visibility timeout; a redelivery of a task that ran is a no-op)",
+                        len(self._delivered))
+            self._told_unacked = frozenset(self._delivered)
             self._delivered.clear()
             return
         super().restore_unacked(client)  # type: ignore[no-untyped-call]  # kombu's QoS has no annotations
@@ -129,8 +135,8 @@ class QoS(kombu_redis.QoS):
 
     def ack(self, delivery_tag: Any) -> None:
         if not self._connected():
-            log.warning("broker connection lost: task %s stays unacknowledged (its redelivery is a no-op)",
-                        delivery_tag)
+            self._left("broker connection lost: task %s stays unacknowledged (its redelivery is a no-op)",
+                       delivery_tag)
             # Forget it locally. kombu's QoS methods have no annotations (here and below).
             super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]
             return
@@ -143,8 +149,8 @@ class QoS(kombu_redis.QoS):
         # A task rejected as its broker went away (a webhook whose retry could not be sent): on a dead
         # channel kombu's reject fails as its ack does, and stops the worker.
         if not self._connected():
-            log.warning("broker connection lost: rejected task %s stays unacknowledged (redelivered after the "
-                        "visibility timeout)", delivery_tag)
+            self._left("broker connection lost: rejected task %s stays unacknowledged (redelivered after the "
+                       "visibility timeout)", delivery_tag)
             super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]  # forgotten locally
             return
         try:
@@ -157,6 +163,10 @@ class QoS(kombu_redis.QoS):
         log.warning("the broker refused to %s task %s (%s): it stays unacknowledged (redelivered after the "
                     "visibility timeout; its redelivery is a no-op)", what, delivery_tag, exc)
         super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]  # forgotten locally
+
+    def _left(self, message: str, delivery_tag: Any) -> None:
+        """A task finished on the lost connection: DEBUG if the connection's loss already counted it."""
+        log.log(logging.DEBUG if delivery_tag in self._told_unacked else logging.WARNING, message, delivery_tag)
 
     def _connected(self) -> bool:
         # The channel's transport drops its client (the kombu Connection) when the connection closes.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from typing import Any
 
 import anyio
@@ -87,6 +88,29 @@ def test_reject_on_lost_broker_connection_leaves_task_unacknowledged(redis_url: 
         channel.connection.client = None  # what kombu's close of the connection leaves
 
         channel.qos.reject("tag-1", requeue=False)  # raised AttributeError
+
+
+def test_ack_on_lost_broker_connection_is_told_once_with_the_loss(
+    redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each running task finishing after Redis went away added a WARNING of its own to the loss's, which had
+    # already counted it: a worker's 128 running responses, 129 lines for one restart.
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        channel = connection.default_channel
+        for tag in ("tag-1", "tag-2", "tag-3"):
+            channel.qos._delivered[tag] = object()
+        channel.connection.client = None  # what kombu's close of the connection leaves
+        with caplog.at_level(logging.DEBUG, logger="oss_responses.broker"):
+            channel.qos.restore_unacked()  # the channel's close
+            channel.qos.ack("tag-1")
+            channel.qos.reject("tag-2", requeue=False)
+            channel.qos.ack("tag-9")  # not held at the loss: not counted in its line
+    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert len(warned) == 2, warned
+    assert warned[0].startswith("broker connection lost: 3 unacknowledged tasks stay")
+    assert warned[1] == "broker connection lost: task tag-9 stays unacknowledged (its redelivery is a no-op)"
+    told = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
+    assert any("tag-1" in line for line in told) and any("tag-2" in line for line in told), told
 
 
 def test_ack_on_full_redis_leaves_task_unacknowledged(redis_url: str, redis: redis_lib.Redis) -> None:
