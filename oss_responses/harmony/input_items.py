@@ -60,6 +60,25 @@ FUNCTION_ARGUMENTS_TYPE = "<|constrain|>json"  # what gpt-oss writes in a functi
 _ROLES = {"user": "user", "assistant": "assistant", "system": "developer", "developer": "developer"}
 
 
+# Each input item type's converter, by method name: a per-instance dict of bound methods made every converter
+# a reference cycle (it, its dict, its methods), which only the cyclic garbage collector frees.
+_CONVERTERS: dict[type[BaseModel], str] = {
+    EasyInputMessage: "_message",
+    Message: "_message",
+    ResponseOutputMessage: "_output_message",
+    ResponseReasoningItem: "_reasoning",
+    ResponseFunctionToolCall: "_function_call",
+    FunctionCallOutput: "_function_call_output",
+    McpCall: "_mcp_call",
+    ResponseFunctionWebSearch: "_web_search_call",
+    ResponseCodeInterpreterToolCall: "_code_interpreter_call",
+    McpListTools: "_listed_tools",
+    McpApprovalRequest: "_approval_request",
+    McpApprovalResponse: "_approval_response",
+    ResponseCompactionItemParam: "_compaction",
+}
+
+
 class InputConverter:
     """Converts one request's input items, remembering the function calls it has seen."""
 
@@ -79,21 +98,6 @@ class InputConverter:
         self._builtin_namespaces = builtin_namespaces
         self._approval_calls: dict[str, dict[str, Any]] = {}  # approval request id -> its call message
         self._live_answer: BaseModel | None = None
-        self._converters: dict[type[BaseModel], Callable[[Any, str], list[dict[str, Any]]]] = {
-            EasyInputMessage: self._message,
-            Message: self._message,
-            ResponseOutputMessage: self._output_message,
-            ResponseReasoningItem: self._reasoning,
-            ResponseFunctionToolCall: self._function_call,
-            FunctionCallOutput: self._function_call_output,
-            McpCall: self._mcp_call,
-            ResponseFunctionWebSearch: self._web_search_call,
-            ResponseCodeInterpreterToolCall: self._code_interpreter_call,
-            McpListTools: lambda item, param: [],  # its tools are rendered in the developer message
-            McpApprovalRequest: self._approval_request,
-            McpApprovalResponse: self._approval_response,
-            ResponseCompactionItemParam: self._compaction,
-        }
 
     def convert(self, items: list[BaseModel], *, live_answer: bool = True) -> list[dict[str, Any]]:
         """``live_answer``: a last ``mcp_approval_response`` answers the pending call now (the translator
@@ -101,7 +105,7 @@ class InputConverter:
         self._live_answer = items[-1] if live_answer and items and isinstance(items[-1], McpApprovalResponse) else None
         messages: list[dict[str, Any]] = []
         for index, item in enumerate(items):
-            converter = self._converters.get(type(item))
+            converter = _CONVERTERS.get(type(item))
             param = f"input[{index}]"
             if converter is None:
                 raise BadRequest(
@@ -109,7 +113,7 @@ class InputConverter:
                     param=f"{param}.type",
                     code="unsupported_value",
                 )
-            messages.extend(converter(item, param))
+            messages.extend(getattr(self, converter)(item, param))
         return messages
 
     def _message(self, item: Any, param: str) -> list[dict[str, Any]]:
@@ -178,6 +182,9 @@ class InputConverter:
         else:
             result = "\n".join(out.logs if out.type == "logs" else f"(image: {out.url})" for out in item.outputs)
         return [call, tool_result_message(PYTHON, result, BUILTIN_CALL_CHANNEL)]
+
+    def _listed_tools(self, item: McpListTools, param: str) -> list[dict[str, Any]]:
+        return []  # its tools are rendered in the developer message
 
     def _approval_request(self, item: McpApprovalRequest, param: str) -> list[dict[str, Any]]:
         call = self._approval_calls[item.id] = self._mcp_call_message(item.server_label, item.name, item.arguments)

@@ -183,8 +183,10 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
             return "skipped"  # cancelled by the API meanwhile
         return _execute(run)
     finally:
-        ctx.cancels.unregister(job.response_id)  # a dict pop: safe from this thread
-        ctx.running.pop(job.response_id, None)
+        # Dict pops and an attribute: safe from this thread. The callbacks hold the run, and the lease's the
+        # run holds: left in place, that cycle kept the run's whole graph (its job, generation, translator,
+        # about 120 objects) for the cyclic garbage collector, whose passes then stopped the engine loop.
+        _unregister(run)
 
 
 def _mark_rewound(run: Run, next_number: int) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
+from openai.types.responses import EasyInputMessage
 from support.harmony_transcripts import SCENARIOS, run_scenario
 
 from oss_responses.errors import BadRequest
+from oss_responses.harmony.input_items import InputConverter
 from oss_responses.harmony.render import (
     ConversationTurn,
     McpToolSpec,
@@ -508,3 +513,20 @@ def test_plan_does_not_count_runs_of_earlier_turns_against_the_limit() -> None:
     history = [_turn_saying("acgt" * 15_000) for _ in range(5)]
     plan = plan_conversation(_request(input="and this one?"), history, OPTIONS)
     assert len(plan.messages) == 1 + 5 + 1  # system, the five turns, this input
+
+
+def test_input_converter_is_freed_by_reference_counting() -> None:
+    # Its dict of bound methods made every converter a reference cycle: each request's planning (the API) and
+    # each run's prompt (the worker) left one, with what it held, for the cyclic garbage collector.
+    items = [EasyInputMessage(role="user", content="hello", type="message")]
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        converter = InputConverter({}, {}, frozenset())
+        converter.convert(items)
+        freed = weakref.ref(converter)
+        del converter
+        assert freed() is None
+    finally:
+        if was_enabled:
+            gc.enable()
