@@ -1,0 +1,165 @@
+"""Memory over many responses: does an API process or a worker keep something of each response it served?
+
+The whole stack (``_service/stack.py``: redis-server, SQLite or PostgreSQL, one API process, one Celery
+worker with the scripted engine at full speed) serves ``--responses`` short responses through the openai
+SDK, ``--concurrency`` at a time, of five kinds in turn: streamed; background and polled; continued by
+``previous_response_id``; streamed with ``store: false``; waited for, then an earlier one's stream replayed
+(``GET ?stream=true``). Every ``--every`` responses it prints the resident memory of the API and the worker
+and Redis's ``used_memory``. A process that keeps something per response grows with the count; caches
+fill during the first checkpoints (the worker's rendered-message cache, SQLAlchemy's statement cache,
+pydantic's), so the growth is counted from the first checkpoint past a third of the run, and so are the
+garbage-collection passes of the two processes (``_gc_log/sitecustomize.py`` logs them): a response whose
+objects hold each other in a cycle is freed only by such a pass, which stops the whole process meanwhile.
+Redis keeps each stored response's log tombstone for the event TTL (a day by default) and a ``store: false`` one's whole
+stream for ``OSS_RESPONSES_UNSTORED_EVENT_TTL_SECONDS`` (5 minutes): its bytes per response served are
+printed too. The headline is the last line.
+
+    PYTHONPATH=.:tests python bench/memory_growth.py [--responses 12000] [--concurrency 16] [--database postgresql]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import openai
+import redis as redis_lib
+from _service.stack import SERVED, Stack, api_pids, start_stack
+
+KINDS = 5
+GC_LOG = Path(__file__).parent / "_gc_log"  # its sitecustomize logs the service processes' collections
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+@dataclass
+class Checkpoint:
+    responses: int
+    api_kib: int
+    worker_kib: int
+    redis_bytes: int
+    seconds: float
+    at: float  # wall time, as the garbage-collection log has it
+
+
+async def one(client: openai.AsyncOpenAI, n: int, earlier: str | None) -> tuple[str | None, bool]:
+    """Response ``n`` (its kind: ``n % KINDS``); its id if stored, and whether it completed."""
+    kind = n % KINDS
+    if kind == 0:
+        completed = None
+        async for event in await client.responses.create(model=SERVED, input="tokens 40", stream=True):
+            if event.type == "response.completed":
+                completed = event.response
+        return (completed.id, True) if completed is not None else (None, False)
+    if kind == 1:
+        response = await client.responses.create(model=SERVED, input="tokens 40", background=True)
+        while response.status in ("queued", "in_progress"):
+            await asyncio.sleep(0.05)
+            response = await client.responses.retrieve(response.id)
+        return response.id, response.status == "completed"
+    if kind == 2 and earlier is not None:
+        response = await client.responses.create(model=SERVED, input="tokens 30", previous_response_id=earlier)
+        return response.id, response.status == "completed"
+    if kind == 3:
+        types = [event.type async for event in await client.responses.create(
+            model=SERVED, input="tokens 30", stream=True, store=False)]
+        return None, types[-1:] == ["response.completed"]
+    response = await client.responses.create(model=SERVED, input="tokens 40")
+    if earlier is not None:
+        async for _ in await client.responses.retrieve(earlier, stream=True):
+            pass
+    return response.id, response.status == "completed"
+
+
+def checkpoint(stack: Stack, redis: redis_lib.Redis, responses: int, started: float) -> Checkpoint:
+    assert stack.worker is not None
+    point = Checkpoint(responses, sum(rss_kib(pid) for pid in api_pids(stack.api.pid)), rss_kib(stack.worker.pid),
+                       int(redis.info("memory")["used_memory"]), time.monotonic() - started, time.time())
+    print(f"{point.responses:9,d}  {point.api_kib / 1024:9.1f}  {point.worker_kib / 1024:12.1f}  "
+          f"{point.redis_bytes / 2**20:10.1f}  {point.seconds:7.0f}", flush=True)
+    return point
+
+
+async def serve(stack: Stack, total: int, concurrency: int, every: int) -> tuple[list[Checkpoint], int]:
+    client = openai.AsyncOpenAI(base_url=f"http://{stack.host}:{stack.port}/v1", api_key="bench", max_retries=0)
+    redis = redis_lib.Redis.from_url(stack.settings.redis_url)
+    earlier: list[str | None] = [None] * concurrency  # each lane continues and replays its own last response
+    failed = done = 0
+    started = time.monotonic()
+    print("responses  API (MiB)  worker (MiB)  Redis (MiB)  seconds")
+    points = [checkpoint(stack, redis, 0, started)]
+    try:
+        while done < total:
+            results = await asyncio.gather(*(one(client, done + lane, earlier[lane]) for lane in range(concurrency)))
+            earlier = [response_id or last for (response_id, _), last in zip(results, earlier, strict=True)]
+            failed += sum(not completed for _, completed in results)
+            done += concurrency
+            if done % every < concurrency:
+                points.append(checkpoint(stack, redis, done, started))
+    finally:
+        await client.close()
+        redis.close()
+    return points, failed
+
+
+def collections_while_serving(log: Path, window: tuple[float, float]) -> str:
+    """The garbage-collection passes ``log`` (one process's) recorded in ``window``, in a few words."""
+    passes = [line.split() for line in log.read_text().splitlines()] if log.exists() else []
+    during = [(int(gen), float(ms), int(collected)) for at, gen, ms, collected in passes
+              if window[0] <= float(at) <= window[1]]
+    if not during:
+        return "none"
+    longest = max(ms for _, ms, _ in during)
+    return (f"{len(during)} (generations {sorted({gen for gen, _, _ in during})}), {sum(c for _, _, c in during):,} "
+            f"objects collected, the longest {longest:.1f} ms")
+
+
+def per_thousand(first: Checkpoint, last: Checkpoint, kib: str) -> float:
+    return (getattr(last, kib) - getattr(first, kib)) / (last.responses - first.responses) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--responses", type=int, default=12_000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--every", type=int, default=2_000, help="responses between two checkpoints")
+    parser.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
+    args = parser.parse_args()
+    logs = tempfile.mkdtemp(prefix="oss-bench-gc-")
+    os.environ["BENCH_GC_LOG"] = f"{logs}/gc"  # the service processes inherit both
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(GC_LOG), os.environ.get("PYTHONPATH")]))
+    stack = start_stack(args.database)
+    try:
+        stack.start_worker(args.concurrency, traced=False)
+        assert stack.worker is not None
+        pids = {"API": stack.api.pid, "worker": stack.worker.pid}
+        points, failed = asyncio.run(serve(stack, args.responses, args.concurrency, args.every))
+    finally:
+        stack.stop()
+    warm = next(point for point in points if point.responses >= args.responses / 3)
+    last = points[-1]
+    for name, pid in pids.items():
+        print(f"garbage collection passes of the {name} after {warm.responses:,} responses: "
+              f"{collections_while_serving(Path(f'{logs}/gc.{pid}'), (warm.at, last.at))}")
+    api, worker = per_thousand(warm, last, "api_kib"), per_thousand(warm, last, "worker_kib")
+    redis_per_response = (last.redis_bytes - points[0].redis_bytes) / last.responses
+    print(f"{last.responses:,} responses ({failed} not completed) in {last.seconds:.0f} s; database: {args.database}")
+    print(f"after {warm.responses:,} responses: API {api:+.0f} KiB, worker {worker:+.0f} KiB per 1,000 more")
+    print(f"Redis: {redis_per_response:,.0f} bytes per response served (a stored one's tombstone, kept the event TTL; "
+          "a store=false one's whole stream, kept the unstored TTL)")
+    print(f"rss_growth_per_1000_responses: {api + worker:.0f} KiB")
+
+
+if __name__ == "__main__":
+    main()
