@@ -11,6 +11,7 @@ really continues from the cut prefix.
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import AsyncIterator, Sequence
 
 from openai_harmony import HarmonyEncoding
@@ -74,3 +75,27 @@ def test_takeover_after_tool_call_continues_on_vllm(
     run = _run(encoding, engine, engine_loop, text, tools=[CALC], idempotent=True)
     resumed = run.taken_over(steps[:result + 2])
     _assert_same_story(resumed, events, run.replayed)
+
+
+def test_generation_on_vllm_leaves_no_reference_cycle_behind(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    # What a finished response leaves in reference cycles waits for the cyclic garbage collector, whose passes stop
+    # the worker's engine loop (bench/memory_growth.py): the vLLM adapter's per-request state is freed as it ends.
+    forced = ForcedAnswers(engine, ScriptedAnswers(encoding))  # one per engine, as a worker that forces has
+    text = 'call calc.add {"a": 1, "b": 2}'
+    Run(encoding, text, engine=forced, drive=engine_loop.run, tools=[CALC], idempotent=True).uninterrupted()  # type: ignore[arg-type]
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds unreachable is kept in gc.garbage, not freed
+    try:
+        run = Run(encoding, text, engine=forced, drive=engine_loop.run, tools=[CALC], idempotent=True)  # type: ignore[arg-type]
+        events, _ = run.uninterrupted()
+        assert events[-1].type == "response.completed"
+        del run, events
+        gc.collect()
+        left = sorted({type(garbage).__qualname__ for garbage in gc.garbage
+                       if type(garbage).__module__.startswith("oss_responses")})
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert left == []
