@@ -1,4 +1,4 @@
-"""What every bench script computes alike: percentiles of samples and the CPU time of processes.
+"""What every bench script computes alike: percentiles of samples, the CPU time and memory of processes.
 
 The scripts run as ``python bench/NAME.py`` (their folder, so this module, is on ``sys.path``); they
 import the checkout (``oss_responses``) and the test helpers (``support``, in tests/), which the
@@ -161,3 +161,12 @@ class CpuTimeline:
         (t0, c0), (t1, c1) = self._readings[after - 1], self._readings[after]
         share = (moment - t0) / (t1 - t0)
         return {name: c0[name] + share * (c1[name] - c0[name]) for name in c1 if name in c0}
+
+
+def rss_kib(pid: int) -> int:
+    """The resident memory of process ``pid``, in KiB."""
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")

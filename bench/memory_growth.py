@@ -10,9 +10,9 @@ fill during the first checkpoints (the worker's rendered-message cache, SQLAlche
 pydantic's), so the growth is counted from the first checkpoint past a third of the run, and so are the
 garbage-collection passes of the two processes (``_gc_log/sitecustomize.py`` logs them): a response whose
 objects hold each other in a cycle is freed only by such a pass, which stops the whole process meanwhile.
-Redis keeps each stored response's log tombstone for the event TTL (a day by default) and a ``store: false`` one's whole
-stream for ``OSS_RESPONSES_UNSTORED_EVENT_TTL_SECONDS`` (5 minutes): its bytes per response served are
-printed too. The headline is the last line.
+Redis keeps each stored response's log tombstone for the event TTL (a day by default) and a ``store:
+false`` one's whole stream for ``OSS_RESPONSES_UNSTORED_EVENT_TTL_SECONDS`` (5 minutes): its bytes per
+response served are printed too. The headline is the last line.
 
     PYTHONPATH=.:tests python bench/memory_growth.py [--responses 12000] [--concurrency 16] [--database postgresql]
 """
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -29,18 +30,11 @@ from pathlib import Path
 
 import openai
 import redis as redis_lib
+from _common import rss_kib
 from _service.stack import SERVED, Stack, api_pids, start_stack
 
 KINDS = 5
 GC_LOG = Path(__file__).parent / "_gc_log"  # its sitecustomize logs the service processes' collections
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 @dataclass
@@ -152,6 +146,7 @@ def main() -> None:
     for name, pid in pids.items():
         print(f"garbage collection passes of the {name} after {warm.responses:,} responses: "
               f"{collections_while_serving(Path(f'{logs}/gc.{pid}'), (warm.at, last.at))}")
+    shutil.rmtree(logs, ignore_errors=True)
     api, worker = per_thousand(warm, last, "api_kib"), per_thousand(warm, last, "worker_kib")
     redis_per_response = (last.redis_bytes - points[0].redis_bytes) / last.responses
     print(f"{last.responses:,} responses ({failed} not completed) in {last.seconds:.0f} s; database: {args.database}")

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
-from _common import CpuMeter, percentile, process_tree, thread_cpu
+from _common import CpuMeter, percentile, process_tree, rss_kib, thread_cpu
 from _service import client as http
 from _service.stack import SERVED, UNSERVED, Stack, api_pids, start_stack
 from openai.types.responses import ResponseTextDeltaEvent
@@ -69,14 +69,6 @@ RESPONSE_ID = re.compile(rb'"id":"(resp_[^"]+)"')
 
 
 # --- process accounting -------------------------------------------------------------------------
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError("no VmRSS")
-
-
 def stack_processes(stack: Stack) -> dict[str, list[int]]:
     """The processes a CpuMeter reads: the API, redis-server, PostgreSQL (its server processes: a
     connection's process that ends counts through its parent) and the worker (while there is one)."""
@@ -424,10 +416,10 @@ async def bench_d(stack: Stack) -> float:
     for req in warm:
         req.close()
     await asyncio.sleep(0.5)
-    before = sum(map(rss_kb, api_pids(stack.api.pid)))
+    before = sum(map(rss_kib, api_pids(stack.api.pid)))
     reqs, _ = await open_idle(stack, ids[:D_STREAMS])
     await asyncio.sleep(1.0)
-    after = sum(map(rss_kb, api_pids(stack.api.pid)))
+    after = sum(map(rss_kib, api_pids(stack.api.pid)))
     for req in reqs:
         req.close()
     per_stream = (after - before) / D_STREAMS

@@ -24,7 +24,6 @@ from redis.exceptions import RedisError
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.writes import EventWriteError
-from oss_responses.outage_log import describe
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import get_response, transition
 from oss_responses.workers.context import WorkerContext
@@ -32,7 +31,7 @@ from oss_responses.workers.engine_loop import LoopStopped
 from oss_responses.workers.generation import Generation
 from oss_responses.workers.job import load_job
 from oss_responses.workers.lease import Lease
-from oss_responses.workers.outage import outage, told_cause, warn_failed
+from oss_responses.workers.outage import outage, warn_failed
 from oss_responses.workers.reaper import HANDOFF, resume_wait_seconds
 from oss_responses.workers.run_state import Outcome, Run
 
@@ -49,14 +48,10 @@ def let_go(run: Run) -> None:
     try:
         _release(run)
     except RedisError as exc:  # Redis went away: the lease lapses by itself
-        if not outage(exc):
-            warn_failed(log, exc, "releasing the lease of %s failed: it lapses within %.0f s", run.job.response_id,
-                        ctx.settings.lease_seconds)
-            return
-        # An outage: the worker's Redis outage lines tell it (and a run whose write it cut, its own WARNING), and
-        # a lapsing lease is how such a run lets go; its takeover, once Redis answers, is told again.
-        log.info("releasing the lease of %s failed: it lapses within %.0f s (%s)", run.job.response_id,
-                 ctx.settings.lease_seconds, describe(told_cause(exc)))
+        # An outage is INFO: the worker's Redis outage lines tell it (and a run whose write it cut, its own
+        # WARNING), and a lapsing lease is how such a run lets go; its takeover, once Redis answers, is told again.
+        warn_failed(log, exc, "releasing the lease of %s failed: it lapses within %.0f s", run.job.response_id,
+                    ctx.settings.lease_seconds, outage_level=logging.INFO)
 
 
 def _release(run: Run) -> None:

@@ -56,10 +56,15 @@ def told_cause(exc: BaseException) -> BaseException:
     return exc.__cause__ or exc
 
 
-def warn_failed(logger: logging.Logger, exc: BaseException, message: str, *args: object) -> None:
+def warn_failed(
+    logger: logging.Logger, exc: BaseException, message: str, *args: object, outage_level: int = logging.WARNING
+) -> None:
     """``message`` as a WARNING naming the error it met, in one line; with its traceback only if that is no
-    outage: a Redis or database restart is a known condition, and each retried call had logged its traceback."""
-    logger.warning(message + " (%s)", *args, describe(told_cause(exc)), exc_info=not outage(exc))
+    outage: a Redis or database restart is a known condition, and each retried call had logged its traceback.
+    ``outage_level``: the line's level for an outage, where other lines already tell it (INFO)."""
+    is_outage = outage(exc)
+    logger.log(outage_level if is_outage else logging.WARNING, message + " (%s)", *args, describe(told_cause(exc)),
+               exc_info=not is_outage)
 
 
 class Backoff:

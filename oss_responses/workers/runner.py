@@ -183,9 +183,9 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
             return "skipped"  # cancelled by the API meanwhile
         return _execute(run)
     finally:
-        # Dict pops and an attribute: safe from this thread. The callbacks hold the run, and the lease's the
-        # run holds: left in place, that cycle kept the run's whole graph (its job, generation, translator,
-        # about 120 objects) for the cyclic garbage collector, whose passes then stopped the engine loop.
+        # Dict pops and an attribute: safe from this thread. Each callback holds the run, and the run holds the
+        # lease that holds one: left in place, that cycle kept the run's whole graph (its job, generation,
+        # translator: about 120 objects) for the cyclic garbage collector, whose passes stop the engine loop.
         _unregister(run)
 
 
