@@ -14,6 +14,7 @@ from support import MODEL
 from support.api_server import ApiServer, serve_in_thread
 from support.key_clients import KeyClient, KeyClients
 from support.processes import ServiceProcess, stop_process
+from support.sdk import http_client, sdk_client
 
 from oss_responses.config import Settings
 from oss_responses.sealing import new_key
@@ -47,13 +48,13 @@ def started() -> Iterator[list[ServiceProcess]]:
 
 @pytest.fixture
 def client(api: ApiServer) -> Iterator[OpenAI]:
-    with OpenAI(base_url=f"{api.base_url}/v1", api_key="test", max_retries=0, timeout=20) as sdk:
+    with sdk_client(f"{api.base_url}/v1", max_retries=0, timeout=20) as sdk:
         yield sdk
 
 
 @pytest.fixture
 def http(api: ApiServer) -> Iterator[httpx2.Client]:
-    with httpx2.Client(base_url=api.base_url, timeout=20) as raw:
+    with http_client(base_url=api.base_url, timeout=20) as raw:
         yield raw
 
 

@@ -12,6 +12,7 @@ import pytest
 from openai import AsyncOpenAI
 from support.client_stack import Service, running_service
 from support.environ import environment_restored
+from support.sdk import async_sdk_client
 
 # LiteLLM downloads its table of model prices when imported (three tries, seconds apart, offline);
 # its packaged copy serves the same.
@@ -40,6 +41,6 @@ def anyio_backend() -> str:
 @pytest.fixture
 async def async_client(service: Service) -> AsyncIterator[AsyncOpenAI]:
     """The openai SDK on the module's service: what a client framework is given, or reads back what one sent."""
-    client = AsyncOpenAI(base_url=service.base_url, api_key="unused", max_retries=0, timeout=30)
+    client = async_sdk_client(service.base_url, "unused", max_retries=0, timeout=30)
     yield client
     await client.close()

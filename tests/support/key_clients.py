@@ -14,6 +14,7 @@ from openai import OpenAI
 
 from oss_responses.storage import create_api_key, revoke_api_key
 from support.api_server import ApiServer
+from support.sdk import http_client, sdk_client
 
 
 @dataclass
@@ -34,8 +35,8 @@ class KeyClients:
         record, secret = self.api.db.run(create_api_key, owner, models=models, max_background=max_background)
         client = KeyClient(
             owner=owner, key_id=record.id, secret=secret,
-            sdk=OpenAI(base_url=f"{self.api.base_url}/v1", api_key=secret, max_retries=0, timeout=20),
-            http=httpx2.Client(base_url=self.api.base_url, timeout=20, headers={"Authorization": f"Bearer {secret}"}),
+            sdk=sdk_client(f"{self.api.base_url}/v1", secret, max_retries=0, timeout=20),
+            http=http_client(base_url=self.api.base_url, timeout=20, headers={"Authorization": f"Bearer {secret}"}),
         )
         self.opened.append(client)
         return client
