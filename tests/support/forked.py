@@ -56,6 +56,7 @@ COMMANDS = ("oss_responses.workers", "oss_responses.api")  # what the server imp
 # The demo MCP servers' modules, imported by the server too: ``python -m`` one of them, or a script of
 # the tests' own built on the same SDK (tests/tools/misbehaving_server.py), is forked as well.
 MCP_SERVERS = ("oss_responses.tools.servers.calculator", "oss_responses.tools.servers.documents")
+PRELOAD = "support.forkserver_preload"  # the commands' start-up work that is the same for every child
 
 _lock = threading.Lock()
 _context: multiprocessing.context.ForkServerContext | None = None
@@ -68,7 +69,7 @@ def _server() -> multiprocessing.context.ForkServerContext:
     with _lock:
         if _context is None:
             context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload([f"{module}.__main__" for module in COMMANDS] + list(MCP_SERVERS))
+            context.set_forkserver_preload([f"{module}.__main__" for module in COMMANDS] + [*MCP_SERVERS, PRELOAD])
             multiprocessing.forkserver.ensure_running()  # now, with the environment it is compared with
             _server_environ.update(os.environ)
             # registered after multiprocessing's handler, which waits for its children, so it runs first
