@@ -106,7 +106,8 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 def run_doctor(args: argparse.Namespace) -> int:
     from oss_responses.config import get_settings
-    from oss_responses.doctor import CHECKS, run_checks
+    from oss_responses.doctor import run_checks
+    from oss_responses.doctor.checks import CHECKS
 
     return 0 if run_checks(get_settings(), CHECKS, sys.stdout) else 1
 

@@ -2,28 +2,13 @@
 
 Each check is a small function of the settings yielding :class:`CheckResult` lines (ok / warn /
 FAIL with what to do). Checks only read: they never migrate, unpack or write, so the doctor is safe
-to run against production.
+to run against production. The list of them is :data:`oss_responses.doctor.checks.CHECKS`, not imported
+here: some checks import the engine's and the MCP client's modules (~2.8 s), and the commands that ask
+only :func:`oss_responses.doctor.stores.database_problem` (``keys``, ``webhooks``) must not pay for them.
 """
 
 from __future__ import annotations
 
-from oss_responses.doctor.clocks import check_clocks
-from oss_responses.doctor.report import Check, CheckResult, run_checks
-from oss_responses.doctor.runtime import check_encryption_keys, check_engine, check_vocabulary
-from oss_responses.doctor.stores import check_database, check_database_connections, check_redis
-from oss_responses.doctor.tools import check_tool_servers
-from oss_responses.doctor.workers import check_workers
+from oss_responses.doctor.report import CheckResult, run_checks
 
-CHECKS: tuple[Check, ...] = (
-    check_redis,
-    check_database,
-    check_database_connections,
-    check_vocabulary,
-    check_engine,
-    check_tool_servers,
-    check_encryption_keys,
-    check_workers,
-    check_clocks,
-)
-
-__all__ = ["CHECKS", "CheckResult", "run_checks"]
+__all__ = ["CheckResult", "run_checks"]

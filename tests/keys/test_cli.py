@@ -81,3 +81,13 @@ def test_keys_cli_on_unmigrated_database_says_so(tmp_path: Path, capsys: pytest.
     empty.touch()
     assert main(["--url", f"sqlite:///{empty}", "create", "--owner", "acme"]) == 2
     assert "is not migrated" in capsys.readouterr().err
+
+
+def test_keys_cli_imports_neither_engine_nor_protocol_modules() -> None:
+    """``keys`` asks the doctor's database check only: through the doctor's package it imported every check's
+    modules (the engine's, the MCP client's, the openai types), ~2.8 s of a 3.3 s start."""
+    heavy = ("openai", "mcp", "oss_responses.engine", "oss_responses.tools", "oss_responses.doctor.runtime")
+    probe = f"import sys, oss_responses.keys.cli; print(sorted(m for m in sys.modules if m.startswith({heavy!r})))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.strip() == "[]"
