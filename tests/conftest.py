@@ -46,9 +46,9 @@ IMPORTED_AT_COLLECTION = pytest.StashKey[frozenset[str]]()
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[IMPORTED_AT_COLLECTION] = frozenset(name for name in HEAVY_LIBRARIES if name in sys.modules)
     # A test process holds ~560k objects once it has collected the suite, and CPython's full collection
-    # walked them all, ~0.4 s a pass and ~90 passes per process: a pass stalled the API that the process
-    # serves in a thread (a 0.6 s wait in test_token_count.py's stall check). Frozen as the service's
-    # processes freeze their start-up heap, a pass walks only what the tests allocated since.
+    # walked them all, ~0.4 s a pass and ~90 passes per process, stopping the API that the process serves in
+    # a thread meanwhile (the probable cause of a 0.6 s wait in test_token_count.py's stall check). Frozen
+    # as the service's processes freeze their start-up heap, a pass walks only what the tests allocated since.
     tune_garbage_collection("test process")
 
 
