@@ -5,17 +5,19 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import socket
+import time
 from typing import Any
 
 import anyio
 import pytest
 import redis as redis_lib
 from celery import Celery
-from kombu import Connection
+from kombu import Connection, Consumer, Queue
 from support.servers import free_port
 
 from oss_responses.api.services import TaskQueue
-from oss_responses.broker import TRANSPORT, send_run_response
+from oss_responses.broker import TRANSPORT, send_run_response, stop_popping
 from oss_responses.statuses import RUN_RESPONSE_TASK
 
 
@@ -24,6 +26,24 @@ def test_channel_reuses_its_redis_client_for_commands(redis_url: str, redis: red
         channel = connection.default_channel
         assert channel._create_client() is channel._create_client()
         assert channel._create_client(asynchronous=True) is not channel._create_client()
+
+
+def test_stop_popping_ends_a_pending_pop_that_a_channel_close_waits_for(
+    redis_url: str, redis: redis_lib.Redis
+) -> None:
+    # A worker's stop closes its consumer's channel, and the close reads the pending BRPOP's answer: here
+    # Redis would give it in 30 s (the pop's timeout), on a stopping worker within kombu's 1 s.
+    with Connection(redis_url, transport=TRANSPORT, transport_options={"polling_interval": 30}) as connection:
+        channel = connection.channel()
+        Consumer(channel, [Queue("responses.popped")], no_ack=True).consume()
+        with pytest.raises(socket.timeout):
+            connection.drain_events(timeout=0.2)
+        assert redis.info("clients")["blocked_clients"] == 1
+        stop_popping()
+        started = time.monotonic()
+        channel.close()
+        assert time.monotonic() - started < 10
+    assert redis.info("clients")["blocked_clients"] == 0
 
 
 def test_task_queue_publishes_tasks_through_service_transport(redis_url: str, redis: redis_lib.Redis) -> None:

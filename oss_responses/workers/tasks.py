@@ -25,7 +25,7 @@ from celery.exceptions import Reject
 from celery.platforms import EX_FAILURE
 from celery.worker import state as worker_state
 
-from oss_responses.broker import send_run_response
+from oss_responses.broker import send_run_response, stop_popping
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineDead
 from oss_responses.engine.frontends import Frontend
@@ -215,6 +215,10 @@ def webhook_sender(app: Celery, settings: Settings) -> SendDelivery:
     return send
 
 
+def _stop_taking_tasks(**_: Any) -> None:
+    stop_popping()  # the consumer's pending pop answered now: it sees the stop without waiting out the pop
+
+
 def _hand_off_on_shutdown(
     sig: str | None = None, how: str | None = None, exitcode: int | None = None, **_: Any
 ) -> None:
@@ -251,6 +255,7 @@ def register(app: Celery, settings: Settings, frontend: Frontend | None = None) 
     )(run_response)
     register_webhook_task(app, settings, lambda: current_context().db)
     app.steps["worker"].add(make_worker_step(settings, frontend))
+    signals.worker_shutting_down.connect(_stop_taking_tasks, weak=False)
     signals.worker_shutting_down.connect(_hand_off_on_shutdown, weak=False)
     signals.task_revoked.connect(_cancel_revoked, weak=False)
 
