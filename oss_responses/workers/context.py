@@ -48,6 +48,7 @@ from oss_responses.vocab import load_encoding
 from oss_responses.webhooks.notify import SendDelivery, WebhookNotifier
 from oss_responses.workers.cancel import CancelListener
 from oss_responses.workers.engine_loop import EngineLoop
+from oss_responses.workers.lease import UnreleasedLeases
 from oss_responses.workers.outage import outage, unreachable, wait_for_database, wait_for_redis
 from oss_responses.workers.reaper import Reaper
 
@@ -118,6 +119,8 @@ class WorkerContext:
     request_exit: Callable[[], None] | None = None
     # The database's and Redis's outages, told once by every loop of this worker that retries them.
     outages: StoreOutages = field(default_factory=lambda: StoreOutages(outage_log))
+    # The leases its runs could not release in an outage: the reaper releases them once Redis answers.
+    unreleased: UnreleasedLeases = field(default_factory=UnreleasedLeases)
     _ready_task: asyncio.Task[None] | None = field(default=None, repr=False)
     _tasks: int = field(default=0, repr=False)
     _tasks_changed: threading.Condition = field(default_factory=threading.Condition, repr=False)
@@ -372,7 +375,7 @@ def _reaper(ctx: WorkerContext) -> Reaper:
         ctx.db, ctx.sync_redis, worker_id=ctx.worker_id, interval_seconds=settings.reaper_interval_seconds,
         lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
         dispatch=ctx.dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
-        retention_seconds=settings.response_retention_seconds, outages=ctx.outages,
+        retention_seconds=settings.response_retention_seconds, outages=ctx.outages, unreleased=ctx.unreleased,
     )
 
 

@@ -47,11 +47,13 @@ def let_go(run: Run) -> None:
         ctx.loop.call_soon(partial(ctx.writer.unfence, run.job.response_id, run.fence))
     try:
         _release(run)
-    except RedisError as exc:  # Redis went away: the lease lapses by itself
+    except RedisError as exc:
         # An outage is INFO: the worker's Redis outage lines tell it (and a run whose write it cut, its own
-        # WARNING), and a lapsing lease is how such a run lets go; its takeover, once Redis answers, is told again.
-        warn_failed(log, exc, "releasing the lease of %s failed: it lapses within %.0f s", run.job.response_id,
-                    ctx.settings.lease_seconds, outage_level=logging.INFO)
+        # WARNING); its takeover, once Redis answers, is told again.
+        if outage(exc):
+            ctx.unreleased.add(run.lease)
+        warn_failed(log, exc, "releasing the lease of %s failed: released once Redis answers, else it lapses within "
+                    "%.0f s", run.job.response_id, ctx.settings.lease_seconds, outage_level=logging.INFO)
 
 
 def _release(run: Run) -> None:

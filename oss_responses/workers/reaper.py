@@ -77,6 +77,7 @@ from oss_responses.webhooks.notify import WebhookNotifier, log_rows
 from oss_responses.wire import response_json, wire_json
 from oss_responses.workers.ended import planned_webhooks, response_ended
 from oss_responses.workers.job import stored_response
+from oss_responses.workers.lease import UnreleasedLeases
 from oss_responses.workers.outage import unreachable
 from oss_responses.workers.stream_tail import next_from_tail
 from oss_responses.workers.unclosed import end_unclosed_stream
@@ -190,7 +191,7 @@ class Reaper:
         event_ttl_seconds: int, dispatch: Callable[[str, str, dict[str, Any] | None], None] | None = None,
         stale_queued_seconds: int = 600, webhooks: WebhookNotifier | None = None,
         retention_seconds: int = 0, clock: Callable[[], float] = time.monotonic,
-        outages: StoreOutages | None = None,
+        outages: StoreOutages | None = None, unreleased: UnreleasedLeases | None = None,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -212,11 +213,19 @@ class Reaper:
         # Its passes' outages, told with the worker's other loops that retry the same stores.
         self.outages = outages or StoreOutages(log)
         self._passed = False  # the last pass won the lock and went through (the database answered it)
+        # This worker's leases that an outage kept it from releasing: released by each pass, in every worker
+        # (not only the one that wins the lock), before the lock's holder looks for responses without a lease.
+        self.unreleased = unreleased
 
     def reap_once(self) -> list[str]:
         """One pass (if this worker wins the lock); the ids it failed."""
         lock_ms = max(1000, int(self.interval * 1000))
         self._passed = False
+        if self.unreleased:
+            released = self.unreleased.release(self.redis)
+            if released:
+                log.info("released %d lease%s that Redis's outage had kept: their responses' takeovers can start",
+                         released, "" if released == 1 else "s")
         if not take_pass_lock(self.redis, REAPER_LOCK, self.owner, lock_ms):
             return []
         try:

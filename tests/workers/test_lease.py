@@ -6,16 +6,18 @@ import asyncio
 import random
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import redis as redis_lib
 import uvloop
 from redis.asyncio import Redis
 from support.async_redis import run_with_client
+from support.servers import free_port
 from support.streams import events_of
 from support.workers import accept, worker_settings
 
 from oss_responses import redis_keys
 from oss_responses.storage import Database
-from oss_responses.workers.lease import Lease
+from oss_responses.workers.lease import Lease, UnreleasedLeases
 from oss_responses.workers.testing import local_worker, run_response_now
 
 
@@ -122,3 +124,43 @@ def test_lease_whose_key_holds_something_else_is_lost_without_error(redis_url: s
 
     assert run_with_client(redis_url, body) == (True, False, False, False)
     assert redis.lrange(redis_keys.lease("r1"), 0, -1) == [b"not a lease"]  # left as it is
+
+
+def _let_go(response_id: str, owner: str, seconds: float = 60.0) -> Lease:
+    """A run's lease as its run holds it when it lets go (only its key, owner and TTL are used)."""
+    return Lease(None, response_id, owner, seconds)  # type: ignore[arg-type]
+
+
+def test_unreleased_leases_release_only_those_their_runs_still_hold(redis: redis_lib.Redis) -> None:
+    unreleased = UnreleasedLeases()
+    redis.set(redis_keys.lease("r1"), "w1/a", px=60_000)
+    redis.set(redis_keys.lease("r2"), "w2/b", px=60_000)  # taken over since
+    unreleased.add(_let_go("r1", "w1/a"))
+    unreleased.add(_let_go("r2", "w1/c"))
+
+    assert unreleased.release(redis) == 1
+    assert redis.get(redis_keys.lease("r1")) is None
+    assert redis.get(redis_keys.lease("r2")) == b"w2/b"
+    assert len(unreleased) == 0
+
+
+def test_unreleased_leases_forget_a_lease_once_it_has_lapsed(redis: redis_lib.Redis) -> None:
+    now = [100.0]
+    unreleased = UnreleasedLeases(clock=lambda: now[0])
+    unreleased.add(_let_go("r1", "w1/a", seconds=15.0))
+    redis.set(redis_keys.lease("r1"), "w1/a", px=60_000)  # as a next run of this worker, by chance, could hold it
+    now[0] += 15.0
+
+    assert unreleased.release(redis) == 0
+    assert len(unreleased) == 0
+    assert redis.get(redis_keys.lease("r1")) == b"w1/a"
+
+
+def test_unreleased_leases_kept_while_redis_does_not_answer() -> None:
+    unreleased = UnreleasedLeases()
+    unreleased.add(_let_go("r1", "w1/a"))
+    away = redis_lib.Redis(port=free_port(), socket_connect_timeout=1)
+
+    with pytest.raises(redis_lib.ConnectionError):
+        unreleased.release(away)
+    assert len(unreleased) == 1

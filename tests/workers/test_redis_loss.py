@@ -104,6 +104,27 @@ def test_response_whose_last_events_missed_redis_is_left_to_a_takeover(
     assert len(story_text(events).split()) == 30
 
 
+def test_lease_whose_release_redis_missed_is_released_by_next_reaper_pass(
+    database_url: str, server: RedisServer, client: redis_lib.Redis, db: Database
+) -> None:
+    # Its lease would have held the response for a minute after Redis came back: the takeover waited for it.
+    settings = worker_settings(database_url, server.url, lease_seconds=60.0)
+    response_id = accept(db, client, settings, input="tokens 30", background=True)
+    with local_worker(settings) as worker:
+        kill_redis_when(worker, server, "append", is_delta_from(10))
+        assert run_response_now(response_id, worker=worker) == "lease_lost"
+        server.restart()
+        assert client.exists(redis_keys.lease(response_id))
+        dispatched: list[str] = []
+        Reaper(db, client, worker_id="test", interval_seconds=0.5, lease_seconds=60.0, event_ttl_seconds=600,
+               dispatch=lambda response, *_: dispatched.append(response), unreleased=worker.unreleased).reap_once()
+        assert dispatched == [response_id]
+        assert run_response_now(response_id, worker=worker) == "completed"
+    events = wait_for_end(client, response_id, timeout=10)
+    assert_one_story(events, db, response_id)
+    assert len(story_text(events).split()) == 30
+
+
 def test_stream_of_response_saved_while_redis_was_down_is_closed_by_reaper(
     settings: Settings, server: RedisServer, client: redis_lib.Redis, db: Database
 ) -> None:
