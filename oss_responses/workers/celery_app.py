@@ -22,6 +22,7 @@ from oss_responses.engine.frontends import Frontend
 from oss_responses.redis_pool import silent_peer_guards
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
+from oss_responses.workers.consumer import CONSUMER, MAX_RETRIES
 from oss_responses.workers.pool import POOL
 from oss_responses.workers.tasks import dispatcher, register
 
@@ -47,6 +48,8 @@ def make_celery(settings: Settings, frontend: Frontend | None = None) -> Celery:
         broker_transport=TRANSPORT,  # kombu's Redis transport, surviving a Redis restart (broker.py)
         broker_transport_options=broker_transport_options(settings),
         broker_connection_retry_on_startup=True,
+        worker_consumer=CONSUMER,  # a lost broker tried again every second (consumer.py)
+        broker_connection_max_retries=MAX_RETRIES,
         # Celery 6's default would cancel the running tasks at each broker reconnect: a response runs on
         # through a Redis blip (its lease and stream say whether it may), and its late ack is the broker's.
         worker_cancel_long_running_tasks_on_connection_loss=False,

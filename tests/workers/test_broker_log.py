@@ -1,9 +1,9 @@
 """What a worker's log says of its Redis (its broker too) killed and restarted under running responses.
 
 A real Celery worker process and a real redis-server, killed (SIGKILL) under two streaming responses and
-started again 3 s later; the log read is the worker's own (JSON lines), from the kill on. Celery's consumer's
+started again 7 s later; the log read is the worker's own (JSON lines), from the kill on. Celery's consumer's
 lines stay Celery's words, its reconnect count with them, as one WARNING line each; the worker tells the
-outage once (``outage_log.py``).
+outage once (``outage_log.py``). The consumer tries every second (``consumer.py``), its lines folded.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,11 @@ from support.servers import start_redis
 from support.streams import wait_for_end, wait_for_event
 from support.workers import accept, worker_on_own_redis
 
-from oss_responses.outage_log import OutageLog
+from oss_responses.outage_log import REMIND_SECONDS, OutageLog
 from oss_responses.workers.broker_log import CONSUMER_LOGGER, ConsumerReconnectFilter
 from oss_responses.workers.celery_app import enqueue, make_celery
 
-DOWN_SECONDS = 3.0
+DOWN_SECONDS = 7.0  # Celery's own tries, 2 then 4 then 6 s apart, would connect 5 s after Redis is back
 
 Line = dict[str, Any]
 
@@ -69,9 +70,37 @@ def test_log_redis_restart_without_error_or_traceback(restart_log: list[Line]) -
 def test_tell_consumer_reconnect_tries_in_celery_words_one_line_each(restart_log: list[Line]) -> None:
     # Each had been three lines: the error, "Trying again in 2.00 seconds... (1/100)", an empty one.
     tries = _consumer_tries(restart_log)
-    assert [line["level"] for line in tries] == ["WARNING"] * len(tries) and tries, restart_log
-    assert "Connection refused. Trying again in 2.00 seconds... (1/100)" in tries[0]["message"]
+    assert [line["level"] for line in tries] == ["WARNING"], restart_log  # the first try; the others folded
+    assert "Connection refused. Trying again in 1.00 second... (1/2800)" in tries[0]["message"]
     assert [line for line in tries if "\n" in line["message"]] == []
+
+
+def test_consumer_connects_again_within_seconds_of_redis_answering(restart_log: list[Line]) -> None:
+    answered = next(line for line in restart_log if line["message"].startswith("Redis answers again"))
+    connected = next(line for line in restart_log
+                     if line["logger"] == "celery.worker.consumer.connection" and "Connected to" in line["message"])
+    assert _seconds(connected) - _seconds(answered) < 2.5
+
+
+def _seconds(line: Line) -> float:
+    return datetime.fromisoformat(line["time"]).timestamp()
+
+
+def _try_record(retries: int) -> logging.LogRecord:
+    return logging.getLogger(CONSUMER_LOGGER).makeRecord(
+        CONSUMER_LOGGER, logging.ERROR, __file__, 0, CONNECTION_ERROR,
+        ("redis://127.0.0.1:1/0", ConnectionError("refused"), f"Trying again in 1.00 second... ({retries}/2800)"), None)
+
+
+def test_fold_consumer_tries_to_first_of_outage_and_one_per_reminder() -> None:
+    now = [0.0]
+    shown = ConsumerReconnectFilter(lambda: None, clock=lambda: now[0])
+    seen = []
+    for second in [*range(int(REMIND_SECONDS) + 2), 60, 61]:  # a second outage begins at 60
+        now[0] = float(second)
+        if shown.filter(_try_record(second + 1)):
+            seen.append(second)
+    assert seen == [0, int(REMIND_SECONDS), 60]
 
 
 def test_log_no_cancel_notice_at_broker_reconnect(restart_log: list[Line]) -> None:
