@@ -98,6 +98,9 @@ class QoS(kombu_redis.QoS):
     # reject later is DEBUG (a GPU worker's 128 running responses made 128 more WARNING lines, one per task
     # as it finished, for one Redis restart). A reconnect makes a new channel.
     _told_unacked: frozenset[Any] = frozenset()
+    # Tasks that finish on the lost connection before its loss was counted (their acks came first: the outage
+    # probe's four running responses, four WARNING lines) are told once, the first at WARNING.
+    _told_left = False
 
     def restore_unacked(self, client: Any = None) -> None:
         if client is None and not self._connected():
@@ -174,8 +177,13 @@ class QoS(kombu_redis.QoS):
         super(kombu_redis.QoS, self).ack(delivery_tag)  # type: ignore[no-untyped-call]  # forgotten locally
 
     def _left(self, message: str, delivery_tag: Any) -> None:
-        """A task finished on the lost connection: DEBUG if the connection's loss already counted it."""
-        log.log(logging.DEBUG if delivery_tag in self._told_unacked else logging.WARNING, message, delivery_tag)
+        """A task finished on the lost connection: DEBUG if the connection's loss already counted it, or if an
+        earlier one was told; else WARNING."""
+        if delivery_tag in self._told_unacked or self._told_left:
+            log.debug(message, delivery_tag)
+            return
+        self._told_left = True
+        log.warning(message + "; the next tasks that finish on this lost connection are DEBUG lines", delivery_tag)
 
     def _connected(self) -> bool:
         # The channel's transport drops its client (the kombu Connection) when the connection closes.
