@@ -208,7 +208,10 @@ class Channel(kombu_redis.Channel):
         connection = self.client.connection
         if connection._sock is None or connection._sock is self._pop_socket:
             return
-        self._pop_client_id = self.client.client_id()
+        try:
+            self._pop_client_id = self.client.client_id()
+        except ResponseError:  # CLIENT denied (an ACL, a managed Redis): a stop waits for the pop's timeout
+            self._pop_client_id = None
         self._pop_socket = connection._sock
         _popping.add(self)
 

@@ -66,6 +66,23 @@ def test_acks_on_lost_broker_connection_before_its_loss_is_counted_are_told_once
     assert [tag for tag in ("tag-2", "tag-3") if any(tag in line for line in told)] == ["tag-2", "tag-3"]
 
 
+def test_channel_of_a_user_denied_client_commands_takes_tasks(redis_url: str, redis: redis_lib.Redis) -> None:
+    # Naming its pop's connection for stop_popping asks CLIENT ID: denied, it must not stop the consumer.
+    redis.execute_command("ACL", "SETUSER", "no-client", "on", ">secret", "~*", "&*", "+@all", "-client")
+    url = redis_url.replace("redis://", "redis://no-client:secret@")
+    taken: list[Any] = []
+    try:
+        with Connection(url, transport=TRANSPORT) as connection, \
+                Consumer(connection.channel(), [Queue("responses.denied")], accept=["json"],
+                         callbacks=[lambda body, _: taken.append(body)]):
+            connection.Producer().publish({"n": 1}, routing_key="responses.denied", serializer="json")
+            connection.drain_events(timeout=5)
+            stop_popping()
+    finally:
+        redis.execute_command("ACL", "DELUSER", "no-client")
+    assert taken == [{"n": 1}]
+
+
 def test_task_queue_publishes_tasks_through_service_transport(redis_url: str, redis: redis_lib.Redis) -> None:
     queue = TaskQueue(redis_url)
     try:
