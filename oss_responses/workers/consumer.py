@@ -3,9 +3,9 @@
 Celery's consumer passes no intervals to kombu's ``ensure_connection``, whose defaults wait 2 s, then 4, 6,
 ... up to 30 s between tries: a worker took tasks again 2.9 s after a 3 s Redis restart had ended (a takeover
 dispatched at once waited for it, measured), up to 30 s after a longer one, every new response queued
-meanwhile. It tries every ``RECONNECT_SECONDS`` instead, ``MAX_RETRIES`` times: as long as Celery's 100
-tries took (~46 min) before the worker gives up and exits. Its line per try is folded
-(``broker_log.py``).
+meanwhile. It tries every ``RECONNECT_SECONDS`` instead, for as long as Celery's 100 tries took (~46 min)
+before the worker gives up and exits: ``MAX_RETRIES`` tries, or ``GIVE_UP_SECONDS`` where each try waits for a
+silent broker's connect timeout. Its line per try is folded (``broker_log.py``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from celery.worker.consumer import consumer as celery_consumer
 
 CONSUMER = f"{__name__}:Consumer"
 RECONNECT_SECONDS = 1.0
-MAX_RETRIES = 2800  # kombu's 2, 4, ... 30 s, 100 tries: 2,790 s
+GIVE_UP_SECONDS = 2790.0  # kombu's 2, 4, ... 30 s apart, 100 tries
+MAX_RETRIES = 2800
 
 
 class Consumer(celery_consumer.Consumer):  # type: ignore[misc]  # Celery ships no types: its base is Any
     def ensure_connected(self, conn: Any) -> Any:
         conn.ensure_connection = partial(conn.ensure_connection, interval_start=RECONNECT_SECONDS,
-                                         interval_step=0, interval_max=RECONNECT_SECONDS)
+                                         interval_step=0, interval_max=RECONNECT_SECONDS, timeout=GIVE_UP_SECONDS)
         return super().ensure_connected(conn)
