@@ -5,11 +5,16 @@ Real processes on loopback: a redis-server, a migrated SQLite file, two Celery w
 reaper settings unless given. Each run starts a long response, waits until it streams, then signals
 the worker holding its lease:
   - SIGKILL: another worker takes it over once the lease expires (about lease_seconds);
-  - SIGTERM: the worker hands it off at once and exits; the time to exit is printed too.
+  - SIGTERM: the worker hands it off at once and exits; the time to exit is printed too;
+  - a Redis restart: redis-server (AOF, fsync always, as docker-compose runs it) killed and started again
+    ``--redis-down-seconds`` later; timed from its restart. The worker's writes fail meanwhile and it leaves
+    the response to a takeover, which starts once Redis answers (its lease released by the reaper's next
+    pass, the task taken by a consumer that tries its broker every second).
 A fresh worker replaces the signalled one before the next run. Every run checks that the stream is
 contiguous (no gap, no duplicate) once it ends.
 
 Usage: PYTHONPATH=.:tests python bench/recovery.py [--runs 5] [--lease-seconds 15] [--reaper-interval 1]
+    [--redis-down-seconds 3]
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ import os
 import signal
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import redis as redis_lib
 from _common import percentile
 from support import MODEL
 from support.processes import WorkerProcess, ready_workers
-from support.servers import start_redis
+from support.servers import RedisServer, start_redis
 from support.streams import events_of
 from support.workers import accept, worker_settings
 
@@ -56,22 +63,34 @@ def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-u
         time.sleep(0.005)
 
 
+def restart_redis(server: RedisServer, down_seconds: float) -> None:
+    server.kill()
+    time.sleep(down_seconds)
+    server.restart()
+
+
 def one_run(
-    settings: Settings, db: Database, client: redis_lib.Redis, workers: dict[int, WorkerProcess], sig: signal.Signals
+    settings: Settings, db: Database, client: redis_lib.Redis, workers: dict[int, WorkerProcess],
+    fault: signal.Signals | Callable[[], None],
 ) -> tuple[float, float | None]:
-    """(seconds from the signal to the next delta, seconds for the signalled worker to exit)."""
+    """(seconds from the signal, or Redis's restart, to the next delta; seconds for the signalled worker to exit)."""
     response_id = accept(db, client, settings, input="tokens 3000", background=True)
     enqueue(make_celery(settings), settings, response_id, MODEL)
     wait_for(lambda: len(deltas(client, response_id)) >= 20, 30, "the response did not stream")
     holder = client.get(redis_keys.lease(response_id)).decode()  # type: ignore[union-attr]
     pid = int(holder.split(":")[1])
     seen = len(deltas(client, response_id))
-    signalled = time.monotonic()
-    os.kill(pid, sig)
-    wait_for(lambda: len(deltas(client, response_id)) > seen + 1, 120, "no delta after the signal")
+    if isinstance(fault, signal.Signals):
+        signalled = time.monotonic()
+        os.kill(pid, fault)
+    else:
+        fault()
+        signalled = time.monotonic()
+        seen = len(deltas(client, response_id))  # what reached Redis before it went away
+    wait_for(lambda: len(deltas(client, response_id)) > seen + 1, 120, "no delta after the fault")
     recovery = time.monotonic() - signalled
     exited = None
-    if sig == signal.SIGTERM:
+    if fault == signal.SIGTERM:
         workers[pid].process.wait(timeout=30)
         exited = time.monotonic() - signalled
     client.set(redis_keys.cancel(response_id), "1")
@@ -89,9 +108,10 @@ def main() -> None:
     parser.add_argument("--lease-seconds", type=float, default=Settings.model_fields["lease_seconds"].default)
     parser.add_argument("--reaper-interval", type=float,
                         default=Settings.model_fields["reaper_interval_seconds"].default)
+    parser.add_argument("--redis-down-seconds", type=float, default=3.0)
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="oss-recovery-"))
-    redis_server = start_redis()
+    redis_server = start_redis(appendonly=True)
     settings = worker_settings(
         f"sqlite:///{folder / 'bench.db'}", redis_server.url, scripted_tokens_per_second=TOKENS_PER_SECOND,
         lease_seconds=args.lease_seconds, reaper_interval_seconds=args.reaper_interval,
@@ -106,14 +126,18 @@ def main() -> None:
             workers[worker.process.pid] = worker
         print(f"lease_seconds={args.lease_seconds} reaper_interval_seconds={args.reaper_interval} runs={args.runs}")
         results: dict[str, list[tuple[float, float | None]]] = {}
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            results[sig.name] = []
+        faults: dict[str, signal.Signals | Callable[[], None]] = {
+            "SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL,
+            "REDIS_RESTART": partial(restart_redis, redis_server, args.redis_down_seconds),
+        }
+        for name, fault in faults.items():
+            results[name] = []
             for run in range(args.runs):
-                results[sig.name].append(one_run(settings, db, client, workers, sig))
+                results[name].append(one_run(settings, db, client, workers, fault))
                 for pid in [pid for pid, w in workers.items() if w.process.poll() is not None]:
                     workers.pop(pid)
                 while len(workers) < 2:
-                    worker = start_worker(settings, f"w{sig.name}{run}", folder, client)
+                    worker = start_worker(settings, f"w{name}{run}", folder, client)
                     workers[worker.process.pid] = worker
         for name, runs in results.items():
             recoveries = [r for r, _ in runs]
@@ -123,6 +147,7 @@ def main() -> None:
             if exits:
                 print(f"{name.lower()}_worker_exit_p99: {percentile(exits, 0.99):.2f} s")
         sigkill = [r for r, _ in results["SIGKILL"]]
+        print(f"redis_restart_next_delta_median: {percentile([r for r, _ in results['REDIS_RESTART']], 0.5):.2f} s")
         print(f"sigterm_next_delta_median: {percentile([r for r, _ in results['SIGTERM']], 0.5):.2f} s")
         print(f"sigkill_next_delta_median: {percentile(sigkill, 0.5):.2f} s")
     finally:
