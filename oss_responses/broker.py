@@ -54,7 +54,6 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
-import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from redis.exceptions import RedisError, ResponseError
@@ -217,7 +216,7 @@ class Channel(kombu_redis.Channel):
 
     def _unblock_pop(self, client_id: int) -> None:
         try:
-            redis.Redis(connection_pool=self.pool).client_unblock(client_id)
+            self._create_client().client_unblock(client_id)
         except RedisError as exc:  # Redis away: the pop ends at its timeout, as it did
             log.debug("could not end the pending pop at once: %s", exc)
 

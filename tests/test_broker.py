@@ -46,26 +46,6 @@ def test_stop_popping_ends_a_pending_pop_that_a_channel_close_waits_for(
     assert redis.info("clients")["blocked_clients"] == 0
 
 
-def test_acks_on_lost_broker_connection_before_its_loss_is_counted_are_told_once(
-    redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
-) -> None:
-    # Running tasks whose acks came before the channel's loss was counted made a WARNING each (the outage
-    # probe's four running responses, four lines; a GPU worker's 128, 128).
-    with Connection(redis_url, transport=TRANSPORT) as connection:
-        channel = connection.default_channel
-        for tag in ("tag-1", "tag-2", "tag-3"):
-            channel.qos._delivered[tag] = object()
-        channel.connection.client = None  # what kombu's close of the connection leaves
-        with caplog.at_level(logging.DEBUG, logger="oss_responses.broker"):
-            for tag in ("tag-1", "tag-2", "tag-3"):
-                channel.qos.ack(tag)
-    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
-    assert warned == ["broker connection lost: task tag-1 stays unacknowledged (its redelivery is a no-op); the next "
-                      "tasks that finish on this lost connection are DEBUG lines"]
-    told = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
-    assert [tag for tag in ("tag-2", "tag-3") if any(tag in line for line in told)] == ["tag-2", "tag-3"]
-
-
 def test_channel_of_a_user_denied_client_commands_takes_tasks(redis_url: str, redis: redis_lib.Redis) -> None:
     # Naming its pop's connection for stop_popping asks CLIENT ID: denied, it must not stop the consumer.
     redis.execute_command("ACL", "SETUSER", "no-client", "on", ">secret", "~*", "&*", "+@all", "-client")
@@ -136,14 +116,21 @@ def test_send_run_response_reaches_a_queue_nobody_declared(redis_url: str, redis
     assert args == ["resp_2", {}] and headers["argsrepr"] == "('resp_2', {})"
 
 
+def _lost_channel(connection: Connection, *delivered: str) -> Any:
+    """The connection's channel holding tasks ``delivered`` (unacknowledged), as kombu's close of a lost
+    connection leaves it."""
+    channel = connection.default_channel
+    for tag in delivered:
+        channel.qos._delivered[tag] = object()
+    channel.connection.client = None
+    return channel
+
+
 def test_reject_on_lost_broker_connection_leaves_task_unacknowledged(redis_url: str, redis: redis_lib.Redis) -> None:
     # A webhook task whose retry could not be sent is rejected as Redis goes away; kombu's reject on the
     # closed channel raised AttributeError and stopped the worker (the webhooks probe: 2 of 8 restarts).
     with Connection(redis_url, transport=TRANSPORT) as connection:
-        channel = connection.default_channel
-        channel.qos._delivered["tag-1"] = object()
-        channel.connection.client = None  # what kombu's close of the connection leaves
-
+        channel = _lost_channel(connection, "tag-1")
         channel.qos.reject("tag-1", requeue=False)  # raised AttributeError
 
 
@@ -153,10 +140,7 @@ def test_ack_on_lost_broker_connection_is_told_once_with_the_loss(
     # Each running task finishing after Redis went away added a WARNING of its own to the loss's, which had
     # already counted it: a worker's 128 running responses, 129 lines for one restart.
     with Connection(redis_url, transport=TRANSPORT) as connection:
-        channel = connection.default_channel
-        for tag in ("tag-1", "tag-2", "tag-3"):
-            channel.qos._delivered[tag] = object()
-        channel.connection.client = None  # what kombu's close of the connection leaves
+        channel = _lost_channel(connection, "tag-1", "tag-2", "tag-3")
         with caplog.at_level(logging.DEBUG, logger="oss_responses.broker"):
             channel.qos.restore_unacked()  # the channel's close
             channel.qos.ack("tag-1")
@@ -169,6 +153,23 @@ def test_ack_on_lost_broker_connection_is_told_once_with_the_loss(
                          "next tasks that finish on this lost connection are DEBUG lines")
     told = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
     assert any("tag-1" in line for line in told) and any("tag-2" in line for line in told), told
+
+
+def test_acks_on_lost_broker_connection_before_its_loss_is_counted_are_told_once(
+    redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Running tasks whose acks came before the channel's loss was counted made a WARNING each (the outage
+    # probe's four running responses, four lines; a GPU worker's 128, 128).
+    with Connection(redis_url, transport=TRANSPORT) as connection:
+        channel = _lost_channel(connection, "tag-1", "tag-2", "tag-3")
+        with caplog.at_level(logging.DEBUG, logger="oss_responses.broker"):
+            for tag in ("tag-1", "tag-2", "tag-3"):
+                channel.qos.ack(tag)
+    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    assert warned == ["broker connection lost: task tag-1 stays unacknowledged (its redelivery is a no-op); the next "
+                      "tasks that finish on this lost connection are DEBUG lines"]
+    told = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
+    assert [tag for tag in ("tag-2", "tag-3") if any(tag in line for line in told)] == ["tag-2", "tag-3"]
 
 
 def test_ack_on_full_redis_leaves_task_unacknowledged(redis_url: str, redis: redis_lib.Redis) -> None:

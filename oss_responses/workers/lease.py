@@ -129,9 +129,8 @@ class UnreleasedLeases:
         released. An outage raises, and they are kept for the next try."""
         now = self._clock()
         with self._lock:
-            kept = [lease for lease, lapses in self._leases.items() if lapses > now]
-            if len(kept) < len(self._leases):
-                self._leases = {lease: lapses for lease, lapses in self._leases.items() if lapses > now}
+            self._leases = {lease: lapses for lease, lapses in self._leases.items() if lapses > now}
+            kept = list(self._leases)
         if not kept:
             return 0
         with redis.pipeline(transaction=False) as pipe:
