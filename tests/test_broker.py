@@ -7,18 +7,23 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
 import pytest
 import redis as redis_lib
 from celery import Celery
+from celery.worker.worker import WorkController
 from kombu import Connection, Consumer, Queue
 from support.servers import free_port
 
 from oss_responses.api.services import TaskQueue
-from oss_responses.broker import TRANSPORT, send_run_response, stop_popping
+from oss_responses.broker import TRANSPORT, Channel, send_run_response, stop_popping
 from oss_responses.statuses import RUN_RESPONSE_TASK
+from oss_responses.workers.consumer import Consumer as ServiceConsumer
 
 
 def test_channel_reuses_its_redis_client_for_commands(redis_url: str, redis: redis_lib.Redis) -> None:
@@ -28,21 +33,41 @@ def test_channel_reuses_its_redis_client_for_commands(redis_url: str, redis: red
         assert channel._create_client(asynchronous=True) is not channel._create_client()
 
 
-def test_stop_popping_ends_a_pending_pop_that_a_channel_close_waits_for(
-    redis_url: str, redis: redis_lib.Redis
-) -> None:
-    # A worker's stop closes its consumer's channel, and the close reads the pending BRPOP's answer: here
-    # Redis would give it in 30 s (the pop's timeout), on a stopping worker within kombu's 1 s.
+@contextmanager
+def _pending_pop(redis_url: str, redis: redis_lib.Redis) -> Iterator[Channel]:
+    """A consumer's channel waiting in a BRPOP that Redis would answer in 30 s (a worker's waits 1 s)."""
     with Connection(redis_url, transport=TRANSPORT, transport_options={"polling_interval": 30}) as connection:
         channel = connection.channel()
         Consumer(channel, [Queue("responses.popped")], no_ack=True).consume()
         with pytest.raises(socket.timeout):
             connection.drain_events(timeout=0.2)
         assert redis.info("clients")["blocked_clients"] == 1
+        yield channel
+
+
+def _closes_at_once(channel: Channel) -> bool:
+    """A worker's stop closes its consumer's channel, and the close reads the pending BRPOP's answer."""
+    started = time.monotonic()
+    channel.close()
+    return time.monotonic() - started < 10
+
+
+def test_stop_popping_ends_a_pending_pop_that_a_channel_close_waits_for(
+    redis_url: str, redis: redis_lib.Redis
+) -> None:
+    with _pending_pop(redis_url, redis) as channel:
         stop_popping()
-        started = time.monotonic()
-        channel.close()
-        assert time.monotonic() - started < 10
+        assert _closes_at_once(channel)
+    assert redis.info("clients")["blocked_clients"] == 0
+
+
+def test_worker_stop_without_shutting_down_signal_ends_a_pending_pop(redis_url: str, redis: redis_lib.Redis) -> None:
+    # ``celery control shutdown`` and SIGQUIT send no ``worker_shutting_down``; every stop of Celery's worker
+    # begins with signal_consumer_close, which finds the service's consumer's close.
+    consumer = ServiceConsumer.__new__(ServiceConsumer)  # its close needs none of a running consumer's state
+    with _pending_pop(redis_url, redis) as channel:
+        WorkController.signal_consumer_close(SimpleNamespace(consumer=consumer))
+        assert _closes_at_once(channel)
     assert redis.info("clients")["blocked_clients"] == 0
 
 

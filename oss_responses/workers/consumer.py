@@ -6,6 +6,11 @@ dispatched at once waited for it, measured), up to 30 s after a longer one, ever
 meanwhile. It tries every ``RECONNECT_SECONDS`` instead, for as long as Celery's 100 tries took (~46 min)
 before the worker gives up and exits: ``MAX_RETRIES`` tries, or ``GIVE_UP_SECONDS`` where each try waits for a
 silent broker's connect timeout. Its line per try is folded (``broker_log.py``).
+
+Every stop ends the consumer's pending BRPOP at once (``close``). The ``worker_shutting_down`` signal does it
+for SIGTERM and Ctrl-C (``tasks.py``), but ``celery control shutdown`` and SIGQUIT send no such signal, and a
+SIGTERM's loop may pop once more before it sees the stop: the channel's close then read the pop's answer
+when its 1 s timeout came.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from functools import partial
 from typing import Any
 
 from celery.worker.consumer import consumer as celery_consumer
+
+from oss_responses.broker import stop_popping
 
 CONSUMER = f"{__name__}:Consumer"
 RECONNECT_SECONDS = 1.0
@@ -26,3 +33,8 @@ class Consumer(celery_consumer.Consumer):  # type: ignore[misc]  # Celery ships 
         conn.ensure_connection = partial(conn.ensure_connection, interval_start=RECONNECT_SECONDS,
                                          interval_step=0, interval_max=RECONNECT_SECONDS, timeout=GIVE_UP_SECONDS)
         return super().ensure_connected(conn)
+
+    def close(self) -> None:
+        # Celery's WorkController calls it first in every stop, warm or cold (``signal_consumer_close``;
+        # its own Consumer has none), before the consumer's channel is closed.
+        stop_popping()
