@@ -2,9 +2,11 @@
 
 The whole stack (``_service/stack.py``: redis-server, SQLite or PostgreSQL, one API process, one Celery
 worker with the scripted engine at full speed) serves ``--responses`` short responses through the openai
-SDK, ``--concurrency`` at a time, of five kinds in turn: streamed; background and polled; continued by
+SDK, ``--concurrency`` at a time, of six kinds in turn: streamed; background and polled; continued by
 ``previous_response_id``; streamed with ``store: false``; waited for, then an earlier one's stream replayed
-(``GET ?stream=true``). Every ``--every`` responses it prints the resident memory of the API and the worker
+(``GET ?stream=true``); and over the Responses WebSocket (``client.responses.connect()``), one connection per
+lane open for the whole run as Codex keeps its own, ``store: false``, every other one continuing the one before
+by id (the connection's cache). Every ``--every`` responses it prints the resident memory of the API and the worker
 and Redis's ``used_memory``. A process that keeps something per response grows with the count; caches
 fill during the first checkpoints (the worker's rendered-message cache, SQLAlchemy's statement cache,
 pydantic's), so the growth is counted from the first checkpoint past a third of the run, and so are the
@@ -25,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +35,9 @@ import openai
 import redis as redis_lib
 from _common import rss_kib
 from _service.stack import SERVED, Stack, api_pids, start_stack
+from openai.resources.responses.responses import AsyncResponsesConnection
 
-KINDS = 5
+KINDS = 6
 GC_LOG = Path(__file__).parent / "_gc_log"  # its sitecustomize logs the service processes' collections
 
 
@@ -47,8 +51,37 @@ class Checkpoint:
     at: float  # wall time, as the garbage-collection log has it
 
 
-async def one(client: openai.AsyncOpenAI, n: int, earlier: str | None) -> tuple[str | None, bool]:
-    """Response ``n`` (its kind: ``n % KINDS``); its id if stored, and whether it completed."""
+@dataclass
+class Lane:
+    """One client's state: its last stored response, and its WebSocket with the last response made there."""
+
+    socket: AsyncResponsesConnection
+    earlier: str | None = None
+    on_socket: str | None = None  # the last response made over the socket, while the next one continues it
+
+
+async def over_socket(lane: Lane) -> bool:
+    """A ``store: false`` turn over the lane's socket; every other one continues the one before by id (two
+    turns, then a fresh conversation: a conversation that grew all run would grow the processes with it)."""
+    continued = {"previous_response_id": lane.on_socket} if lane.on_socket else {}
+    await lane.socket.response.create(model=SERVED, input="tokens 30", store=False, **continued)
+    while (event := await lane.socket.recv()).type not in ("response.completed", "response.failed",
+                                                          "response.incomplete", "error"):
+        pass
+    lane.on_socket = event.response.id if event.type == "response.completed" and not continued else None
+    return event.type == "response.completed"
+
+
+async def one(client: openai.AsyncOpenAI, n: int, lane: Lane) -> bool:
+    """Response ``n`` (its kind: ``n % KINDS``) on ``lane``; whether it completed."""
+    response_id, completed = (None, await over_socket(lane)) if n % KINDS == 5 else await over_http(
+        client, n, lane.earlier)
+    lane.earlier = response_id or lane.earlier
+    return completed
+
+
+async def over_http(client: openai.AsyncOpenAI, n: int, earlier: str | None) -> tuple[str | None, bool]:
+    """Response ``n`` over HTTP; its id if stored, and whether it completed."""
     kind = n % KINDS
     if kind == 0:
         completed = None
@@ -88,22 +121,23 @@ def checkpoint(stack: Stack, redis: redis_lib.Redis, responses: int, started: fl
 async def serve(stack: Stack, total: int, concurrency: int, every: int) -> tuple[list[Checkpoint], int]:
     client = openai.AsyncOpenAI(base_url=f"http://{stack.host}:{stack.port}/v1", api_key="bench", max_retries=0)
     redis = redis_lib.Redis.from_url(stack.settings.redis_url)
-    earlier: list[str | None] = [None] * concurrency  # each lane continues and replays its own last response
     failed = done = 0
-    started = time.monotonic()
-    print("responses  API (MiB)  worker (MiB)  Redis (MiB)  seconds")
-    points = [checkpoint(stack, redis, 0, started)]
-    try:
-        while done < total:
-            results = await asyncio.gather(*(one(client, done + lane, earlier[lane]) for lane in range(concurrency)))
-            earlier = [response_id or last for (response_id, _), last in zip(results, earlier, strict=True)]
-            failed += sum(not completed for _, completed in results)
-            done += concurrency
-            if done % every < concurrency:
-                points.append(checkpoint(stack, redis, done, started))
-    finally:
-        await client.close()
-        redis.close()
+    async with AsyncExitStack() as sockets:
+        # Each lane continues and replays its own last response, and keeps its socket for the whole run.
+        lanes = [Lane(await sockets.enter_async_context(client.responses.connect())) for _ in range(concurrency)]
+        started = time.monotonic()
+        print("responses  API (MiB)  worker (MiB)  Redis (MiB)  seconds")
+        points = [checkpoint(stack, redis, 0, started)]
+        try:
+            while done < total:
+                results = await asyncio.gather(*(one(client, done + n, lane) for n, lane in enumerate(lanes)))
+                failed += sum(not completed for completed in results)
+                done += concurrency
+                if done % every < concurrency:
+                    points.append(checkpoint(stack, redis, done, started))
+        finally:
+            await client.close()
+            redis.close()
     return points, failed
 
 
