@@ -159,6 +159,13 @@ def test_reject_on_lost_broker_connection_leaves_task_unacknowledged(redis_url: 
         channel.qos.reject("tag-1", requeue=False)  # raised AttributeError
 
 
+def _warned_and_told(caplog: pytest.LogCaptureFixture) -> tuple[list[str], list[str]]:
+    """The broker's lines: those at WARNING or above, and the DEBUG ones."""
+    records = caplog.records
+    return ([record.getMessage() for record in records if record.levelno >= logging.WARNING],
+            [record.getMessage() for record in records if record.levelno == logging.DEBUG])
+
+
 def test_ack_on_lost_broker_connection_is_told_once_with_the_loss(
     redis_url: str, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -171,12 +178,11 @@ def test_ack_on_lost_broker_connection_is_told_once_with_the_loss(
             channel.qos.ack("tag-1")
             channel.qos.reject("tag-2", requeue=False)
             channel.qos.ack("tag-9")  # not held at the loss: not counted in its line
-    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    warned, told = _warned_and_told(caplog)
     assert len(warned) == 2, warned
     assert warned[0].startswith("broker connection lost: 3 unacknowledged tasks stay")
     assert warned[1] == ("broker connection lost: task tag-9 stays unacknowledged (its redelivery is a no-op); the "
                          "next tasks that finish on this lost connection are DEBUG lines")
-    told = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
     assert any("tag-1" in line for line in told) and any("tag-2" in line for line in told), told
 
 
@@ -190,10 +196,9 @@ def test_acks_on_lost_broker_connection_before_its_loss_is_counted_are_told_once
         with caplog.at_level(logging.DEBUG, logger="oss_responses.broker"):
             for tag in ("tag-1", "tag-2", "tag-3"):
                 channel.qos.ack(tag)
-    warned = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+    warned, told = _warned_and_told(caplog)
     assert warned == ["broker connection lost: task tag-1 stays unacknowledged (its redelivery is a no-op); the next "
                       "tasks that finish on this lost connection are DEBUG lines"]
-    told = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
     assert [tag for tag in ("tag-2", "tag-3") if any(tag in line for line in told)] == ["tag-2", "tag-3"]
 
 
