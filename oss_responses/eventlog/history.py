@@ -97,7 +97,8 @@ class History:
     async def first_page(self, key: str, cursor: EntryId, response_id: str) -> tuple[list[Entry], EntryId]:
         """History after ``cursor``, and the id of the log's last entry (FIRST if it has none).
         :class:`StreamRewound` when the reader resumes after an event that was written anew since
-        (``rewinds.py``): one more command in the same round trip, for a resume only."""
+        (``rewinds.py``: one more command in the same round trip, for a resume only), or after one that the
+        running stream lacks."""
         mark_key = redis_keys.rewound(response_id)
         async with self._client().pipeline(transaction=False) as pipe:
             pipe.exists(key)
@@ -116,7 +117,17 @@ class History:
                         "an earlier state); it is told so", key, seen_through(cursor))
             raise StreamRewound(cursor)
         entries = as_entries(last)
-        return as_entries(page), parse_id(entries[0][0]) if entries else FIRST
+        tail = parse_id(entries[0][0]) if entries else FIRST
+        if tail < cursor and not (entries and b"end" in entries[0][1]):
+            # A running stream that ends before what its reader got: Redis came back from an earlier state, and
+            # the takeover has not written those numbers anew yet (the rewound mark, when there is one, comes with
+            # its first write; a worker that died with Redis left none). Followed, the reader would take the new
+            # events after its cursor as the rest of the old story; a made-up starting_after is told the same.
+            log.warning("event hub: a reader of %s resumes after event %d, which its running stream lacks (it ends at "
+                        "event %d: Redis restored from an earlier state?); it is told so", key, seen_through(cursor),
+                        seen_through(tail))
+            raise StreamRewound(cursor)
+        return as_entries(page), tail
 
     async def page(self, key: str, cursor: EntryId) -> list[Entry]:
         """History after ``cursor``, retried while Redis is unreachable (for up to ``outage_seconds``)."""

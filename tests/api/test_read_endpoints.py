@@ -43,6 +43,19 @@ def test_retrieve_response_stream_without_log_is_404(client: OpenAI, redis: redi
         client.responses.retrieve(created.id, stream=True)
 
 
+def test_retrieve_response_stream_starting_after_past_its_running_log_ends_with_error_event(
+    client: OpenAI, http: httpx2.Client
+) -> None:
+    """A queued response's log holds events 0 and 1: a client that says it got event 5 got it from a log Redis
+    lost since (or made the number up). It is told so, rather than given the events a takeover writes anew
+    under numbers it passed."""
+    created = client.responses.create(model=MODEL, input="hi", background=True)
+    answer = http.get(f"/v1/responses/{created.id}", params={"stream": "true", "starting_after": "5"})
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+    [event] = [parse_frame(chunk.encode() + b"\n\n") for chunk in answer.text.split("\n\n") if chunk]
+    assert (event["type"], event["code"], event["sequence_number"]) == ("error", "event_log_lost", 6)
+
+
 @pytest.mark.parametrize("starting_after", [None, 0])
 def test_retrieve_response_stream_of_overwritten_log_ends_with_error_event(
     client: OpenAI, http: httpx2.Client, redis: redis_lib.Redis, caplog: pytest.LogCaptureFixture,
