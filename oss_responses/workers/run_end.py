@@ -86,7 +86,7 @@ def finish(run: Run) -> Outcome:
         ctx.loop.run(ctx.writer.drain(job.response_id))
     except EventWriteError as exc:
         warn_failed(log, exc, "the last events of %s did not all reach Redis: leaving it to a takeover",
-                    job.response_id)
+                    job.response_id, outage_level=logging.INFO)  # as the runner's line: the reaper's tells it
         return leave_for_takeover(run)
     status = translator.response.status
     if status not in TERMINAL_STATUSES:  # a translator ends its response; a status-less one counts as failed

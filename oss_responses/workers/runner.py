@@ -198,7 +198,8 @@ def _mark_rewound(run: Run, next_number: int) -> None:
         return
     # Both happen: a run whose writes Redis never took (it stopped answering, its flushes given up) leaves
     # its numbers unwritten, and a Redis restored from a snapshot or a lagging replica lost written ones.
-    log.warning("the event stream of %s ends before event %d, which its lost run had numbered (its last writes "
+    # INFO: in every outage a run's last appends miss Redis, and the reaper told the loss; a reader is told by the mark
+    log.info("the event stream of %s ends before event %d, which its lost run had numbered (its last writes "
                 "did not reach Redis, or Redis was restored from an earlier state): events %d..%d are written anew",
                 run.job.response_id, high_water, next_number, high_water)
     mark_rewound(run.ctx.sync_redis, run.job.response_id, (next_number, high_water), run.ctx.settings.event_ttl_seconds)
@@ -319,7 +320,9 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
             log.warning("%s lost its lease (another worker took it over, or its key was deleted): its writes are "
                         "refused, this run stops", job.response_id)
         else:
-            warn_failed(log, exc, "the event log of %s is unreachable: leaving it to a takeover", job.response_id)
+            # An outage's own lines tell it, and the reaper's dispatch of the takeover tells the response (WARNING)
+            warn_failed(log, exc, "the event log of %s is unreachable: leaving it to a takeover", job.response_id,
+                        outage_level=logging.INFO)
         return leave_for_takeover(run)
     except LoopStopped:  # the worker stopped under it, past its wait for the task threads: a stop, not a loss
         log.warning("the engine loop of this stopping worker stopped under %s: handed off", job.response_id)

@@ -65,7 +65,8 @@ def take_over(run: Run, *, counted: bool) -> Outcome | Replay:
         if not wrong_type(exc):
             raise
         return _fail_journal_overwritten(run)
-    log.warning("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
+    # INFO: whoever found the loss told it (the reaper's dispatch, the run's own line, a stopping worker's handoff)
+    log.info("taking over %s (takeover %d, %d journal steps)", job.response_id, count, len(steps))
     TAKEOVERS.labels("takeover" if counted else "handoff").inc()
     if job.load_error is not None:
         # Nothing to replay the journal with (an earlier turn or its conversation deleted since): it ends

@@ -67,6 +67,18 @@ def test_log_redis_restart_without_error_or_traceback(restart_log: list[Line]) -
     assert [line for line in restart_log if line["level"] in ("ERROR", "CRITICAL") or "exc_info" in line] == []
 
 
+def test_tell_each_running_response_of_redis_restart_in_one_warning(restart_log: list[Line]) -> None:
+    # Four each, of one loss: the run left to a takeover, the reaper's dispatch, the span written anew (the run's
+    # last append that missed Redis) and the takeover. A worker running 128 responses wrote 512 WARNING lines.
+    warned = [line["message"] for line in restart_log if line["level"] == "WARNING" and "resp_" in line["message"]]
+    response_ids = {word.strip(":()") for message in warned for word in message.split() if word.startswith("resp_")}
+    assert len(response_ids) == 2, warned
+    for response_id in response_ids:
+        assert [message for message in warned if response_id in message] == [
+            f"{response_id} lost its worker: dispatching its takeover"], warned
+    assert sum("taking over" in line["message"] for line in restart_log) == 2  # told, at INFO
+
+
 def test_tell_consumer_reconnect_tries_in_celery_words_one_line_each(restart_log: list[Line]) -> None:
     # Each had been three lines: the error, "Trying again in 2.00 seconds... (1/100)", an empty one.
     tries = _consumer_tries(restart_log)
