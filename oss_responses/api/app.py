@@ -38,7 +38,7 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
                        prepared_statements=settings.database_prepared_statements)
     redis = api_redis(settings.redis_url)
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db),
-                   heartbeat_seconds=settings.stream_ping_seconds)
+                   heartbeat_seconds=settings.stream_ping_seconds, rewound_ttl_seconds=settings.event_ttl_seconds)
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
     exporter = MetricsExporter(settings)
     await hub.start()

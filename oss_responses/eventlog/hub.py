@@ -73,6 +73,7 @@ from oss_responses.eventlog.frames import frame_type
 from oss_responses.eventlog.history import ArchiveReader, History, pages_as_frames, raising
 from oss_responses.eventlog.lane import ReadLane
 from oss_responses.eventlog.losses import EventHubStopped, StreamLost, StreamNotFound, StreamOverwritten, StreamRewound
+from oss_responses.eventlog.rewinds import Span, mark_read_rewound
 from oss_responses.eventlog.supervision import Supervisor
 from oss_responses.outage_log import OutageLog
 from oss_responses.redis_pool import PatientPool
@@ -105,8 +106,10 @@ class EventHub:
         archive: ArchiveReader | None = None,
         heartbeat_seconds: float = 15.0,
         quiet_after_seconds: float = 2.0,
+        rewound_ttl_seconds: int = 86_400,
     ) -> None:
         self._heartbeat_seconds = heartbeat_seconds
+        self._rewound_ttl = rewound_ttl_seconds  # of the marks it writes: the event TTL, as a takeover's
         self._clients_ended = False  # end_client_streams was called: no client's stream follows live
         self._stopped = False
         self._redis_url = redis_url
@@ -450,9 +453,20 @@ class EventHub:
         self._recheck = False
         if refused:
             await self._drop_overwritten_streams([key for key, _ in refused], refused[0][1])
-        for key, how, why in lost:
-            if (stream := self._streams.get(key)) is not None:
-                self._lose(key, stream, how, why)
+        for loss in lost:
+            if loss.gone is not None:
+                await self._mark_gone(loss.key, loss.gone)
+            if (stream := self._streams.get(loss.key)) is not None:
+                self._lose(loss.key, stream, loss.how, loss.why)
+
+    async def _mark_gone(self, key: str, gone: Span) -> None:
+        """Numbers this hub's followers read that their stream came back without: marked as written anew
+        (``rewinds.py``), so that a reader who resumes among them once the takeover rewrote them is told too."""
+        try:
+            await mark_read_rewound(self._side_client, key.removeprefix(redis_keys.events("")), gone,
+                                    self._rewound_ttl)
+        except (OSError, RedisConnectionError, RedisTimeoutError, ResponseError) as exc:  # told all the same
+            log.warning("event hub: could not mark events %d..%d of %s as written anew (%s)", *gone, key, exc)
 
     async def _drop_overwritten_streams(self, keys: list[str], refused: Exception) -> None:
         """A read of ``keys`` that Redis refused (``refused``), not for an outage: the keys that hold something

@@ -6,8 +6,11 @@ after it anew; with sampling, other events. A reader that saw an old event under
 on after it would take the new ones for the rest of its story. Redis cannot tell: the run that was lost
 records in SQL how far it had numbered its stream (``responses.stream_high_water``), and the takeover that
 finds the stream ending before that marks the span here (``redis_keys.rewound``) before it writes anything.
-The API's hub reads the mark only off the per-event path: when a reader resumes after a given number
-(``starting_after``) and when it rechecks its followed streams after a failed read.
+A run that died with its Redis records nothing; the API's hub, whose follower finds its stream came back
+shorter than it had read, marks what it had read (spans merge). Before the takeover writes, a reader resuming
+after a number the running stream lacks is told without a mark (``history.py``). The API's hub reads the mark
+only off the per-event path: when a reader resumes after a given number (``starting_after``) and when it
+rechecks its followed streams after a failed read.
 
 A reader that saw the new events under those numbers (it followed the takeover, or replayed from the start)
 and resumes inside the span is told too: nothing tells which version it saw. A replay from the start is
@@ -20,6 +23,7 @@ import logging
 import re
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
 from oss_responses import redis_keys
 from oss_responses.eventlog.entries import EntryId, seen_through
@@ -46,6 +50,13 @@ return first .. ' ' .. last
 def mark_rewound(redis: Redis, response_id: str, span: Span, ttl_seconds: int) -> None:
     """Events ``span`` of the response are written anew from now on (a takeover, before its first write)."""
     redis.eval(_MARK, 1, redis_keys.rewound(response_id), span[0], span[1], ttl_seconds)
+
+
+async def mark_read_rewound(redis: AsyncRedis, response_id: str, span: Span, ttl_seconds: int) -> None:
+    """Events ``span`` of the response, which an API's follower read, are gone from its stream (it came back
+    shorter), to be written anew: marked when the hub finds it, since a lost run that died with its Redis
+    recorded no high-water mark for its takeover to mark them by."""
+    await redis.eval(_MARK, 1, redis_keys.rewound(response_id), span[0], span[1], ttl_seconds)
 
 
 def parse_span(value: bytes | None) -> Span | None:

@@ -14,16 +14,21 @@ a bug the other): the reads of every event stay as they were.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
-from oss_responses.eventlog.entries import EntryId, parse_id
+from oss_responses.eventlog.entries import EntryId, parse_id, seen_through
 from oss_responses.eventlog.losses import StreamLost, StreamRewound
-from oss_responses.eventlog.rewinds import read_mark, saw_rewound
+from oss_responses.eventlog.rewinds import Span, read_mark, saw_rewound
 
-# (key, how its followers are told, why: for the log line)
-Loss = tuple[str, type[StreamLost], str]
+
+class Loss(NamedTuple):
+    key: str
+    how: type[StreamLost]  # how its followers are told
+    why: str  # for the log line
+    gone: Span | None = None  # the numbers its followers read that the stream no longer holds (came back shorter)
 
 
 async def overwritten(client: Redis, keys: Iterable[str]) -> dict[str, bytes]:
@@ -56,15 +61,16 @@ async def losses(client: Redis, cursors: dict[str, EntryId]) -> tuple[list[Loss]
         if isinstance(tail, Exception):
             refused.append((key, tail))
         elif not tail:
-            found.append((key, StreamLost, "vanished (Redis lost its data)"))
-        elif parse_id(tail[0][0]) < cursor:
-            found.append((key, StreamRewound,
-                          f"came back shorter than read (Redis restored from an earlier state: ends at "
-                          f"{tail[0][0].decode()}, read up to {cursor[0]}-{cursor[1]})"))
+            found.append(Loss(key, StreamLost, "vanished (Redis lost its data)"))
+        elif (end := parse_id(tail[0][0])) < cursor:
+            found.append(Loss(key, StreamRewound,
+                              f"came back shorter than read (Redis restored from an earlier state: ends at "
+                              f"{tail[0][0].decode()}, read up to {cursor[0]}-{cursor[1]})",
+                              (seen_through(end) + 1, seen_through(cursor))))
         elif saw_rewound(read_mark(mark_key, mark), cursor):
             # Its takeover wrote past the cursor before this check: the mark, written before, tells.
-            found.append((key, StreamRewound,
-                          f"was written anew from an earlier state past what was read (events {mark.decode()}, "
-                          f"read up to {cursor[0]}-{cursor[1]})"))
+            found.append(Loss(key, StreamRewound,
+                              f"was written anew from an earlier state past what was read (events {mark.decode()}, "
+                              f"read up to {cursor[0]}-{cursor[1]})"))
     return found, refused
 

@@ -129,6 +129,33 @@ async def test_follower_of_stream_that_came_back_shorter_gets_stream_rewound(hub
     assert lost.value.last_sequence == 7
 
 
+@pytest.mark.parametrize(("after", "rewound"), [(4, False), (5, True), (7, True), (8, False)])
+async def test_resume_inside_span_a_follower_lost_gets_stream_rewound_after_unmarked_takeover(
+    hub, aredis, redis, make_events, after, rewound
+) -> None:
+    """The stream came back shorter than a follower had read (5..7 gone), and its lost run, dead with its Redis,
+    recorded no high-water mark: the takeover writes 5.. anew unmarked. The hub that found the follower's loss
+    marked what it had read, so a reader who resumes inside it after the rewrite is told too."""
+    await write_events(aredis, "resp_a", make_events(range(8)), ttl_seconds=60)
+    subscription = hub.subscribe("resp_a", after=None)
+    assert await collect(subscription, limit=8) == list(range(8))
+    following = asyncio.create_task(collect(subscription))
+    await until(lambda: any(c["cmd"] == "xread" for c in redis.client_list()))
+    redis.delete(redis_keys.events("resp_a"))
+    await write_events(aredis, "resp_a", make_events(range(5)), ttl_seconds=60)
+    _kill_live_read(redis)
+    with pytest.raises(StreamRewound):
+        await asyncio.wait_for(following, 10)
+    assert 0 < redis.ttl(redis_keys.rewound("resp_a")) <= 86_400
+    await write_events(aredis, "resp_a", make_events(range(5, 12)), close="completed", ttl_seconds=60)
+    frames = await hub.open("resp_a", after=after)
+    if rewound:
+        with pytest.raises(StreamRewound):
+            await collect(frames)
+    else:
+        assert await collect(frames) == list(range(after + 1, 12))
+
+
 async def test_follower_of_stream_written_past_its_cursor_before_the_recheck_gets_stream_rewound(
     hub, aredis, redis, make_events
 ) -> None:
