@@ -266,6 +266,11 @@ class ResponsesSocket:
                 lane.running = await _accepted_id(lane.accepting)
             if lane.running is not None:
                 await _cancel_quietly(self._services, lane.running)
+            # A cancelled task keeps its CancelledError, whose traceback holds the lane's frame, whose locals hold
+            # the lane, which held the task: a cycle that kept the whole connection (its cached conversation
+            # too, ~0.5 MB at 50 turns) until a full garbage collection, which the API's thresholds make rare.
+            lane.task = lane.accepting = None
+        self._lanes.clear()
 
 
 async def _accepted_id(accepting: asyncio.Task[creating.Accepted]) -> str | None:
