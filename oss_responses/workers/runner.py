@@ -200,8 +200,8 @@ def _mark_rewound(run: Run, next_number: int) -> None:
     # its numbers unwritten, and a Redis restored from a snapshot or a lagging replica lost written ones.
     # INFO: in every outage a run's last appends miss Redis, and the reaper told the loss; a reader is told by the mark
     log.info("the event stream of %s ends before event %d, which its lost run had numbered (its last writes "
-                "did not reach Redis, or Redis was restored from an earlier state): events %d..%d are written anew",
-                run.job.response_id, high_water, next_number, high_water)
+             "did not reach Redis, or Redis was restored from an earlier state): events %d..%d are written anew",
+             run.job.response_id, high_water, next_number, high_water)
     mark_rewound(run.ctx.sync_redis, run.job.response_id, (next_number, high_water), run.ctx.settings.event_ttl_seconds)
 
 
