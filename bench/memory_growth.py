@@ -74,8 +74,9 @@ async def over_socket(lane: Lane) -> bool:
 
 async def one(client: openai.AsyncOpenAI, n: int, lane: Lane) -> bool:
     """Response ``n`` (its kind: ``n % KINDS``) on ``lane``; whether it completed."""
-    response_id, completed = (None, await over_socket(lane)) if n % KINDS == 5 else await over_http(
-        client, n, lane.earlier)
+    if n % KINDS == 5:
+        return await over_socket(lane)
+    response_id, completed = await over_http(client, n, lane.earlier)
     lane.earlier = response_id or lane.earlier
     return completed
 
