@@ -146,7 +146,8 @@ class Settings(BaseSettings):
         description="A stopping worker (SIGTERM, SIGINT) that has not exited this many seconds after the signal exits "
         "at once: a Redis that stopped answering (SIGSTOP, a blackholed link) held Celery's own stop on its "
         "broker calls for over 60 s; its responses are left to their leases and its tasks to the broker. Below the "
-        "orchestrator's grace period (docker-compose: 30 s)",
+        "orchestrator's grace period (docker-compose: 30 s). One that runs no task exits as soon as its broker is "
+        "found silent",
     )
     engine: Literal["scripted", "vllm"] = Field("scripted", description="Which engine the worker runs")
     lease_seconds: float = Field(15.0, gt=0, description="TTL of a running response's lease; renewed every third of it")

@@ -12,11 +12,16 @@ import os
 import signal
 import sys
 import threading
+import time
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import redis as redis_lib
 from celery import signals as celery_signals
+from celery.worker import state as worker_state
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend, serve_frontends
@@ -29,6 +34,10 @@ from oss_responses.workers.tasks import engine_lost, start_error
 log = logging.getLogger(__name__)
 # The exit status of a worker that its stop deadline ended (``os._exit``: nothing after it runs).
 EX_STOP_DEADLINE = 1
+# How long a stopping worker that runs no task waits for its broker's answer, once a second: silent (stopped, a
+# blackholed link), the broker held Celery's own stop (its heartbeat, its pidbox's close, a reconnect), each call up
+# to its socket timeout, and an idle worker waited out its whole stop deadline, then exited 1.
+BROKER_CHECK_SECONDS = 1.0
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,7 +57,7 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     # Before Celery's own start: its warnings (running as root) are log lines from the first one.
     configure_logging(settings)
     app = make_celery(settings, frontend)
-    arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds)
+    arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds, broker_url=settings.celery_broker_url)
     celery_signals.worker_shutting_down.connect(arm, weak=False)  # this process's own worker only (never a test's)
     args = [
         # JSON logs are for a log pipeline: Celery's banner (a block of text on stdout) is left out.
@@ -99,26 +108,50 @@ def _indexed(name: str, index: int) -> str:
     return f"{first}-{index}{at}{rest}"
 
 
-def _arm_stop_deadline(seconds: float, how: str | None = None, **_: Any) -> None:
+def _arm_stop_deadline(seconds: float, broker_url: str, how: str | None = None, **_: Any) -> None:
     """From Celery's ``worker_shutting_down`` (SIGTERM, SIGINT): the process exits ``seconds`` later if it is
-    still there. Celery's own stop talks to the broker (its pidbox's and consumer's channels closed, unacknowledged
-    tasks restored, a worker-offline event), a call per step each up to the broker's socket timeout and retried,
-    and the task threads' and the engine's stop talk to Redis too: with Redis silent (SIGSTOP, a blackholed link)
-    a SIGTERM took 66 s to exit (measured), past compose's 30 s, and the engine was never stopped in order.
-    Exited here, nothing is lost: the running responses' leases lapse and the reaper hands them on once Redis
-    answers, and an unacknowledged task stays in the broker's unacked set."""
-    threading.Thread(target=_exit_after, args=(seconds, how), name="stop-deadline", daemon=True).start()
+    still there, or as soon as it runs no task while its broker does not answer. Celery's own stop talks to the
+    broker (its pidbox's and consumer's channels closed, unacknowledged tasks restored, a worker-offline event), a
+    call per step each up to the broker's socket timeout and retried, and the task threads' and the engine's stop
+    talk to Redis too: with Redis silent (SIGSTOP, a blackholed link) a SIGTERM took 66 s to exit (measured), past
+    compose's 30 s, and the engine was never stopped in order. Exited here, nothing is lost: the running
+    responses' leases lapse and the reaper hands them on once Redis answers, and an unacknowledged task stays in
+    the broker's unacked set."""
+    threading.Thread(target=_exit_after, args=(seconds, broker_url, how), name="stop-deadline", daemon=True).start()
 
 
-def _exit_after(seconds: float, how: str | None) -> None:
-    threading.Event().wait(seconds)
+def _exit_after(seconds: float, broker_url: str, how: str | None) -> None:
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        if not worker_state.active_requests and not broker_answers(broker_url, min(BROKER_CHECK_SECONDS, left)):
+            log.warning("stopping (%s): no task runs here and the broker does not answer, which holds Celery's own "
+                        "stop: exiting now; the tasks it had taken and not started are redelivered once it answers",
+                        how or "shutdown")
+            _exit_now(os.EX_OK)
+        threading.Event().wait(max(0.0, min(BROKER_CHECK_SECONDS, deadline - time.monotonic())))
     log.warning("stopping (%s): not stopped within %.0f s (OSS_RESPONSES_WORKER_STOP_SECONDS; Redis or the "
                 "database not answering?): exiting now; running responses go on elsewhere once their leases "
                 "lapse", how or "shutdown", seconds)
+    _exit_now(EX_STOP_DEADLINE)
+
+
+def broker_answers(url: str, timeout: float) -> bool:
+    """Whether the broker answers a PING within ``timeout`` on a connection of its own (Celery's may be stuck)."""
+    client = redis_lib.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout,
+                                      retry=Retry(NoBackoff(), 0))
+    try:
+        return bool(client.ping())
+    except (redis_lib.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def _exit_now(status: int) -> None:
     for handler in logging.getLogger().handlers:
         handler.flush()
     _kill_children()
-    os._exit(EX_STOP_DEADLINE)
+    os._exit(status)
 
 
 def _kill_children() -> None:

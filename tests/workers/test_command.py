@@ -102,6 +102,43 @@ def test_stop_worker_exits_by_its_deadline_with_redis_stopped(own_redis: RedisSe
         db.dispose()
 
 
+def test_stop_idle_worker_with_redis_stopped_exits_at_once(own_redis: RedisServer, tmp_path: Path) -> None:
+    # With nothing running there is nothing to wait for, but Celery's own stop waited on the silent broker (its
+    # heartbeat, its pidbox's close, a reconnect) until the stop deadline: 25 s, then exit status 1.
+    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
+    migrate(database_url)
+    settings = Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL], worker_stop_seconds=30.0)
+    log_path = tmp_path / "worker.log"
+    worker = start_worker_process(settings, log_path)
+    try:
+        time.sleep(3)  # Celery's heartbeat (every 2 s) under way: its PUBLISH is what waits first
+        os.kill(own_redis.process.pid, signal.SIGSTOP)
+        worker.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        try:
+            status = worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            pytest.fail("an idle worker was still there 15 s after its SIGTERM, with Redis stopped")
+        assert (status, time.monotonic() - started < 10) == (0, True)
+        assert "no task runs here and the broker does not answer" in log_path.read_text()
+    finally:
+        os.kill(own_redis.process.pid, signal.SIGCONT)
+        stop_process(worker)
+
+
+def test_stop_idle_worker_with_redis_answering_stops_as_celery_does(own_redis: RedisServer, tmp_path: Path) -> None:
+    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
+    migrate(database_url)
+    settings = Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL])
+    log_path = tmp_path / "worker.log"
+    worker = start_worker_process(settings, log_path)
+    try:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=15) == 0
+        assert "the broker does not answer" not in log_path.read_text()
+    finally:
+        stop_process(worker)
+
 
 def test_kill_children_at_stop_deadline_leaves_no_child_behind(tmp_path: Path) -> None:
     # os._exit runs no atexit handler: an engine's processes (vLLM's engine core and its GPU memory) outlived it.
