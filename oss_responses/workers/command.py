@@ -29,11 +29,12 @@ from oss_responses.logs import configure_logging
 from oss_responses.workers.celery_app import make_celery
 from oss_responses.workers.context import EngineStartError
 from oss_responses.workers.outage import StoreAwayAtStart
-from oss_responses.workers.tasks import engine_lost, start_error
+from oss_responses.workers.tasks import engine_lost, served, start_error
 
 log = logging.getLogger(__name__)
 # The exit status of a worker that its stop deadline ended (``os._exit``: nothing after it runs).
 EX_STOP_DEADLINE = 1
+EX_ENGINE_LOST = 1  # as ``sys.exit`` with the engine's loss for its message
 # How long a stopping worker that runs no task waits for its broker's answer, once a second: silent (stopped, a
 # blackholed link), the broker held Celery's own stop (its heartbeat, its pidbox's close, a reconnect), each call up
 # to its socket timeout, and an idle worker waited out its whole stop deadline, then exited 1.
@@ -110,29 +111,36 @@ def _indexed(name: str, index: int) -> str:
 
 def _arm_stop_deadline(seconds: float, broker_url: str, how: str | None = None, **_: Any) -> None:
     """From Celery's ``worker_shutting_down`` (SIGTERM, SIGINT): the process exits ``seconds`` later if it is
-    still there, or as soon as it runs no task while its broker does not answer. Celery's own stop talks to the
-    broker (its pidbox's and consumer's channels closed, unacknowledged tasks restored, a worker-offline event), a
-    call per step each up to the broker's socket timeout and retried, and the task threads' and the engine's stop
-    talk to Redis too: with Redis silent (SIGSTOP, a blackholed link) a SIGTERM took 66 s to exit (measured), past
-    compose's 30 s, and the engine was never stopped in order. Exited here, nothing is lost: the running
-    responses' leases lapse and the reaper hands them on once Redis answers, and an unacknowledged task stays in
-    the broker's unacked set."""
+    still there, or, once it served, as soon as it runs no task while its broker does not answer (a worker still
+    starting ends with its start's failure). Celery's own stop talks to the broker (its pidbox's and consumer's
+    channels closed, unacknowledged tasks restored, a worker-offline event), a call per step each up to the
+    broker's socket timeout and retried, and the task threads' and the engine's stop talk to Redis too: with
+    Redis silent (SIGSTOP, a blackholed link) a SIGTERM took 66 s to exit (measured), past compose's 30 s, and
+    the engine was never stopped in order. Exited here, nothing is lost: the running responses' leases lapse and
+    the reaper hands them on once Redis answers, and an unacknowledged task stays in the broker's unacked set."""
     threading.Thread(target=_exit_after, args=(seconds, broker_url, how), name="stop-deadline", daemon=True).start()
 
 
 def _exit_after(seconds: float, broker_url: str, how: str | None) -> None:
     deadline = time.monotonic() + seconds
     while (left := deadline - time.monotonic()) > 0:
-        if not worker_state.active_requests and not broker_answers(broker_url, min(BROKER_CHECK_SECONDS, left)):
+        if _idle_with_broker_silent(broker_url, min(BROKER_CHECK_SECONDS, left)):
             log.warning("stopping (%s): no task runs here and the broker does not answer, which holds Celery's own "
                         "stop: exiting now; the tasks it had taken and not started are redelivered once it answers",
                         how or "shutdown")
+            if (lost := engine_lost()) is not None:  # still a failure: a new worker must start an engine
+                log.error("oss-responses worker stopped: %s", lost)
+                _exit_now(EX_ENGINE_LOST)
             _exit_now(os.EX_OK)
         threading.Event().wait(max(0.0, min(BROKER_CHECK_SECONDS, deadline - time.monotonic())))
     log.warning("stopping (%s): not stopped within %.0f s (OSS_RESPONSES_WORKER_STOP_SECONDS; Redis or the "
                 "database not answering?): exiting now; running responses go on elsewhere once their leases "
                 "lapse", how or "shutdown", seconds)
     _exit_now(EX_STOP_DEADLINE)
+
+
+def _idle_with_broker_silent(broker_url: str, timeout: float) -> bool:
+    return served() and not worker_state.active_requests and not broker_answers(broker_url, timeout)
 
 
 def broker_answers(url: str, timeout: float) -> bool:

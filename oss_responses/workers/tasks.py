@@ -55,6 +55,13 @@ _metrics_server: MetricsServer | None = None
 _webhook_sweeper: WebhookSweeper | None = None
 _start_error: Exception | None = None
 _engine_lost: EngineDead | None = None
+_served = False  # the worker context started in this process (whatever happened since)
+
+
+def served() -> bool:
+    """Whether this process's worker got as far as serving: started, not merely starting (a stop then is its
+    start's failure, told by its own exit)."""
+    return _served
 
 
 def start_error() -> Exception | None:
@@ -163,7 +170,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
                 raise
 
         def _start(self, worker: Any) -> None:
-            global _context, _metrics_server, _webhook_sweeper
+            global _context, _metrics_server, _webhook_sweeper, _served
             raise_open_files_limit("worker")  # before the engine's processes start: they inherit it
             ignore_cancel_notice()  # here, past Celery's logging set-up, which shows every such notice
             build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)
@@ -175,6 +182,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
                 stopping=_stop_signalled,
             )
             _context.request_exit = _exit_for_a_new_engine
+            _served = True
             if settings.webhook_endpoints:
                 _webhook_sweeper = WebhookSweeper(settings, _context.db, _context.sync_redis, send_webhook,
                                                   outages=_context.outages).start()
