@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis as redis_lib
 from support import MODEL
-from support.processes import start_worker_process, stop_process
+from support.processes import ServiceProcess, start_worker_process, stop_process
 from support.servers import RedisServer
 from support.workers import accept
 
@@ -66,18 +67,36 @@ def test_run_frontend_serves_metrics_on_the_port_plus_its_index(monkeypatch: pyt
     ]
 
 
+def _settings(tmp_path: Path, redis: RedisServer, **overrides: Any) -> Settings:
+    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
+    migrate(database_url)
+    return Settings(database_url=database_url, redis_url=redis.url, models=[MODEL], **overrides)
+
+
+def _sigterm_with_redis_stopped(
+    worker: ServiceProcess, redis: RedisServer, within: float
+) -> tuple[int, float]:
+    """Redis stopped (SIGSTOP: connected, never answering), then the worker's SIGTERM: its exit status, and the
+    seconds it took (the caller SIGCONTs Redis)."""
+    os.kill(redis.process.pid, signal.SIGSTOP)
+    worker.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    try:
+        status = worker.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the worker was still there {within:.0f} s after its SIGTERM, with Redis stopped")
+    return status, time.monotonic() - started
+
+
 def test_stop_worker_exits_by_its_deadline_with_redis_stopped(own_redis: RedisServer, tmp_path: Path) -> None:
     # Redis frozen (SIGSTOP: connected, never answering) under a running response: Celery's own stop, the
     # response's handoff and the engine's stop waited on Redis call after call, and a SIGTERM took 66 s to exit,
     # past compose's 30 s grace period.
-    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
-    migrate(database_url)
-    settings = Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL],
-                        scripted_tokens_per_second=40.0, worker_stop_seconds=3.0)
+    settings = _settings(tmp_path, own_redis, scripted_tokens_per_second=40.0, worker_stop_seconds=3.0)
     log_path = tmp_path / "worker.log"
     worker = start_worker_process(settings, log_path)
     client = redis_lib.Redis.from_url(own_redis.url, socket_timeout=5)
-    db = Database(database_url)
+    db = Database(settings.database_url)
     try:
         response_id = accept(db, client, settings, input="tokens 800", background=True)
         enqueue(make_celery(settings), settings, response_id, MODEL)
@@ -85,14 +104,8 @@ def test_stop_worker_exits_by_its_deadline_with_redis_stopped(own_redis: RedisSe
         while not client.exists(redis_keys.lease(response_id)):
             assert time.monotonic() < deadline, "the response never started"
             time.sleep(0.05)
-        os.kill(own_redis.process.pid, signal.SIGSTOP)
-        worker.send_signal(signal.SIGTERM)
-        started = time.monotonic()
-        try:
-            status = worker.wait(timeout=12)
-        except subprocess.TimeoutExpired:
-            pytest.fail("the worker was still there 12 s after its SIGTERM, with Redis stopped")
-        assert time.monotonic() - started < 3.0 + 3
+        status, took = _sigterm_with_redis_stopped(worker, own_redis, within=12)
+        assert took < 3.0 + 3
         assert status == command.EX_STOP_DEADLINE
         assert "not stopped within 3 s" in log_path.read_text()
     finally:
@@ -105,21 +118,12 @@ def test_stop_worker_exits_by_its_deadline_with_redis_stopped(own_redis: RedisSe
 def test_stop_idle_worker_with_redis_stopped_exits_at_once(own_redis: RedisServer, tmp_path: Path) -> None:
     # With nothing running there is nothing to wait for, but Celery's own stop waited on the silent broker (its
     # heartbeat, its pidbox's close, a reconnect) until the stop deadline: 25 s, then exit status 1.
-    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
-    migrate(database_url)
-    settings = Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL], worker_stop_seconds=30.0)
     log_path = tmp_path / "worker.log"
-    worker = start_worker_process(settings, log_path)
+    worker = start_worker_process(_settings(tmp_path, own_redis, worker_stop_seconds=30.0), log_path)
     try:
         time.sleep(3)  # Celery's heartbeat (every 2 s) under way: its PUBLISH is what waits first
-        os.kill(own_redis.process.pid, signal.SIGSTOP)
-        worker.send_signal(signal.SIGTERM)
-        started = time.monotonic()
-        try:
-            status = worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            pytest.fail("an idle worker was still there 15 s after its SIGTERM, with Redis stopped")
-        assert (status, time.monotonic() - started < 10) == (0, True)
+        status, took = _sigterm_with_redis_stopped(worker, own_redis, within=15)
+        assert (status, took < 10) == (0, True)
         assert "no task runs here and the broker does not answer" in log_path.read_text()
     finally:
         os.kill(own_redis.process.pid, signal.SIGCONT)
@@ -127,11 +131,8 @@ def test_stop_idle_worker_with_redis_stopped_exits_at_once(own_redis: RedisServe
 
 
 def test_stop_idle_worker_with_redis_answering_stops_as_celery_does(own_redis: RedisServer, tmp_path: Path) -> None:
-    database_url = f"sqlite:///{tmp_path / 'oss-responses.db'}"
-    migrate(database_url)
-    settings = Settings(database_url=database_url, redis_url=own_redis.url, models=[MODEL])
     log_path = tmp_path / "worker.log"
-    worker = start_worker_process(settings, log_path)
+    worker = start_worker_process(_settings(tmp_path, own_redis), log_path)
     try:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=15) == 0
