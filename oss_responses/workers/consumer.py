@@ -6,8 +6,9 @@ dispatched at once waited for it, measured), up to 30 s after a longer one, ever
 meanwhile. It tries every ``RECONNECT_SECONDS`` instead, for as long as Celery's 100 tries took (~46 min)
 before the worker gives up and exits: ``MAX_RETRIES`` tries, or ``GIVE_UP_SECONDS`` where each try waits for a
 silent broker's connect timeout. Its line per try is folded (``broker_log.py``). Each reconnect's interval is
-drawn within ``RECONNECT_JITTER`` of it (kombu sleeps fractions of a second too), so that a fleet of workers that
-lost the same Redis at the same instant does not try it again in step.
+drawn up to ``RECONNECT_JITTER`` above it (kombu sleeps fractions of a second too), so that a fleet of workers
+that lost the same Redis at the same instant does not try it again in step; never below it, where Celery's line
+would say "Trying again now".
 
 Every stop ends the consumer's pending BRPOP at once (``close``). The ``worker_shutting_down`` signal does it
 for SIGTERM and Ctrl-C (``tasks.py``), but ``celery control shutdown`` and SIGQUIT send no such signal, and a
@@ -27,7 +28,7 @@ from oss_responses.broker import stop_popping
 
 CONSUMER = f"{__name__}:Consumer"
 RECONNECT_SECONDS = 1.0
-RECONNECT_JITTER = 0.25  # a fraction of RECONNECT_SECONDS either way
+RECONNECT_JITTER = 0.25  # a fraction of RECONNECT_SECONDS, added
 GIVE_UP_SECONDS = 2790.0  # kombu's 2, 4, ... 30 s apart, 100 tries
 MAX_RETRIES = 2800
 
@@ -46,5 +47,5 @@ class Consumer(celery_consumer.Consumer):  # type: ignore[misc]  # Celery ships 
 
 
 def reconnect_interval() -> float:
-    """Seconds between one consumer's tries of a lost broker: about ``RECONNECT_SECONDS``, its own."""
-    return RECONNECT_SECONDS * random.uniform(1 - RECONNECT_JITTER, 1 + RECONNECT_JITTER)
+    """Seconds between one consumer's tries of a lost broker: ``RECONNECT_SECONDS`` or a little more, its own."""
+    return RECONNECT_SECONDS * random.uniform(1, 1 + RECONNECT_JITTER)
