@@ -132,7 +132,7 @@ def _exit_after(seconds: float, broker_url: str, how: str | None) -> None:
                 log.error("oss-responses worker stopped: %s", lost)
                 _exit_now(EX_ENGINE_LOST)
             _exit_now(os.EX_OK)
-        threading.Event().wait(max(0.0, min(BROKER_CHECK_SECONDS, deadline - time.monotonic())))
+        time.sleep(max(0.0, min(BROKER_CHECK_SECONDS, deadline - time.monotonic())))
     log.warning("stopping (%s): not stopped within %.0f s (OSS_RESPONSES_WORKER_STOP_SECONDS; Redis or the "
                 "database not answering?): exiting now; running responses go on elsewhere once their leases "
                 "lapse", how or "shutdown", seconds)
@@ -140,10 +140,10 @@ def _exit_after(seconds: float, broker_url: str, how: str | None) -> None:
 
 
 def _idle_with_broker_silent(broker_url: str, timeout: float) -> bool:
-    return served() and not worker_state.active_requests and not broker_answers(broker_url, timeout)
+    return served() and not worker_state.active_requests and not _broker_answers(broker_url, timeout)
 
 
-def broker_answers(url: str, timeout: float) -> bool:
+def _broker_answers(url: str, timeout: float) -> bool:
     """Whether the broker answers a PING within ``timeout`` on a connection of its own (Celery's may be stuck)."""
     client = redis_lib.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout,
                                       retry=Retry(NoBackoff(), 0))
