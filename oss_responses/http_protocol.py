@@ -18,6 +18,9 @@ So, per connection:
   the frames it could not send stayed in memory.
 
 The app sees a closed request as a disconnect (``http.disconnect``), as when the client leaves.
+
+Each request also carries its :class:`DirectBody` (a scope extension), through which the event hub writes a
+relayed stream's frames to its client without waking the request's task.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from oss_responses.errors import BadRequest
 
@@ -47,6 +50,40 @@ def error_bytes(status: int, message: str, code: str) -> bytes:
     head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
             % (status, _REASONS[status], len(body)))
     return head + body
+
+
+# The scope's extension that holds a request's DirectBody (ASGI: an extension is a dict), under "writer";
+# absent where another server runs the app.
+DIRECT_BODY = "oss_responses.direct_body"
+
+
+class DirectBody:
+    """A response's body written to its connection as uvicorn's ``send`` writes it, from outside the app's
+    task: the event hub's dispatch writes a read's frames to each client that waits for them
+    (``eventlog.following.Sink``), where a wake of the client's task, four generators and an ASGI ``send``
+    through every middleware cost more than the write itself (a third of the API's CPU per relayed event,
+    ``bench/service.py`` (b)). Only a chunked body that has started and not ended, on a connection that takes
+    bytes without waiting: anything else is refused, and goes the way of ``send``, which waits. Middlewares
+    see the response's start and end, not these writes: none of the API's rewrites a body."""
+
+    __slots__ = ("_cycle",)
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+
+    def offer(self, data: bytes) -> bool:
+        cycle = self._cycle
+        if (cycle.disconnected or cycle.flow.write_paused or not cycle.response_started or cycle.response_complete
+                or not cycle.chunked_encoding or cycle.transport.is_closing()):
+            return False
+        cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        return True
+
+
+def direct_body(scope: MutableMapping[str, Any]) -> DirectBody | None:
+    """The request's :class:`DirectBody`, where this module's protocol serves it."""
+    writer = scope.get("extensions", {}).get(DIRECT_BODY, {}).get("writer")
+    return writer if isinstance(writer, DirectBody) else None
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):
@@ -123,6 +160,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._reading_headers = False
         self._arm(self._body_late)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # a request the app will run (not an upgrade)
+            self.scope.setdefault("extensions", {})[DIRECT_BODY] = {"writer": DirectBody(cycle)}
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes_fed += len(body)

@@ -15,7 +15,9 @@ pinger, shutdown listener, disconnect listener, in an anyio task group): ~15 KB 
 stream's memory (``bench/service.py`` (d): 49 → 34-39 KB). The request's own task sends, one task
 listens for the disconnect, the hub times the keep-alive pings (one timer for the process) and the
 stop signal reaches the hub. Each body item is already SSE bytes (the frames of one read, joined),
-sent as it is.
+sent as it is. While the client keeps up, the hub writes each read's frames to its connection itself
+(:class:`ClientSink`, ``http_protocol.DirectBody``) and the task sleeps on; it sends what the hub could
+not write at once (a full send buffer), the opening frames and the end.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from oss_responses.eventlog.losses import (
     StreamRewound,
 )
 from oss_responses.harmony.emitter import EventEmitter
+from oss_responses.http_protocol import DirectBody, direct_body
 from oss_responses.logs import note_stream_cut
 from oss_responses.metrics import ACTIVE_STREAMS
 from oss_responses.storage import AsyncDatabase, get_event_log
@@ -116,6 +119,7 @@ class FrameStream(EventSourceResponse):
 
     _client_left = False  # set by the listener when it cancels the sending task
     release: Release | None = None  # gives the owner's stream slot back once the response is done
+    sink: ClientSink | None = None  # where the hub writes frames itself once the response has started
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -125,6 +129,8 @@ class FrameStream(EventSourceResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        if self.sink is not None:
+            self.sink.writer = direct_body(scope)
         sending = asyncio.current_task()
         assert sending is not None
         listener = asyncio.create_task(self._cancel_on_disconnect(receive, sending))
@@ -138,6 +144,8 @@ class FrameStream(EventSourceResponse):
             note_stream_cut()
         finally:
             self.active = False  # before any await: the listener cancels nothing from here on
+            if self.sink is not None:
+                self.sink.writer = None  # the end goes through send, and nothing after it
             listener.cancel()
             if self.release is not None:
                 self.release()
@@ -166,6 +174,21 @@ class FrameStream(EventSourceResponse):
                     await aclose()
                 except Exception:
                     log.exception("closing the relayed stream failed")
+
+
+class ClientSink:
+    """A relayed stream's client connection, as the event hub writes to it (``eventlog.following.Sink``):
+    bound by :class:`FrameStream` to the request's :class:`DirectBody` from the response's start to its end,
+    refusing everything otherwise (and under a server without one), so that those frames go through ``send``."""
+
+    __slots__ = ("writer",)
+
+    def __init__(self) -> None:
+        self.writer: DirectBody | None = None
+
+    def offer(self, data: bytes) -> bool:
+        writer = self.writer
+        return writer is not None and writer.offer(data)
 
 
 async def _cancel_quietly(services: Services, response_id: str) -> None:
@@ -209,8 +232,10 @@ async def relay(
     ``head``, the caller wrote those frames to the log itself: the log exists and nothing after ``after``
     needs reading from history, so the hub follows it live at once (one Redis round trip fewer).
     """
+    sink = ClientSink()
     log_frames = await services.hub.open(response_id, after=after, chunked=True, history=not head,
-                                           client_stream=True)
+                                           client_stream=True, sink=sink)
     stream = FrameStream(_frames(services, response_id, head, log_frames, cancel_on_disconnect))
     stream.release = release
+    stream.sink = sink
     return stream

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from oss_responses.eventlog.bulk import bulk_string
 from oss_responses.eventlog.entries import Entry, EntryId, parse_id
@@ -20,13 +20,28 @@ def entry(raw: list[Any]) -> Entry:
     return entry_id, dict(zip(fields[::2], fields[1::2], strict=True))
 
 
+class Sink(Protocol):
+    """A client's connection, as the hub's dispatch may write to it directly."""
+
+    def offer(self, data: bytes) -> bool:
+        """Write ``data`` to the client now if its connection takes it without waiting (open, its send
+        buffer not full); False, and nothing written, otherwise."""
+        ...
+
+
 class Subscriber:
     """One subscription's queue of read batches (a list and a future while waiting, not a deque and an
-    Event: ~1.2 KB less)."""
+    Event: ~1.2 KB less).
 
-    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "client_stream", "since", "idle")
+    With a ``sink``, a batch that finds it waiting with nothing queued goes straight to its client from the
+    hub's dispatch (``EventHub._hand_over``): no task wake, no generator chain, no ASGI send per event, a
+    third of the API's CPU per relayed event. ``cursor`` is where it waits from, and moves with what the
+    dispatch hands over; ``_live`` takes it back when it next wakes."""
 
-    def __init__(self, *, client_stream: bool = False) -> None:
+    __slots__ = ("batches", "waiter", "attached", "stopped", "lost", "client_stream", "since", "idle", "sink",
+                 "cursor")
+
+    def __init__(self, *, client_stream: bool = False, sink: Sink | None = None) -> None:
         self.batches: list[list[Entry]] = []  # a few at most: a subscriber that falls behind is detached
         self.waiter: asyncio.Future[None] | None = None
         self.attached = False
@@ -35,6 +50,8 @@ class Subscriber:
         self.client_stream = client_stream  # heartbeats; ended by end_client_streams
         self.since = 0.0  # attached, or sent a heartbeat, at (its stream's last batch: FollowedStream.last_entry_at)
         self.idle = False  # a heartbeat is due
+        self.sink = sink
+        self.cursor: EntryId = (0, 0)  # meaningful while it waits (``waiter`` set)
 
     def wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():

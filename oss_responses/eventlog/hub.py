@@ -16,6 +16,9 @@ for a keep-alive comment) before it goes ``heartbeat_seconds`` without one or a 
 timeout set from that interval expects: one timer for the process, not one per stream, ticking
 ``HEARTBEAT_TICKS`` times per interval, so that a stream's first one comes 3/4 to 1 interval after its last
 batch (the timer reads the stream's last entry time: nothing per event), then one per interval.
+A chunked client stream may give a ``sink`` (its connection): a read whose frames find the stream's
+iteration waiting, with nothing queued, is written to it from the dispatch (``_hand_over``), the
+iteration not woken; what the sink refuses is queued as for any subscriber.
 ``end_client_streams`` ends every one of them (:class:`EventHubStopped`) at once: the API calls it when
 told to stop, since its server waits for open connections before the app shuts down, and a client can
 resume a stream elsewhere. Other
@@ -68,7 +71,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from oss_responses import redis_keys
 from oss_responses.eventlog import survival
 from oss_responses.eventlog.entries import ARCHIVED, Entry, EntryId, as_entries, cursor_after, parse_id, take_frames
-from oss_responses.eventlog.following import FollowedStream, Subscriber, entry
+from oss_responses.eventlog.following import FollowedStream, Sink, Subscriber, entry
 from oss_responses.eventlog.frames import frame_type
 from oss_responses.eventlog.history import ArchiveReader, History, pages_as_frames, raising
 from oss_responses.eventlog.lane import ReadLane
@@ -207,6 +210,7 @@ class EventHub:
         chunked: bool = False,
         history: bool = True,
         client_stream: bool = False,
+        sink: Sink | None = None,
     ) -> AsyncIterator[bytes]:
         """Like :meth:`subscribe`, but raises :class:`StreamNotFound` here, before any byte is sent (a stream
         whose key holds something else, with no archived log to replay, is :class:`StreamOverwritten`: told on
@@ -214,11 +218,14 @@ class EventHub:
 
         With ``chunked``, each item is the frames of one read joined (fewer socket writes). A
         ``client_stream`` ends at :meth:`end_client_streams`, and if chunked, an empty item means its
-        stream was quiet for ``heartbeat_seconds`` or more.
+        stream was quiet for ``heartbeat_seconds`` or more. A chunked stream's ``sink`` (its client's
+        connection) gets the frames of a read itself, joined, when they find the iteration waiting for them
+        with nothing queued: they never come out of the iterator (:class:`Subscriber`).
         """
         cursor = cursor_after(after)
         if not history:
-            return self._frames(response_id, cursor, ([], cursor), chunked=chunked, client_stream=client_stream)
+            return self._frames(response_id, cursor, ([], cursor), chunked=chunked, client_stream=client_stream,
+                                sink=sink)
         try:
             first = await self._history.first_page(redis_keys.events(response_id), cursor, response_id)
         except StreamRewound as rewound:  # told in the iteration, as its followers are
@@ -233,7 +240,7 @@ class EventHub:
                     return raising(missing)
                 raise
             return pages_as_frames(pages, chunked)
-        return self._frames(response_id, cursor, first, chunked=chunked, client_stream=client_stream)
+        return self._frames(response_id, cursor, first, chunked=chunked, client_stream=client_stream, sink=sink)
 
     async def last_sequence(self, response_id: str) -> int | None:
         """Sequence number of the stream's last event (None: no event yet); StreamNotFound if none."""
@@ -275,13 +282,14 @@ class EventHub:
     # --- one subscription -----------------------------------------------------------------------
     async def _frames(
         self, response_id: str, cursor: EntryId, first: tuple[list[Entry], EntryId] | None, *, chunked: bool,
-        client_stream: bool,
+        client_stream: bool, sink: Sink | None = None,
     ) -> AsyncIterator[bytes]:
         """``first``: the first history page and the log's last entry id when it was read."""
         if first is None:
             first = await self._history.first_page(redis_keys.events(response_id), cursor, response_id)
         page, tail = first
-        follow = self._follow(response_id, cursor, page, tail, Subscriber(client_stream=client_stream), chunked)
+        sub = Subscriber(client_stream=client_stream, sink=sink if chunked else None)
+        follow = self._follow(response_id, cursor, page, tail, sub, chunked)
         # Frames once sent are not held while the subscriber waits (an idle stream would keep its last
         # read, ~2-4 KB, for as long as it is open): hence the references dropped here, in _follow and in _live.
         del page, first
@@ -361,7 +369,11 @@ class EventHub:
                 sub.idle = False
                 yield None
                 continue
+            sub.cursor = cursor
             await sub.wait()
+            if sub.cursor > cursor:  # the dispatch handed batches to the client meanwhile (_hand_over)
+                cursor = sub.cursor
+                yield [], cursor, None
 
     # --- the shared reader ----------------------------------------------------------------------
     def _attach(self, key: str, sub: Subscriber, cursor: EntryId, start: EntryId) -> bool:
@@ -503,6 +515,8 @@ class EventHub:
             self._busy_lane.wake()
         overflowed = []
         for sub in stream.subscribers:
+            if sub.sink is not None and self._hand_over(sub, entries):
+                continue
             sub.batches.append(entries)
             if len(sub.batches) > self._max_pending:
                 overflowed.append(sub)
@@ -511,6 +525,21 @@ class EventHub:
             sub.batches.clear()
             sub.attached = False
             self._detach(key, sub)
+
+    @staticmethod
+    def _hand_over(sub: Subscriber, entries: list[Entry]) -> bool:
+        """Write a read's frames straight to a waiting subscriber's client, if it has nothing queued (order)
+        and its connection takes them now; an end marker is left to the iteration, which ends the stream."""
+        waiter = sub.waiter
+        if waiter is None or waiter.done() or sub.batches or sub.stopped or sub.lost is not None or sub.sink is None:
+            return False
+        frames, cursor, end = take_frames(entries, sub.cursor)
+        if end is not None:
+            return False
+        if frames and not sub.sink.offer(b"".join(frames)):
+            return False
+        sub.cursor = cursor
+        return True
 
     async def _beat_forever(self) -> None:
         """Each tick, a heartbeat for every client's stream that would otherwise be quiet for the whole

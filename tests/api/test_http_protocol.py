@@ -8,6 +8,7 @@ import json
 import shutil
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +16,15 @@ from pathlib import Path
 import httpx2
 import pytest
 import redis as redis_lib
+import uvicorn
 from support import MODEL
 from support.processes import ServiceProcess, start_api_process
+from support.servers import free_port
 from support.workers import accept
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
+from oss_responses.http_protocol import direct_body, server_options
 
 HEADER_LIMIT = 8192
 READ_S = 1.0
@@ -223,3 +227,37 @@ def test_client_reading_nothing_of_its_event_stream_is_disconnected(
             while chunk := sock.recv(65536):
                 received += len(chunk)
     assert received < sum(map(len, deltas)), f"all {received} bytes received: the connection was kept"
+
+
+def test_offer_direct_body_writes_only_between_response_start_and_end(settings: Settings) -> None:
+    """The hub's writes to a client (``eventlog.following.Sink``): what uvicorn's ``send`` would write, in
+    order with it, and only while the response is open."""
+    offers: list[bool] = []
+
+    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        writer = direct_body(scope)
+        assert writer is not None
+        offers.append(writer.offer(b"early"))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        offers.append(writer.offer(b"a"))
+        await send({"type": "http.response.body", "body": b"b", "more_body": True})
+        offers.append(writer.offer(b"c"))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        offers.append(writer.offer(b"late"))
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
+                                           **server_options(settings)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        answer = httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert answer.status_code == 200 and answer.text == "abc"
+    assert offers == [False, True, True, False]

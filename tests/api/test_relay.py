@@ -14,13 +14,19 @@ from pathlib import Path
 
 import httpx2
 import pytest
+import redis as redis_lib
 from openai import OpenAI
+from openai.types.responses import ResponseTextDeltaEvent
 from sqlalchemy import select
 from support import MODEL
 from support.processes import ServiceProcess, service_env, start_api_process, start_worker_process
+from support.workers import accept
 
+from oss_responses import redis_keys
 from oss_responses.api.relay import KEEP_ALIVE
 from oss_responses.config import Settings
+from oss_responses.eventlog import frame, parse_frame
+from oss_responses.eventlog.writes import close_after
 from oss_responses.sealing import new_key
 from oss_responses.storage import Database, ResponseRow
 
@@ -33,6 +39,12 @@ STOPPED_WITHIN_S = 5.0
 def settings(database_url: str, redis_url: str) -> Settings:
     return Settings(database_url=database_url, redis_url=redis_url, models=[MODEL, QUEUED_MODEL],
                     encryption_keys=[new_key()], stream_ping_seconds=PING_S)
+
+
+@pytest.fixture
+def address_of_api(api) -> tuple[str, int]:  # type: ignore[no-untyped-def]
+    host, port = api.base_url.removeprefix("http://").split(":")
+    return host, int(port)
 
 
 def _queued(http: httpx2.Client, **body: object) -> str:
@@ -87,6 +99,51 @@ def test_stream_sdk_reads_through_keep_alive_comments(http: httpx2.Client, clien
     assert types == ["response.created", "response.queued"]
     assert cancels == [200]
     assert client.responses.retrieve(response_id).status == "cancelled"
+
+
+def _dechunked(body: bytes) -> bytes:
+    """An HTTP/1.1 chunked body, joined; it must end with its last chunk."""
+    data = b""
+    while True:
+        size, _, body = body.partition(b"\r\n")
+        length = int(size, 16)
+        if length == 0:
+            assert body == b"\r\n"
+            return data
+        data, body = data + body[:length], body[length + 2:]
+
+
+def test_stream_to_client_reading_slowly_gets_every_event_once_in_order(
+    api, address_of_api: tuple[str, int], redis: redis_lib.Redis  # type: ignore[no-untyped-def]
+) -> None:
+    """Its events are written to it from the hub's read while it keeps up, and by its request's task
+    (which waits for the connection) once its send buffer is full: both, one after the other, as it
+    falls behind and catches up."""
+    response_id = accept(api.db, redis, api.settings, input="hi", background=True)  # events 0 and 1
+    sizes = [10] * 20 + [100_000] * 60 + [10] * 20  # keeping up, far behind (~6 MB), keeping up again
+    deltas = [ResponseTextDeltaEvent(type="response.output_text.delta", item_id="msg_1", output_index=0,
+                                     content_index=0, delta=f"<{n}>" + "x" * size, logprobs=[], sequence_number=n)
+              for n, size in enumerate(sizes, start=2)]
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
+        sock.settimeout(10)
+        sock.connect(address_of_api)
+        sock.sendall(f"GET /v1/responses/{response_id}?stream=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        received = b""
+        for delta in deltas:
+            key, entry_id = redis_keys.events(response_id), redis_keys.event_id(delta.sequence_number)
+            redis.xadd(key, {"f": frame(delta)}, id=entry_id)
+            if len(delta.delta) < 100:  # read up to it before the next
+                while f"<{delta.sequence_number}>".encode() not in received[-200:]:
+                    received += sock.recv(65536)
+        close_after(redis, response_id, [], "completed", 60)
+        while not received.endswith(b"0\r\n\r\n"):
+            received += sock.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
+    frames = [data for data in _dechunked(body).split(b"\n\n")[:-1] if data + b"\n\n" != KEEP_ALIVE]
+    assert [parse_frame(data + b"\n\n")["sequence_number"] for data in frames] == list(range(len(sizes) + 2))
+    assert [parse_frame(data + b"\n\n")["delta"] for data in frames[2:]] == [delta.delta for delta in deltas]
 
 
 # --- an API process told to stop ---------------------------------------------------------------
