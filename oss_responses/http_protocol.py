@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import weakref
 from collections.abc import Callable, MutableMapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -64,17 +65,20 @@ class DirectBody:
     through every middleware cost more than the write itself (a third of the API's CPU per relayed event,
     ``bench/service.py`` (b)). Only a chunked body that has started and not ended, on a connection that takes
     bytes without waiting: anything else is refused, and goes the way of ``send``, which waits. Middlewares
-    see the response's start and end, not these writes: none of the API's rewrites a body."""
+    see the response's start and end, not these writes: none of the API's rewrites a body.
+
+    It holds its cycle weakly: the cycle holds the scope, which holds this, and a strong reference would make
+    every request a reference cycle, left to the garbage collector's passes (which stop the process)."""
 
     __slots__ = ("_cycle",)
 
     def __init__(self, cycle: RequestResponseCycle) -> None:
-        self._cycle = cycle
+        self._cycle = weakref.ref(cycle)
 
     def offer(self, data: bytes) -> bool:
-        cycle = self._cycle
-        if (cycle.disconnected or cycle.flow.write_paused or not cycle.response_started or cycle.response_complete
-                or not cycle.chunked_encoding or cycle.transport.is_closing()):
+        cycle = self._cycle()
+        if (cycle is None or cycle.disconnected or cycle.flow.write_paused or not cycle.response_started
+                or cycle.response_complete or not cycle.chunked_encoding or cycle.transport.is_closing()):
             return False
         cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
         return True
