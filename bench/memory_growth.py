@@ -2,11 +2,13 @@
 
 The whole stack (``_service/stack.py``: redis-server, SQLite or PostgreSQL, one API process, one Celery
 worker with the scripted engine at full speed) serves ``--responses`` short responses through the openai
-SDK, ``--concurrency`` at a time, of six kinds in turn: streamed; background and polled; continued by
+SDK, ``--concurrency`` at a time, of seven kinds in turn: streamed; background and polled; continued by
 ``previous_response_id``; streamed with ``store: false``; waited for, then an earlier one's stream replayed
-(``GET ?stream=true``); and over the Responses WebSocket (``client.responses.connect()``), one connection per
+(``GET ?stream=true``); over the Responses WebSocket (``client.responses.connect()``), one connection per
 lane open for the whole run as Codex keeps its own, ``store: false``, every other one continuing the one before
-by id (the connection's cache). Every ``--every`` responses it prints the resident memory of the API and the worker
+by id (the connection's cache); and one that calls a tool of an MCP server (the demo calculator, configured as
+``calc``: its tools listed, one call, its result fed back), the worker's MCP sessions reused across responses.
+Every ``--every`` responses it prints the resident memory of the API and the worker
 and Redis's ``used_memory``. A process that keeps something per response grows with the count; caches
 fill during the first checkpoints (the worker's rendered-message cache, SQLAlchemy's statement cache,
 pydantic's), so the growth is counted from the first checkpoint past a third of the run, and so are the
@@ -36,8 +38,10 @@ import redis as redis_lib
 from _common import rss_kib
 from _service.stack import SERVED, Stack, api_pids, start_stack
 from openai.resources.responses.responses import AsyncResponsesConnection
+from support.mcp import CALCULATOR, mcp_server
 
-KINDS = 6
+KINDS = 7
+MCP = {"type": "mcp", "server_label": "calc", "require_approval": "never"}
 GC_LOG = Path(__file__).parent / "_gc_log"  # its sitecustomize logs the service processes' collections
 
 
@@ -76,6 +80,8 @@ async def one(client: openai.AsyncOpenAI, n: int, lane: Lane) -> bool:
     """Response ``n`` (its kind: ``n % KINDS``) on ``lane``; whether it completed."""
     if n % KINDS == 5:
         return await over_socket(lane)
+    if n % KINDS == 6:
+        return await with_mcp_call(client)
     response_id, completed = await over_http(client, n, lane.earlier)
     lane.earlier = response_id or lane.earlier
     return completed
@@ -108,6 +114,14 @@ async def over_http(client: openai.AsyncOpenAI, n: int, earlier: str | None) -> 
         async for _ in await client.responses.retrieve(earlier, stream=True):
             pass
     return response.id, response.status == "completed"
+
+
+async def with_mcp_call(client: openai.AsyncOpenAI) -> bool:
+    """A response that calls the calculator over MCP; whether it completed with the call's result."""
+    response = await client.responses.create(model=SERVED, input='call calc.calculate {"expression": "6*7"}',
+                                             tools=[MCP])
+    calls = [item for item in response.output if item.type == "mcp_call"]
+    return response.status == "completed" and [call.output for call in calls] == ["42"]
 
 
 def checkpoint(stack: Stack, redis: redis_lib.Redis, responses: int, started: float) -> Checkpoint:
@@ -158,6 +172,19 @@ def per_thousand(first: Checkpoint, last: Checkpoint, kib: str) -> float:
     return (getattr(last, kib) - getattr(first, kib)) / (last.responses - first.responses) * 1000
 
 
+def measure(args: argparse.Namespace, calculator: str) -> tuple[list[Checkpoint], int, dict[str, int]]:
+    """The run's checkpoints, how many responses did not complete, and the measured processes' pids."""
+    stack = start_stack(args.database, tool_servers={"calc": calculator})
+    try:
+        stack.start_worker(args.concurrency, traced=False)
+        assert stack.worker is not None
+        pids = {"API": stack.api.pid, "worker": stack.worker.pid}
+        points, failed = asyncio.run(serve(stack, args.responses, args.concurrency, args.every))
+    finally:
+        stack.stop()
+    return points, failed, pids
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--responses", type=int, default=12_000)
@@ -168,14 +195,8 @@ def main() -> None:
     logs = tempfile.mkdtemp(prefix="oss-bench-gc-")
     os.environ["BENCH_GC_LOG"] = f"{logs}/gc"  # the service processes inherit both
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(GC_LOG), os.environ.get("PYTHONPATH")]))
-    stack = start_stack(args.database)
-    try:
-        stack.start_worker(args.concurrency, traced=False)
-        assert stack.worker is not None
-        pids = {"API": stack.api.pid, "worker": stack.worker.pid}
-        points, failed = asyncio.run(serve(stack, args.responses, args.concurrency, args.every))
-    finally:
-        stack.stop()
+    with mcp_server(*CALCULATOR) as calculator:
+        points, failed, pids = measure(args, calculator)
     warm = next(point for point in points if point.responses >= args.responses / 3)
     last = points[-1]
     for name, pid in pids.items():

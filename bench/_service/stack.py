@@ -92,9 +92,10 @@ class Stack:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
+def start_stack(database: str = "sqlite", api_processes: int = 1, tool_servers: dict[str, str] | None = None) -> Stack:
     """``database``: "sqlite" (a file in the stack's folder) or "postgresql" (its own cluster);
-    ``api_processes``: the API's (``OSS_RESPONSES_API_PROCESSES``), all up when this returns."""
+    ``api_processes``: the API's (``OSS_RESPONSES_API_PROCESSES``), all up when this returns;
+    ``tool_servers``: the configured MCP servers (``OSS_RESPONSES_TOOL_SERVERS``), label → URL."""
     directory = Path(tempfile.mkdtemp(prefix="oss-bench-service-"))
     redis = start_redis()
     postgres = None
@@ -106,7 +107,7 @@ def start_stack(database: str = "sqlite", api_processes: int = 1) -> Stack:
             database_url = f"sqlite:///{directory / 'oss-responses.db'}"
         migrate(database_url)
         settings = Settings(database_url=database_url, redis_url=redis.url, models=[SERVED, UNSERVED],
-                            api_processes=api_processes)
+                            api_processes=api_processes, tool_servers=tool_servers or {})
         # Several API processes' metrics: each process has built its app once its live gauge is there
         # (the supervisor, which imports the app's modules too, has one more: idle).
         metrics = directory / "api-metrics"
