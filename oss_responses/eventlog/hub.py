@@ -515,7 +515,7 @@ class EventHub:
             self._busy_lane.wake()
         overflowed = []
         for sub in stream.subscribers:
-            if sub.sink is not None and self._hand_over(sub, entries):
+            if (sink := sub.sink) is not None and self._hand_over(sub, sink, entries):
                 continue
             sub.batches.append(entries)
             if len(sub.batches) > self._max_pending:
@@ -527,16 +527,16 @@ class EventHub:
             self._detach(key, sub)
 
     @staticmethod
-    def _hand_over(sub: Subscriber, entries: list[Entry]) -> bool:
+    def _hand_over(sub: Subscriber, sink: Sink, entries: list[Entry]) -> bool:
         """Write a read's frames straight to a waiting subscriber's client, if it has nothing queued (order)
         and its connection takes them now; an end marker is left to the iteration, which ends the stream."""
         waiter = sub.waiter
-        if waiter is None or waiter.done() or sub.batches or sub.stopped or sub.lost is not None or sub.sink is None:
+        if waiter is None or waiter.done() or sub.batches or sub.stopped or sub.lost is not None:
             return False
         frames, cursor, end = take_frames(entries, sub.cursor)
         if end is not None:
             return False
-        if frames and not sub.sink.offer(b"".join(frames)):
+        if frames and not sink.offer(b"".join(frames)):
             return False
         sub.cursor = cursor
         return True

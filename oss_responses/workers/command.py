@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 # The exit status of a worker that its stop deadline ended (``os._exit``: nothing after it runs).
 EX_STOP_DEADLINE = 1
 EX_ENGINE_LOST = 1  # as ``sys.exit`` with the engine's loss for its message
+ENGINE_LOST = "oss-responses worker stopped: {}"  # its last line, for the orchestrator's log
 # How long a stopping worker that runs no task waits for its broker's answer, once a second: silent (stopped, a
 # blackholed link), the broker held Celery's own stop (its heartbeat, its pidbox's close, a reconnect), each call up
 # to its socket timeout, and an idle worker waited out its whole stop deadline, then exited 1.
@@ -79,7 +80,7 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
         sys.exit(f"oss-responses worker not started: {why}")
     if (lost := engine_lost()) is not None:
         # A dead engine core cannot be started again in this process: a new worker must start it.
-        sys.exit(f"oss-responses worker stopped: {lost}")
+        sys.exit(ENGINE_LOST.format(lost))
 
 
 def run_frontend(extra: list[str], frontend: Frontend) -> None:
@@ -129,7 +130,7 @@ def _exit_after(seconds: float, broker_url: str, how: str | None) -> None:
                         "stop: exiting now; the tasks it had taken and not started are redelivered once it answers",
                         how or "shutdown")
             if (lost := engine_lost()) is not None:  # still a failure: a new worker must start an engine
-                log.error("oss-responses worker stopped: %s", lost)
+                log.error(ENGINE_LOST.format(lost))
                 _exit_now(EX_ENGINE_LOST)
             _exit_now(os.EX_OK)
         time.sleep(max(0.0, min(BROKER_CHECK_SECONDS, deadline - time.monotonic())))

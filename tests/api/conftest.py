@@ -47,6 +47,13 @@ def started() -> Iterator[list[ServiceProcess]]:
 
 
 @pytest.fixture
+def address(api: ApiServer) -> tuple[str, int]:
+    """The API's host and port, for a raw socket."""
+    host, port = api.base_url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+@pytest.fixture
 def client(api: ApiServer) -> Iterator[OpenAI]:
     with sdk_client(f"{api.base_url}/v1", max_retries=0, timeout=20) as sdk:
         yield sdk

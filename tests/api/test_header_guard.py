@@ -61,13 +61,12 @@ def test_create_response_with_single_valued_header_twice_is_400(http: httpx2.Cli
 
 
 @pytest.mark.parametrize("header", ["Content-Encoding", "Transfer-Encoding"])
-def test_create_response_with_gzipped_body_is_415(api, header: str) -> None:  # type: ignore[no-untyped-def]
+def test_create_response_with_gzipped_body_is_415(address: tuple[str, int], header: str) -> None:
     body = gzip.compress(json.dumps(BODY).encode())
     coding = b"gzip" if header == "Content-Encoding" else b"gzip, chunked"
     framing = b"Content-Length: %d\r\n" % len(body) if header == "Content-Encoding" else b""
     payload = body if header == "Content-Encoding" else b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
-    host, port = api.base_url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Connection: close\r\n" + header.encode() + b": " + coding + b"\r\n" + framing + b"\r\n"
                      + payload)
@@ -85,10 +84,11 @@ def test_request_to_unknown_path_is_404_naming_it_as_openai_does(http: httpx2.Cl
     assert missing.json()["error"]["message"] == "Invalid URL (GET /v1/nope)"
 
 
-def test_client_leaving_before_its_body_arrived_is_no_error(api, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
-    host, port = api.base_url.removeprefix("http://").split(":")
+def test_client_leaving_before_its_body_arrived_is_no_error(
+    address: tuple[str, int], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="oss_responses.api.errors")
-    with socket.create_connection((host, int(port))) as sock:
+    with socket.create_connection(address) as sock:
         sock.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"model\": ")
         time.sleep(0.2)

@@ -9,7 +9,6 @@ import json
 import shutil
 import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,16 +16,15 @@ from pathlib import Path
 import httpx2
 import pytest
 import redis as redis_lib
-import uvicorn
 from support import MODEL
+from support.api_server import serve_in_thread
 from support.processes import ServiceProcess, start_api_process
-from support.servers import free_port
 from support.workers import accept
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
-from oss_responses.http_protocol import DirectBody, direct_body, server_options
+from oss_responses.http_protocol import DirectBody, direct_body
 
 HEADER_LIMIT = 8192
 READ_S = 1.0
@@ -41,12 +39,6 @@ def settings(sqlite_template: Path, tmp_path: Path, redis_url: str) -> Settings:
     return Settings(database_url=f"sqlite:///{database}", redis_url=redis_url, models=[MODEL],
                     max_header_bytes=HEADER_LIMIT, request_read_seconds=READ_S, send_stall_seconds=STALL_S,
                     keep_alive_seconds=KEEP_ALIVE_S)
-
-
-@pytest.fixture
-def address(api) -> tuple[str, int]:  # type: ignore[no-untyped-def]
-    host, port = api.base_url.removeprefix("http://").split(":")
-    return host, int(port)
 
 
 @pytest.fixture
@@ -237,6 +229,8 @@ def test_offer_direct_body_writes_only_between_response_start_and_end(settings: 
     offers: list[bool] = []
 
     async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return  # the lifespan's
         writer = direct_body(scope)
         assert writer is not None
         offers.append(writer.offer(b"early"))
@@ -247,20 +241,8 @@ def test_offer_direct_body_writes_only_between_response_start_and_end(settings: 
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         offers.append(writer.offer(b"late"))
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning",
-                                           **server_options(settings)))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        answer = httpx2.get(f"http://127.0.0.1:{port}/", timeout=10)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    for base_url in serve_in_thread(settings, app):
+        answer = httpx2.get(f"{base_url}/", timeout=10)
     assert answer.status_code == 200 and answer.text == "abc"
     assert offers == [False, True, True, False]
 

@@ -41,12 +41,6 @@ def settings(database_url: str, redis_url: str) -> Settings:
                     encryption_keys=[new_key()], stream_ping_seconds=PING_S)
 
 
-@pytest.fixture
-def address_of_api(api) -> tuple[str, int]:  # type: ignore[no-untyped-def]
-    host, port = api.base_url.removeprefix("http://").split(":")
-    return host, int(port)
-
-
 def _queued(http: httpx2.Client, **body: object) -> str:
     created = http.post("/v1/responses", json={"model": QUEUED_MODEL, "input": "hi", "background": True} | body)
     assert created.status_code == 200, created.text
@@ -66,12 +60,13 @@ def test_stream_quiet_response_gets_keep_alive_comments(http: httpx2.Client) -> 
     assert rest == KEEP_ALIVE  # nothing between two comments while nothing happened
 
 
-def test_stream_to_client_closing_its_connection_says_connection_once(api) -> None:  # type: ignore[no-untyped-def]
+def test_stream_to_client_closing_its_connection_says_connection_once(
+    api, address: tuple[str, int]  # type: ignore[no-untyped-def]
+) -> None:
     """"Connection" is hop-by-hop, uvicorn's to set: sse-starlette's "keep-alive" went out beside its "close"."""
     with httpx2.Client(base_url=api.base_url) as http:
         response_id = _queued(http)
-    host, port = api.base_url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
+    with socket.create_connection(address, timeout=10) as sock:
         sock.sendall(f"GET /v1/responses/{response_id}?stream=true HTTP/1.1\r\nHost: x\r\n"
                      "Connection: close\r\n\r\n".encode())
         head = b""
@@ -114,7 +109,7 @@ def _dechunked(body: bytes) -> bytes:
 
 
 def test_stream_to_client_reading_slowly_gets_every_event_once_in_order(
-    api, address_of_api: tuple[str, int], redis: redis_lib.Redis  # type: ignore[no-untyped-def]
+    api, address: tuple[str, int], redis: redis_lib.Redis  # type: ignore[no-untyped-def]
 ) -> None:
     """Its events are written to it from the hub's read while it keeps up, and by its request's task
     (which waits for the connection) once its send buffer is full: both, one after the other, as it
@@ -127,7 +122,7 @@ def test_stream_to_client_reading_slowly_gets_every_event_once_in_order(
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: the window stays small
         sock.settimeout(10)
-        sock.connect(address_of_api)
+        sock.connect(address)
         sock.sendall(f"GET /v1/responses/{response_id}?stream=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         received = b""
         for delta in deltas:

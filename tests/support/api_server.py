@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from oss_responses.api import create_app
 from oss_responses.api.server import ApiServer as _ProductServer
@@ -55,9 +56,10 @@ class _Server(_ProductServer):
             await self.lifespan.shutdown()
 
 
-def serve_in_thread(settings: Settings) -> Iterator[str]:
+def serve_in_thread(settings: Settings, app: ASGIApp | None = None) -> Iterator[str]:
+    """The API's app (or ``app``) served as the API serves it (its connections' options); its base URL."""
     port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+    config = uvicorn.Config(app or create_app(settings), host="127.0.0.1", port=port, log_level="warning",
                             **server_options(settings))
     server = _Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
