@@ -118,3 +118,61 @@ async def test_follower_whose_batches_went_to_its_sink_gets_stream_lost_after_th
     with pytest.raises(StreamLost) as lost:
         await asyncio.wait_for(relaying, 10)
     assert lost.value.last_sequence == 4 and connection.taken == 4
+
+
+async def test_follower_with_sink_detached_for_falling_behind_catches_up_from_history_then_takes_hand_overs(
+    redis_url: str, aredis: Redis, make_events  # type: ignore[no-untyped-def]
+) -> None:
+    """A client stuck in a send (its connection full) lets batches pile up past the hub's bound: it is
+    detached, reads what it missed from history, attaches again, and the hub hands it reads again."""
+    hub = EventHub(redis_url, max_pending_batches=1, block_ms=10_000)
+    await hub.start()
+    try:
+        connection, sending = Connection(), asyncio.Event()
+        sending.set()
+
+        async def relay(frames: AsyncIterator[bytes]) -> None:
+            async for chunk in frames:
+                connection.received.append(chunk)
+                await sending.wait()  # a send that waits for the connection
+
+        async def write(n: int) -> None:
+            """Event ``n`` in a read of its own: the fast follower got it before the next is written."""
+            await write_events(aredis, "resp_a", make_events(range(n, n + 1)), ttl_seconds=60)
+            assert await _collect(fast, 1) == [n]
+
+        await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
+        relaying = asyncio.create_task(relay(await hub.open("resp_a", chunked=True, sink=connection)))
+        fast = hub.subscribe("resp_a")
+        assert await _collect(fast, 1) == [0]
+        await until(lambda: connection.numbers() == [0])
+        for n in range(1, 4):  # handed over
+            await write(n)
+            await until(lambda n=n: connection.numbers()[-1:] == [n])
+        connection.taking, sending = False, asyncio.Event()
+        await write(4)
+        await until(lambda: connection.numbers()[-1:] == [4])  # out of the iteration, whose send now waits
+        for n in range(5, 8):  # more batches than the hub keeps for it
+            await write(n)
+        await until(lambda: hub.subscriber_count("resp_a") == 1)  # the slow one detached
+        connection.taking = True
+        sending.set()
+        await until(lambda: connection.numbers()[-1:] == [7])  # from history
+        await until(lambda: hub.subscriber_count("resp_a") == 2)  # attached again
+        for n in range(8, 11):
+            await write(n)
+            await until(lambda n=n: connection.numbers()[-1:] == [n])
+        await write_events(aredis, "resp_a", [], close="completed", ttl_seconds=60)
+        await asyncio.wait_for(relaying, 10)
+        assert connection.numbers() == list(range(11)) and connection.taken == 6
+    finally:
+        await hub.stop()
+
+
+async def _collect(frames: AsyncIterator[bytes], limit: int) -> list[int]:
+    numbers: list[int] = []
+    async for data in frames:
+        numbers += [parse_frame(frame + b"\n\n")["sequence_number"] for frame in data.split(b"\n\n")[:-1]]
+        if len(numbers) >= limit:
+            break
+    return numbers
