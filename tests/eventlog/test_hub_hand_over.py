@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis as redis_lib
 from redis.asyncio import Redis
-from support.hub_frames import until
+from support.hub_frames import collect, until
 
 from oss_responses import redis_keys
 from oss_responses.eventlog import EventHub, parse_frame, write_events
@@ -42,9 +42,12 @@ class Connection:
         return [parse_frame(frame + b"\n\n")["sequence_number"] for frame in frames]
 
 
-async def _relay(frames: AsyncIterator[bytes], connection: Connection) -> None:
+async def _relay(frames: AsyncIterator[bytes], connection: Connection, sending: asyncio.Event | None = None) -> None:
+    """The iteration's chunks to ``connection``; after each, a send that waits while ``sending`` is clear."""
     async for chunk in frames:
         connection.received.append(chunk)
+        if sending is not None:
+            await sending.wait()
 
 
 async def _write_one_by_one(aredis: Redis, connection: Connection, make_events, numbers: range) -> None:  # type: ignore[no-untyped-def]
@@ -131,25 +134,22 @@ async def test_follower_with_sink_detached_for_falling_behind_catches_up_from_hi
         connection, sending = Connection(), asyncio.Event()
         sending.set()
 
-        async def relay(frames: AsyncIterator[bytes]) -> None:
-            async for chunk in frames:
-                connection.received.append(chunk)
-                await sending.wait()  # a send that waits for the connection
-
         async def write(n: int) -> None:
             """Event ``n`` in a read of its own: the fast follower got it before the next is written."""
             await write_events(aredis, "resp_a", make_events(range(n, n + 1)), ttl_seconds=60)
-            assert await _collect(fast, 1) == [n]
+            assert await collect(fast, 1) == [n]
 
         await write_events(aredis, "resp_a", make_events(range(1)), ttl_seconds=60)
-        relaying = asyncio.create_task(relay(await hub.open("resp_a", chunked=True, sink=connection)))
+        frames = await hub.open("resp_a", chunked=True, sink=connection)
+        relaying = asyncio.create_task(_relay(frames, connection, sending))
         fast = hub.subscribe("resp_a")
-        assert await _collect(fast, 1) == [0]
+        assert await collect(fast, 1) == [0]
         await until(lambda: connection.numbers() == [0])
         for n in range(1, 4):  # handed over
             await write(n)
             await until(lambda n=n: connection.numbers()[-1:] == [n])
-        connection.taking, sending = False, asyncio.Event()
+        connection.taking = False
+        sending.clear()  # the next send waits for the connection
         await write(4)
         await until(lambda: connection.numbers()[-1:] == [4])  # out of the iteration, whose send now waits
         for n in range(5, 8):  # more batches than the hub keeps for it
@@ -168,11 +168,3 @@ async def test_follower_with_sink_detached_for_falling_behind_catches_up_from_hi
     finally:
         await hub.stop()
 
-
-async def _collect(frames: AsyncIterator[bytes], limit: int) -> list[int]:
-    numbers: list[int] = []
-    async for data in frames:
-        numbers += [parse_frame(frame + b"\n\n")["sequence_number"] for frame in data.split(b"\n\n")[:-1]]
-        if len(numbers) >= limit:
-            break
-    return numbers
