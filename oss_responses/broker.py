@@ -52,17 +52,13 @@ import logging
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from redis.exceptions import RedisError, ResponseError
 
 from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, refuses_writes, wrong_type
-from oss_responses.statuses import RUN_RESPONSE_TASK
-
-if TYPE_CHECKING:
-    from celery import Celery
 
 log = logging.getLogger(__name__)
 
@@ -70,22 +66,6 @@ TRANSPORT = f"{__name__}:Transport"
 # How long a consumer whose pop Redis refused waits before it pops again: one refused BRPOP a second
 # while the outage lasts, not a busy loop (the reply comes at once).
 REFUSED_POP_PAUSE_SECONDS = 1.0
-
-
-def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[str, Any] | None = None) -> None:
-    """A response's task on its model's queue: what the API, a takeover and a handoff send.
-
-    ``argsrepr`` names the response only: Celery would otherwise write the arguments, a takeover's MCP
-    credentials included, into the message's headers (which task events and Flower show), through its
-    ``saferepr``. Nothing is declared per message: the queue is a Redis list that the anonymous exchange
-    reaches by name, and kombu's per-publish declare check copies and binds the queue's entities. The
-    two cost a third of ``send_task`` (measured: 300-350 against 225 us per task), on the API's accept path.
-    """
-    shown = "{<secrets>}" if secrets else "{}"
-    app.send_task(
-        RUN_RESPONSE_TASK, args=(response_id, secrets or {}), queue=queue, routing_key=queue, declare=[],
-        argsrepr=f"({response_id!r}, {shown})", kwargsrepr="{}",
-    )
 
 
 KOMBU_KEYS_CHECK_SECONDS = 60.0

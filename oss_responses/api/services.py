@@ -12,13 +12,14 @@ from redis.asyncio import Redis
 
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.stream_slots import StreamSlots
-from oss_responses.broker import TRANSPORT, send_run_response
+from oss_responses.broker import TRANSPORT
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import PatientPool, silent_peer_guards
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
+from oss_responses.task_messages import run_response_message
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -55,11 +56,12 @@ class TaskQueue:
         )
 
     async def warm(self, queues: Iterable[str]) -> None:
-        """Do now, while the API starts, what its first ``send_task`` would otherwise do during a
-        request: Celery builds its result backend (a scan of installed entry points) and its task
-        sender, kombu its producer and broker connection, and declares each queue (a Redis round trip,
-        once per queue). Measured: the first accept of a fresh API spent 12.4 ms in ``send_task``
-        (later ones 0.5 ms). With Redis away here, that work waits for the first request instead."""
+        """Do now, while the API starts, what its first task would otherwise do during a request: Celery
+        builds its result backend (a scan of installed entry points), its task sender and its first task
+        message, kombu its producer and broker connection (a webhook's task goes through ``send_task``),
+        and declares each queue (a Redis round trip, once per queue). Measured: the first accept of a fresh
+        API spent 12.4 ms in ``send_task`` (later ones 0.5 ms). With Redis away here, that work waits for
+        the first request instead."""
         try:
             await anyio.to_thread.run_sync(self._warm_producer, list(queues))
             await self._broker.ping()  # the queue-depth check's connection
@@ -69,17 +71,16 @@ class TaskQueue:
     def _warm_producer(self, queues: list[str]) -> None:
         self._celery.backend  # noqa: B018  (built on first access)
         self._celery.amqp.send_task_message  # noqa: B018  (a cached property)
+        run_response_message(self._celery, "warm", "warm")  # builds no connection: Celery's amqp, its oid
         with self._celery.producer_or_acquire() as producer:
             for name in queues:
                 producer.maybe_declare(self._celery.amqp.queues[name])
 
     async def run_response(self, response_id: str, queue: str) -> None:
-        # send_task does blocking socket I/O: keep it off the event loop.
-        await anyio.to_thread.run_sync(self._send, response_id, queue)
-
-    def _send(self, response_id: str, queue: str) -> None:
-        # The task names the response only: its MCP credentials are sealed in its row, not in the broker.
-        send_run_response(self._celery, queue, response_id)
+        # The message kombu would push, pushed by the loop's own client: send_task blocks on its socket, and
+        # the hop to a thread for it cost the accept more CPU than the message (task_messages.py). The task
+        # names the response only: its MCP credentials are sealed in its row, not in the broker.
+        await self._broker.lpush(queue, run_response_message(self._celery, queue, response_id))
 
     async def deliver_webhooks(self, deliveries: list[WebhookDelivery]) -> None:
         await anyio.to_thread.run_sync(self._send_webhooks, deliveries)

@@ -25,7 +25,7 @@ from celery.exceptions import Reject
 from celery.platforms import EX_FAILURE
 from celery.worker import state as worker_state
 
-from oss_responses.broker import send_run_response, stop_popping
+from oss_responses.broker import stop_popping
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineDead
 from oss_responses.engine.frontends import Frontend
@@ -36,6 +36,7 @@ from oss_responses.metrics import LEASE_LOSSES, TASK_OUTCOMES
 from oss_responses.outage_log import OutageLog, describe
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.statuses import RUN_RESPONSE_TASK
+from oss_responses.task_messages import send_run_response
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
 from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
