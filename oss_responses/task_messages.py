@@ -3,8 +3,9 @@
 Two ways to send it. Workers (a takeover, a handoff) send it through Celery (``send_run_response``), from a
 task thread. The API builds the very bytes kombu would push (``run_response_message``) and pushes them with
 its asyncio Redis client: ``send_task`` blocks on its socket, so the accept held a thread for it, and the hop
-to that thread and back cost the accept more of the API's CPU than the message itself (measured: 3.1-3.5 ms
-of the API's CPU per accept through a thread, 2.6-2.9 pushed by the loop, 8 concurrent accepts at a time).
+to that thread and back cost the accept more of the API's CPU than building the message (~29 us). Measured with
+``bench/service.py --phases e`` (8 concurrent streamed requests), four pairs alternated: the API's CPU per request
+4.7-5.0 ms through a thread, 4.1-4.6 ms pushed by the loop.
 
 Either way the arguments name the response only, and its MCP credentials (a takeover's) only as
 ``{<secrets>}`` in the headers: Celery would otherwise write them there through its ``saferepr`` (task events
