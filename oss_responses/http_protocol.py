@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from oss_responses.errors import BadRequest
+from oss_responses.socket_direct import DirectWebSocketProtocol
 
 if TYPE_CHECKING:
     from oss_responses.config import Settings
@@ -248,4 +249,5 @@ def server_options(settings: Settings) -> dict[str, Any]:
                        keep_alive_seconds=settings.keep_alive_seconds)
     # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
     # uvicorn's own keep-alive timer (5 s by default) would close an idle connection before ours.
-    return {"http": protocol, "ws_max_size": settings.max_body_bytes, "timeout_keep_alive": settings.keep_alive_seconds}
+    return {"http": protocol, "ws": DirectWebSocketProtocol, "ws_max_size": settings.max_body_bytes,
+            "timeout_keep_alive": settings.keep_alive_seconds}

@@ -42,12 +42,13 @@ from oss_responses.api.socket_protocol import (
 )
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable, TooManyRequests
-from oss_responses.eventlog.frames import frame, parse_frame
+from oss_responses.eventlog.frames import frame, parse_frame, split_frames
 from oss_responses.eventlog.losses import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, opening_events, terminal_response, usage
 from oss_responses.metrics import ACTIVE_STREAMS
 from oss_responses.requests import parse_create_request
+from oss_responses.socket_direct import DirectSocket, direct_socket
 from oss_responses.stopping import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -222,23 +223,30 @@ class ResponsesSocket:
         lane.running = None
 
     async def _relay(self, lane: _Lane, body: dict[str, Any], response_id: str, opening: list[bytes]) -> None:
-        """Send the response's events to the end of its log."""
-        frames = await self._services.hub.open(response_id, after=len(opening) - 1, history=False, client_stream=True)
+        """Send the response's events to the end of its log: a read's frames that find this iteration waiting
+        go to the socket from the hub's dispatch (:class:`_LaneSink`), the others through here."""
+        sink = _LaneSink(direct_socket(self._ws.scope), lane.stream_id)
+        reads = await self._services.hub.open(response_id, after=len(opening) - 1, history=False, client_stream=True,
+                                              chunked=True, sink=sink)
         for opening_frame in opening:
             await self._send(event_message(opening_frame, lane.stream_id))
         try:
-            async for event_frame in frames:
-                if is_terminal(event_frame):
-                    # Before the client sees it: its next create, on any lane, may continue this response.
-                    output = parse_frame(event_frame)["response"]["output"]
-                    self._cache.remember(lane.stream_id, turn_of(body, response_id, output))
-                await self._send(event_message(event_frame, lane.stream_id))
+            async for read in reads:  # an empty read: the stream was quiet (the socket has its own pings)
+                for event_frame in split_frames(read):
+                    await self._send_event(lane, body, response_id, event_frame)
         except StreamLost as lost:
             await self._send(event_message(lost_stream_frame(response_id, lost), lane.stream_id))
             await _cancel_quietly(self._services, response_id)  # as a relay to SSE does: nobody follows it now
         except EventHubStopped:
             await self._ws.close(SERVICE_RESTART, "the API is stopping")
             raise
+
+    async def _send_event(self, lane: _Lane, body: dict[str, Any], response_id: str, event_frame: bytes) -> None:
+        if is_terminal(event_frame):
+            # Before the client sees it: its next create, on any lane, may continue this response.
+            output = parse_frame(event_frame)["response"]["output"]
+            self._cache.remember(lane.stream_id, turn_of(body, response_id, output))
+        await self._send(event_message(event_frame, lane.stream_id))
 
     async def _warm_up(self, lane: _Lane, body: dict[str, Any]) -> None:
         """``generate: false``: the request checked and its conversation kept for the next turn; a
@@ -271,6 +279,24 @@ class ResponsesSocket:
             # too, ~0.5 MB at 50 turns) until a full garbage collection, which the API's thresholds make rare.
             lane.task = lane.accepting = None
         self._lanes.clear()
+
+
+class _LaneSink:
+    """A lane's socket as the event hub writes to it (``eventlog.following.Sink``): a read's frames as the
+    lane's messages, unless one of them ends the response (its turn is cached first, by the relay) or the
+    socket would make a send wait (``socket_direct.DirectSocket``). Refused, the read goes through the relay."""
+
+    __slots__ = ("_writer", "_stream_id")
+
+    def __init__(self, writer: DirectSocket | None, stream_id: str | None) -> None:
+        self._writer = writer
+        self._stream_id = stream_id
+
+    def offer(self, data: bytes) -> bool:
+        frames = split_frames(data)
+        if self._writer is None or any(is_terminal(event_frame) for event_frame in frames):
+            return False
+        return self._writer.offer([event_message(event_frame, self._stream_id).encode() for event_frame in frames])
 
 
 async def _accepted_id(accepting: asyncio.Task[creating.Accepted]) -> str | None:

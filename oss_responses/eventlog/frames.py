@@ -35,6 +35,12 @@ def frame_type(data: bytes) -> str | None:
     return head[len(_EVENT) :].decode() if head.startswith(_EVENT) else None
 
 
+def split_frames(joined: bytes) -> list[bytes]:
+    """The frames of a chunked read (frames joined; empty: none). A frame's data is one line of JSON, so the
+    blank line that ends a frame occurs nowhere else."""
+    return [part + b"\n\n" for part in joined.split(b"\n\n")[:-1]]
+
+
 def parse_frame(data: bytes) -> dict[str, Any]:
     """The JSON payload of one frame (for tests and tools); checks that ``event:`` matches ``type``."""
     head, sep, rest = data.partition(b"\ndata: ")

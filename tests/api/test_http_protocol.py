@@ -21,10 +21,13 @@ from support.api_server import serve_in_thread
 from support.processes import ServiceProcess, start_api_process
 from support.workers import accept
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+from websockets.exceptions import ConnectionClosedOK
+from websockets.sync import client as ws_client
 
 from oss_responses import redis_keys
 from oss_responses.config import Settings
 from oss_responses.http_protocol import DirectBody, direct_body
+from oss_responses.socket_direct import direct_socket
 
 HEADER_LIMIT = 8192
 READ_S = 1.0
@@ -244,6 +247,34 @@ def test_offer_direct_body_writes_only_between_response_start_and_end(settings: 
     for base_url in serve_in_thread(settings, app):
         answer = httpx2.get(f"{base_url}/", timeout=10)
     assert answer.status_code == 200 and answer.text == "abc"
+    assert offers == [False, True, True, False]
+
+
+def test_offer_direct_socket_sends_messages_only_between_accept_and_close(settings: Settings) -> None:
+    """The hub's writes to a WebSocket client: messages as uvicorn's ``send`` sends them, in order with it, and
+    only while the socket is open."""
+    offers: list[bool] = []
+
+    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "websocket":
+            return  # the lifespan's
+        writer = direct_socket(scope)
+        assert writer is not None
+        await receive()  # websocket.connect
+        offers.append(writer.offer([b"early"]))
+        await send({"type": "websocket.accept"})
+        offers.append(writer.offer([b"a"]))
+        await send({"type": "websocket.send", "text": "b"})
+        offers.append(writer.offer(["c\u00e9".encode(), b"d"]))
+        await send({"type": "websocket.close", "code": 1000})
+        offers.append(writer.offer([b"late"]))
+
+    for base_url in serve_in_thread(settings, app):
+        with ws_client.connect(base_url.replace("http://", "ws://") + "/") as client:
+            received = [client.recv(timeout=10) for _ in range(4)]
+            with pytest.raises(ConnectionClosedOK):
+                client.recv(timeout=10)
+    assert received == ["a", "b", "c\u00e9", "d"]
     assert offers == [False, True, True, False]
 
 
