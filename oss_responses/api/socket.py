@@ -293,8 +293,10 @@ class _LaneSink:
         self._stream_id = stream_id
 
     def offer(self, data: bytes) -> bool:
+        if self._writer is None:
+            return False
         frames = split_frames(data)
-        if self._writer is None or any(is_terminal(event_frame) for event_frame in frames):
+        if any(is_terminal(event_frame) for event_frame in frames):
             return False
         return self._writer.offer([event_message(event_frame, self._stream_id).encode() for event_frame in frames])
 
