@@ -13,6 +13,8 @@ So, per connection:
 - a connection idle between two requests for ``keep_alive_seconds`` is closed (uvicorn's 5 s, shorter than a
   load balancer's idle timeout, closed connections the balancer then sent a request on: its 502);
 - a server that stops closes a connection whose request body is still arriving (uvicorn would wait for it);
+- a request pipelined behind a response under way gets its body's deadline when its turn comes (uvicorn reads
+  nothing of it until then), and a connection lost tells every request on it, not only the last one read;
 - a client that reads nothing of its answer for ``send_stall_seconds`` (the connection's send buffer full
   all along) is disconnected: an event stream's relay waited on it for good, holding its stream slot, and
   the frames it could not send stayed in memory.
@@ -78,7 +80,8 @@ class DirectBody:
 
     def offer(self, data: bytes) -> bool:
         cycle = self._cycle()
-        if (cycle is None or cycle.disconnected or cycle.flow.write_paused or not cycle.response_started
+        if (not data  # an empty chunk is the body's end, which is uvicorn's to write
+                or cycle is None or cycle.disconnected or cycle.flow.write_paused or not cycle.response_started
                 or cycle.response_complete or not cycle.chunked_encoding or cycle.transport.is_closing()):
             return False
         cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
@@ -109,6 +112,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._body_bytes_fed = 0  # of the data being fed now: what httptools handed on as body
         self._read_timer: asyncio.TimerHandle | None = None
         self._idle = False  # the timer armed is the keep-alive between two requests, not a request's deadline
+        # The requests read on this connection whose responses have not ended: the one under way, then any
+        # pipelined behind it. uvicorn keeps only the last read (``cycle``).
+        self._open_cycles: list[RequestResponseCycle] = []
 
     # --- asyncio.Protocol -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -119,6 +125,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._disarm()
         self._writing_resumed()
         super().connection_lost(exc)
+        # uvicorn tells only the last request read: one pipelined behind a stream left the stream's relay
+        # unaware, writing to the closed transport (uvloop raises there).
+        for cycle in self._open_cycles:
+            if not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        self._open_cycles.clear()
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -168,6 +181,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # a request the app will run (not an upgrade)
             self.scope.setdefault("extensions", {})[DIRECT_BODY] = {"writer": DirectBody(cycle)}
+            self._open_cycles = [c for c in self._open_cycles if not c.response_complete] + [cycle]
+            if self.pipeline:
+                self._disarm()  # queued: uvicorn reads no more of it until its turn (on_response_complete)
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes_fed += len(body)
@@ -178,8 +194,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing():
+        super().on_response_complete()  # starts the next pipelined request, if any, and reads on
+        self._open_cycles = [c for c in self._open_cycles if not c.response_complete]
+        if self.transport.is_closing():
+            return
+        if self._body_arriving():
+            self._arm(self._body_late)  # a pipelined request's turn: its body's deadline starts now
+        else:
             # uvicorn's keep-alive timer is reset by every byte; this is not
             self._arm(self._headers_late, self.keep_alive_seconds, idle=True)
 
@@ -220,8 +241,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, message: str, code: str) -> None:
         self._disarm()
-        cycle = self.cycle  # an answer only where no other response is under way on this connection
-        if cycle is None or cycle.response_complete or not cycle.response_started:
+        # An answer only where no other response is under way on this connection: written into its body,
+        # it would corrupt it.
+        if not any(c.response_started and not c.response_complete for c in self._open_cycles):
             self.transport.write(error_bytes(status, message, code))
         self.transport.close()
 

@@ -53,6 +53,8 @@ class DirectWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def handle_connect(self, event: Request) -> None:
         super().handle_connect(event)
+        if self.response.status_code != 101:
+            return  # a handshake refused (a 4xx already sent): no scope, no app
         # The app's task is created, not yet run: it sees the scope as it is once this returns.
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})
         extensions[DIRECT_SOCKET] = {"writer": DirectSocket(self)}

@@ -238,7 +238,7 @@ class ResponsesSocket:
             await self._send(event_message(lost_stream_frame(response_id, lost), lane.stream_id))
             await _cancel_quietly(self._services, response_id)  # as a relay to SSE does: nobody follows it now
         except EventHubStopped:
-            await self._ws.close(SERVICE_RESTART, "the API is stopping")
+            await self._close(SERVICE_RESTART, "the API is stopping")
             raise
 
     async def _send_event(self, lane: _Lane, body: dict[str, Any], response_id: str, event_frame: bytes) -> None:
@@ -264,6 +264,12 @@ class ResponsesSocket:
             if self._ws.application_state is not WebSocketState.CONNECTED:
                 raise WebSocketDisconnect(1006)
             await self._ws.send_text(text)
+
+    async def _close(self, code: int, reason: str) -> None:
+        """Closed once: every lane's relay learns that the hub stopped, and Starlette refuses a second close."""
+        async with self._sending:
+            if self._ws.application_state is WebSocketState.CONNECTED:
+                await self._ws.close(code, reason)
 
     async def _stop_lanes(self) -> None:
         """The client is gone (or the API stops): every lane stopped, every response it ran cancelled."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import shutil
 import signal
 import socket
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -296,3 +298,89 @@ def test_request_served_by_api_protocol_leaves_no_reference_cycle(api) -> None: 
         gc.set_debug(0)
         gc.garbage.clear()
     assert cycles == []
+
+
+def _streaming_app(chunks: int, events: dict[str, object]):  # type: ignore[no-untyped-def]
+    """An app whose ``/stream`` sends ``chunks`` chunks 0.1 s apart (until its client leaves) and whose other
+    paths answer at once after reading the body; ``events`` records what the stream's request saw."""
+    import asyncio
+
+    async def app(scope, receive, send) -> None:  # type: ignore[no-untyped-def]
+        if scope["type"] != "http":
+            return  # the lifespan's
+        if scope["path"] != "/stream":
+            while (await receive()).get("more_body"):
+                pass
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        await receive()  # its (empty) body
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        left = asyncio.ensure_future(receive())  # the next message is the client leaving
+        for n in range(chunks):
+            done, _ = await asyncio.wait([left], timeout=0.1)
+            if done:
+                events["received"] = left.result()["type"]
+                return
+            await send({"type": "http.response.body", "body": b"chunk %d;" % n, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        left.cancel()
+
+    return app
+
+
+STREAM_CHUNKS = int(READ_S * 20)  # 0.1 s apart: the stream outlasts the request deadline twice over
+
+
+def test_request_pipelined_behind_stream_gets_body_deadline_when_its_turn_comes(settings: Settings) -> None:
+    """uvicorn reads nothing of a request queued behind a response under way: its body's deadline ran from its
+    headers, and its 408 was written into the middle of the stream, which was cut."""
+    events: dict[str, object] = {}
+    for base_url in serve_in_thread(settings, _streaming_app(STREAM_CHUNKS, events)):
+        host, port = base_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
+                         b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"model\":")
+            received = b""
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(65536):
+                    received += chunk
+    stream, _, after = received.partition(b"\r\n0\r\n\r\n")
+    assert b"chunk %d;" % (STREAM_CHUNKS - 1) in stream and b"HTTP/1.1 408" not in stream
+    assert after.startswith(b"HTTP/1.1 408 ")
+    assert _error_code(after.partition(b"\r\n\r\n")[2]) == "request_timeout"
+
+
+def test_connection_reset_behind_pipelined_request_disconnects_stream_under_way(settings: Settings) -> None:
+    """uvicorn marks only the last request read as disconnected: the stream before it never heard its
+    client leave, and its sends went to the closed connection."""
+    events: dict[str, object] = {}
+    for base_url in serve_in_thread(settings, _streaming_app(100, events)):
+        host, port = base_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
+            received = b""
+            while b"chunk 2;" not in received:
+                received += sock.recv(65536)
+            sock.sendall(b"GET /models HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.2)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # closed with a RST
+        deadline = time.monotonic() + 5
+        while "received" not in events and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert events.get("received") == "http.disconnect"
+
+
+@pytest.mark.parametrize("headers", [b"Sec-WebSocket-Version: 13\r\n", b"Sec-WebSocket-Version: 8\r\n"
+                                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"])
+def test_websocket_handshake_refused_gets_400_and_logs_no_error(
+    conn: socket.socket, headers: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A malformed upgrade (a scanner, a broken proxy): its 400, and no 'Fatal error on transport' from a
+    protocol that looked for the scope uvicorn makes only for an accepted handshake."""
+    conn.sendall(b"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 + headers + b"\r\n")
+    status, _, _ = _answer(conn)
+    time.sleep(0.2)  # the protocol's handling ends after the answer is written
+    assert status == 400
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

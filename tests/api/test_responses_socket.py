@@ -305,6 +305,33 @@ def test_stop_api_closes_socket_with_service_restart(stack: Stack) -> None:
     assert _wait_for_status(stack, response_id) == "cancelled"
 
 
+def test_stop_api_closes_socket_of_several_lanes_once_and_logs_no_error(stack: Stack) -> None:
+    """Every lane's relay learns that the hub stopped; the first closes the socket. Each other one's close was
+    refused by Starlette and logged as an unhandled error, a traceback per lane."""
+    log = stack.logs / "stopped-lanes-api.log"
+    api, base_url = start_api_process(stack.settings, log)
+    try:
+        with _raw_socket(base_url) as socket:
+            lanes = [f"lane-{n}" for n in range(4)]
+            for lane in lanes:
+                _send(socket, input=LONG, stream_id=lane)
+            response_ids = set()
+            while len(response_ids) < len(lanes):
+                event = _next(socket)
+                if event["type"] == "response.created":
+                    response_ids.add(event["response"]["id"])
+            api.send_signal(signal.SIGTERM)
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    socket.recv(timeout=DEADLINE_S)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        api.wait(timeout=DEADLINE_S)
+    finally:
+        stop_process(api)
+    assert {_wait_for_status(stack, response_id) for response_id in response_ids} == {"cancelled"}
+    assert "Traceback" not in log.read_text()
+
+
 def test_stop_api_closes_idle_socket_with_service_restart(stack: Stack) -> None:
     api, base_url = start_api_process(stack.settings, stack.logs / "stopped-idle-api.log")
     try:
