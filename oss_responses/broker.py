@@ -52,7 +52,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
@@ -60,9 +60,21 @@ from redis.exceptions import RedisError, ResponseError
 
 from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, refuses_writes, wrong_type
 
+if TYPE_CHECKING:
+    from celery import Celery
+
 log = logging.getLogger(__name__)
 
 TRANSPORT = f"{__name__}:Transport"
+
+
+def queues_url(app: Celery) -> str:
+    """The Redis that ``app`` sends its tasks to, as Celery resolves it: its environment variables
+    (``CELERY_BROKER_WRITE_URL``, ``CELERY_BROKER_URL``) before the broker the app was built with. What
+    reads or writes the queues without Celery (the API's push of a response's task, the queue depths) uses
+    this, not the setting: with ``CELERY_BROKER_URL`` set in a deployment's environment, the API pushed to
+    one Redis while the workers read another, and every response waited for the stale sweep."""
+    return str(app.conf.broker_write_url)
 # How long a consumer whose pop Redis refused waits before it pops again: one refused BRPOP a second
 # while the outage lasts, not a busy loop (the reply comes at once).
 REFUSED_POP_PAUSE_SECONDS = 1.0

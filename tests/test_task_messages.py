@@ -83,3 +83,25 @@ def test_task_queue_run_response_pushes_a_task_kombu_delivers_to_celery(redis_ur
     [(headers, (args, kwargs, _))] = delivered
     assert headers["task"] == RUN_RESPONSE_TASK and headers["argsrepr"] == "('resp_4', {})"
     assert args == ["resp_4", {}] and kwargs == {}
+
+
+def test_task_queue_pushes_where_celery_sends_when_celery_broker_url_is_set(
+    redis_url: str, redis: redis_lib.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Celery takes ``CELERY_BROKER_URL`` before the broker an app is built with, and so did the workers'
+    consumer: the API's own push went to the configured Redis, where no worker read it."""
+    celery_broker_url = redis_url.rsplit("/", 1)[0] + "/5"  # the same server, another database
+    elsewhere = redis_lib.Redis.from_url(celery_broker_url)
+    monkeypatch.setenv("CELERY_BROKER_URL", celery_broker_url)
+    tasks = TaskQueue(redis_url)
+
+    async def pushed() -> int:
+        await tasks.run_response("resp_5", "responses.env")
+        return await tasks.waiting("responses.env")
+
+    try:
+        assert anyio.run(pushed) == 1
+    finally:
+        anyio.run(tasks.aclose)
+    assert (redis.llen("responses.env"), elsewhere.llen("responses.env")) == (0, 1)
+    elsewhere.flushdb()

@@ -40,7 +40,7 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
     hub = EventHub(settings.redis_url, archive=partial(archived_frames, db),
                    heartbeat_seconds=settings.stream_ping_seconds, rewound_ttl_seconds=settings.event_ttl_seconds)
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
-    exporter = MetricsExporter(settings)
+    exporter = MetricsExporter(settings, tasks.broker_url)
     await hub.start()
     await redis.ping()  # its first connection now, not in the first accept (~1.3 ms)
     await tasks.warm([settings.queue_for(model) for model in settings.models] + [settings.webhook_queue])

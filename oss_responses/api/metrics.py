@@ -70,8 +70,9 @@ class _Union(Collector):
 class MetricsExporter:
     """Opened with the app's services; :meth:`render` is the body of ``GET /metrics``."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._client = redis.Redis.from_url(settings.celery_broker_url, socket_timeout=2, socket_connect_timeout=2)
+    def __init__(self, settings: Settings, broker_url: str) -> None:
+        """``broker_url``: the Redis that holds the queues (``TaskQueue.broker_url``)."""
+        self._client = redis.Redis.from_url(broker_url, socket_timeout=2, socket_connect_timeout=2)
         queues = [settings.queue_for(model) for model in settings.models] + [settings.webhook_queue]
         self._collector = _Union(_process_metrics(), QueueDepthCollector(self._client, queues))
 

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.stream_slots import StreamSlots
-from oss_responses.broker import TRANSPORT
+from oss_responses.broker import TRANSPORT, queues_url
 from oss_responses.config import Settings
 from oss_responses.eventlog.hub import EventHub
 from oss_responses.prompt_tokenizer import PromptTokenizer
@@ -44,9 +44,11 @@ class TaskQueue:
 
     def __init__(self, broker_url: str, webhook_queue: str = "webhooks") -> None:
         self._webhook_queue = webhook_queue
-        # Celery's Redis transport keeps a queue's waiting tasks in a list named after the queue.
-        self._broker = api_redis(broker_url)
         self._celery = Celery("oss_responses.api", broker=broker_url, set_as_current=False)
+        # Celery's Redis transport keeps a queue's waiting tasks in a list named after the queue, in the Redis
+        # Celery itself would send to.
+        self.broker_url = queues_url(self._celery)
+        self._broker = api_redis(self.broker_url)
         self._celery.conf.update(
             broker_transport=TRANSPORT,  # kombu's Redis transport, publishing without a client per task
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,

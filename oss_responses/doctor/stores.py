@@ -23,8 +23,18 @@ TIMEOUT_SECONDS = 3
 
 def check_redis(settings: Settings) -> Iterator[CheckResult]:
     yield _redis_result("redis", settings.redis_url)
-    if settings.broker_url and settings.broker_url != settings.redis_url:
-        yield _redis_result("broker", settings.broker_url)
+    broker = _broker_url(settings)
+    if broker != settings.redis_url:
+        yield _redis_result("broker", broker)
+
+
+def _broker_url(settings: Settings) -> str:
+    """The broker the service's Celery apps use: Celery's environment variables before the setting."""
+    from celery import Celery  # here: `keys` and `webhooks` import this module and need no Celery
+
+    from oss_responses.broker import queues_url
+
+    return queues_url(Celery(broker=settings.celery_broker_url, set_as_current=False))
 
 
 def _redis_result(name: str, url: str) -> CheckResult:

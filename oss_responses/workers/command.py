@@ -59,7 +59,8 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     # Before Celery's own start: its warnings (running as root) are log lines from the first one.
     configure_logging(settings)
     app = make_celery(settings, frontend)
-    arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds, broker_url=settings.celery_broker_url)
+    # The Redis the consumer reads (Celery's environment variables before the setting).
+    arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds, broker_url=str(app.conf.broker_read_url))
     celery_signals.worker_shutting_down.connect(arm, weak=False)  # this process's own worker only (never a test's)
     args = [
         # JSON logs are for a log pipeline: Celery's banner (a block of text on stdout) is left out.
