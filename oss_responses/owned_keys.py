@@ -13,3 +13,11 @@ RELEASE_IF_OWNED = "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.
 RENEW_IF_OWNED = (
     "if redis.pcall('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
 )
+# KEYS: the lease, the response's resume mark. ARGV: the owner's value, the mark, its seconds. Where the lease is the
+# owner's, or nobody's (it lapsed), the mark is set and the owner's lease deleted in one step: 1. Held by another
+# run (or holding another type): 0, nothing changed.
+HAND_ON_UNLESS_TAKEN = (
+    "local holder = redis.pcall('GET', KEYS[1]) "
+    "if holder == ARGV[1] then redis.call('DEL', KEYS[1]) elseif holder then return 0 end "
+    "redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) return 1"
+)

@@ -102,8 +102,7 @@ def hand_on_after_stop(run: Run) -> Outcome:
         return hand_back(run)
     log.warning("the engine loop of this stopping worker was gone before it was done with %s: handed off",
                 job.response_id)
-    send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
-    return "handed_off"
+    return "handed_off" if send_again(run, HANDOFF, ctx.settings.event_ttl_seconds) else "lease_lost"
 
 
 def leave_for_takeover(run: Run) -> Outcome:
@@ -155,19 +154,31 @@ def hand_off(run: Run) -> Outcome:
     if ctx.dispatch is None:  # the reaper dispatches it once it sees the lease free
         ctx.loop.run(run.lease.release())
         return "handed_off"
-    send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
+    if not send_again(run, HANDOFF, ctx.settings.event_ttl_seconds):
+        return "lease_lost"
     log.info("handed %s off to another worker", job.response_id)
     return "handed_off"
 
 
-def send_again(run: Run, mark: str, mark_seconds: int) -> None:
-    """The response's task sent again for another worker. Marked first (``resume(id)``), so that the reaper
-    does not dispatch it too; released before it is sent, so that the worker that gets it can take the lease."""
+def send_again(run: Run, mark: str, mark_seconds: int) -> bool:
+    """The response's task sent again for another worker: marked (``resume(id)``), so that the reaper does not
+    dispatch it too, and its lease released, so that the worker that gets it can take the lease; both in one
+    step, unless another run holds the lease. A run that lost its lease without knowing yet (its link to Redis
+    silent, its keeper's renewals timing out, another worker's takeover under way) marked a response that worker
+    held: the mark kept that worker's own loss from being counted and held its takeover back for a minute.
+    False, and nothing sent: another run holds the response."""
     ctx, job = run.ctx, run.job
-    ctx.sync_redis.set(redis_keys.resume(job.response_id), mark, ex=mark_seconds)
-    _release(run)
+    key = redis_keys.resume(job.response_id)
+    try:
+        handed = ctx.loop.run(run.lease.hand_on(key, mark, mark_seconds))
+    except LoopStopped:
+        handed = run.lease.hand_on_from_thread(ctx.sync_redis, key, mark, mark_seconds)
+    if not handed:
+        log.warning("%s is held by another run (this one lost its lease): left to it", job.response_id)
+        return False
     if ctx.dispatch is not None:  # else the reaper dispatches it once the mark lapses
         ctx.dispatch(job.response_id, job.record.model, None)  # its credentials are sealed in its row
+    return True
 
 
 def pass_on(run: Run) -> Outcome:
@@ -181,6 +192,7 @@ def pass_on(run: Run) -> Outcome:
     except EventWriteError as exc:
         warn_failed(log, exc, "events of %s did not all reach Redis before it was passed on", job.response_id)
         return leave_for_takeover(run)
-    send_again(run, "engine_lost", resume_wait_seconds(ctx.settings.lease_seconds))
+    if not send_again(run, "engine_lost", resume_wait_seconds(ctx.settings.lease_seconds)):
+        return "lease_lost"
     log.warning("passed %s on to another worker: this worker's engine stopped", job.response_id)
     return "engine_lost"

@@ -30,7 +30,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from oss_responses import redis_keys
-from oss_responses.owned_keys import RELEASE_IF_OWNED, RENEW_IF_OWNED
+from oss_responses.owned_keys import HAND_ON_UNLESS_TAKEN, RELEASE_IF_OWNED, RENEW_IF_OWNED
 from oss_responses.workers.outage import warn_failed
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,17 @@ class Lease:
         """Released on a synchronous client, by a task thread whose engine loop is gone (its keeper with it)."""
         self.on_lost = None
         return bool(redis.eval(RELEASE_IF_OWNED, 1, self.key, self.owner))
+
+    async def hand_on(self, mark_key: str, mark: str, seconds: int) -> bool:
+        """Released with ``mark`` set on ``mark_key`` (the response's resume mark), in one step, unless another
+        run holds the lease: then False, and nothing changed."""
+        self.stop_renewing()
+        return bool(await self.redis.eval(HAND_ON_UNLESS_TAKEN, 2, self.key, mark_key, self.owner, mark, seconds))
+
+    def hand_on_from_thread(self, redis: SyncRedis, mark_key: str, mark: str, seconds: int) -> bool:
+        """``hand_on`` on a synchronous client, by a task thread whose engine loop is gone."""
+        self.on_lost = None
+        return bool(redis.eval(HAND_ON_UNLESS_TAKEN, 2, self.key, mark_key, self.owner, mark, seconds))
 
     async def holder(self) -> str | None:
         value = await self.redis.get(self.key)

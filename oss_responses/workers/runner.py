@@ -326,8 +326,7 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
         return leave_for_takeover(run)
     except LoopStopped:  # the worker stopped under it, past its wait for the task threads: a stop, not a loss
         log.warning("the engine loop of this stopping worker stopped under %s: handed off", job.response_id)
-        send_again(run, HANDOFF, ctx.settings.event_ttl_seconds)
-        return "handed_off"
+        return "handed_off" if send_again(run, HANDOFF, ctx.settings.event_ttl_seconds) else "lease_lost"
     except TokenizerClosed:  # the stop killed the child its prompt was in (WorkerContext.stop): not the request's doing
         log.info("the prompt of %s was not rendered: this worker is stopping", job.response_id)
         return hand_off(run)

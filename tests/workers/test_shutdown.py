@@ -144,6 +144,29 @@ def test_stop_worker_hands_back_queued_response_waiting_on_stopped_tokenizer_chi
     db.dispose()
 
 
+def test_stop_worker_whose_run_lost_its_lease_unseen_leaves_response_to_its_holder(
+    database_url: str, redis_url: str, redis: redis_lib.Redis
+) -> None:
+    """Another worker took the response over while this run's keeper had not seen it (its renewals timing out on
+    a silent link): the stop handed it off all the same, and its mark, on a response the other worker held,
+    kept that worker's own loss from being counted and held its takeover back for a minute."""
+    settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=4.0)  # quiet between tokens
+    db = Database(settings.database_url)
+    response_id = accept(db, redis, settings, input="tokens 400", background=True)
+    dispatched: list[str] = []
+    ctx = start_worker(settings, with_reaper=False, dispatch=lambda rid, model, secrets: dispatched.append(rid))
+    with ThreadPoolExecutor(1) as pool:
+        task = pool.submit(_run_as_task, ctx, response_id)
+        wait_for_event(redis, response_id, "response.output_text.delta")
+        redis.set(redis_keys.lease(response_id), "other-worker/0000")  # this run's keeper renews in 20 s
+        ctx.stop()
+        assert task.result() == "lease_lost"
+    assert redis.get(redis_keys.lease(response_id)) == b"other-worker/0000"
+    assert not redis.exists(redis_keys.resume(response_id))
+    assert dispatched == []
+    db.dispose()
+
+
 def _handed_off_by_a_stop(database_url: str, redis_url: str, redis: redis_lib.Redis, db: Database) -> str:
     """A response a worker's stop handed off mid-generation: in progress, marked a handoff, its lease free."""
     settings = worker_settings(database_url, redis_url, scripted_tokens_per_second=40.0)
