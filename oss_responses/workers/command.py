@@ -146,11 +146,15 @@ def _idle_with_broker_silent(broker_url: str, timeout: float) -> bool:
 
 
 def _broker_answers(url: str, timeout: float) -> bool:
-    """Whether the broker answers a PING within ``timeout`` on a connection of its own (Celery's may be stuck)."""
+    """Whether the broker answers a PING within ``timeout`` on a connection of its own (Celery's may be stuck).
+    An error it answers (a refused password, an ACL without PING, still loading) is an answer: it does not hold
+    Celery's stop, whose own commands get their errors as quickly."""
     client = redis_lib.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout,
                                       retry=Retry(NoBackoff(), 0))
     try:
         return bool(client.ping())
+    except (redis_lib.ResponseError, redis_lib.AuthenticationError):
+        return True
     except (redis_lib.RedisError, OSError):
         return False
     finally:

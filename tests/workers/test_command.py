@@ -141,6 +141,18 @@ def test_stop_idle_worker_with_redis_answering_stops_as_celery_does(own_redis: R
         stop_process(worker)
 
 
+def test_broker_answering_with_an_error_is_not_silent(own_redis: RedisServer) -> None:
+    """A stopping idle worker exits at once only where the broker is silent (its stop would wait out each
+    command's timeout); an error reply does not hold Celery's stop."""
+    redis_lib.Redis.from_url(own_redis.url).config_set("requirepass", "s3cret")
+    assert command._broker_answers(own_redis.url, 1.0)  # NOAUTH: an answer
+    own_redis.process.send_signal(signal.SIGSTOP)
+    try:
+        assert not command._broker_answers(own_redis.url, 0.5)
+    finally:
+        own_redis.process.send_signal(signal.SIGCONT)
+
+
 def test_kill_children_at_stop_deadline_leaves_no_child_behind(tmp_path: Path) -> None:
     # os._exit runs no atexit handler: an engine's processes (vLLM's engine core and its GPU memory) outlived it.
     pids = tmp_path / "pids"
