@@ -62,6 +62,8 @@ def parse_tool(value: Any, param: str) -> RequestTool:
     _check_tool_names(tool, param)
     if isinstance(tool, FunctionTool):
         _check_parameters(tool.name, tool.parameters, tool.strict, f"{param}.parameters")
+    if isinstance(tool, Mcp):
+        _check_mcp_headers(tool, param)
     if isinstance(tool, NamespaceTool):
         for index, function in enumerate(tool.tools):
             strict = getattr(function, "strict", None)
@@ -77,6 +79,25 @@ def _check_parameters(name: str, parameters: Any, strict: bool | None, param: st
     if problem is not None:
         raise BadRequest(f"Invalid schema for function '{name}': {problem}", param=param,
                          code="invalid_function_parameters")
+
+
+# Headers that route or frame the HTTP exchange itself: the service sets them. A request's own ``Host`` went to the
+# allow-listed server's address in place of the URL's host, reaching whatever other virtual host a shared
+# ingress serves there.
+CONNECTION_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection", "upgrade", "te",
+                                "trailer", "keep-alive", "proxy-connection"})
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
+_HEADER_VALUE = re.compile(r"[^\x00\r\n]*")
+
+
+def _check_mcp_headers(tool: Mcp, param: str) -> None:
+    for name, value in (tool.headers or {}).items():
+        if name.lower() in CONNECTION_HEADERS:
+            raise BadRequest(f"Invalid value for '{param}.headers': '{name}' is set by the service, not by a request.",
+                             param=f"{param}.headers", code="invalid_value")
+        if not _HEADER_NAME.fullmatch(name) or not _HEADER_VALUE.fullmatch(value):
+            raise BadRequest(f"Invalid value for '{param}.headers': '{name[:64]}' is not a valid HTTP header name "
+                             "and value.", param=f"{param}.headers", code="invalid_value")
 
 
 def _check_tool_names(tool: RequestTool, param: str) -> None:

@@ -57,3 +57,22 @@ def test_parse_request_function_parameters_not_an_object_refused() -> None:
                                  "parameters": {"type": "string"}}]})
     assert error.message == "Invalid schema for function 'f': schema must be a JSON Schema of 'type: \"object\"', " \
         "got 'type: \"string\"'."
+
+
+@pytest.mark.parametrize("name", ["Host", "content-length", "Transfer-Encoding", "Connection"])
+def test_parse_request_mcp_header_that_routes_the_request_refused(name: str) -> None:
+    """A request's ``Host`` went to the allow-listed server's address in place of the URL's host."""
+    error = refusal({"tools": [{**CALC, "headers": {name: "admin.internal"}}]})
+    assert (error.param, error.code) == ("tools[0].headers", "invalid_value")
+
+
+@pytest.mark.parametrize(("name", "value"), [("X-Team", "a\r\nHost: admin.internal"), ("X Team", "a"), ("", "a")])
+def test_parse_request_mcp_header_not_valid_http_refused(name: str, value: str) -> None:
+    error = refusal({"tools": [{**CALC, "headers": {name: value}}]})
+    assert error.param == "tools[0].headers"
+
+
+def test_parse_request_mcp_headers_of_the_client_accepted() -> None:
+    request = parse_create_request({"model": "m", "input": "hi", "tools": [
+        {**CALC, "headers": {"X-Team": "a", "Mcp-Session-Id": "s1", "X-Api-Key": "k=v; x"}}]})
+    assert request.tools is not None

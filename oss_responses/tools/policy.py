@@ -40,6 +40,7 @@ from oss_responses.config import Settings
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.builtin_tools import BUILTIN_NAMESPACES, RESERVED_NAMESPACES, TOOL_TYPES, Builtin
 from oss_responses.harmony.mcp_tools import MCP_TOOL_NAME, McpToolSpec
+from oss_responses.request_tools import CONNECTION_HEADERS
 from oss_responses.tools.endpoints import McpEndpoint
 from oss_responses.tools.urls import NormalUrl, UnsafeUrl, normalise_url
 
@@ -162,7 +163,8 @@ def _builtin_of(label: str, settings: Settings) -> Builtin | None:
 
 
 def _headers(tool: Mcp) -> dict[str, str]:
-    headers = dict(tool.headers or {})
+    # Refused at create (request_tools.py); dropped here too, for a request stored before that check.
+    headers = {name: value for name, value in (tool.headers or {}).items() if name.lower() not in CONNECTION_HEADERS}
     if tool.authorization:
         headers["Authorization"] = f"Bearer {tool.authorization}"
     return headers

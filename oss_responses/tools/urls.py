@@ -64,7 +64,10 @@ def normalise_url(url: str) -> NormalUrl:
     """The canonical form of an http(s) URL; raises :class:`UnsafeUrl`."""
     if _FORBIDDEN.search(url):
         raise UnsafeUrl("it holds a space, a control character or a backslash")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a host with a character NFKC makes a delimiter ('\uff0f': '/'), an open bracket
+        raise UnsafeUrl("it is not a valid URL") from exc
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS or not parts.netloc:
         raise UnsafeUrl("it must be an absolute http(s) URL")

@@ -141,6 +141,14 @@ async def test_resolve_authorization_becomes_bearer_header_hidden_from_repr() ->
     assert "s3cret" not in repr(server)
 
 
+async def test_resolve_drops_headers_that_route_the_request() -> None:
+    """A request stored before such headers were refused at create: its ``Host`` took the server's address to
+    another virtual host."""
+    [server] = await _resolve(_mcp(server_label="docs", headers={"Host": "admin.internal", "X-Team": "a",
+                                                                 "transfer-encoding": "chunked"}))
+    assert server.headers == {"X-Team": "a"}
+
+
 # --- allowed_tools and approvals ---------------------------------------------------------
 
 READ = McpToolSpec("search", annotations={"readOnlyHint": True})  # as a server lists it
@@ -278,6 +286,9 @@ async def test_resolve_url_escaping_allowlist_is_refused(url: str) -> None:
         "https://allowed.example/mcp/\x00",
         "https://allowed.example:99999/mcp/",
         "http://[fe80::1%25eth0]:8080/mcp",
+        "https://allowed.example\uff0fmcp/",  # NFKC makes it a '/': Python's urlsplit raised ValueError, a 500
+        "https://allowed\u2100example/mcp/",  # '\u2100' is 'a/c'
+        "https://[allowed.example/mcp/",
         "ftp://allowed.example/mcp/",
         "//allowed.example/mcp/",
     ],
