@@ -103,13 +103,13 @@ async def load_chain(services: Services, previous_response_id: str | None, owner
     it (clients that replay the whole conversation on that 400 rely on it), and 400 if unfinished."""
     if previous_response_id is None:
         return []
-    chain = await services.db.run(get_chain, previous_response_id)
+    chain = await services.db.run(get_chain, previous_response_id, owner.name)
     previous = chain[-1] if chain else None
     if (previous is None or previous.id != previous_response_id or not previous.store
             or not all(owner.may_see(turn) for turn in chain)):
         raise previous_not_found(previous_response_id)
     if previous.status == "in_progress" and await caught_up(services, previous.id):
-        chain = await services.db.run(get_chain, previous_response_id) or chain
+        chain = await services.db.run(get_chain, previous_response_id, owner.name) or chain
         previous = chain[-1]
     if not previous.is_terminal:
         raise BadRequest(

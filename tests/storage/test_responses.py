@@ -129,6 +129,18 @@ def test_get_chain_returns_empty_when_unknown(db: Database) -> None:
     assert db.run(get_chain, "resp_missing") == []
 
 
+def test_get_chain_of_owner_is_empty_for_another_owner_s_response(db: Database) -> None:
+    """Not walked: another owner's id is refused as quickly as an unknown one. Its chain was loaded whole and
+    then refused, so the time to refuse it told how long that owner's conversation was."""
+    first = new_response(owner="alpha")
+    second = new_response(owner="alpha", previous_response_id=first.id)
+    for record in (first, second):
+        db.run(insert_response, record)
+
+    assert db.run(get_chain, second.id, "beta") == []
+    assert [r.id for r in db.run(get_chain, second.id, "alpha")] == [first.id, second.id]
+
+
 def test_delete_response_cascades_to_input_items(db: Database) -> None:
     record = new_response()
     db.run(insert_response, record, message_items(2))
