@@ -26,6 +26,7 @@ from oss_responses.storage.records import ApiKeyRecord, Order, ResponseRecord, u
 from oss_responses.storage.responses import (
     ConversationLocked,
     InFlightLimitReached,
+    active_among,
     cancel_queued,
     count_in_flight,
     delete_response,
@@ -75,6 +76,7 @@ __all__ = [
     "insert_accepted",
     "insert_response",
     "list_api_keys",
+    "active_among",
     "list_in_progress_ids",
     "list_stale_queued",
     "find_input_items",

@@ -307,6 +307,14 @@ def delete_response(session: Session, response_id: str) -> bool:
     return cast(CursorResult[Any], session.execute(_delete_by_id(), {"b_id": response_id})).rowcount == 1
 
 
+def active_among(session: Session, response_ids: Sequence[str]) -> set[str]:
+    """Those of ``response_ids`` still queued or in progress."""
+    if not response_ids:
+        return set()
+    query = select(_responses.c.id).where(_responses.c.id.in_(response_ids), _responses.c.status.in_(ACTIVE_STATUSES))
+    return set(session.execute(query).scalars())
+
+
 def list_in_progress_ids(session: Session) -> list[str]:
     query = select(_responses.c.id).where(_responses.c.status == "in_progress").order_by(_responses.c.created_at)
     return list(session.execute(query).scalars())

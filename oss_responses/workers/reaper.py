@@ -65,6 +65,7 @@ from oss_responses.statuses import ACTIVE_STATUSES, Status
 from oss_responses.storage import (
     Database,
     ResponseRecord,
+    active_among,
     get_response,
     list_in_progress_ids,
     list_stale_queued,
@@ -232,8 +233,7 @@ class Reaper:
             running = self.db.run(list_in_progress_ids)
             lost, open_streams = self._survey(running)
             handled = self._each(lost, self.reap)
-            unclosed = self.unleased(sorted(open_streams.difference(running)))
-            handled += self._each(unclosed, self.end_stream)
+            handled += self._each(self.unclosed(sorted(open_streams.difference(running))), self.end_stream)
             if self._housekeeping_due():
                 if self.dispatch is not None:
                     handled += self.sweep_queued()
@@ -286,6 +286,16 @@ class Reaper:
                     redis_keys.OPEN_STREAMS)
         self.redis.eval(DELETE_IF_OTHER_TYPE, 1, redis_keys.OPEN_STREAMS, "set")
         return set()
+
+    def unclosed(self, response_ids: list[str]) -> list[str]:
+        """Those of ``response_ids`` (listed open, not running) with no lease and no longer waiting in SQL: the
+        candidates whose streams may have lost their end. Read before any lease is taken: the lease taken to look
+        at a queued one (its worker's start had met the database away and let its lease go) made that response's
+        retried task find it held and give up (``leased_elsewhere``), the response left queued, its client
+        waiting, until the stale sweep."""
+        unleased = self.unleased(response_ids)
+        waiting = self.db.run(active_among, unleased) if unleased else set()
+        return [response_id for response_id in unleased if response_id not in waiting]
 
     def unleased(self, response_ids: list[str]) -> list[str]:
         """Those of ``response_ids`` whose lease is gone, in one round trip (``reap`` checks again)."""

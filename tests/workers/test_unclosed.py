@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis as redis_lib
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
@@ -142,6 +143,24 @@ def test_reaper_leaves_open_stream_of_running_response(
 
     assert not is_closed(redis, queued) and not is_closed(redis, running)
     assert redis.smembers(redis_keys.OPEN_STREAMS) == {queued.encode(), running.encode()}
+
+
+def test_reaper_takes_no_lease_of_queued_response_listed_open(
+    db: Database, redis: redis_lib.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose start met the database away let its lease go and left the response queued, listed open;
+    the reaper took the lease to look at it, and the task's retry, finding it held, gave up (leased_elsewhere):
+    the response stayed queued, its client waiting, until the stale sweep."""
+    queued = accept(db, redis, settings, input="hi", background=True)
+    redis.sadd(redis_keys.OPEN_STREAMS, queued)
+    taken: list[str] = []
+    look = reaper(db, redis)
+    monkeypatch.setattr(look, "_leased", lambda response_id, act: bool(taken.append(response_id)))
+
+    assert look.reap_once() == []
+
+    assert taken == [] and not is_closed(redis, queued)
+    assert redis.smembers(redis_keys.OPEN_STREAMS) == {queued.encode()}
 
 
 def test_reaper_leaves_unclosed_stream_while_its_lease_is_held(
