@@ -340,7 +340,10 @@ def _execute(run: Run, steps: list[Step] | None = None) -> Outcome:
         log.warning("response %s failed: %s", job.response_id, exc)
         fail(run, str(exc), code="invalid_prompt")
     except Exception as exc:
-        log.exception("response %s failed", job.response_id)
+        if isinstance(exc, JobLoadError) and exc.code == "invalid_prompt":  # the client deleted what it continues
+            log.warning("response %s failed: %s", job.response_id, exc)
+        else:
+            log.exception("response %s failed", job.response_id)
         if isinstance(exc, JobLoadError):
             fail(run, str(exc), code=exc.code)
         else:

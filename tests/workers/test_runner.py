@@ -462,9 +462,10 @@ def test_run_response_fails_response_whose_earlier_turn_does_not_load(
 
 
 def test_run_response_whose_earlier_turn_was_deleted_since_it_was_accepted_fails_as_invalid_prompt(
-    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Its client's doing (as deleting its conversation is), not the server's: not a server_error.
+    # Its client's doing (as deleting its conversation is), not the server's: not a server_error, and a WARNING
+    # line in the worker's log, not an ERROR with a traceback.
     first = accept(db, redis, settings, input="one")
     assert run_response_now(first, worker=worker) == "completed"
     second = accept(db, redis, settings, input="two", previous_response_id=first)
@@ -472,6 +473,8 @@ def test_run_response_whose_earlier_turn_was_deleted_since_it_was_accepted_fails
     assert run_response_now(second, worker=worker) == "failed"
     assert_failed_at_once(db, redis, second, "cannot go on")
     assert db.run(get_response, second).error["code"] == "invalid_prompt"  # type: ignore[union-attr, index]
+    failed = [r for r in caplog.records if r.getMessage().startswith(f"response {second} failed")]
+    assert [(r.levelname, r.exc_info) for r in failed] == [("WARNING", None)]
 
 
 def test_run_response_fails_response_taken_over_too_often(
