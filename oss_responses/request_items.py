@@ -89,6 +89,9 @@ def _output_part(part: dict[str, Any]) -> dict[str, Any]:
 
 _TEXT_PARTS = frozenset({"input_text", "output_text", "refusal"})
 MAX_INPUT_TEXT = 10_485_760  # OpenAI's longest `input` string or text part, in characters
+# An item's id as a client may give it. Ids are indexed: on PostgreSQL a btree entry holds at most 2,704 bytes, and
+# an 8,000-character id was a 503 "database unavailable" the SDK retried. OpenAI's own ids are ~50 characters.
+MAX_ITEM_ID = 256
 
 
 def _check_text_parts(content: Any, param: str) -> None:
@@ -138,6 +141,8 @@ def normalise_input_item(item: dict[str, Any]) -> dict[str, Any]:
 def parse_input_item(value: Any, param: str) -> InputItem:
     if not isinstance(value, dict):
         raise BadRequest(f"Invalid value for '{param}': expected an object.", param=param)
+    if isinstance(item_id := value.get("id"), str) and len(item_id) > MAX_ITEM_ID:
+        raise too_long(f"{param}.id", MAX_ITEM_ID, len(item_id))
     value = normalise_input_item(value)
     item_type = type_of(value, "message")
     if item_type == "message":
@@ -152,3 +157,24 @@ def parse_input_item(value: Any, param: str) -> InputItem:
             code="unsupported_value",
         )
     return validate_one(model, value, param)
+
+
+def given_id(item: InputItem) -> str | None:
+    """The id a client gave an input item: its field, or, for a message (whose openai input types have none: a
+    client replays listed items with their ids), the extra field openai's models keep."""
+    item_id = getattr(item, "id", None)
+    if item_id is None:
+        item_id = (item.model_extra or {}).get("id")
+    return item_id if isinstance(item_id, str) and item_id else None
+
+
+def check_unique_ids(items: list[InputItem], param: str) -> None:
+    """OpenAI's 400 for an id given twice in one input: the items are stored, and listed a page at a time, by id."""
+    seen: set[str] = set()
+    for item in items:
+        item_id = given_id(item)
+        if item_id is not None and item_id in seen:
+            raise BadRequest(f"Duplicate item found with id {item_id}. Remove duplicate items from your input and "
+                             "try again.", param=param)
+        if item_id is not None:
+            seen.add(item_id)

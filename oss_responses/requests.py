@@ -25,7 +25,7 @@ from pydantic import (
 )
 
 from oss_responses.errors import BadRequest
-from oss_responses.request_items import MAX_INPUT_TEXT, InputItem, parse_input_item
+from oss_responses.request_items import MAX_INPUT_TEXT, InputItem, check_unique_ids, parse_input_item
 from oss_responses.request_tool_choice import check_choice_offered, parse_tool_choice
 from oss_responses.request_tools import RequestTool, check_name, parse_tool
 from oss_responses.schema_shape import schema_problem
@@ -132,7 +132,9 @@ class CreateResponseRequest(BaseModel):
             return value
         if not isinstance(value, list):
             raise BadRequest("Invalid type for 'input': expected a string or an array of input items.", param="input")
-        return [parse_input_item(item, f"input[{i}]") for i, item in enumerate(value)]
+        items = [parse_input_item(item, f"input[{i}]") for i, item in enumerate(value)]
+        check_unique_ids(items, "input")
+        return items
 
     @field_validator("tools", mode="before")
     @classmethod

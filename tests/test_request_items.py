@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support.create_requests import refusal
 
-from oss_responses.request_items import MAX_INPUT_TEXT
+from oss_responses.request_items import MAX_INPUT_TEXT, MAX_ITEM_ID
 from oss_responses.requests import parse_create_request
 
 
@@ -55,3 +55,22 @@ def test_parse_request_item_reference_without_type_is_a_reference(item: dict) ->
 def test_parse_request_message_with_null_type_is_a_message() -> None:
     [parsed] = parse_create_request({"model": "m", "input": [{"type": None, "role": "user", "content": "hi"}]}).input
     assert (parsed.role, parsed.content) == ("user", "hi")  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("twice", [
+    [{"type": "item_reference", "id": "msg_a"}, {"type": "item_reference", "id": "msg_a"}],
+    [{"type": "message", "role": "assistant", "content": "hi", "id": "msg_a"},
+     {"type": "message", "role": "assistant", "content": "hi", "id": "msg_a"}],
+    [{"type": "message", "role": "user", "content": "hi", "id": "msg_a"}, {"type": "item_reference", "id": "msg_a"}],
+])
+def test_parse_request_input_with_one_id_twice_refused_in_openai_words(twice: list[dict]) -> None:
+    """Stored twice, the id made paging its input items a loop: the cursor found the first copy again."""
+    error = refusal({"input": twice})
+    assert error.param == "input"
+    assert error.message == "Duplicate item found with id msg_a. Remove duplicate items from your input and try again."
+
+
+def test_parse_request_input_item_id_past_limit_refused() -> None:
+    """On PostgreSQL an indexed id past 2,704 bytes was a 503 'database unavailable', which the SDK retried."""
+    error = refusal({"input": [{"type": "reasoning", "id": "rs_" + "a" * MAX_ITEM_ID, "summary": []}]})
+    assert (error.param, error.code) == ("input[0].id", "string_above_max_length")

@@ -52,13 +52,14 @@ class CreateConversationRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     items: Items | None = None
     metadata: Metadata | None = None
+    safety_identifier: str | None = None  # openai's create takes it (abuse monitoring): accepted, not kept
 
 
 class UpdateConversationRequest(BaseModel):
-    """``POST /v1/conversations/{id}``: only its metadata changes."""
+    """``POST /v1/conversations/{id}``: only its metadata changes (null, as openai's SDK may send it: none)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    metadata: Metadata
+    metadata: Metadata | None
 
 
 class AddItemsRequest(BaseModel):
@@ -92,16 +93,13 @@ async def conversation_items(services: Services, raw: list[Any], owner: Owner) -
     references = [item.id for item in parsed if isinstance(item, ItemReference)]
     found = await services.db.run(find_stored_items, references, owner.name) if references else {}
     items = []
-    for n, (given, item) in enumerate(zip(raw, parsed, strict=True)):
+    for n, item in enumerate(parsed):
         if isinstance(item, ItemReference):
             if item.id not in found:
                 raise BadRequest(f"Item with id '{item.id}' not found.", param=f"items[{n}].id")
             items.append(found[item.id])
             continue
-        kept = stored_item(item)
-        if isinstance(given.get("id"), str) and given["id"]:  # a message's own id is kept too
-            kept["id"] = given["id"]
-        items.append(kept)
+        items.append(stored_item(item))
     return items
 
 

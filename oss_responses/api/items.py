@@ -20,6 +20,7 @@ from openai.types.responses.response_input_item import ItemReference, Message
 from pydantic import BaseModel, TypeAdapter
 
 from oss_responses.harmony.ids import new_id
+from oss_responses.request_items import given_id
 from oss_responses.wire import wire_json
 
 _response_item = TypeAdapter(ResponseItem)
@@ -42,16 +43,18 @@ def _text_parts(content: str | list[Any], part_type: str) -> list[dict[str, Any]
 
 
 def _message_item(item: EasyInputMessage | Message) -> BaseModel:
+    # The client's own id kept (a message listed from a conversation, sent back): it names the same item.
+    item_id = given_id(item) or new_id("msg")
     if item.role == "assistant":
         return ResponseOutputMessage(
-            id=new_id("msg"),
+            id=item_id,
             type="message",
             role="assistant",
             status="completed",
             content=_text_parts(item.content, "output_text"),
         )
     return ResponseInputMessageItem(
-        id=new_id("msg"),
+        id=item_id,
         type="message",
         role=item.role,
         status="completed",

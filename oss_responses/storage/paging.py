@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, select
+from sqlalchemy import ColumnElement, Table, func, select
 from sqlalchemy.orm import Session
 
 from oss_responses.errors import BadRequest
@@ -24,7 +24,10 @@ def page_items(
     position = table.c.position
     query = select(table.c.item).where(owned_by)
     if after is not None:
-        cursor = session.execute(select(position).where(owned_by, table.c.item_id == after).limit(1)).scalar()
+        # An id held twice (input stored before such input was refused): past its last copy, or its first going
+        # back, so that paging ends (the first copy's position gave the same page again and again).
+        nearest = func.max(position) if order == "asc" else func.min(position)
+        cursor = session.execute(select(nearest).where(owned_by, table.c.item_id == after)).scalar()
         if cursor is None:
             raise BadRequest(unknown_after, param="after")
         query = query.where(position > cursor if order == "asc" else position < cursor)

@@ -40,6 +40,27 @@ def test_update_conversation_replaces_metadata(client: OpenAI) -> None:
     assert client.conversations.retrieve(created.id).metadata == {"topic": "other", "n": "1"}
 
 
+def test_update_conversation_metadata_null_clears_it(http: httpx2.Client) -> None:
+    """openai's SDK types the update's metadata as optional: null was a 400."""
+    created = http.post("/v1/conversations", json={"metadata": {"topic": "demo"}}).json()
+    updated = http.post(f"/v1/conversations/{created['id']}", json={"metadata": None})
+    assert updated.status_code == 200 and updated.json()["metadata"] == {}
+
+
+def test_create_conversation_accepts_safety_identifier(client: OpenAI) -> None:
+    assert client.conversations.create(safety_identifier="user-1").id.startswith("conv_")
+
+
+def test_create_response_keeps_id_of_message_listed_from_its_conversation(client: OpenAI) -> None:
+    """A client sending back a message it listed (with its id) sent the same item: given a new id, it was stored
+    twice in the conversation once the turn joined it."""
+    conversation = client.conversations.create(items=[USER])
+    [listed] = client.conversations.items.list(conversation.id)
+    replayed = {"type": "message", "role": "user", "content": "Hello", "id": listed.id}  # type: ignore[union-attr]
+    response = client.responses.create(model=MODEL, input=[replayed], background=True)
+    assert [item.id for item in client.responses.input_items.list(response.id)] == [listed.id]  # type: ignore[union-attr]
+
+
 def test_delete_conversation_removes_it(client: OpenAI) -> None:
     created = client.conversations.create(items=[USER])
     deleted = client.conversations.delete(created.id)

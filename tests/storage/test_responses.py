@@ -105,6 +105,23 @@ def test_insert_response_stores_items_in_order(db: Database) -> None:
     assert stored == items and has_more is False
 
 
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_list_input_items_after_id_held_twice_moves_on(db: Database, order: str) -> None:
+    """Input stored before an id given twice was refused: the cursor took the first copy, and paging never ended."""
+    record = new_response()
+    first, second, third = message_items(3)
+    db.run(insert_response, record, [first, {**second, "id": first["id"]}, third])
+    seen: list[str] = []
+    after = None
+    for _ in range(5):
+        page, has_more = db.run(list_input_items, record.id, after=after, limit=1, order=order)
+        seen += [item["content"][0]["text"] for item in page]
+        if not has_more:
+            break
+        after = page[-1]["id"]
+    assert not has_more and len(seen) <= 3
+
+
 def test_get_chain_returns_ancestors_oldest_first(db: Database) -> None:
     first = new_response()
     second = new_response(previous_response_id=first.id)

@@ -56,8 +56,9 @@ async def update_conversation(
 ) -> dict[str, Any]:
     record = await conversations.load_conversation(services, conversation_id, owner)
     body = conversations.parse_update(await read_json_body(request, services.settings))
-    await services.db.run(set_metadata, conversation_id, body.metadata)
-    return conversations.conversation_json(conversations.with_metadata(record, body.metadata))
+    metadata = body.metadata or {}
+    await services.db.run(set_metadata, conversation_id, metadata)
+    return conversations.conversation_json(conversations.with_metadata(record, metadata))
 
 
 @router.delete("/{conversation_id}")
