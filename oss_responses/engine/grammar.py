@@ -170,9 +170,13 @@ class GrammarBudget:
         Raises ``SchemaNotConstrainable`` for an answer's schema that does not compile, and for any that
         takes too long; a strict function whose schema xgrammar cannot express is left out of the
         returned ``extra`` (its calls run unconstrained, as its engine would run them)."""
-        if all(self._admitted(grammar) for grammar in grammars_of(extra)):
+        if self.known(extra):
             return extra
         return await asyncio.get_running_loop().run_in_executor(None, self.admit_blocking, extra)
+
+    def known(self, extra: dict[str, Any]) -> bool:
+        """Whether every grammar of ``extra`` is known to compile in time (``admit`` then returns at once)."""
+        return all(self._admitted(grammar) for grammar in grammars_of(extra))
 
     def admit_blocking(self, extra: dict[str, Any]) -> dict[str, Any]:
         unconstrained = []

@@ -253,6 +253,7 @@ class VllmEngine:
         self._grammars: GrammarBudget | None = None
         # request id -> abort requested; for the ids whose generate() is running
         self._running: dict[str, bool] = {}
+        self._admitting: dict[str, asyncio.Event] = {}  # set by an abort: the ids whose grammars are compiling
         self._feeds: dict[str, _OutputFeed] = {}  # the streamed requests vLLM has, by id
         self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled, self._feeds.__len__)
         self._watch_task: asyncio.Task[None] | None = None
@@ -308,13 +309,14 @@ class VllmEngine:
         first, finished = True, False
         try:
             with _dead_core_named():
-                prompt, params = await self._request(prompt_token_ids, sampling)
-                async for output in self.llm.generate(prompt, params, request_id):
-                    if self._running[request_id] and not output.finished:
-                        # abort() arrived before vLLM had registered the request: repeat it now.
-                        await self.llm.abort(request_id)
-                    yield engine_output(output, first)
-                    first, finished = False, output.finished
+                request = await self._request(request_id, prompt_token_ids, sampling)
+                if request is not None:  # else aborted while its grammars compiled: never sent to vLLM
+                    async for output in self.llm.generate(*request, request_id):
+                        if self._running[request_id] and not output.finished:
+                            # abort() arrived before vLLM had registered the request: repeat it now.
+                            await self.llm.abort(request_id)
+                        yield engine_output(output, first)
+                        first, finished = False, output.finished
         finally:
             self._running.pop(request_id, None)
         if not finished:
@@ -338,8 +340,12 @@ class VllmEngine:
         finished = False
         try:
             with _dead_core_named():
-                prompt, params = await self._request(prompt_token_ids, sampling)
-                queue = await self.llm.add_request(request_id, prompt, params)
+                request = await self._request(request_id, prompt_token_ids, sampling)
+                if request is None:  # aborted while its grammars compiled: never sent to vLLM
+                    on_output(EngineOutput(token_ids=[], finished=True, finish_reason="abort"))
+                    finished = True
+                    return
+                queue = await self.llm.add_request(request_id, *request)
                 self._feeds[request_id] = feed
                 # An output put before the feed took over waits in the queue (not seen, but not excluded).
                 early = queue.get_nowait()
@@ -361,20 +367,50 @@ class VllmEngine:
                 await self.llm.abort(request_id)
 
     async def _request(
-        self, prompt_token_ids: Sequence[int], sampling: SamplingSettings
-    ) -> tuple[TokensPrompt, SamplingParams]:
+        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
+    ) -> tuple[TokensPrompt, SamplingParams] | None:
         """What vLLM is given for a request (its length checked, its grammars known to compile in time,
-        its script forced in when scripted)."""
+        its script forced in when scripted); None if it was aborted while its grammars compiled."""
         from vllm.inputs import TokensPrompt
 
         if self._hung is not None:
             raise EngineDead(self._hung)
         self._check_length(prompt_token_ids)
         if self._grammars is not None:
-            sampling = dataclasses.replace(sampling, extra=await self._grammars.admit(sampling.extra))
+            extra = await self._admitted(request_id, self._grammars, sampling.extra)
+            if extra is None:
+                return None
+            sampling = dataclasses.replace(sampling, extra=extra)
         if self._scripts is not None:
             sampling = self._forced(prompt_token_ids, sampling)
         return TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sampling_params(sampling)
+
+    async def _admitted(
+        self, request_id: str, grammars: GrammarBudget, extra: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """``extra`` as the grammar budget admits it; None if the request is aborted first. A new schema may
+        take up to ``grammar_compile_seconds`` to compile, and an abort (a cancel, a lost lease, a handoff)
+        waited for all of it (5-6 s measured) where it must end its request within a second; the request was
+        then sent to vLLM only to be aborted there. The compile goes on in its thread, its verdict kept."""
+        if grammars.known(extra):
+            return extra
+        aborted = self._admitting[request_id] = asyncio.Event()
+        if self._running.get(request_id):
+            aborted.set()  # aborted before this wait began
+        admitting = asyncio.ensure_future(grammars.admit(extra))
+        abort_seen = asyncio.ensure_future(aborted.wait())
+        try:
+            await asyncio.wait({admitting, abort_seen}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the request's task cancelled: its admission is nobody's now
+            admitting.cancel()
+            raise
+        finally:
+            self._admitting.pop(request_id, None)
+            abort_seen.cancel()
+        if admitting.done():
+            return admitting.result()  # a refusal raises here (SchemaNotConstrainable)
+        admitting.cancel()
+        return None
 
     def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
         check_prompt_length(prompt_token_ids, self.llm.model_config.max_model_len)
@@ -399,6 +435,8 @@ class VllmEngine:
         """Stop a request; its ``generate`` ends with finish_reason "abort". Unknown ids are ignored."""
         if request_id in self._running:
             self._running[request_id] = True
+        if (admitting := self._admitting.get(request_id)) is not None:
+            admitting.set()
         if not self._is_dead():  # a dead engine core runs nothing to stop (and refuses the message)
             await self.llm.abort(request_id)
 

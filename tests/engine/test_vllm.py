@@ -580,3 +580,34 @@ def test_grammar_compiles_without_holding_other_requests_tokens(
 
     assert not free_ended, "the free request ended before the grammar could have compiled"
     assert max(gaps) < 1.0
+
+
+def _new_slow_grammar(min_length: int) -> dict[str, object]:
+    """A schema the grammar budget has not seen (its compile takes seconds here)."""
+    return {STRUCTURED_OUTPUT_KEY: {"type": "json_schema", "schema": {
+        "type": "object", "properties": {"text": {"type": "string", "minLength": min_length}}, "required": ["text"]}}}
+
+
+@pytest.mark.parametrize(("consume", "min_length"), [(streamed, 1613), (collect, 1617)], ids=["stream", "generate"])
+def test_abort_while_grammar_compiles_ends_request_within_one_second_unsent(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding, consume: Consume, min_length: int
+) -> None:
+    """A cancel, a lost lease or a handoff of a response whose new schema was still compiling waited for the whole
+    compile (5-6 s measured; up to grammar_compile_seconds), and the request then went to vLLM only to be aborted."""
+    sampling = SamplingSettings(max_tokens=64, stop_token_ids=encoding.stop_tokens_for_assistant_actions(),
+                                extra=_new_slow_grammar(min_length))
+    request_id = f"abort-admitting-{min_length}"
+
+    async def abort_while_admitting() -> tuple[float, list[EngineOutput]]:
+        task = asyncio.create_task(consume(engine, request_id, prompt_for(encoding, "unscripted"), sampling))
+        await asyncio.sleep(0.2)  # the grammar budget's child compiles the schema
+        aborted_at = time.monotonic()
+        await engine.abort(request_id)
+        outputs = await asyncio.wait_for(task, 30)
+        return time.monotonic() - aborted_at, outputs
+
+    seconds, outputs = engine_loop.run(abort_while_admitting(), timeout=60)
+
+    assert seconds < 1.0
+    assert [(o.token_ids, o.finished, o.finish_reason) for o in outputs] == [([], True, "abort")]
+    assert request_id not in engine.llm.output_processor.request_states  # never sent
