@@ -134,7 +134,7 @@ class Settings(BaseSettings):
         "(~90 KB for 256 tokens)",
     )
     stream_ping_seconds: float = Field(
-        15.0, gt=0, description="the longest a stream goes without a byte: a quiet one gets an SSE keep-alive comment "
+        15.0, gt=0, description="the longest a stream goes without an event: a quiet one gets a keepalive event "
         "before that (the first 3/4 to 1 interval after its last event, then one per interval)"
     )
 

@@ -55,7 +55,6 @@ from oss_responses.storage.event_logs import EventLog
 
 log = logging.getLogger(__name__)
 
-KEEP_ALIVE = b": keep-alive\n\n"  # an SSE comment: clients skip it; proxies see the connection in use
 
 
 async def _frames(
@@ -113,9 +112,9 @@ def lost_stream_frame(response_id: str, lost: StreamLost) -> bytes:
 
 
 class FrameStream(EventSourceResponse):
-    """An SSE response whose body items are complete SSE frames (bytes), sent unchanged; an empty item
-    (the hub's heartbeat) is sent as a keep-alive comment. The body ends the response: exhausted, it
-    completes; raising :class:`EventHubStopped`, it is cut."""
+    """An SSE response whose body items are complete SSE frames (bytes), sent unchanged (a quiet stream's
+    keepalive event among them: the hub's heartbeat). The body ends the response: exhausted, it completes;
+    raising :class:`EventHubStopped`, it is cut."""
 
     _client_left = False  # set by the listener when it cancels the sending task
     release: Release | None = None  # gives the owner's stream slot back once the response is done
@@ -153,7 +152,7 @@ class FrameStream(EventSourceResponse):
 
     async def _send_body(self, send: Send) -> None:
         async for chunk in self.body_iterator:
-            await send({"type": "http.response.body", "body": chunk or KEEP_ALIVE, "more_body": True})
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
             chunk = b""  # not held while the next one is awaited
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 

@@ -231,7 +231,7 @@ class ResponsesSocket:
         for opening_frame in opening:
             await self._send(event_message(opening_frame, lane.stream_id))
         try:
-            async for read in reads:  # an empty read: the stream was quiet (the socket has its own pings)
+            async for read in reads:  # a quiet stream's keepalive too: a client's idle timer counts messages
                 for event_frame in split_frames(read):
                     await self._send_event(lane, body, response_id, event_frame)
         except StreamLost as lost:

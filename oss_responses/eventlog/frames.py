@@ -24,6 +24,16 @@ def frame(event: StreamEvent) -> bytes:
     return _EVENT + event.type.encode() + b"\ndata: " + event_json(event).encode() + b"\n\n"
 
 
+def keepalive_frame(sequence_number: int) -> bytes:
+    """The event a quiet stream gets now and then: ``{"type": "keepalive", "sequence_number": N}``, as OpenAI
+    sends on a long response (undocumented, and not among openai's event types; its SDKs pass it over). N is
+    the last event's: a keepalive is this connection's, not the log's, and a client that resumes after it
+    (``starting_after=N``) misses nothing. An SSE comment was skipped by clients, and so did not reset their
+    idle timers: Codex CLI dropped a stream quiet for its ``stream_idle_timeout_ms`` and sent the request again,
+    to the back of the queue."""
+    return b'event: keepalive\ndata: {"type":"keepalive","sequence_number":%d}\n\n' % sequence_number
+
+
 def frame_head(event_type: str) -> bytes:
     """The line a frame of ``event_type`` begins with (a prefix test is the cheapest check per frame)."""
     return _EVENT + event_type.encode() + b"\n"

@@ -11,8 +11,8 @@ A subscription:
    so nothing falls between history and live. If the hub already reads the stream from further on,
    the subscriber catches up again with XRANGE; entries it sees twice are dropped by id;
 3. follows live batches until the end marker (field ``end``), then detaches.
-A client's stream (``open(client_stream=True)``: an SSE relay) also gets an empty item (the relay's cue
-for a keep-alive comment) before it goes ``heartbeat_seconds`` without one or a batch, as a proxy's idle
+A client's stream (``open(client_stream=True)``: an SSE relay, a WebSocket lane) also gets a keepalive event
+(``frames.keepalive_frame``) before it goes ``heartbeat_seconds`` without one or a batch, as a proxy's idle
 timeout set from that interval expects: one timer for the process, not one per stream, ticking
 ``HEARTBEAT_TICKS`` times per interval, so that a stream's first one comes 3/4 to 1 interval after its last
 batch (the timer reads the stream's last entry time: nothing per event), then one per interval.
@@ -72,7 +72,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog import survival
 from oss_responses.eventlog.entries import ARCHIVED, Entry, EntryId, as_entries, cursor_after, parse_id, take_frames
 from oss_responses.eventlog.following import FollowedStream, Sink, Subscriber, entry
-from oss_responses.eventlog.frames import frame_type
+from oss_responses.eventlog.frames import frame_type, keepalive_frame
 from oss_responses.eventlog.history import ArchiveReader, History, pages_as_frames, raising
 from oss_responses.eventlog.lane import ReadLane
 from oss_responses.eventlog.losses import EventHubStopped, StreamLost, StreamNotFound, StreamOverwritten, StreamRewound
@@ -217,8 +217,8 @@ class EventHub:
         the first iteration, as its followers are told).
 
         With ``chunked``, each item is the frames of one read joined (fewer socket writes). A
-        ``client_stream`` ends at :meth:`end_client_streams`, and if chunked, an empty item means its
-        stream was quiet for ``heartbeat_seconds`` or more. A chunked stream's ``sink`` (its client's
+        ``client_stream`` ends at :meth:`end_client_streams`, and gets a keepalive event when its stream was
+        quiet for ``heartbeat_seconds`` or more. A chunked stream's ``sink`` (its client's
         connection) gets the frames of a read itself, joined, when they find the iteration waiting for them
         with nothing queued: they never come out of the iterator (:class:`Subscriber`).
         """
@@ -305,7 +305,7 @@ class EventHub:
     async def _follow(
         self, response_id: str, cursor: EntryId, page: list[Entry], tail: EntryId, sub: Subscriber, joined: bool
     ) -> AsyncIterator[list[bytes]]:
-        """Lists of frames; an empty list is a heartbeat. ``tail``: an entry id the log had reached.
+        """Lists of frames (a heartbeat: a keepalive event). ``tail``: an entry id the log had reached.
         ``joined``: the archive's pages may come as one bytes each (the frames are joined anyway)."""
         key = redis_keys.events(response_id)
         try:
@@ -333,8 +333,8 @@ class EventHub:
                 live = self._live(sub, cursor)
                 # cursor follows the live batches: after a detach, history resumes from where they ended
                 async for batch in live:
-                    if batch is None:
-                        yield []
+                    if batch is None:  # a heartbeat: numbered as the last event this subscriber has
+                        yield [keepalive_frame(max(cursor[1] - 1, 0))]
                         continue
                     frames, cursor, end = batch
                     if frames:

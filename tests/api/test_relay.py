@@ -1,4 +1,4 @@
-"""SSE relay: a quiet stream gets keep-alive comments that clients skip; an API process told to stop
+"""SSE relay: a quiet stream gets keepalive events, as OpenAI sends them; an API process told to stop
 cuts its open streams at once instead of waiting for them (uvicorn waits for open connections before
 the app shuts down), alone or under uvicorn's supervisor. Responses on ``gpt-oss-120b`` stay queued:
 no worker serves that model here."""
@@ -23,9 +23,9 @@ from support.processes import ServiceProcess, service_env, start_api_process, st
 from support.workers import accept
 
 from oss_responses import redis_keys
-from oss_responses.api.relay import KEEP_ALIVE
 from oss_responses.config import Settings
 from oss_responses.eventlog import frame, parse_frame
+from oss_responses.eventlog.frames import keepalive_frame
 from oss_responses.eventlog.writes import close_after
 from oss_responses.sealing import new_key
 from oss_responses.storage import Database, ResponseRow
@@ -47,17 +47,20 @@ def _queued(http: httpx2.Client, **body: object) -> str:
     return str(created.json()["id"])
 
 
-def test_stream_quiet_response_gets_keep_alive_comments(http: httpx2.Client) -> None:
+def test_stream_quiet_response_gets_keepalive_events(http: httpx2.Client) -> None:
+    """Events, as OpenAI sends on a long response: a comment was skipped by clients, whose idle timers went on
+    (Codex CLI dropped a quiet stream and sent its request again). Numbered as the last event."""
     response_id = _queued(http)
     received = b""
+    keepalive = keepalive_frame(1)  # after response.created (0) and response.queued (1)
     with http.stream("GET", f"/v1/responses/{response_id}", params={"stream": "true"}) as stream:
         for chunk in stream.iter_raw():
             received += chunk
-            if received.count(KEEP_ALIVE) == 2:
+            if received.count(keepalive) == 2:
                 break
-    opening, _, rest = received.partition(KEEP_ALIVE)
+    opening, _, rest = received.partition(keepalive)
     assert opening.count(b"\n\n") == 2  # response.created, response.queued
-    assert rest == KEEP_ALIVE  # nothing between two comments while nothing happened
+    assert rest == keepalive  # nothing between two keepalives while nothing happened
 
 
 def test_stream_to_client_closing_its_connection_says_connection_once(
@@ -76,22 +79,25 @@ def test_stream_to_client_closing_its_connection_says_connection_once(
     assert headers.count(b"connection") == 1 and b"connection: close" in head.lower()
 
 
-def test_stream_sdk_reads_through_keep_alive_comments(http: httpx2.Client, client: OpenAI) -> None:
+def test_stream_sdk_reads_through_keepalive_events(http: httpx2.Client, client: OpenAI) -> None:
+    """openai's SDK has no type for a keepalive, and passes it on as any event it does not know."""
     response_id = _queued(http)
     cancels: list[int] = []
 
-    def cancel_after_a_few_comments() -> None:  # its stream then ends
+    def cancel_after_a_few_keepalives() -> None:  # its stream then ends
         time.sleep(3 * PING_S)
         cancels.append(http.post(f"/v1/responses/{response_id}/cancel").status_code)
 
-    canceller = threading.Thread(target=cancel_after_a_few_comments)
-    types = []
+    canceller = threading.Thread(target=cancel_after_a_few_keepalives)
+    types, numbers = [], []
     for event in client.responses.retrieve(response_id, stream=True):
         types.append(event.type)
+        numbers.append(event.sequence_number)
         if event.type == "response.queued":
             canceller.start()
     canceller.join(timeout=10)  # its reply may come after the stream's end
-    assert types == ["response.created", "response.queued"]
+    assert types[:2] == ["response.created", "response.queued"] and len(types) > 2
+    assert set(types[2:]) == {"keepalive"} and set(numbers[2:]) == {1}
     assert cancels == [200]
     assert client.responses.retrieve(response_id).status == "cancelled"
 
@@ -129,8 +135,8 @@ def test_stream_to_client_reading_slowly_gets_every_event_once_in_order(
             key, entry_id = redis_keys.events(response_id), redis_keys.event_id(delta.sequence_number)
             redis.xadd(key, {"f": frame(delta)}, id=entry_id)
             if len(delta.delta) < 100:  # read up to it before the next
-                # Searched in all that came since the last search, not in the last bytes only: keep-alive
-                # comments follow it while a slow client drains its backlog (every PING_S).
+                # Searched in all that came since the last search, not in the last bytes only: keepalive
+                # events follow it while a slow client drains its backlog (every PING_S).
                 marker = f"<{delta.sequence_number}>".encode()
                 while (found := received.find(marker, searched)) < 0:
                     searched = max(0, len(received) - len(marker))
@@ -141,7 +147,7 @@ def test_stream_to_client_reading_slowly_gets_every_event_once_in_order(
             received += sock.recv(65536)
     head, _, body = received.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200") and b"transfer-encoding: chunked" in head.lower()
-    frames = [data for data in _dechunked(body).split(b"\n\n")[:-1] if data + b"\n\n" != KEEP_ALIVE]
+    frames = [data for data in _dechunked(body).split(b"\n\n")[:-1] if not data.startswith(b"event: keepalive\n")]
     assert [parse_frame(data + b"\n\n")["sequence_number"] for data in frames] == list(range(len(sizes) + 2))
     assert [parse_frame(data + b"\n\n")["delta"] for data in frames[2:]] == [delta.delta for delta in deltas]
 

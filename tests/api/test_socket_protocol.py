@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 
 from oss_responses.api.socket_protocol import error_message, event_message, is_terminal, parse_command
 from oss_responses.errors import BadRequest, NotFound
-from oss_responses.eventlog.frames import frame
+from oss_responses.eventlog.frames import frame, keepalive_frame
 from oss_responses.harmony.lifecycle import placeholder_response
 
 SERVER_EVENT: TypeAdapter[object] = TypeAdapter(ResponsesServerEvent)
@@ -73,6 +73,13 @@ def test_error_message_carries_http_status_and_error_object() -> None:
     message = json.loads(error_message(error, "a"))
     assert message == {"type": "error", "status": 404, "stream_id": "a", "error": error.to_body()["error"]}
     SERVER_EVENT.validate_python(message)
+
+
+def test_event_message_of_keepalive_is_a_message_of_its_lane() -> None:
+    """A quiet lane's keepalive goes out as a message: a client's idle timer counts messages, not pings."""
+    message = json.loads(event_message(keepalive_frame(3), "lane-1"))
+    assert message == {"type": "keepalive", "sequence_number": 3, "stream_id": "lane-1"}
+    assert not is_terminal(keepalive_frame(3))
 
 
 def test_event_message_of_stream_error_nests_error_object() -> None:

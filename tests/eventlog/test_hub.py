@@ -24,6 +24,7 @@ from oss_responses.eventlog import (
     supervision,
     write_events,
 )
+from oss_responses.eventlog.frames import keepalive_frame
 from oss_responses.eventlog.losses import StreamLost, StreamOverwritten, StreamRewound
 from oss_responses.eventlog.pipe import PipeBroken
 from oss_responses.eventlog.rewinds import mark_rewound, parse_span
@@ -532,13 +533,16 @@ async def ticking_hub(redis_url, redis):
     await hub.stop()
 
 
-async def test_open_client_stream_yields_empty_items_while_the_stream_is_quiet(
+async def test_open_client_stream_yields_keepalive_events_while_the_stream_is_quiet(
     ticking_hub, aredis, make_events
 ) -> None:
+    """Numbered as the last event the subscriber has: one resuming after it misses nothing."""
     await write_events(aredis, "resp_a", make_events(range(2)), ttl_seconds=60)
     chunks = await ticking_hub.open("resp_a", chunked=True, client_stream=True)
     assert (await anext(chunks)).count(b"\n\n") == 2
-    assert [await anext(chunks), await anext(chunks)] == [b"", b""]  # quiet: one per tick or two
+    keepalive = keepalive_frame(1)
+    assert [await anext(chunks), await anext(chunks)] == [keepalive, keepalive]  # quiet: one per tick or two
+    assert parse_frame(keepalive) == {"type": "keepalive", "sequence_number": 1}
     await write_events(aredis, "resp_a", make_events(range(2, 3)), close="completed", ttl_seconds=60)
     rest = [chunk async for chunk in chunks]
     assert [chunk for chunk in rest if chunk] and rest[-1].count(b"\n\n") == 1
@@ -559,13 +563,13 @@ async def test_open_client_stream_is_never_quiet_longer_than_the_heartbeat_inter
         await anext(chunks)
         after_batch, between = [], []
         for n in range(1, 4):
-            assert await anext(chunks) == b""  # a heartbeat: a tick just passed
+            assert await anext(chunks) == keepalive_frame(n - 1)  # a heartbeat: a tick just passed
             await write_events(aredis, "resp_a", make_events(range(n, n + 1)), ttl_seconds=60)
             assert (await anext(chunks)).count(b"\n\n") == 1
             sent = time.monotonic()
-            assert await anext(chunks) == b""
+            assert await anext(chunks) == keepalive_frame(n)
             after_batch.append(time.monotonic() - sent)
-            assert await anext(chunks) == b""
+            assert await anext(chunks) == keepalive_frame(n)
             between.append(time.monotonic() - sent - after_batch[-1])
         # The timer ticks four times an interval, so a gap may run a tick (0.25 interval) over; the bound
         # leaves a loaded CI machine as much again, below the two intervals the old timer left.
