@@ -193,6 +193,16 @@ def test_retrieve_item_unknown_is_404(client: OpenAI) -> None:
     assert caught.value.body["param"] == "item_id"  # type: ignore[index]
 
 
+@pytest.mark.parametrize("path_id", ["msg/a", "msg%2Fa"])
+def test_retrieve_and_delete_item_whose_id_holds_a_slash(http: httpx2.Client, path_id: str) -> None:
+    """A client's own id may hold a '/': its item was kept and listed, but answered 404 by id."""
+    conversation = http.post("/v1/conversations", json={"items": [USER | {"id": "msg/a"}]}).json()
+    got = http.get(f"/v1/conversations/{conversation['id']}/items/{path_id}")
+    assert got.status_code == 200 and got.json()["id"] == "msg/a"
+    assert http.delete(f"/v1/conversations/{conversation['id']}/items/{path_id}").status_code == 200
+    assert http.get(f"/v1/conversations/{conversation['id']}/items/{path_id}").status_code == 404
+
+
 def test_create_items_resolves_item_reference_to_stored_item(client: OpenAI) -> None:
     response = client.responses.create(model=MODEL, background=True, input=[USER])
     stored = client.responses.input_items.list(response.id).data[0]

@@ -97,7 +97,9 @@ async def list_conversation_items(
     return item_list_json(items, has_more)
 
 
-@router.get("/{conversation_id}/items/{item_id}")
+# ``:path``: a client's own item id may hold a '/', which the route otherwise did not match (its item was kept,
+# listed, and answered 404 by id).
+@router.get("/{conversation_id}/items/{item_id:path}")
 async def retrieve_item(
     conversation_id: str, item_id: str, services: ServicesDep, owner: OwnerDep, include: Include = None
 ) -> dict[str, Any]:
@@ -108,7 +110,7 @@ async def retrieve_item(
     return item
 
 
-@router.delete("/{conversation_id}/items/{item_id}")
+@router.delete("/{conversation_id}/items/{item_id:path}")
 async def remove_item(conversation_id: str, item_id: str, services: ServicesDep, owner: OwnerDep) -> dict[str, Any]:
     """OpenAI answers with the conversation the item was deleted from."""
     record = await conversations.load_conversation(services, conversation_id, owner)
