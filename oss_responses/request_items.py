@@ -171,10 +171,8 @@ def given_id(item: InputItem) -> str | None:
 def check_unique_ids(items: list[InputItem], param: str) -> None:
     """OpenAI's 400 for an id given twice in one input: the items are stored, and listed a page at a time, by id."""
     seen: set[str] = set()
-    for item in items:
-        item_id = given_id(item)
-        if item_id is not None and item_id in seen:
+    for item_id in filter(None, map(given_id, items)):
+        if item_id in seen:
             raise BadRequest(f"Duplicate item found with id {item_id}. Remove duplicate items from your input and "
                              "try again.", param=param)
-        if item_id is not None:
-            seen.add(item_id)
+        seen.add(item_id)

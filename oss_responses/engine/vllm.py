@@ -241,6 +241,28 @@ class ScriptedAnswers:
         return script
 
 
+async def _admitted(grammars: GrammarBudget, extra: dict[str, Any], aborted: asyncio.Event) -> dict[str, Any] | None:
+    """``extra`` as the grammar budget admits it; None if the request is ``aborted`` first. A new schema may take up
+    to ``grammar_compile_seconds`` to compile, and an abort (a cancel, a lost lease, a handoff) waited for all of it
+    (5-6 s measured) where it must end its request within a second; the request was then sent to vLLM only to be
+    aborted there. The compile goes on in its thread, its verdict kept."""
+    if grammars.known(extra):
+        return extra
+    admitting = asyncio.ensure_future(grammars.admit(extra))
+    abort_seen = asyncio.ensure_future(aborted.wait())
+    try:
+        await asyncio.wait({admitting, abort_seen}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # the request's task cancelled: its admission is nobody's now
+        admitting.cancel()
+        raise
+    finally:
+        abort_seen.cancel()
+    if admitting.done():
+        return admitting.result()  # a refusal raises here (SchemaNotConstrainable)
+    admitting.cancel()
+    return None
+
+
 class VllmEngine:
     def __init__(
         self, settings: Settings, encoding: HarmonyEncoding | None = None, frontend: Frontend | None = None
@@ -251,9 +273,8 @@ class VllmEngine:
         self._scripts: ScriptedAnswers | None = None
         self._llm: AsyncLLM | None = None
         self._grammars: GrammarBudget | None = None
-        # request id -> abort requested; for the ids whose generate() is running
-        self._running: dict[str, bool] = {}
-        self._admitting: dict[str, asyncio.Event] = {}  # set by an abort: the ids whose grammars are compiling
+        # request id -> set once its abort is asked; for the ids whose generate() or stream() is running
+        self._aborted: dict[str, asyncio.Event] = {}
         self._feeds: dict[str, _OutputFeed] = {}  # the streamed requests vLLM has, by id
         self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled, self._feeds.__len__)
         self._watch_task: asyncio.Task[None] | None = None
@@ -305,20 +326,20 @@ class VllmEngine:
     async def generate(
         self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> AsyncIterator[EngineOutput]:
-        self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
+        aborted = self._aborted[request_id] = asyncio.Event()  # before the grammars' wait: an abort meanwhile is kept
         first, finished = True, False
         try:
             with _dead_core_named():
-                request = await self._request(request_id, prompt_token_ids, sampling)
+                request = await self._request(aborted, prompt_token_ids, sampling)
                 if request is not None:  # else aborted while its grammars compiled: never sent to vLLM
                     async for output in self.llm.generate(*request, request_id):
-                        if self._running[request_id] and not output.finished:
+                        if aborted.is_set() and not output.finished:
                             # abort() arrived before vLLM had registered the request: repeat it now.
                             await self.llm.abort(request_id)
                         yield engine_output(output, first)
                         first, finished = False, output.finished
         finally:
-            self._running.pop(request_id, None)
+            self._aborted.pop(request_id, None)
         if not finished:
             # vLLM closed the stream without a final output: end it as aborted.
             yield EngineOutput(token_ids=[], finished=True, finish_reason="abort")
@@ -336,11 +357,11 @@ class VllmEngine:
         (0.32): tests/engine/test_vllm.py runs ``stream`` on the real engine.
         """
         feed = _OutputFeed(on_output, self._watch)
-        self._running[request_id] = False  # before the grammars' wait: an abort meanwhile is kept
+        aborted = self._aborted[request_id] = asyncio.Event()  # before the grammars' wait: an abort meanwhile is kept
         finished = False
         try:
             with _dead_core_named():
-                request = await self._request(request_id, prompt_token_ids, sampling)
+                request = await self._request(aborted, prompt_token_ids, sampling)
                 if request is None:  # aborted while its grammars compiled: never sent to vLLM
                     on_output(EngineOutput(token_ids=[], finished=True, finish_reason="abort"))
                     finished = True
@@ -352,13 +373,13 @@ class VllmEngine:
                 queue.put = feed.put  # type: ignore[method-assign]  # the one hook: see the docstring
                 if early is not None:
                     feed.put(early)
-                if self._running[request_id] and not feed.done.done():
+                if aborted.is_set() and not feed.done.done():
                     # abort() arrived before vLLM had registered the request: repeat it now.
                     await self.llm.abort(request_id)
                 await feed.done
             finished = True
         finally:
-            self._running.pop(request_id, None)
+            self._aborted.pop(request_id, None)
             self._feeds.pop(request_id, None)
             if not finished and not feed.engine_failed and not self._is_dead():
                 # Stopped before vLLM finished it (cancelled, or on_output raised): vLLM stops it too,
@@ -367,7 +388,7 @@ class VllmEngine:
                 await self.llm.abort(request_id)
 
     async def _request(
-        self, request_id: str, prompt_token_ids: Sequence[int], sampling: SamplingSettings
+        self, aborted: asyncio.Event, prompt_token_ids: Sequence[int], sampling: SamplingSettings
     ) -> tuple[TokensPrompt, SamplingParams] | None:
         """What vLLM is given for a request (its length checked, its grammars known to compile in time,
         its script forced in when scripted); None if it was aborted while its grammars compiled."""
@@ -377,40 +398,13 @@ class VllmEngine:
             raise EngineDead(self._hung)
         self._check_length(prompt_token_ids)
         if self._grammars is not None:
-            extra = await self._admitted(request_id, self._grammars, sampling.extra)
+            extra = await _admitted(self._grammars, sampling.extra, aborted)
             if extra is None:
                 return None
             sampling = dataclasses.replace(sampling, extra=extra)
         if self._scripts is not None:
             sampling = self._forced(prompt_token_ids, sampling)
         return TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sampling_params(sampling)
-
-    async def _admitted(
-        self, request_id: str, grammars: GrammarBudget, extra: dict[str, Any]
-    ) -> dict[str, Any] | None:
-        """``extra`` as the grammar budget admits it; None if the request is aborted first. A new schema may
-        take up to ``grammar_compile_seconds`` to compile, and an abort (a cancel, a lost lease, a handoff)
-        waited for all of it (5-6 s measured) where it must end its request within a second; the request was
-        then sent to vLLM only to be aborted there. The compile goes on in its thread, its verdict kept."""
-        if grammars.known(extra):
-            return extra
-        aborted = self._admitting[request_id] = asyncio.Event()
-        if self._running.get(request_id):
-            aborted.set()  # aborted before this wait began
-        admitting = asyncio.ensure_future(grammars.admit(extra))
-        abort_seen = asyncio.ensure_future(aborted.wait())
-        try:
-            await asyncio.wait({admitting, abort_seen}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # the request's task cancelled: its admission is nobody's now
-            admitting.cancel()
-            raise
-        finally:
-            self._admitting.pop(request_id, None)
-            abort_seen.cancel()
-        if admitting.done():
-            return admitting.result()  # a refusal raises here (SchemaNotConstrainable)
-        admitting.cancel()
-        return None
 
     def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
         check_prompt_length(prompt_token_ids, self.llm.model_config.max_model_len)
@@ -433,10 +427,8 @@ class VllmEngine:
 
     async def abort(self, request_id: str) -> None:
         """Stop a request; its ``generate`` ends with finish_reason "abort". Unknown ids are ignored."""
-        if request_id in self._running:
-            self._running[request_id] = True
-        if (admitting := self._admitting.get(request_id)) is not None:
-            admitting.set()
+        if (aborted := self._aborted.get(request_id)) is not None:
+            aborted.set()
         if not self._is_dead():  # a dead engine core runs nothing to stop (and refuses the message)
             await self.llm.abort(request_id)
 

@@ -308,7 +308,7 @@ def delete_response(session: Session, response_id: str) -> bool:
 
 
 def active_among(session: Session, response_ids: Sequence[str]) -> set[str]:
-    """Those of ``response_ids`` still queued or in progress."""
+    """Those of ``response_ids`` still queued or in progress (none asked: no query)."""
     if not response_ids:
         return set()
     query = select(_responses.c.id).where(_responses.c.id.in_(response_ids), _responses.c.status.in_(ACTIVE_STATUSES))

@@ -294,7 +294,7 @@ class Reaper:
         retried task find it held and give up (``leased_elsewhere``), the response left queued, its client
         waiting, until the stale sweep."""
         unleased = self.unleased(response_ids)
-        waiting = self.db.run(active_among, unleased) if unleased else set()
+        waiting = self.db.run(active_among, unleased)
         return [response_id for response_id in unleased if response_id not in waiting]
 
     def unleased(self, response_ids: list[str]) -> list[str]:
