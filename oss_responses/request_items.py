@@ -168,11 +168,16 @@ def given_id(item: InputItem) -> str | None:
     return item_id if isinstance(item_id, str) and item_id else None
 
 
+def duplicate_item(item_id: str, param: str) -> BadRequest:
+    """OpenAI's 400 for an item given twice (in one input, or again after the turn that holds it)."""
+    return BadRequest(f"Duplicate item found with id {item_id}. Remove duplicate items from your input and try again.",
+                      param=param)
+
+
 def check_unique_ids(items: list[InputItem], param: str) -> None:
     """OpenAI's 400 for an id given twice in one input: the items are stored, and listed a page at a time, by id."""
     seen: set[str] = set()
     for item_id in filter(None, map(given_id, items)):
         if item_id in seen:
-            raise BadRequest(f"Duplicate item found with id {item_id}. Remove duplicate items from your input and "
-                             "try again.", param=param)
+            raise duplicate_item(item_id, param)
         seen.add(item_id)

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 from kombu.exceptions import OperationalError
+from openai.types.responses.response_input_item import ItemReference
 from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
 
@@ -44,6 +45,7 @@ from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
 from oss_responses.logs import bind
 from oss_responses.metrics import ACCEPTED, response_ended
+from oss_responses.request_items import InputItem, duplicate_item, given_id
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
@@ -53,6 +55,7 @@ from oss_responses.storage import (
     ResponseRecord,
     cancel_queued,
     delete_response,
+    find_input_items,
     find_referenced_items,
     get_chain,
     get_owned_response,
@@ -181,6 +184,7 @@ async def resolve_conversation(
             f"The conversation of previous response '{request.previous_response_id}' cannot be continued: {exc}.",
             param="previous_response_id",
         ) from exc
+    await check_not_in_chain(services, request.input_items(), chain, history)
     options = render_options(services.settings, utcnow(), sealer=services.sealer, owner=owner.name)
     history = with_prefix(history, prefix, options)
     references = referenced_ids(request.input_items())
@@ -190,6 +194,25 @@ async def resolve_conversation(
         known |= await services.db.run(find_referenced_items, references, chain_ids, owner.name, known.keys())
         request.input = resolve_references(request.input_items(), known)
     return history
+
+
+async def check_not_in_chain(
+    services: Services, items: list[InputItem], chain: list[ResponseRecord], history: list[ConversationTurn]
+) -> None:
+    """OpenAI's 400 for an input item, by its id, that the continued chain already holds (its turns' output
+    items, their input items, under the ids the client gave or the ones they were stored under): a client
+    that resends the previous response's output with ``previous_response_id`` would have the model read
+    it twice. An ``item_reference`` names a stored item (the chain's included): it is resolved, not refused."""
+    given = [item_id for item in items if not isinstance(item, ItemReference) and (item_id := given_id(item))]
+    if not given or not chain:
+        return
+    held = conversation_items(history)
+    repeated = next((item_id for item_id in given if item_id in held), None)
+    if repeated is None:
+        stored = await services.db.run(find_input_items, [record.id for record in chain], given)
+        repeated = next((item_id for item_id in given if item_id in stored), None)
+    if repeated is not None:
+        raise duplicate_item(repeated, "input")
 
 
 async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> list[bytes]:

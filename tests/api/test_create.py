@@ -188,6 +188,21 @@ def test_create_response_continues_conversation_after_cancelled_queued_turn(clie
     assert later.previous_response_id == cancelled.id
 
 
+def test_create_response_resending_input_item_of_previous_response_is_bad_request(
+    client: OpenAI, api: ApiServer
+) -> None:
+    # The id the first turn's string input was stored under (what its input_items list), sent back as a message.
+    first = client.responses.create(model=MODEL, input="original words", background=True)
+    client.responses.cancel(first.id)
+    [stored] = api.db.run(list_input_items, first.id, order="asc")[0]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.responses.create(model=MODEL, background=True, previous_response_id=first.id, input=[
+            {"type": "message", "role": "user", "content": "original words", "id": stored["id"]},
+        ])
+    assert refused.value.body["param"] == "input"  # type: ignore[index]
+    assert refused.value.body["message"].startswith(f"Duplicate item found with id {stored['id']}.")  # type: ignore[index]
+
+
 def test_create_response_resolves_item_reference_from_conversation(client: OpenAI, api: ApiServer) -> None:
     first = client.responses.create(model=MODEL, input="original words", background=True)
     client.responses.cancel(first.id)

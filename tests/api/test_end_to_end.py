@@ -153,6 +153,24 @@ def test_item_reference_without_type_names_earlier_output(stack: Stack) -> None:
     assert second.output_text == "The tool functions.get_weather returned: sunny"
 
 
+def test_continuing_response_with_its_output_items_again_is_bad_request(stack: Stack) -> None:
+    # OpenAI's 400: previous_response_id already gives the model these items (a client that also resends
+    # the call it answers); here they were rendered twice, the model reading its reasoning and call again.
+    first = stack.client.responses.create(model=MODEL, input=[ASK_WEATHER], tools=[WEATHER])
+    reasoning, call = first.output
+    with pytest.raises(openai.BadRequestError) as refused:
+        stack.other.responses.create(model=MODEL, tools=[WEATHER], previous_response_id=first.id, input=[
+            reasoning.model_dump(exclude_none=True), call.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},  # type: ignore[union-attr]
+        ])
+    assert refused.value.body == {  # type: ignore[comparison-overlap]
+        "message": f"Duplicate item found with id {reasoning.id}. Remove duplicate items from your input and "
+                   "try again.",
+        "type": "invalid_request_error", "param": "input", "code": None,
+    }
+    assert _newest_response_id(stack) == first.id
+
+
 def test_create_response_with_large_input_is_tokenised_in_worker_child_process(stack: Stack) -> None:
     # Above render_process_above_chars (256 kB): the Celery worker's spawned tokenizer process renders it.
     text = "lorem ipsum dolor sit amet " * 20_000
