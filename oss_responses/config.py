@@ -165,7 +165,8 @@ class Settings(BaseSettings):
     response_retention_seconds: int = Field(
         0, ge=0,
         description="A stored response is deleted (as a DELETE would, with its webhook deliveries) this long after it "
-        "was created, once it has ended; 0: kept until deleted. OpenAI keeps responses 30 days: 2592000",
+        "was created, once it has ended, and the webhook deliveries of one deleted before then this long after "
+        "they were logged; 0: kept until deleted. OpenAI keeps responses 30 days: 2592000",
     )
     stale_queued_seconds: int = Field(
         600, ge=1,

@@ -206,7 +206,7 @@ class WebhookDeliveryRow(Base):
     attempts: Mapped[int] = mapped_column(Integer)
     last_status: Mapped[int | None] = mapped_column(Integer)  # the endpoint's HTTP status; None: no answer
     last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)  # the retention purge's order
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 

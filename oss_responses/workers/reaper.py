@@ -72,7 +72,7 @@ from oss_responses.storage import (
     purge_expired_event_logs,
     save_turn,
 )
-from oss_responses.storage.retention import purge_responses_older_than
+from oss_responses.storage.retention import purge_delivery_log_older_than, purge_responses_older_than
 from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
 from oss_responses.webhooks.notify import WebhookNotifier, log_rows
 from oss_responses.wire import response_json, wire_json
@@ -310,15 +310,24 @@ class Reaper:
         rather than holding the reaper's lock."""
         if not self.retention_seconds:
             return 0
+        purged = self._purge_in_batches(purge_responses_older_than)
+        if purged:
+            log.info("deleted %d responses created over %ds ago (retention)", purged, self.retention_seconds)
+        # The deliveries of responses a client deleted (a DELETE keeps them), which no response's purge takes.
+        logged = self._purge_in_batches(purge_delivery_log_older_than)
+        if logged:
+            log.info("deleted %d webhook deliveries logged over %ds ago (retention)", logged, self.retention_seconds)
+        return purged
+
+    def _purge_in_batches(self, purge: Callable[..., int]) -> int:
+        """``purge`` (rows older than the retention) a batch at a time, ``RETENTION_BATCHES`` at most."""
         age = timedelta(seconds=self.retention_seconds)
         purged = 0
         for _ in range(RETENTION_BATCHES):
-            batch = self.db.run(purge_responses_older_than, age, limit=RETENTION_BATCH)
+            batch = self.db.run(purge, age, limit=RETENTION_BATCH)
             purged += batch
             if batch < RETENTION_BATCH:
                 break
-        if purged:
-            log.info("deleted %d responses created over %ds ago (retention)", purged, self.retention_seconds)
         return purged
 
     def _housekeeping_due(self) -> bool:

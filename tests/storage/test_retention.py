@@ -6,9 +6,9 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
-from oss_responses.storage import Database, get_response, insert_response, save_event_log, utcnow
+from oss_responses.storage import Database, delete_response, get_response, insert_response, save_event_log, utcnow
 from oss_responses.storage.models import EventLogRow, WebhookDeliveryRow
-from oss_responses.storage.retention import purge_responses_created_before
+from oss_responses.storage.retention import purge_delivery_log_created_before, purge_responses_created_before
 from oss_responses.storage.webhook_deliveries import add_pending
 from tests.support.rows import new_response
 
@@ -53,3 +53,18 @@ def test_purge_takes_oldest_first_up_to_its_limit(db: Database) -> None:
     ids = [stored(db, age=age * DAY) for age in ages]
     assert db.run(purge_responses_created_before, utcnow() - 30 * DAY, limit=2) == 2
     assert [db.run(get_response, rid) is None for rid in ids] == [True, True, False]
+
+
+def test_purge_deletes_delivery_log_of_response_deleted_before_cutoff(db: Database) -> None:
+    """A DELETE keeps a response's webhook deliveries (they log what was sent), and the purge took deliveries
+    only with their response: those of a deleted response stayed for good, one row per endpoint and end, the
+    table growing without bound under a retention meant to bound it."""
+    deleted, kept = stored(db, age=31 * DAY), stored(db, age=DAY)
+    db.run(add_pending, [("wh_1", "http://hook", "response.completed", deleted, utcnow() - 31 * DAY),
+                         ("wh_2", "http://hook", "response.completed", kept, utcnow() - DAY)])
+    db.run(delete_response, deleted)
+
+    assert db.run(purge_delivery_log_created_before, utcnow() - 30 * DAY) == 1
+
+    left = db.run(lambda session: list(session.scalars(select(WebhookDeliveryRow.response_id))))
+    assert left == [kept]

@@ -21,6 +21,7 @@ from oss_responses.config import Settings
 from oss_responses.storage import (
     Database,
     EventLogRow,
+    delete_response,
     get_event_log,
     get_response,
     migrate,
@@ -28,6 +29,7 @@ from oss_responses.storage import (
     transition,
     utcnow,
 )
+from oss_responses.storage.webhook_deliveries import add_pending, list_deliveries
 from oss_responses.workers import reaper as reaper_module
 from oss_responses.workers.reaper import HANDOFF, REAPER_LOCK, Reaper
 
@@ -239,6 +241,23 @@ def test_reaper_deletes_ended_responses_past_retention_in_batches(
 
     assert [db.run(get_response, rid) for rid in old] == [None] * 5
     assert db.run(get_response, fresh) is not None
+
+
+def test_reaper_deletes_delivery_log_of_deleted_response_past_retention(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """A DELETE keeps the response's webhook deliveries (the log of what was sent); retention took deliveries
+    only with their response, so those of every deleted response stayed for good."""
+    deleted = accept(db, redis, settings, input="hi", background=True)
+    overwrite_row(db, deleted, status="completed", created_at=utcnow() - timedelta(days=31))
+    db.run(add_pending, [("wh_1", "http://hook", "response.completed", deleted, utcnow() - timedelta(days=31))])
+    db.run(delete_response, deleted)
+    keeping = Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=60,
+                     retention_seconds=30 * 86_400)
+
+    keeping.reap_once()
+
+    assert db.run(list_deliveries, response_id=deleted) == []
 
 
 def has_row(db: Database, response_id: str) -> bool:
