@@ -13,7 +13,8 @@ what SQL holds, under the response's lease:
   stream's last event, then the end marker: the stream's final object is SQL's, though the events in
   between are gone; a cancelled response gets the end marker alone, as a cancel gives it;
 - the row is gone (``store: false``, or deleted): the end marker after its terminal event, or after
-  a ``response.failed`` made from the stream's opening response when it has none;
+  a ``response.failed`` made from the stream's opening response when it has none; a deleted one's events
+  then go (a tombstone of none), as they go when its worker ends it;
 - its log is already archived in SQL, up to or past the stream's last event: the stream came back older
   than its end (a Redis restored from an earlier snapshot, a promoted replica that lacked the last writes).
   The archive stands and the stream becomes its tombstone: a terminal event numbered after the stream's
@@ -42,7 +43,7 @@ from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, response_error
 from oss_responses.statuses import ACTIVE_STATUSES, TERMINAL_EVENT_TYPES
 from oss_responses.storage import Database, ResponseRecord, archived_last_sequence_number, get_response
-from oss_responses.workers.archive import archive_event_log
+from oss_responses.workers.archive import archive_event_log, drop_event_log
 from oss_responses.workers.job import stored_response
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,10 @@ def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_sec
                 events[0].type if events else "its end marker alone")
     if record is not None and record.store:
         archive_event_log(db, redis, response_id, ttl_seconds=ttl_seconds)
+    elif record is None and _was_stored(redis, response_id):
+        # A stored response whose row is gone was deleted while it ran (its worker lost before its end, or the
+        # end lost): its events go with it, as its worker's own end drops them, not kept for the event TTL.
+        drop_event_log(redis, response_id)
     return True
 
 
@@ -118,6 +123,14 @@ def _opening_response(redis: Redis, response_id: str) -> Response:
     first = _entry(redis.xrange(redis_keys.events(response_id), count=1))
     assert first is not None  # the stream has a last entry, so it has a first
     return Response.model_validate(parse_frame(first[b"f"])["response"])
+
+
+def _was_stored(redis: Redis, response_id: str) -> bool:
+    """Whether the stream's first event's response was stored (``store`` left out or true): its row, now gone,
+    was deleted; not so for a ``store: false`` one, whose row goes at its end."""
+    first = _entry(redis.xrange(redis_keys.events(response_id), count=1))
+    response = parse_frame(first[b"f"]).get("response") if first is not None and b"f" in first else None
+    return isinstance(response, dict) and response.get("store") is not False
 
 
 def _entry(entries: StreamRangeResponse | None) -> dict[bytes, bytes] | None:

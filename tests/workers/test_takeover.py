@@ -19,16 +19,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import redis as redis_lib
 from support import MODEL
 from support.mcp import MISBEHAVING, mcp_server
-from support.processes import WorkerProcess, ready_workers
+from support.processes import WorkerProcess, ready_workers, start_api_process, stop_process
 from support.servers import PostgresCluster, start_postgres
 from support.streams import (
     assert_one_story,
     events_of,
     story_text,
+    stream_entries,
     wait_for_end,
     wait_for_event,
 )
@@ -118,6 +120,37 @@ def test_sigkilled_worker_response_whose_earlier_turn_was_deleted_since_fails_af
     assert error is not None and error["code"] == "invalid_prompt" and "was deleted" in error["message"]
     assert int(redis.get(redis_keys.takeovers(second)) or 0) == 1
     db.dispose()
+
+
+def test_sigkilled_worker_response_deleted_before_its_takeover_leaves_no_events(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A DELETE of a running response drops its events (its prompt and output) once its stream ends. With its
+    worker gone, no worker ends it: the reaper closes the stream of the row gone, and it kept the whole stream,
+    response.created's instructions and input and every delta, for the event TTL (a day)."""
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    api, base_url = start_api_process(settings, tmp_path / "api.log")
+    try:
+        doomed = start_worker(settings, "doomed")
+        response_id = _start_response(db, redis, settings, "tokens 80")
+        _wait_for_deltas(redis, response_id, 10)
+        os.kill(doomed.process.pid, signal.SIGKILL)
+        doomed.process.wait()
+        assert httpx2.delete(f"{base_url}/v1/responses/{response_id}").status_code == 200
+        start_worker(_unpaced(settings), "survivor")  # its reaper ends the stream once the lease expired
+
+        wait_for_end(redis, response_id, timeout=30)
+        deadline = time.monotonic() + 10
+        while len(stream_entries(redis, response_id)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.1)  # the end marker first, then the events' drop
+
+        [(_, end)] = stream_entries(redis, response_id)
+        assert end == {b"end": b"failed", b"archived": b"-1"}
+        assert redis.ttl(redis_keys.events(response_id)) > 0 and not redis.exists(redis_keys.journal(response_id))
+    finally:
+        stop_process(api)
+        db.dispose()
 
 
 def _wait_for_lease_of(redis: redis_lib.Redis, response_id: str, pid: int, timeout: float = 20.0) -> None:
