@@ -440,6 +440,11 @@ class Settings(BaseSettings):
     def queue_for(self, model: str) -> str:
         return f"{self.queue_prefix}{model}"
 
+    def stream_ttl_seconds(self, store: bool) -> int:
+        """How long a response's ended stream is kept: a ``store: false`` one's, which no route reads once its
+        own client read it, the shorter unstored TTL, whoever ends it."""
+        return self.event_ttl_seconds if store else min(self.unstored_event_ttl_seconds, self.event_ttl_seconds)
+
     def output_tokens_ceiling(self, model: str) -> int:
         return self.max_output_tokens_ceilings.get(model, self.max_output_tokens_ceiling)
 

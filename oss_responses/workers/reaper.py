@@ -193,6 +193,7 @@ class Reaper:
         stale_queued_seconds: int = 600, webhooks: WebhookNotifier | None = None,
         retention_seconds: int = 0, clock: Callable[[], float] = time.monotonic,
         outages: StoreOutages | None = None, unreleased: UnreleasedLeases | None = None,
+        unstored_ttl_seconds: int | None = None,
     ) -> None:
         self.db = db
         self.redis = redis
@@ -200,6 +201,8 @@ class Reaper:
         self.interval = interval_seconds
         self.lease_ms = max(1, int(lease_seconds * 1000))
         self.ttl_seconds = event_ttl_seconds
+        # A store=false response's stream, ended here, is kept as long as its worker's end keeps it.
+        self.unstored_ttl_seconds = min(unstored_ttl_seconds or event_ttl_seconds, event_ttl_seconds)
         self.dispatch = dispatch
         self.resume_seconds = resume_wait_seconds(lease_seconds)
         self.stale_queued_seconds = stale_queued_seconds
@@ -345,7 +348,8 @@ class Reaper:
 
     def end_stream(self, response_id: str) -> bool:
         """End the open stream of a response that ended (``workers/unclosed.py``); True if it did."""
-        end = partial(end_unclosed_stream, self.db, self.redis, ttl_seconds=self.ttl_seconds)
+        end = partial(end_unclosed_stream, self.db, self.redis, ttl_seconds=self.ttl_seconds,
+                      unstored_ttl_seconds=self.unstored_ttl_seconds)
         ended = self._leased(response_id, end)
         if ended:
             REAPER_ACTIONS.labels("stream_ended").inc()
@@ -428,16 +432,20 @@ class Reaper:
         log.warning("the lease key %s holds something other than a lease (overwritten by hand, another application "
                     "or a bug): failing %s", redis_keys.lease(response_id), response_id)
         response = failed_response(record, LEASE_OVERWRITTEN_MESSAGE)
-        if not end_failed(self.db, self.redis, self.webhooks, record, response, self.ttl_seconds):
+        if not end_failed(self.db, self.redis, self.webhooks, record, response, self._stream_ttl(record)):
             return False
         REAPER_ACTIONS.labels("failed").inc()
         return True
+
+    def _stream_ttl(self, record: ResponseRecord) -> int:
+        return self.ttl_seconds if record.store else self.unstored_ttl_seconds
 
     def _fail(self, response_id: str) -> bool:
         record = self.db.run(get_response, response_id)
         if record is None or record.status != "in_progress":
             return False
-        if not end_failed(self.db, self.redis, self.webhooks, record, failed_response(record), self.ttl_seconds):
+        response = failed_response(record)
+        if not end_failed(self.db, self.redis, self.webhooks, record, response, self._stream_ttl(record)):
             return False
         log.warning("reaped %s: %s", response_id, WORKER_LOST_MESSAGE)
         REAPER_ACTIONS.labels("failed").inc()

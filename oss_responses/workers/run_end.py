@@ -175,9 +175,7 @@ async def _close_stream(ctx: WorkerContext, record: ResponseRecord, status: str)
     after ``unstored_event_ttl_seconds``, not the day of a stored one's tombstone (Codex CLI sends every
     request unstored: ~90 KB of Redis each for the whole event TTL)."""
     response_id = record.id
-    settings = ctx.settings
-    ttl = None if record.store else min(settings.unstored_event_ttl_seconds, settings.event_ttl_seconds)
-    ctx.writer.close(response_id, status, ttl_seconds=ttl)
+    ctx.writer.close(response_id, status, ttl_seconds=ctx.settings.stream_ttl_seconds(record.store))
     try:
         await ctx.writer.drain(response_id)
     except EventWriteError as exc:  # the stream stays among the open ones: the reaper ends it (workers/unclosed.py)

@@ -223,7 +223,7 @@ def _fail_behind_event_log(run: Run, ended: str) -> Outcome:
                 "Every response that ended after the database's restore point is in the same state",
                 record.id, record.status, ended)
     if end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, failed_response(record, message),
-                  ctx.settings.event_ttl_seconds):
+                  ctx.settings.stream_ttl_seconds(record.store)):
         return "failed"
     return "skipped"
 

@@ -133,5 +133,5 @@ def fail_without_replay(run: Run, message: str = PROGRESS_LOST_MESSAGE, code: st
     (a new stream holds it alone), then its end."""
     ctx, record = run.ctx, run.job.record
     end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, failed_response(record, message, code),
-               ctx.settings.event_ttl_seconds)
+               ctx.settings.stream_ttl_seconds(record.store))
     return "failed"

@@ -61,9 +61,12 @@ def list_open_stream(redis: Redis, response_id: str) -> None:
     except ResponseError as exc:
         note_unlisted(exc, response_id)
 
-def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_seconds: int) -> bool:
-    """End the stream of a response that ended in SQL (or whose row is gone); True if this wrote its end.
-    The caller holds the response's lease, so no worker writes the stream meanwhile."""
+def end_unclosed_stream(
+    db: Database, redis: Redis, response_id: str, *, ttl_seconds: int, unstored_ttl_seconds: int | None = None
+) -> bool:
+    """End the stream of a response that ended in SQL (or whose row is gone); True if this wrote its end, kept
+    ``ttl_seconds`` (a ``store: false`` one's ``unstored_ttl_seconds``, as its worker's end keeps it). The caller
+    holds the response's lease, so no worker writes the stream meanwhile."""
     record = db.run(get_response, response_id)
     if record is not None and record.status in ACTIVE_STATUSES:
         return False  # still running or waiting: its worker (or its takeover) ends the stream
@@ -74,14 +77,15 @@ def end_unclosed_stream(db: Database, redis: Redis, response_id: str, *, ttl_sec
     last = parse_frame(tail[b"f"])
     if record is not None and _archived_over(db, redis, record, last["sequence_number"], ttl_seconds):
         return True
+    stored = record.store if record is not None else _was_stored(redis, response_id)
     status, events = _ending(redis, response_id, record, last)
-    close_after(redis, response_id, events, status, ttl_seconds)
+    close_after(redis, response_id, events, status, ttl_seconds if stored else unstored_ttl_seconds or ttl_seconds)
     log.warning("the stream of %s (%s in SQL) had lost its end: ended after event %d with %s",
                 response_id, record.status if record else "gone", last["sequence_number"],
                 events[0].type if events else "its end marker alone")
-    if record is not None and record.store:
+    if record is not None and stored:
         archive_event_log(db, redis, response_id, ttl_seconds=ttl_seconds)
-    elif record is None and _was_stored(redis, response_id):
+    elif stored:
         # A stored response whose row is gone was deleted while it ran (its worker lost before its end, or the
         # end lost): its events go with it, as its worker's own end drops them, not kept for the event TTL.
         drop_event_log(redis, response_id)

@@ -29,8 +29,8 @@ def fail_unrun(ctx: WorkerContext, response_id: str, exc: Exception) -> bool:
     if record is None or record.status != "queued" or ctx.sync_redis.exists(redis_keys.lease(response_id)):
         return False
     response = failed_response(record, MESSAGE.format(type(exc).__name__))
-    if not end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, response, ctx.settings.event_ttl_seconds,
-                      from_statuses=("queued",)):
+    ttl = ctx.settings.stream_ttl_seconds(record.store)
+    if not end_failed(ctx.db, ctx.sync_redis, ctx.webhooks, record, response, ttl, from_statuses=("queued",)):
         return False
     log.error("response %s failed before it started: %s", response_id, type(exc).__name__)
     return True

@@ -122,6 +122,30 @@ def test_sigkilled_worker_response_whose_earlier_turn_was_deleted_since_fails_af
     db.dispose()
 
 
+def test_sigkilled_worker_unstored_response_failed_by_its_takeover_keeps_stream_for_unstored_ttl(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """A ``store: false`` response's stream, its whole output, is kept ``unstored_event_ttl_seconds`` after its
+    end (no route reads it). Failed by its takeover (its earlier turn deleted since), it was kept for the
+    event TTL of a stored response's: a day, not five minutes."""
+    settings = _takeover_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    doomed = start_worker(settings, "doomed")
+    first = _start_response(db, redis, settings, "hi")
+    wait_for_end(redis, first, timeout=30)
+    second = accept(db, redis, settings, input="tokens 80", store=False, previous_response_id=first)
+    enqueue(make_celery(settings), settings, second, MODEL)
+    _wait_for_deltas(redis, second, 10)
+    db.run(delete_response, first)
+    _kill_for_a_survivor(doomed, settings, start_worker)
+
+    events = wait_for_end(redis, second, timeout=30)
+
+    assert events[-1]["type"] == "response.failed" and db.run(get_response, second) is None
+    assert 0 < redis.ttl(redis_keys.events(second)) <= settings.unstored_event_ttl_seconds
+    db.dispose()
+
+
 def test_sigkilled_worker_response_deleted_before_its_takeover_leaves_no_events(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]

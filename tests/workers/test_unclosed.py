@@ -130,6 +130,21 @@ def test_reaper_ends_stream_of_gone_response_with_its_failure(
     assert stream_entries(redis, response_id)[-1][1] == {b"end": b"failed"}
 
 
+def test_reaper_ends_stream_of_gone_unstored_response_for_the_unstored_ttl(
+    worker: WorkerContext, db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """Its worker's end keeps a ``store: false`` stream 5 minutes; ended here, it was kept the event TTL."""
+    response_id = accept(db, redis, settings, input="tokens 5", store=False)
+    assert run_response_now(response_id, worker=worker) == "completed"
+    lose_end(redis, response_id, events=2)
+    keeping = Reaper(db, redis, worker_id="test", interval_seconds=0.5, lease_seconds=3, event_ttl_seconds=3600,
+                     unstored_ttl_seconds=60)
+
+    keeping.reap_once()
+
+    assert is_closed(redis, response_id) and 0 < redis.ttl(redis_keys.events(response_id)) <= 60
+
+
 def test_reaper_leaves_open_stream_of_running_response(
     db: Database, redis: redis_lib.Redis, settings: Settings
 ) -> None:
