@@ -519,20 +519,27 @@ class ResponseTranslator:
             self._set_pending(builder, header)
 
     def _answered_here(self, builder: ItemBuilder) -> bool:
-        """A call this response answers itself: a tool it runs (MCP, built-in) or one nobody offered. A
-        function's call is the client's to run, an approval request the user's, a refused call is refused."""
-        return isinstance(builder, (McpCallBuilder, UnavailableToolCallBuilder)) and builder is not self._refused
+        """A call this response answers itself when the model writes past it: a tool it runs (MCP, built-in),
+        one nobody offered, or one needing approval (no request can await the user once the model went on:
+        the next turn's answer would find the call followed by more output). A function's call is the
+        client's to run, a refused call is refused."""
+        answered = (McpCallBuilder, UnavailableToolCallBuilder, ApprovalRequestBuilder)
+        return isinstance(builder, answered) and builder is not self._refused
 
     def _pass_over(self, builder: ItemBuilder, header: _Header) -> None:
         """A call the model wrote past: harmony's ``<|call|>`` is the stop token that asks for a tool's result,
         ``<|end|>`` only ends a message, and the model went on without the result. It is not run (as gpt-oss's
         and vLLM's Responses servers run a tool only once generation stopped after its call): its item ends
-        failed now, before the next item is added, and the stored turn answers it, so that it replays as
-        valid harmony (harmony renders every call with ``<|call|>``) and the next turn knows it was not run."""
+        failed now, before the next item is added (a call needing approval shows none), and the stored turn
+        answers it, so that it replays as valid harmony (harmony renders every call with ``<|call|>``) and the
+        next turn knows it was not run."""
         recipient = header.recipient or ""
         if isinstance(builder, McpCallBuilder):
             builder.pass_over(NOT_AWAITED)
             self._mcp_calls -= 1  # max_tool_calls counts the calls run
+            answer = NOT_AWAITED
+        elif isinstance(builder, ApprovalRequestBuilder):
+            self._items.remove(builder)  # never shown (its item appears only at <|call|>): its index is the next's
             answer = NOT_AWAITED
         else:
             answer = UNAVAILABLE.format(recipient=recipient)

@@ -237,3 +237,29 @@ def test_approving_answer_resent_without_its_call_is_bad_request(encoding) -> No
     with pytest.raises(BadRequest) as raised:
         render_prompt(_request(items), [], OPTIONS, encoding)
     assert raised.value.param == f"input[{len(items) - 2}]"
+
+
+CALL_WRITTEN_PAST = (
+    "<|channel|>analysis<|message|>Need to add.<|end|>"
+    '<|start|>assistant<|channel|>commentary to=calc.add <|constrain|>json<|message|>{"a":1,"b":2}<|end|>'
+    "<|start|>assistant<|channel|>final<|message|>It is 3.<|return|>"
+)
+
+
+def test_approval_call_written_past_shows_no_request_to_answer(encoding) -> None:
+    # <|end|> is no stop token: the model went on without waiting, so no request awaits an answer. An
+    # mcp_approval_request shown here could not be answered (the next turn's approval was a 400: "not awaiting").
+    request = _request("Add 1 and 2")
+    rendered = render_prompt(request, [], OPTIONS, encoding)
+    turn = new_turn(encoding, approval_required=_always, response_id="resp_1")
+    turn.feed_text(encoding, CALL_WRITTEN_PAST)
+    turn.add(turn.translator.finish("stop"))
+    assert [item.type for item in turn.response.output] == ["reasoning", "message"]
+    assert turn.translator.pending_approval is None and turn.translator.pending_tool_call is None
+    check_stream(turn)
+    stored = _stored(request, rendered, turn)
+    assert [(m["role"], m.get("recipient")) for m in stored.messages[-3:]] == [
+        ("assistant", "calc.add"), ("tool", "assistant"), ("assistant", None)
+    ]
+    assert "not run" in stored.messages[-2]["content"][0]["text"]
+    render_prompt(_request("thanks", previous_response_id="resp_1"), [stored], OPTIONS, encoding)
