@@ -1,4 +1,5 @@
-"""Invariants every event stream must keep, checked on every golden scenario."""
+"""Invariants every event stream must keep, checked on every golden scenario and on hostile model output
+(``support/harmony_fuzz.py``: harmony's markup in any order, unknown channels and tools, split UTF-8)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,18 @@ from hypothesis import strategies as st
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
+from openai_harmony import Message
 from pydantic import TypeAdapter
+from support.harmony_fuzz import (
+    INPUT_TOKENS,
+    Script,
+    Setup,
+    hostile_scripts,
+    run_script,
+    setups,
+    well_formed,
+    well_formed_parts,
+)
 from support.harmony_transcripts import SCENARIOS, Run, run_scenario
 from support.sdk import without_parsed
 
@@ -32,9 +44,12 @@ def _deltas(events: list) -> str:
 
 
 def _done_text(item) -> str:
+    """What the item's deltas spell: its arguments, code or text (nothing for items shown whole)."""
     if item.type in ("function_call", "mcp_call"):
         return item.arguments
-    return "".join(part.text for part in item.content or [])
+    if item.type == "code_interpreter_call":
+        return item.code or ""
+    return "".join(part.text for part in getattr(item, "content", None) or [])
 
 
 def test_sequence_numbers_start_at_zero_and_rise_by_one(scenario_run: Run) -> None:
@@ -47,6 +62,9 @@ def test_lifecycle_events_open_and_close_the_stream(scenario_run: Run) -> None:
     if not scenario_run.translator.response.background:
         opening.remove("response.queued")
     assert types[: len(opening)] == opening
+    if scenario_run.translator.response.status == "cancelled":  # OpenAI defines no event for it
+        assert not any(t in TERMINAL_EVENT_TYPES for t in types)
+        return
     assert types[-1] in TERMINAL_EVENT_TYPES
     assert sum(t in TERMINAL_EVENT_TYPES for t in types) == 1
 
@@ -78,12 +96,18 @@ def test_content_index_is_zero_in_every_item(scenario_run: Run) -> None:
 def test_done_item_holds_concatenated_deltas(scenario_run: Run) -> None:
     for events in _item_events(scenario_run).values():
         assert _done_text(events[-1].item) == _deltas(events)
+        for event in events:  # output_text.done, reasoning_text.done, *arguments.done, code.done
+            done_text = next((getattr(event, k) for k in ("text", "arguments", "code") if hasattr(event, k)), None)
+            if event.type.endswith(".done") and isinstance(done_text, str):
+                assert done_text == _deltas(events)
 
 
 def test_terminal_output_equals_done_items(scenario_run: Run) -> None:
     done = [event.item for event in scenario_run.events if event.type == "response.output_item.done"]
-    assert scenario_run.events[-1].response.output == done
+    if scenario_run.translator.response.status != "cancelled":
+        assert scenario_run.events[-1].response == scenario_run.translator.response
     assert scenario_run.translator.response.output == done
+    assert all(getattr(item, "status", None) != "in_progress" for item in done)
 
 
 def test_events_validate_against_response_stream_event(scenario_run: Run) -> None:
@@ -93,7 +117,7 @@ def test_events_validate_against_response_stream_event(scenario_run: Run) -> Non
 
 
 def test_terminal_response_validates_against_response(scenario_run: Run) -> None:
-    response = scenario_run.events[-1].response
+    response = scenario_run.translator.response  # the terminal event's (checked above), or the cancelled one
     wire = response.model_dump_json(by_alias=True)
     assert Response.model_validate_json(wire).model_dump() == response.model_dump()
 
@@ -103,10 +127,47 @@ def test_sdk_accumulator_rebuilds_response(scenario_run: Run) -> None:
     for event in scenario_run.events:
         state.handle_event(event)
     final = scenario_run.translator.response
+    # The SDK's snapshot, built from the added items and their deltas, spells what the items end with.
+    snapshot = state._ResponseStreamState__current_snapshot  # type: ignore[attr-defined]
+    for built, item in zip(snapshot.output, final.output, strict=True):
+        if item.type == "message":
+            assert [part.text for part in built.content] == [part.text for part in item.content]
+        elif item.type == "function_call":
+            assert built.arguments == item.arguments
     if final.status == "completed":
         rebuilt = state._completed_response
         assert rebuilt is not None
         assert [without_parsed(item.to_dict()) for item in rebuilt.output] == [item.to_dict() for item in final.output]
+
+
+def test_usage_counts_every_generated_token(scenario_run: Run) -> None:
+    usage = scenario_run.translator.response.usage
+    assert usage.output_tokens == len(scenario_run.generated)
+    assert usage.input_tokens == INPUT_TOKENS + sum(len(tokens) for tokens in scenario_run.continuations)
+    assert usage.total_tokens == usage.input_tokens + usage.output_tokens
+    assert 0 <= usage.output_tokens_details.reasoning_tokens <= usage.output_tokens
+    assert usage.input_tokens_details.cached_tokens <= usage.input_tokens
+
+
+def test_stored_messages_render_as_harmony(scenario_run: Run, encoding) -> None:
+    """The turn is stored as these messages and replayed by the next: each renders."""
+    for message in scenario_run.translator.output_messages:
+        encoding.render(Message.from_dict(message))
+
+
+def test_approval_request_is_the_call_awaiting_an_answer(scenario_run: Run) -> None:
+    """An ``mcp_approval_request`` shown is answerable: its call is the turn's last message (the next turn's
+    tool answer follows it), and the turn waits on it."""
+    requests = [item for item in scenario_run.translator.response.output if item.type == "mcp_approval_request"]
+    if not requests or scenario_run.translator.response.status != "completed":
+        return
+    pending = scenario_run.translator.pending_approval
+    assert [request.id for request in requests] == [pending.approval_request_id]
+    last = scenario_run.translator.output_messages[-1]
+    assert (last["role"], last.get("recipient")) == ("assistant", pending.recipient)
+
+
+INVARIANTS = [check for name, check in sorted(globals().items()) if name.startswith("test_") and callable(check)]
 
 
 
@@ -132,3 +193,43 @@ def _summary(run: Run) -> list[tuple]:
 def test_chunking_gives_same_items_and_deltas(encoding, name: str, cuts: list[int]) -> None:
     scenario = SCENARIOS[name]
     assert _summary(run_scenario(encoding, scenario, _chunker(cuts))) == _summary(run_scenario(encoding, scenario))
+
+
+def _check_all(run: Run, encoding) -> None:
+    for check in INVARIANTS:
+        check(run, encoding) if "encoding" in check.__code__.co_varnames else check(run)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), setup=setups())
+def test_hostile_output_keeps_every_invariant(encoding, data, setup: Setup) -> None:
+    script = data.draw(hostile_scripts(encoding))
+    _check_all(run_script(encoding, setup, script), encoding)
+
+
+def _outcome(run: Run) -> tuple:
+    """What a client ends with, ids included (seeded): chunking changes how deltas are grouped, not this."""
+    response = run.translator.response
+    return response.status, response.error, response.output, run.translator.output_messages
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), setup=setups())
+def test_hostile_output_ends_alike_however_chunked(encoding, data, setup: Setup) -> None:
+    script = data.draw(hostile_scripts(encoding))
+    one_by_one = Script(script.tokens, frozenset(range(len(script.tokens) + 1)), script.stop, script.tool_errors)
+    assert _outcome(run_script(encoding, setup, script)) == _outcome(run_script(encoding, setup, one_by_one))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=well_formed_parts(), cuts=st.frozensets(st.integers(0, 100), max_size=12), setup=setups())
+def test_split_characters_reach_clients_whole(encoding, parts, cuts: frozenset[int], setup: Setup) -> None:
+    """Characters split across tokens (🦄, 𝕏, CJK) and across chunks: no delta holds a replacement
+    character, and each message keeps the text the model wrote (the response may end at a call)."""
+    run = run_script(encoding, setup, Script(well_formed(encoding, parts), cuts))
+    _check_all(run, encoding)
+    for event in run.events:
+        assert "\ufffd" not in (getattr(event, "delta", None) or "")
+    stored = [m["content"][0]["text"] for m in run.translator.output_messages if m["role"] == "assistant"]
+    assert stored == ["".join(texts) for _, _, texts in parts][: len(stored)]
+    assert len(stored) == len(parts) or run.translator.response.output[-1].type != "message"

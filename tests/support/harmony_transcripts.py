@@ -49,6 +49,7 @@ class Run:
     events: list[BaseModel]
     translator: ResponseTranslator
     continuations: list[list[int]] = field(default_factory=list)
+    generated: list[int] = field(default_factory=list)  # every token the model generated, fed in order
 
 
 def one_token_chunks(tokens: list[int]) -> list[list[int]]:
@@ -87,6 +88,7 @@ def run_scenario(encoding: HarmonyEncoding, scenario: Scenario, chunker: Chunker
     for index, name in enumerate(scenario.files):
         for chunk in chunker(golden_tokens(encoding, name)):
             events += translator.feed(chunk)
+            run.generated += chunk
         if index < len(scenario.tool_results):
             events += translator.feed_tool_result(*scenario.tool_results[index])
             run.continuations.append(translator.continuation_token_ids())
