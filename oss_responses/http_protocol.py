@@ -8,7 +8,8 @@ or part of its body stayed open for good, before any API key was checked, and a 
 So, per connection:
 
 - a request's headers larger than ``max_header_bytes`` are answered 431 and the connection closed (counted
-  as they arrive, before httptools has joined them);
+  as they arrive, before httptools has joined them, and once parsed: a block read whole in one chunk was
+  never counted);
 - headers or a body not received whole within ``read_seconds`` of their start: 408, closed;
 - a connection idle between two requests for ``keep_alive_seconds`` is closed (uvicorn's 5 s, shorter than a
   load balancer's idle timeout, closed connections the balancer then sent a request on: its 502);
@@ -109,6 +110,8 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._stall_timer: asyncio.TimerHandle | None = None
         self._reading_headers = False  # a request has begun and its headers are not all here
         self._header_bytes = 0
+        self._parsed_header_bytes = 0  # of the request being parsed: its URL, names and values, and their framing
+        self._refused = False  # answered 431 while parsing: what httptools still parses of the chunk is dropped
         self._body_bytes_fed = 0  # of the data being fed now: what httptools handed on as body
         self._read_timer: asyncio.TimerHandle | None = None
         self._idle = False  # the timer armed is the keep-alive between two requests, not a request's deadline
@@ -165,17 +168,37 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     # --- httptools callbacks ----------------------------------------------------------------------
     def handle_websocket_upgrade(self) -> None:
+        if self._refused:  # its handshake's headers were over the limit: answered 431
+            return
         self._disarm()  # the WebSocket protocol takes the connection over
         super().handle_websocket_upgrade()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._reading_headers, self._header_bytes = True, 0
+        self._reading_headers, self._header_bytes, self._parsed_header_bytes = True, 0, 0
         if self._read_timer is None or self._idle:
             self._arm(self._headers_late)  # from the request's first byte, not from the idle time before it
 
+    def on_url(self, url: bytes) -> None:
+        self._parsed_header_bytes += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._parsed_header_bytes += len(name) + len(value) + len(b": \r\n")
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
         self._reading_headers = False
+        # The request line's method, spaces and version, and the blank line: then the block as sent (but for
+        # optional whitespace around values). data_received counts only what is still unparsed after a chunk,
+        # so a block that ends within the chunk that brought it is held to the limit here.
+        size = self._parsed_header_bytes + len(self.parser.get_method()) + len(b"  HTTP/1.1\r\n\r\n")
+        if self._refused or size > self.max_header_bytes:  # (a request pipelined behind a refused one: dropped)
+            self._refused = True
+            if not self.transport.is_closing():
+                self._refuse(431, f"The request's headers exceed {self.max_header_bytes} bytes.",
+                             "request_headers_too_large")
+            return  # no request is run: uvicorn builds none before its on_headers_complete
         self._arm(self._body_late)
         super().on_headers_complete()
         cycle = self.cycle
@@ -187,11 +210,13 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes_fed += len(body)
-        super().on_body(body)
+        if not self._refused:  # a refused request has no cycle to take its body
+            super().on_body(body)
 
     def on_message_complete(self) -> None:
         self._disarm()
-        super().on_message_complete()
+        if not self._refused:
+            super().on_message_complete()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # starts the next pipelined request, if any, and reads on

@@ -108,6 +108,31 @@ def test_request_headers_under_limit_are_served(conn: socket.socket) -> None:
     assert _answer(conn)[0] == 200
 
 
+def _header_block(size: int, path: bytes = b"/v1/models", headers: bytes = b"Connection: close\r\n") -> bytes:
+    """A request whose request line and headers (their closing blank line included) are ``size`` bytes."""
+    head = b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n" + headers + b"X-Big: "
+    return head + b"a" * (size - len(head) - 4) + b"\r\n\r\n"
+
+
+@pytest.mark.parametrize(("upgrade", "size", "status"), [
+    (False, HEADER_LIMIT, 200), (False, HEADER_LIMIT + 1, 431), (False, HEADER_LIMIT * 7, 431),
+    (True, HEADER_LIMIT + 1, 431),
+], ids=["at-limit", "one-past", "seven-times", "websocket-one-past"])
+def test_request_headers_arriving_in_one_read_are_held_to_limit(
+    conn: socket.socket, upgrade: bool, size: int, status: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A header block read whole at once is counted too: one that completed within a single read was served
+    whatever its size (seven times the limit), a WebSocket handshake's included."""
+    handshake = (b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                 b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n")
+    conn.sendall(_header_block(size, b"/v1/responses", handshake) if upgrade else _header_block(size))
+    answer_status, _, body = _answer(conn)
+    assert answer_status == status
+    if status == 431:
+        assert _error_code(body) == "request_headers_too_large"
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
 def test_large_body_arriving_with_its_headers_is_not_counted_as_headers(api) -> None:  # type: ignore[no-untyped-def]
     """The body read in the same chunks as the headers is the body's, not the headers' (20x the limit)."""
     counted = httpx2.post(f"{api.base_url}/v1/responses/input_tokens",
