@@ -36,6 +36,12 @@ def _argsrepr(response_id: str, secrets: dict[str, Any] | None) -> str:
     return f"({response_id!r}, {'{<secrets>}' if secrets else '{}'})"
 
 
+def task_mark(response_id: str) -> str:
+    """Text that every task message of ``response_id`` holds, and no other's: the start of its arguments' repr
+    in its headers (unchanged by their JSON), however it was sent."""
+    return f"({response_id!r}, "
+
+
 def send_run_response(app: Celery, queue: str, response_id: str, secrets: dict[str, Any] | None = None) -> None:
     """A response's task on its model's queue, through Celery: what a takeover and a handoff send.
 

@@ -311,6 +311,7 @@ async def request_cancel(services: Services, record: ResponseRecord) -> bool:
     )
     won = await services.db.run(ended_with_deliveries, log_rows(deliveries), cancel_queued, record.id, record.response)
     if won:
+        await _withdraw_task(services, record)
         await _close_cancelled(services, record.id, ttl)
         await _announce_end(services, record, "cancelled", deliveries)
     return won
@@ -326,6 +327,15 @@ async def _close_cancelled(services: Services, response_id: str, ttl: int) -> No
         await write_events(services.redis, response_id, [], close="cancelled", ttl_seconds=ttl)
     except EventLogOverwritten as exc:
         log.warning("%s cancelled without its end marker: %s; the key is left as it is", response_id, exc)
+
+
+async def _withdraw_task(services: Services, record: ResponseRecord) -> None:
+    """A response cancelled here, while queued: its task leaves its model's queue, which counts it no more."""
+    try:
+        await services.tasks.withdraw(services.settings.queue_for(record.model), record.id)
+    except RedisError as exc:  # the cancel stands: the worker that takes the task skips it
+        log.warning("could not take the task of cancelled %s out of its queue (%s: %s)", record.id,
+                    type(exc).__name__, exc)
 
 
 async def _announce_end(

@@ -19,7 +19,7 @@ from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.redis_pool import PatientPool, silent_peer_guards
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
-from oss_responses.task_messages import run_response_message
+from oss_responses.task_messages import run_response_message, task_mark
 from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,21 @@ def api_redis(url: str) -> Redis:
     return Redis(connection_pool=pool)
 
 
+# Removes the first task of a queue's list (from its newest, where a task just sent is) that holds ARGV[1]; a
+# page at a time, so that a task found early costs no copy of the whole list. 1 if one was removed.
+_WITHDRAW_SCRIPT = """
+local length = redis.call('LLEN', KEYS[1])
+for start = 0, length - 1, 128 do
+  for _, message in ipairs(redis.call('LRANGE', KEYS[1], start, start + 127)) do
+    if string.find(message, ARGV[1], 1, true) then
+      return redis.call('LREM', KEYS[1], 1, message)
+    end
+  end
+end
+return 0
+"""
+
+
 class TaskQueue:
     """Celery, as a producer only: tasks are sent by name, so no worker code is imported here."""
 
@@ -49,6 +64,7 @@ class TaskQueue:
         # Celery itself would send to.
         self.broker_url = queues_url(self._celery)
         self._broker = api_redis(self.broker_url)
+        self._withdraw = self._broker.register_script(_WITHDRAW_SCRIPT)
         self._celery.conf.update(
             broker_transport=TRANSPORT,  # kombu's Redis transport, publishing without a client per task
             task_serializer="json", accept_content=["json"], broker_connection_retry_on_startup=True,
@@ -83,6 +99,13 @@ class TaskQueue:
         # the hop to a thread for it cost the accept more CPU than the message (task_messages.py). The task
         # names the response only: its MCP credentials are sealed in its row, not in the broker.
         await self._broker.lpush(queue, run_response_message(self._celery, queue, response_id))
+
+    async def withdraw(self, queue: str, response_id: str) -> bool:
+        """Take a response's task out of ``queue`` while no worker has it (its response was cancelled while
+        queued): left there, it counted against the queue's limit until a worker came to skip it, and the
+        tasks of responses cancelled at once (a streamed create whose client left) filled the queue for
+        every owner. False if no worker-free task was found (a worker took it, and will skip it)."""
+        return bool(await self._withdraw(keys=[queue], args=[task_mark(response_id)]))
 
     async def deliver_webhooks(self, deliveries: list[WebhookDelivery]) -> None:
         await anyio.to_thread.run_sync(self._send_webhooks, deliveries)

@@ -151,3 +151,17 @@ def test_create_response_full_queue_of_other_model_does_not_refuse(
     redis.rpush(api.settings.queue_for("gpt-oss-120b"), *[b"waiting task"] * (QUEUE_LIMIT + 5))
     response = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
     assert response.status_code == 200, response.text
+
+
+def test_create_response_after_responses_cancelled_while_queued_is_accepted(
+    http: httpx2.Client, api: ApiServer, redis: redis_lib.Redis
+) -> None:
+    """A response cancelled while queued takes its task out of its model's queue: the tasks of cancelled
+    responses filled it (one owner's streams, each left at once, up to the limit), and every owner got 429
+    ``queue_full`` while no response waited."""
+    for _ in range(QUEUE_LIMIT):
+        created = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True}).json()
+        assert http.post(f"/v1/responses/{created['id']}/cancel").json()["status"] == "cancelled"
+    assert redis.llen(api.settings.queue_for(MODEL)) == 0
+    response = http.post("/v1/responses", json={"model": MODEL, "input": "hi", "background": True})
+    assert response.status_code == 200, response.text
