@@ -55,7 +55,8 @@ EVENT_WRITE_SECONDS = Histogram(
 )
 EVENT_WRITE_FAILURES = Counter("oss_responses_event_write_failures_total", "EventWriter flushes that failed")
 MCP_CALL_SECONDS = Histogram(
-    "oss_responses_mcp_call_seconds", "MCP tool calls, by server label", ["server"],
+    "oss_responses_mcp_call_seconds",
+    "MCP tool calls, by server (a configured label, or a request's allow-list prefix)", ["server"],
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 MCP_CALL_ERRORS = Counter(

@@ -91,9 +91,9 @@ class McpToolExecutor:
     async def _call(self, server: ResolvedServer, name: str, payload: dict[str, Any], idempotent: bool) -> ToolOutcome:
         started = time.perf_counter()
         outcome = await self._call_timed(server, name, payload, idempotent)
-        MCP_CALL_SECONDS.labels(server.label).observe(time.perf_counter() - started)
+        MCP_CALL_SECONDS.labels(server.metric_label).observe(time.perf_counter() - started)
         if outcome.failed:
-            MCP_CALL_ERRORS.labels(server.label).inc()
+            MCP_CALL_ERRORS.labels(server.metric_label).inc()
         return outcome
 
     async def _call_timed(

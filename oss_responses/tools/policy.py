@@ -70,6 +70,13 @@ class ResolvedServer:
     owner: str | None = None  # the response's API key owner: its sessions are its own
 
     @property
+    def metric_label(self) -> str:
+        """The server as the MCP metrics' ``server`` label names it: a configured server by its label; a
+        request's own server_url by the allow-list prefix it passed, since its label is the request's choice
+        (a label per request would add a histogram's series per request, kept for the worker's life)."""
+        return self.within[0] if self.within else self.label
+
+    @property
     def endpoint(self) -> McpEndpoint:
         return McpEndpoint(self.url, self.headers, self.addresses, self.within, self.owner)
 

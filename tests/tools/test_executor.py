@@ -6,10 +6,13 @@ import asyncio
 
 import mcp_types
 import pytest
+from openai.types.responses.tool import Mcp
+from prometheus_client import REGISTRY
 
+from oss_responses.config import Settings
 from oss_responses.tools.executor import McpToolExecutor, ToolOutcome, result_text
 from oss_responses.tools.mcp_client import McpSessionPool
-from oss_responses.tools.policy import ResolvedServer
+from oss_responses.tools.policy import ResolvedServer, resolve_servers
 
 pytestmark = pytest.mark.anyio
 
@@ -105,6 +108,24 @@ async def test_call_cancelled_in_flight_raises_cancelled(executor: McpToolExecut
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await executor.call("calc", "calculate", '{"expression": "1+1"}') == ToolOutcome(output="2")
+
+
+async def test_call_to_request_server_url_labels_metrics_by_allowlist_prefix(
+    pool: McpSessionPool, calculator_url: str
+) -> None:
+    # A request's own server_url comes with a label of the request's choosing: one per request would grow the
+    # worker's /metrics by a histogram's 15 series each, for good.
+    prefix = calculator_url.rsplit("/", 1)[0] + "/"
+    settings = Settings(mcp_url_allowlist=[prefix], mcp_allow_private_urls=True)
+    labels = ["chosen-by-request-1", "chosen-by-request-2"]
+    tools = [Mcp(type="mcp", server_label=label, server_url=calculator_url) for label in labels]
+    executor = McpToolExecutor(pool, await resolve_servers(tools, settings), timeout=30.0)
+    before = REGISTRY.get_sample_value("oss_responses_mcp_call_seconds_count", {"server": prefix}) or 0.0
+    for label in labels:
+        assert await executor.call(label, "calculate", '{"expression": "6*7"}') == ToolOutcome(output="42")
+    assert REGISTRY.get_sample_value("oss_responses_mcp_call_seconds_count", {"server": prefix}) == before + 2
+    for label in labels:
+        assert REGISTRY.get_sample_value("oss_responses_mcp_call_seconds_count", {"server": label}) is None
 
 
 def test_result_text_notes_an_image_instead_of_its_base64() -> None:
