@@ -20,7 +20,7 @@ from oss_responses.redis_pool import PatientPool, silent_peer_guards
 from oss_responses.sealing import Sealer
 from oss_responses.storage import AsyncDatabase
 from oss_responses.task_messages import run_response_message, task_mark
-from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery, task_argsrepr
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,9 @@ class TaskQueue:
     def _send_webhooks(self, deliveries: list[WebhookDelivery]) -> None:
         queue = self._webhook_queue
         for delivery in deliveries:
-            self._celery.send_task(DELIVER_WEBHOOK_TASK, args=delivery.task_args(), queue=queue, routing_key=queue)
+            args = delivery.task_args()
+            self._celery.send_task(DELIVER_WEBHOOK_TASK, args=args, argsrepr=task_argsrepr(args), queue=queue,
+                                   routing_key=queue)
 
     async def ping(self) -> None:
         """The broker answers (the Redis that holds the queues: ``OSS_RESPONSES_BROKER_URL``, or Redis)."""

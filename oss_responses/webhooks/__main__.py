@@ -14,6 +14,7 @@ from dataclasses import asdict
 from oss_responses.cli import positive_int
 from oss_responses.config import get_settings
 from oss_responses.doctor.stores import database_problem
+from oss_responses.logs import safe_url
 from oss_responses.storage import Database
 from oss_responses.storage.webhook_deliveries import DeliveryRecord, list_deliveries
 
@@ -22,7 +23,7 @@ def _line(record: DeliveryRecord) -> str:
     delivered = record.delivered_at.isoformat(timespec="seconds") if record.delivered_at else "-"
     status = record.last_status if record.last_status is not None else "-"
     line = (f"{record.webhook_id} {record.event_type} {record.response_id} {record.state} "
-            f"attempts={record.attempts} status={status} delivered_at={delivered} {record.endpoint_url}")
+            f"attempts={record.attempts} status={status} delivered_at={delivered} {safe_url(record.endpoint_url)}")
     return line + (f" error={record.last_error}" if record.last_error else "")
 
 
@@ -45,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         db.dispose()
     for record in records:
-        print(json.dumps(asdict(record), default=str) if args.json else _line(record))
+        shown = asdict(record) | {"endpoint_url": safe_url(record.endpoint_url)}  # no receiver's credentials
+        print(json.dumps(shown, default=str) if args.json else _line(record))
     return 0
 
 

@@ -11,6 +11,7 @@ from typing import Literal, cast
 import httpx
 
 from oss_responses.config import Settings, WebhookEndpoint
+from oss_responses.logs import safe_url
 from oss_responses.metrics import WEBHOOK_DELIVERIES, WEBHOOK_DELIVERY_SECONDS
 from oss_responses.storage import Database
 from oss_responses.storage.webhook_deliveries import ENDED_STATES, delivery_state, record_attempt
@@ -45,9 +46,12 @@ def post(endpoint: WebhookEndpoint, delivery: WebhookDelivery, timeout: float) -
 
 
 async def _post(url: str, payload: str, headers: dict[str, str], timeout: float) -> Attempt:
+    # The URL's userinfo goes as Basic credentials, not in the URL: httpx logs each request's URL whole.
+    parts = httpx.URL(url)
+    auth = httpx.BasicAuth(parts.username, parts.password or "") if parts.userinfo else None
     try:
         async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
-            async with client.stream("POST", url, content=payload, headers=headers) as answer:
+            async with client.stream("POST", safe_url(url), content=payload, headers=headers, auth=auth) as answer:
                 if 200 <= answer.status_code < 300:
                     return Attempt(answer.status_code, None)
                 head = await _head(answer)
@@ -82,8 +86,8 @@ def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery
     if logged is not None and logged[0] in ENDED_STATES:
         # A copy of an ended delivery (redelivered by the broker, or resent while its first was slow): sent
         # again, it would reopen a delivery the log and the receiver saw end.
-        log.info("webhook %s to %s is already %s: this copy is dropped", delivery.webhook_id, delivery.url,
-                 logged[0])
+        log.info("webhook %s to %s is already %s: this copy is dropped", delivery.webhook_id,
+                 safe_url(delivery.url), logged[0])
         return cast(State, logged[0]), logged[1]
     attempt_number = (logged[1] if logged is not None else 0) + 1
     endpoint = endpoint_for(settings, delivery.url)
@@ -97,8 +101,8 @@ def attempt_delivery(settings: Settings, db: Database, delivery: WebhookDelivery
     db.run(record_attempt, delivery.webhook_id, delivery.url, state=state, status=attempt.status, error=attempt.error)
     WEBHOOK_DELIVERIES.labels(delivery.event_type, "given_up" if state == "failed" else state).inc()
     if state != "delivered":
-        log.warning("webhook %s to %s, attempt %d: %s (%s)", delivery.webhook_id, delivery.url, attempt_number,
-                    attempt.error, state)
+        log.warning("webhook %s to %s, attempt %d: %s (%s)", delivery.webhook_id, safe_url(delivery.url),
+                    attempt_number, attempt.error, state)
     return state, attempt_number
 
 

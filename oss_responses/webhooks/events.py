@@ -8,6 +8,7 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 from oss_responses.config import Settings
+from oss_responses.logs import safe_url
 
 DELIVER_WEBHOOK_TASK = "oss_responses.deliver_webhook"
 
@@ -43,6 +44,12 @@ class WebhookDelivery:
 
     def task_args(self) -> list[Any]:
         return list(astuple(self))
+
+
+def task_argsrepr(args: list[Any]) -> str:
+    """A delivery task's arguments as Celery shows them (its ``argsrepr``, in its log lines, Flower and
+    ``inspect``): the endpoint's URL without its userinfo, where a receiver's Basic credentials are."""
+    return repr((*args[:-1], safe_url(args[-1])))
 
 
 def planned_deliveries(

@@ -18,7 +18,7 @@ from oss_responses.config import Settings
 from oss_responses.logs import log_context
 from oss_responses.storage import Database
 from oss_responses.webhooks.delivery import attempt_delivery, backoff_seconds
-from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, WebhookDelivery, task_argsrepr
 
 
 def register_webhook_task(app: Celery, settings: Settings, database: Callable[[], Database]) -> None:
@@ -42,7 +42,8 @@ def _retry(task: Task, countdown: float) -> Exception:
     putting it back, and the delivery stayed ``retrying`` with no task until the sweeper's resend; put back
     instead (or, the connection gone, left unacknowledged: redelivered after the visibility timeout)."""
     try:
-        retry: Exception = task.retry(countdown=countdown, max_retries=None, throw=False)
+        retry: Exception = task.retry(countdown=countdown, max_retries=None, throw=False,
+                                      argsrepr=task_argsrepr(list(task.request.args)))
     except Reject as rejected:
         requeued: Exception = Reject(rejected.reason, requeue=True)
         return requeued

@@ -37,7 +37,7 @@ from oss_responses.outage_log import OutageLog, describe
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.task_messages import send_run_response
-from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK
+from oss_responses.webhooks.events import DELIVER_WEBHOOK_TASK, task_argsrepr
 from oss_responses.webhooks.notify import SendDelivery
 from oss_responses.webhooks.sweeper import WebhookSweeper
 from oss_responses.webhooks.tasks import register_webhook_task
@@ -219,7 +219,7 @@ def webhook_sender(app: Celery, settings: Settings) -> SendDelivery:
 
     def send(args: list[Any]) -> None:
         queue = settings.webhook_queue
-        app.send_task(DELIVER_WEBHOOK_TASK, args=args, queue=queue, routing_key=queue)
+        app.send_task(DELIVER_WEBHOOK_TASK, args=args, argsrepr=task_argsrepr(args), queue=queue, routing_key=queue)
 
     return send
 

@@ -5,8 +5,12 @@ everything logged at DEBUG."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +22,7 @@ import pytest
 import websockets.sync.client as ws_client
 from openai.types.responses import Response
 from prometheus_client.parser import text_string_to_metric_families
-from support import MODEL
+from support import MODEL, REPO
 from support.mcp import MISBEHAVING, mcp_server
 from support.processes import (
     ServiceProcess,
@@ -37,6 +41,8 @@ from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 AUTHORIZATION = "tok-obs-authorization-3f9a"
 HEADER_SECRET = "hdr-obs-header-77c1"
+# A receiver's Basic credentials in its URL's userinfo.
+WEBHOOK_URL_PASSWORD = "obs-hook-password-41d7"
 BAD = {"type": "mcp", "server_label": "bad", "require_approval": "never",
        "authorization": AUTHORIZATION, "headers": {"X-Obs-Secret": HEADER_SECRET}}
 
@@ -48,6 +54,8 @@ class Observed:
     metrics_url: str
     logs: Path
     receiver: WebhookReceiver
+    refusing: WebhookReceiver  # answers 500 to every attempt: each is a WARNING and a Celery retry
+    env: dict[str, str]
     secrets: list[str]
 
     def lines(self, name: str) -> list[dict[str, Any]]:
@@ -62,6 +70,7 @@ def observed(redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.Tem
     shutil.copyfile(sqlite_template, folder / "db.sqlite")
     key = new_key()
     receiver = WebhookReceiver().start()
+    refusing = WebhookReceiver(fail_first=1_000_000).start()
     metrics_port = free_port()
     processes: list[ServiceProcess] = []
     with mcp_server(*MISBEHAVING) as bad_url:
@@ -71,7 +80,11 @@ def observed(redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.Tem
             settings, OSS_RESPONSES_LOG_FORMAT="json", OSS_RESPONSES_LOG_LEVEL="DEBUG",
             OSS_RESPONSES_ENCRYPTION_KEYS=json.dumps([key]),
             OSS_RESPONSES_TOOL_SERVERS=json.dumps({"bad": bad_url}),
-            OSS_RESPONSES_WEBHOOK_ENDPOINTS=json.dumps([{"url": receiver.url, "secret": receiver.secret}]),
+            OSS_RESPONSES_WEBHOOK_ENDPOINTS=json.dumps([
+                {"url": _with_password(receiver.url), "secret": receiver.secret},
+                {"url": _with_password(refusing.url), "secret": refusing.secret},
+            ]),
+            OSS_RESPONSES_WEBHOOK_MAX_ATTEMPTS="2", OSS_RESPONSES_WEBHOOK_BACKOFF_SECONDS="0.2",
             OSS_RESPONSES_WORKER_METRICS_PORT=str(metrics_port),
         )
         try:
@@ -80,11 +93,17 @@ def observed(redis_url: str, sqlite_template: Path, tmp_path_factory: pytest.Tem
             processes.append(start_worker_process(settings, folder / "worker.log", env=env))
             with openai.OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=30) as client:
                 yield Observed(client, base_url, f"http://127.0.0.1:{metrics_port}/metrics", folder, receiver,
-                               secrets=[AUTHORIZATION, HEADER_SECRET, key, receiver.secret])
+                               refusing, env, secrets=[AUTHORIZATION, HEADER_SECRET, key, receiver.secret,
+                                                       refusing.secret, WEBHOOK_URL_PASSWORD])
         finally:
             for process in reversed(processes):
                 stop_process(process)
             receiver.stop()
+            refusing.stop()
+
+
+def _with_password(url: str) -> str:
+    return url.replace("http://", f"http://obs-hook:{WEBHOOK_URL_PASSWORD}@", 1)
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +169,22 @@ def test_logs_never_show_secrets_sent_over_websocket(observed: Observed) -> None
     text = (observed.logs / "api.log").read_text(errors="replace")
     assert "uvicorn.error" in text  # the socket's DEBUG lines that carry no traffic are still there
     assert [secret for secret in (key, authorization) if secret in text] == []
+
+
+def test_webhook_url_password_stays_out_of_logs_and_delivery_log(observed: Observed, tool_response: Response) -> None:
+    [delivery] = observed.receiver.of(tool_response.id)
+    credentials = base64.b64decode(delivery.headers["authorization"].removeprefix("Basic ")).decode()
+    assert credentials == f"obs-hook:{WEBHOOK_URL_PASSWORD}"  # the receiver still gets them, as Basic auth
+    observed.refusing.wait_for(2)  # both attempts refused: two WARNING lines, a Celery retry between
+    deadline = time.monotonic() + 30
+    while "attempt 2" not in (observed.logs / "worker.log").read_text(errors="replace"):
+        assert time.monotonic() < deadline, "the worker did not log the second attempt"
+        time.sleep(0.1)
+    for name in ("api", "worker"):
+        assert WEBHOOK_URL_PASSWORD not in (observed.logs / f"{name}.log").read_text(errors="replace"), name
+    listed = subprocess.run([sys.executable, "-m", "oss_responses.webhooks", "list", "--json"], cwd=REPO,
+                            env=observed.env, capture_output=True, text=True, timeout=60, check=True).stdout
+    assert tool_response.id in listed and WEBHOOK_URL_PASSWORD not in listed
 
 
 def test_worker_metrics_count_response(observed: Observed, tool_response: Response) -> None:
