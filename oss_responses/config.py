@@ -47,14 +47,25 @@ def valid_database_url(url: str) -> str:
     except ValueError:  # the port's int(): an unescaped '@', ':' or '/' in the password moved the parts
         raise ValueError("not a database URL: percent-encode special characters in the user name and "
                          "password (@ as %40, : as %3A, / as %2F, # as %23)") from None
+    if "@" in (make_url(url).host or ""):  # an unescaped '@' in the password: the rest of it taken for the host
+        raise ValueError("not a database URL: percent-encode special characters in the user name and "
+                         "password (@ as %40, : as %3A, / as %2F, # as %23)")
     if backend not in ("sqlite", "postgresql"):
         raise ValueError(f"unsupported database {backend!r}: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
     return url
 
 
 def _redis_url(url: str | None) -> str | None:
-    if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+    if url is None:
+        return url
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
         raise ValueError("not a Redis URL (redis://HOST:PORT/DB, rediss://... or unix:///PATH)")
+    try:
+        parts.port  # noqa: B018  # what redis-py reads at the first connection, the command's traceback then
+    except ValueError:  # not a number: often an unescaped '/', '#' or '?' in the password, whose part it echoes
+        raise ValueError("not a Redis URL: its port is not a number (percent-encode special characters in the "
+                         "password: / as %2F, # as %23, ? as %3F, @ as %40)") from None
     return url
 
 

@@ -53,6 +53,12 @@ def fresh_settings() -> Iterator[None]:
     ("WEBHOOK_QUEUE", "responses.gpt-oss-20b", "OSS_RESPONSES_WEBHOOK_QUEUE: Value error, 'responses.gpt-oss-20b' is"),
     ("DATABASE_URL", "postgresql+psycopg://app:p@ss:w/rd@db:5432/oss",
      "OSS_RESPONSES_DATABASE_URL: Value error, not a database URL: percent-encode special characters"),
+    # The rest of a password after an unescaped '@' became the host, shown by doctor, migrate and keys.
+    ("DATABASE_URL", "postgresql+psycopg://app:p@ss@db:5432/oss",
+     "OSS_RESPONSES_DATABASE_URL: Value error, not a database URL: percent-encode special characters"),
+    # A port that is not a number: redis-py's ValueError was a traceback of the API and the worker.
+    ("REDIS_URL", "redis://:p/ss@redis:6379/0", "OSS_RESPONSES_REDIS_URL: Value error, not a Redis URL: its port"),
+    ("BROKER_URL", "redis://127.0.0.1:notaport/0", "OSS_RESPONSES_BROKER_URL: Value error, not a Redis URL: its port"),
 ])
 def test_get_settings_with_unusable_value_stops_naming_the_variable(
     monkeypatch: pytest.MonkeyPatch, variable: str, value: str, says: str
