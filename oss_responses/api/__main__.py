@@ -11,8 +11,10 @@ operator's, or a folder of this run's own.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 
+import redis
 import uvicorn
 from fastapi import FastAPI
 from uvicorn.config import STARTUP_FAILURE
@@ -24,14 +26,17 @@ from oss_responses.config import Settings, get_settings
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.http_protocol import server_options
-from oss_responses.logs import configure_logging
+from oss_responses.logs import configure_logging, safe_url
 from oss_responses.schemas import build_protocol_schemas
 from oss_responses.vocab import ensure_vocabulary
+
+log = logging.getLogger(__name__)
 
 
 def main() -> None:
     settings = get_settings()
     configure_logging(settings)
+    _exit_unless_redis_answers(settings)
     # Unpacked now, not by the first /v1/responses/input_tokens request (which loads the encoding).
     ensure_vocabulary(settings.tiktoken_dir)
     raise_open_files_limit("api")  # several processes inherit it
@@ -42,6 +47,25 @@ def main() -> None:
     with multiprocess_folder():
         uvicorn.run("oss_responses.api.__main__:process_app", factory=True, workers=settings.api_processes,
                     host=settings.api_host, port=settings.api_port, log_config=None, **server_options(settings))
+
+
+def _exit_unless_redis_answers(settings: Settings) -> None:
+    """Redis (and the broker, where it is another) asked once before serving: the event hub's start needs it,
+    and its failure there was uvicorn's traceback of the app's lifespan, which named neither the store nor its
+    URL. Exits as that failure did (status 3), in one line."""
+    stores = [("Redis", settings.redis_url)]
+    if settings.celery_broker_url != settings.redis_url:
+        stores.append(("the broker", settings.celery_broker_url))
+    for what, url in stores:
+        client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            client.ping()
+        except (redis.RedisError, OSError) as exc:
+            log.error("the API cannot start: %s at %s did not answer (%s: %s)", what, safe_url(url),
+                      type(exc).__name__, exc)
+            sys.exit(STARTUP_FAILURE)
+        finally:
+            client.close()
 
 
 def _serve_one(settings: Settings) -> None:

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from support import MODEL
 from support.processes import open_files_limit, service_env, start_api_process, stop_process
+from support.servers import free_port
 
 from oss_responses.config import Settings
 
@@ -206,3 +207,16 @@ def test_import_api_leaves_mcp_sdk_unloaded() -> None:
               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_serve_api_while_redis_does_not_answer_exits_in_one_line(sqlite_url: str, tmp_path: Path) -> None:
+    # A Redis URL with a password, on a port where nothing listens: the event hub's start failed in uvicorn's
+    # traceback of the lifespan ("ConnectionRefusedError"), naming neither Redis nor where it was looked for.
+    port = free_port()
+    settings = Settings(database_url=sqlite_url, redis_url=f"redis://:hub-pw-6e1d@127.0.0.1:{port}/0", models=[MODEL])
+    env = service_env(settings, OSS_RESPONSES_API_PORT=str(free_port()), OSS_RESPONSES_LOG_FORMAT="text")
+    done = subprocess.run([sys.executable, "-m", "oss_responses.api"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr and "hub-pw-6e1d" not in done.stderr
+    assert f"the API cannot start: Redis at redis://127.0.0.1:{port}/0 did not answer" in done.stderr
