@@ -16,12 +16,14 @@ import sys
 
 import redis
 import uvicorn
+from celery import Celery
 from fastapi import FastAPI
 from uvicorn.config import STARTUP_FAILURE
 
 from oss_responses.api.app import create_app
 from oss_responses.api.metrics import forget_dead_processes, multiprocess_folder
 from oss_responses.api.server import ApiServer
+from oss_responses.broker import queues_url
 from oss_responses.config import Settings, get_settings
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
@@ -54,8 +56,9 @@ def _exit_unless_redis_answers(settings: Settings) -> None:
     and its failure there was uvicorn's traceback of the app's lifespan, which named neither the store nor its
     URL. Exits as that failure did (status 3), in one line."""
     stores = [("Redis", settings.redis_url)]
-    if settings.celery_broker_url != settings.redis_url:
-        stores.append(("the broker", settings.celery_broker_url))
+    broker = queues_url(Celery("oss_responses.api", broker=settings.celery_broker_url, set_as_current=False))
+    if broker != settings.redis_url:  # the Redis the API pushes tasks to, as Celery resolves it
+        stores.append(("the broker", broker))
     for what, url in stores:
         client = redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
         try:
