@@ -39,6 +39,12 @@ every time (a traceback in the log), or, the mutex taken for good (it never expi
 silently. The restore pass deletes such a key first (a TYPE-checked DEL, a WARNING naming it), at most once
 a minute: what it held was no record of kombu's anyway.
 
+A queue item that is no kombu message (not JSON, not kombu's envelope, a body its encoding cannot decode:
+pushed by hand, by another application, by a bug) is dropped with an ERROR line. Its exception escaped the
+consumer: it stopped the worker ("Unrecoverable error"), or, a ``KeyError``, which kombu counts among the
+connection errors, had the consumer reconnect, put its running tasks back on the queue, and meet the item again.
+A message whose body is no task of Celery's is Celery's to refuse (``workers/consumer.py``).
+
 A worker told to stop while it waits for tasks stops at once (``stop_popping``). Celery's consumer sees the
 stop only between two turns of its loop, a turn waits for the pending BRPOP's answer (kombu's
 ``brpop_timeout``, 1 s), and the channel's close reads that answer too: an idle worker took 0-1 s to stop
@@ -48,10 +54,12 @@ stop only between two turns of its loop, a turn waits for the pending BRPOP's an
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 import weakref
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as kombu_redis
@@ -81,6 +89,8 @@ REFUSED_POP_PAUSE_SECONDS = 1.0
 
 
 KOMBU_KEYS_CHECK_SECONDS = 60.0
+# How much of a dropped queue item its ERROR line shows.
+UNREADABLE_EXCERPT_CHARS = 200
 
 
 class QoS(kombu_redis.QoS):
@@ -212,9 +222,32 @@ class Channel(kombu_redis.Channel):
         except RedisError as exc:  # Redis away: the pop ends at its timeout, as it did
             log.debug("could not end the pending pop at once: %s", exc)
 
+    def basic_consume(self, queue: str, no_ack: bool, callback: Any, consumer_tag: str, **kwargs: Any) -> Any:
+        consumed = super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)  # type: ignore[no-untyped-call]
+        # kombu's own delivery callback for the queue, replaced by one that first reads the item as a message.
+        self.connection._callbacks[queue] = partial(self._deliver, queue, no_ack, callback)
+        return consumed
+
+    def _deliver(self, queue: str, no_ack: bool, callback: Any, raw: Any) -> Any:
+        """kombu's ``basic_consume`` callback, but an item that is no kombu message is dropped, before kombu
+        records it as unacknowledged: reading it is all that fails on it, and nothing can read it later."""
+        try:
+            message = self.Message(raw, channel=self)  # type: ignore[no-untyped-call]  # kombu: no annotations
+            if message.body is None:  # kombu takes it for an empty message, which Celery cannot log or refuse
+                raise ValueError("no body")
+        except Exception as exc:  # a KeyError, TypeError, ValueError...: whatever the item lacked
+            _drop_unreadable(queue, raw, exc)
+            return None
+        if not no_ack:
+            self.qos.append(message, message.delivery_tag)
+        return callback(message)
+
     def _brpop_read(self, **options: Any) -> bool:
         try:
             taken: bool = super()._brpop_read(**options)  # type: ignore[no-untyped-call]
+        except json.JSONDecodeError as exc:  # the popped item is not JSON (kombu's ``loads`` of it)
+            _drop_unreadable(", ".join(self._queue_names()), exc.doc, exc)
+            raise Empty() from None
         except ResponseError as exc:
             # A queue key holding another type (WRONGTYPE: set by hand, another application, a bug) fails every
             # BRPOP of this worker's queues as a refusal does: escaped, it stopped the worker ("Unrecoverable
@@ -258,6 +291,14 @@ class Channel(kombu_redis.Channel):
         if client is None or client.connection_pool is not self.pool:
             client = self._sync_client = super()._create_client()  # type: ignore[no-untyped-call]
         return client
+
+
+def _drop_unreadable(queue: str, raw: Any, exc: Exception) -> None:
+    excerpt = raw if isinstance(raw, str) else json.dumps(raw, default=repr)
+    if len(excerpt) > UNREADABLE_EXCERPT_CHARS:
+        excerpt = excerpt[:UNREADABLE_EXCERPT_CHARS] + "..."
+    log.error("dropped an item of queue %s that is no task message (%s: %s): %s", queue, type(exc).__name__, exc,
+              excerpt)
 
 
 # The channels of this process that pop tasks, for ``stop_popping``.

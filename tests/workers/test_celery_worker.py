@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import socket
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import redis as redis_lib
 from celery.worker.components import Pool
@@ -24,7 +26,9 @@ from support.processes import (
 from support.streams import assert_contiguous, wait_for_end, wait_for_event
 from support.workers import accept, worker_settings
 
+from oss_responses.config import Settings
 from oss_responses.storage import Database, get_response, migrate
+from oss_responses.task_messages import run_response_message
 from oss_responses.workers.celery_app import enqueue, make_celery
 
 
@@ -168,4 +172,56 @@ def test_celery_revoke_of_queued_task_cancels_its_response(
     assert [event["type"] for event in events] == ["response.created", "response.queued"]
     record = db.run(get_response, response_id)
     assert record is not None and record.status == "cancelled"
+    db.dispose()
+
+
+def _malformed_task_messages(settings: Settings, queue: str) -> list[str]:
+    """Items on a model's queue that are no task message of this service: not JSON, not kombu's envelope, a
+    body that is not base64, none at all or not Celery's ``[args, kwargs, embed]``, headers without a task id."""
+    app = make_celery(settings)
+
+    def envelope(**changes: Any) -> dict[str, Any]:
+        return json.loads(run_response_message(app, queue, "resp_never_stored")) | changes
+
+    def with_body(body: Any) -> str:
+        return json.dumps(envelope(body=base64.b64encode(json.dumps(body).encode()).decode()))
+
+    without_id = envelope()
+    del without_id["headers"]["id"]
+    return [
+        "not json", "[1, 2]", "{}", json.dumps(envelope(body="!!!not base64")),
+        json.dumps({key: value for key, value in envelope().items() if key != "body"}),
+        json.dumps(without_id), with_body([["resp_never_stored"], {}]), with_body({"not": "a list"}),
+    ]
+
+
+def test_celery_worker_drops_malformed_task_messages_and_runs_the_next(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """A queue item that is no task message (pushed by hand, another application, a bug) is dropped with an
+    ERROR line. Its exception had escaped the consumer: not JSON, not an object, a body that is no base64 or
+    no ``[args, kwargs, embed]`` stopped the worker ("Unrecoverable error"), and one that kombu had recorded
+    as unacknowledged was put back on the queue as the worker stopped, stopping every worker that started
+    after it; a KeyError (no ``properties``, no task id) was taken for a lost connection, and the worker
+    reconnected ~5 times a second for good, putting its running tasks back on the queue each time."""
+    settings = worker_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    worker = start_worker(settings, "malformed")
+    queue = settings.queue_for(MODEL)
+    malformed = _malformed_task_messages(settings, queue)
+    for item in malformed:
+        redis.lpush(queue, item)
+    response_id = accept(db, redis, settings, input="tokens 5", background=True)
+    enqueue(make_celery(settings), settings, response_id, MODEL)  # popped after every malformed item
+    events = wait_for_end(redis, response_id)
+    assert events[-1]["type"] == "response.completed"
+    deadline = time.monotonic() + 10
+    while redis.hlen("unacked") and time.monotonic() < deadline:  # the response's own task, acked as it returns
+        time.sleep(0.05)
+    assert worker.process.poll() is None
+    assert redis.llen(queue) == 0 and redis.hlen("unacked") == 0
+    log = worker.log.read_text()
+    assert "Unrecoverable error" not in log and "Connection to broker lost" not in log
+    dropped = log.count("is no task message") + log.count("Received invalid task message")
+    assert dropped == len(malformed)
     db.dispose()
