@@ -29,6 +29,7 @@ from oss_responses.logs import configure_logging
 from oss_responses.workers.celery_app import make_celery
 from oss_responses.workers.context import EngineStartError
 from oss_responses.workers.outage import StoreAwayAtStart
+from oss_responses.workers.pool import UnsupportedOption
 from oss_responses.workers.tasks import engine_lost, served, start_error
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     app.worker_main(args)
     if (error := start_error()) is not None:
         # Celery logs the failure but exits 0; a supervisor must see the worker did not serve.
-        plain = isinstance(error, EngineStartError | StoreAwayAtStart)
+        plain = isinstance(error, EngineStartError | StoreAwayAtStart | UnsupportedOption)
         why = str(error) if plain else f"{type(error).__name__}: {error}"
         sys.exit(f"oss-responses worker not started: {why}")
     if (lost := engine_lost()) is not None:

@@ -6,6 +6,8 @@ A thread cannot be killed, and Celery's threads pool says so by raising: ``celer
 running task is a no-op in the pool; Celery then sends ``task_revoked`` with ``terminated=True``, and
 the worker cancels the response as a client's cancel would (``tasks._cancel_revoked``): its thread
 ends with it.
+
+Celery's autoscaler cannot size it either (``--autoscale``; :func:`refuse_autoscale`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,22 @@ from celery.concurrency.thread import ApplyResult, TaskPool
 
 # The app's ``worker_pool``: Celery's ``--pool`` takes only its own names, and without it uses this.
 POOL = "oss_responses.workers.pool:ThreadsPool"
+
+
+class UnsupportedOption(RuntimeError):
+    """A ``celery worker`` option this worker cannot honour; the worker must not serve."""
+
+
+def refuse_autoscale(worker: Any) -> None:
+    """Raises :class:`UnsupportedOption` for ``--autoscale``. Celery's autoscaler grows and shrinks the pool,
+    which a threads pool cannot (it has no ``grow``): the worker stopped at its first task ("Unrecoverable error:
+    'ThreadsPool' object has no attribute 'grow'"), put that task back on the queue and stopped again at every
+    start. The pool's size is the engine's (vLLM's ``max_num_seqs``), fixed when the engine starts."""
+    if worker.autoscale:
+        raise UnsupportedOption(
+            f"--autoscale={','.join(map(str, worker.autoscale))} is not supported: the pool is "
+            "OSS_RESPONSES_WORKER_CONCURRENCY threads (vLLM's max_num_seqs, fixed when its engine starts); set that"
+        )
 
 
 class _Result(ApplyResult):  # type: ignore[misc]  # Celery ships no types

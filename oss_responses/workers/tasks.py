@@ -46,6 +46,7 @@ from oss_responses.workers.broker_log import ignore_cancel_notice, tell_reconnec
 from oss_responses.workers.context import Dispatch, EngineStartError, WorkerContext, start_worker
 from oss_responses.workers.metrics import MetricsServer
 from oss_responses.workers.outage import Backoff, StoreAwayAtStart, unreachable, warn_failed
+from oss_responses.workers.pool import UnsupportedOption, refuse_autoscale
 from oss_responses.workers.run_state import Outcome
 
 log = logging.getLogger(__name__)
@@ -158,7 +159,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
             global _start_error
             try:
                 self._start(worker)
-            except (EngineStartError, StoreAwayAtStart) as exc:
+            except (EngineStartError, StoreAwayAtStart, UnsupportedOption) as exc:
                 _start_error = exc
                 self.stop(worker)
                 # Its reason says it all: Celery's "Unrecoverable error" line added a traceback of this
@@ -172,6 +173,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
 
         def _start(self, worker: Any) -> None:
             global _context, _metrics_server, _webhook_sweeper, _served
+            refuse_autoscale(worker)  # before the engine: refused at start, not at the first task
             raise_open_files_limit("worker")  # before the engine's processes start: they inherit it
             ignore_cancel_notice()  # here, past Celery's logging set-up, which shows every such notice
             build_protocol_schemas("worker")  # before the worker says it is ready (start_worker)

@@ -225,3 +225,21 @@ def test_celery_worker_drops_malformed_task_messages_and_runs_the_next(
     dropped = log.count("is no task message") + log.count("Received invalid task message")
     assert dropped == len(malformed)
     db.dispose()
+
+
+def test_celery_worker_with_autoscale_exits_non_zero_saying_why(redis_url: str, tmp_path: Path) -> None:
+    """``--autoscale``: the threads pool cannot grow. The worker started, then stopped at its first task
+    ("Unrecoverable error: 'ThreadsPool' object has no attribute 'grow'"), the task put back on the queue for
+    the next start to stop on. It is refused at start, saying why."""
+    settings = worker_settings(f"sqlite:///{tmp_path / 'unused.db'}", redis_url)
+    migrate(settings.database_url)
+    log = tmp_path / "worker.log"
+    process = launch("oss_responses.workers", ["--loglevel=WARNING", "--autoscale=4,1"], service_env(settings), log)
+    try:
+        returncode = process.wait(timeout=60)
+    finally:
+        stop_process(process)
+    assert returncode != 0
+    assert "oss-responses worker not started: --autoscale=4,1 is not supported" in log.read_text()
+    assert "Traceback" not in log.read_text()
+    assert not ready_workers(redis_lib.Redis.from_url(redis_url))
