@@ -2,13 +2,14 @@
 
 A blob is a Fernet token (AES-128-CBC + HMAC-SHA256, authenticated) over a versioned JSON payload
 ``{"v": 1, "kind": "reasoning" | "compaction", "messages": [harmony message dicts]}``: the exact
-harmony messages the item stands for, so a client that replays the item (``store: false``) renders
-byte-identical prompt tokens. The kind is inside the authenticated payload, so a compaction blob
-cannot be passed off as reasoning or the other way round; so is the owner of the key that made it (keys
-mode: ``"owner"``), so a blob opens only for that owner's keys: a blob leaked to another tenant, and
-replayed with its key, is refused like a tampered one (it would have had the model read out the owner's
-reasoning). Blobs sealed with no owner (open mode, and those sealed before owners were bound) open for
-anyone.
+harmony messages the item stands for (a reasoning item: its analysis message, after any messages of the
+turn that no item shows, such as a call to a tool not offered), so a client that replays the item
+(``store: false``) renders byte-identical prompt tokens. The kind is inside the authenticated payload,
+so a compaction blob cannot be passed off as reasoning or the other way round; so is the owner of the
+key that made it (keys mode: ``"owner"``), so a blob opens only for that owner's keys: a blob leaked to
+another tenant, and replayed with its key, is refused like a tampered one (it would have had the model
+read out the owner's reasoning). Blobs sealed with no owner (open mode, and those sealed before owners
+were bound) open for anyone.
 
 Keys rotate: the first configured key seals, every key opens (``MultiFernet``); prepend a new key,
 keep the old ones until the blobs sealed with them are no longer replayed, then drop them. A blob

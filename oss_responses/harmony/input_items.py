@@ -10,9 +10,10 @@ when it came without them). An
 call message, unless a stored turn already holds it; ``mcp_list_tools`` items add no message (render
 shows their tools in the developer message) and ``mcp_approval_response`` items add none either: the
 answer becomes the tool message the translator writes (``open_approved_call`` / ``decline_call``).
-A reasoning item with ``encrypted_content`` replays the analysis message sealed in it, exactly (its
-``content``/``summary`` are then ignored); a ``compaction`` item replays the summary message sealed in
-it (see ``compaction.py``); a blob that does not open is a 400 naming it.
+A reasoning item with ``encrypted_content`` replays the messages sealed in it, exactly (its analysis
+message, after any the turn showed in no item; its ``content``/``summary`` are then ignored); a
+``compaction`` item replays the summary message sealed in it (see ``compaction.py``); a blob that does
+not open is a 400 naming it.
 """
 
 from __future__ import annotations

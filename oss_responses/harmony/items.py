@@ -10,6 +10,8 @@ always 0 (gpt-oss writes one text per message) and can never leak from one item 
 - :class:`FunctionCallBuilder` ``functions.NAME``       → ``function_call``
 - :class:`McpCallBuilder`     ``LABEL.TOOL`` / built-in → ``mcp_call`` (open until its result; failed, unrun,
   when the message ends with ``<|end|>``: the model went on without it)
+- :class:`UnavailableToolCallBuilder` a tool nobody offered → no item; with sealing, its messages are
+  carried by the next reasoning item's ``encrypted_content``, or by a :class:`SealedMessagesBuilder` item
 """
 
 from __future__ import annotations
@@ -261,6 +263,28 @@ class UnavailableToolCallBuilder(QuietBuilder):
 
     def abandon(self) -> BaseModel | None:
         return None
+
+
+class SealedMessagesBuilder(ItemBuilder):
+    """A reasoning item that shows nothing and carries, sealed, messages of the turn no other item
+    stands for (a call to a tool nobody offered and its error), so that a stateless replay renders
+    them where they stand. Added and done at once: the messages are whole when it is made."""
+
+    id_prefix = "rs"
+
+    def __init__(self, emitter: EventEmitter, output_index: int, sealed: str) -> None:
+        super().__init__(emitter, output_index)
+        self._sealed = sealed
+
+    def carry(self) -> BaseModel:
+        self.open()
+        return self._finish(self._item("", "completed"))
+
+    def _item(self, text: str, status: LiveStatus) -> BaseModel:
+        sealed = None if status == "in_progress" else self._sealed
+        return ResponseReasoningItem(
+            type="reasoning", id=self.item_id, summary=[], content=[], encrypted_content=sealed, status=status
+        )
 
 
 class McpCallBuilder(ItemBuilder):

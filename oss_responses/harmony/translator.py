@@ -22,7 +22,11 @@ Interface (what the worker calls)::
     t.feed(token_ids)              -> events (chunks of any size; deltas are coalesced per chunk)
     t.pending_tool_call            -> PendingToolCall | None   (set when the model stopped after a message
                                       to a tool; kind "unavailable": a tool nobody offered, answer with an
-                                      error; a call it wrote past with <|end|> is not run: failed at once)
+                                      error; a call it wrote past with <|end|> is not run: failed at once.
+                                      An unavailable call and its error have no item: with ``seal``, the
+                                      next reasoning item's encrypted_content carries them before its
+                                      analysis, or a reasoning item of their own, added before the next
+                                      other item or the end, so a stateless replay renders them)
     t.pending_approval             -> PendingApproval | None   (the call ended as an approval request)
     t.tool_limit_reached           -> bool   (a call beyond max_tool_calls was refused: end the turn)
     t.feed_tool_result(output, error) -> events   (MCP: completes/fails the call's item)
@@ -84,6 +88,7 @@ from oss_responses.harmony.items import (
     McpCallBuilder,
     MessageBuilder,
     ReasoningBuilder,
+    SealedMessagesBuilder,
     UnavailableToolCallBuilder,
 )
 from oss_responses.harmony.mcp_items import ApprovalRequestBuilder, ApprovedCallBuilder, ListToolsBuilder
@@ -188,6 +193,9 @@ class ResponseTranslator:
         self.response = response
         self._seal = seal
         self.output_messages: list[dict[str, Any]] = []
+        # With sealing: messages no item stands for (a call to a tool nobody offered, its answer), not yet
+        # sealed into an item; the next reasoning item, or an item of their own, carries them.
+        self._unshown: list[dict[str, Any]] = []
         self.function_calls: dict[str, str] = {}
         self.pending_tool_call: PendingToolCall | None = None
         self.pending_approval: PendingApproval | None = None
@@ -314,7 +322,10 @@ class ResponseTranslator:
             self._awaiting.fail(error) if error is not None else self._awaiting.complete(output or "")
             self._awaiting = None
         text = error if error is not None else (output or "")
-        self.output_messages.append(tool_result_message(call.recipient, text, call.channel))
+        answer = tool_result_message(call.recipient, text, call.channel)
+        self.output_messages.append(answer)
+        if call.kind == "unavailable":
+            self._keep_unshown(answer)
         self.pending_tool_call = None
         self._parser = self._new_parser()
         return self._emitter.drain()
@@ -455,30 +466,34 @@ class ResponseTranslator:
             self._items.append(builder)
         return builder
 
-    def _function_call_builder(self, index: int, target: Recipient, recipient: str) -> ItemBuilder:
-        """A function the client did not offer gets no item: the client could not run it (the Agents
-        SDK fails the whole run on an unknown tool), and ``tool_choice="none"`` promises no call."""
-        offered = self._offered_functions
-        if offered is not None and Recipient.address(target.namespace, target.tool) not in offered:
-            return UnavailableToolCallBuilder(self._emitter, recipient)
-        namespace = None if target.namespace == FUNCTIONS_NAMESPACE else target.namespace
-        return FunctionCallBuilder(self._emitter, index, target.tool, namespace=namespace)
+    def _is_function(self, target: Recipient) -> bool:
+        return target.namespace == FUNCTIONS_NAMESPACE or target.namespace in self._function_namespaces
+
+    def _is_unavailable(self, target: Recipient) -> bool:
+        """A call to a tool nobody offered gets no item. A function the client did not offer: the client
+        could not run it (the Agents SDK fails the whole run on an unknown tool), and ``tool_choice="none"``
+        promises no call. Any other namespace that is no MCP server's or built-in's of this request."""
+        if self._is_function(target):
+            offered = self._offered_functions
+            return offered is not None and Recipient.address(target.namespace, target.tool) not in offered
+        return target.namespace not in self._mcp_labels
 
     def _builder_for(self, header: _Header) -> ItemBuilder:
-        index = len(self._items)
         if header.recipient is None:
-            if header.channel == "analysis":
-                return ReasoningBuilder(self._emitter, index, self._reasoning_seal(header))
+            if header.channel == "analysis":  # it carries the messages no item showed before it
+                return ReasoningBuilder(self._emitter, len(self._items), self._reasoning_seal(header))
             phase: Literal["commentary", "final_answer"] = (
                 "commentary" if header.channel == "commentary" else "final_answer"
             )
-            return MessageBuilder(self._emitter, index, phase)
+            return MessageBuilder(self._emitter, self._next_index(), phase)
         target = Recipient.parse(header.recipient)
-        if target.namespace == FUNCTIONS_NAMESPACE or target.namespace in self._function_namespaces:
-            return self._function_call_builder(index, target, header.recipient)
-        label = self._mcp_labels.get(target.namespace)
-        if label is None:
+        if self._is_unavailable(target):
             return UnavailableToolCallBuilder(self._emitter, header.recipient)
+        index = self._next_index()
+        if self._is_function(target):
+            namespace = None if target.namespace == FUNCTIONS_NAMESPACE else target.namespace
+            return FunctionCallBuilder(self._emitter, index, target.tool, namespace=namespace)
+        label = self._mcp_labels[target.namespace]
         if self._max_tool_calls is not None and self._mcp_calls >= self._max_tool_calls:
             self._refused = self._call_builder(index, label, target)
             return self._refused
@@ -543,17 +558,46 @@ class ResponseTranslator:
             answer = NOT_AWAITED
         else:
             answer = UNAVAILABLE.format(recipient=recipient)
-        self.output_messages.append(tool_result_message(recipient, answer, header.channel))
+        message = tool_result_message(recipient, answer, header.channel)
+        self.output_messages.append(message)
+        if isinstance(builder, UnavailableToolCallBuilder):
+            self._keep_unshown(message)
 
     def _reasoning_seal(self, header: _Header) -> Callable[[str], str] | None:
-        """Seals exactly the message ``_record_message`` stores, so a replay renders the same tokens."""
+        """Seals exactly the messages stored since the item before it: those no item showed (taken now),
+        then the message ``_record_message`` stores for it, so a replay renders the same tokens."""
         seal = self._seal
         if seal is None:
             return None
-        return lambda text: seal([_message_of(text, header)])
+        carried, self._unshown = self._unshown, []
+        return lambda text: seal([*carried, _message_of(text, header)])
+
+    def _keep_unshown(self, message: dict[str, Any]) -> None:
+        """A stored message no item stands for: a later item's ``encrypted_content`` is to carry it, or a
+        stateless replay (``store: false``) would render a prompt without it."""
+        if self._seal is not None:
+            self._unshown.append(message)
+
+    def _next_index(self) -> int:
+        """The output_index of an item opening now that is no reasoning item (which would carry them itself):
+        after the item carrying the messages none showed."""
+        self._carry_unshown()
+        return len(self._items)
+
+    def _carry_unshown(self) -> None:
+        """The messages no item showed, sealed in a reasoning item of their own (added and done at once)."""
+        if self._seal is None or not self._unshown:
+            return
+        carrier = SealedMessagesBuilder(self._emitter, len(self._items), self._seal(self._unshown))
+        self._unshown = []
+        self._items.append(carrier)
+        carrier.carry()
 
     def _record_message(self, builder: ItemBuilder, header: _Header) -> None:
-        self.output_messages.append(_message_of(builder.text, header))
+        message = _message_of(builder.text, header)
+        self.output_messages.append(message)
+        if isinstance(builder, UnavailableToolCallBuilder):
+            self._keep_unshown(message)
 
     def _set_pending(self, builder: ItemBuilder, header: _Header) -> None:
         recipient, channel = header.recipient or "", header.channel
@@ -617,6 +661,7 @@ class ResponseTranslator:
                 self.function_calls[self._current.call_id] = self._current.qualified_name
         for builder in self._items:
             builder.abandon()
+        self._carry_unshown()  # nothing comes after them to carry them
         self._current = self._awaiting = None
         self._terminal = True
         usage = lifecycle.usage(self._input_tokens, cached_tokens, self._output_tokens, self._reasoning_tokens)

@@ -223,3 +223,42 @@ def test_count_input_tokens_tampered_reasoning_is_bad_request(stack: Stack, firs
     with pytest.raises(openai.BadRequestError) as raised:
         stack.client.responses.input_tokens.count(model=MODEL, input=[ASK, *replayed])  # type: ignore[list-item]
     assert raised.value.param == "input[1].encrypted_content"  # type: ignore[attr-defined]
+
+
+# --- a call to a tool the model was not offered: no item shows it, a replay renders it all the same ----
+
+TIME_TOOL = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
+ONLY_TIME = {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "function", "name": "get_time"}]}
+UNOFFERED_CALLS = {  # the first turn's request: its input, then the rest of its body
+    "tool_choice_none": (ASK["content"], {"tools": [WEATHER_TOOL], "tool_choice": "none"}),
+    "allowed_tools": (ASK["content"], {"tools": [WEATHER_TOOL, TIME_TOOL], "tool_choice": ONLY_TIME}),
+    "made_up_function": ('call functions.get_forecast {"city": "Paris"}', {"tools": [WEATHER_TOOL]}),
+    "made_up_namespace": ('call weather.forecast {"city": "Paris"}', {"tools": [WEATHER_TOOL]}),
+    # A built-in call (analysis channel) in a tool chain a function call keeps open.
+    "builtin_before_function_call": ('call python 1+1 call functions.get_weather {"city": "Paris"}',
+                                     {"tools": [WEATHER_TOOL]}),
+    # Cut by max_output_tokens inside the call: an incomplete turn.
+    "cut_inside_call": ('call functions.get_forecast {"city": "' + "Paris " * 40 + '"}',
+                        {"tools": [WEATHER_TOOL], "max_output_tokens": 80}),
+}
+
+
+def _next_item(first: Response) -> dict[str, Any]:
+    if first.output[-1].type == "function_call":
+        return _tool_output(first)
+    return {"type": "message", "role": "user", "content": "go on"}
+
+
+@pytest.mark.parametrize("case", sorted(UNOFFERED_CALLS))
+def test_stateless_replay_of_unoffered_call_renders_chained_prompt(stack: Stack, case: str) -> None:
+    text, body = UNOFFERED_CALLS[case]
+    ask = {"type": "message", "role": "user", "content": text}
+    stored = stack.client.responses.create(model=MODEL, input=[ask], **body)  # type: ignore[call-overload]
+    chained = stack.client.responses.create(model=MODEL, input=[_next_item(stored)], previous_response_id=stored.id,
+                                            **body)  # type: ignore[call-overload]
+    first = stack.client.responses.create(model=MODEL, input=[ask], store=False, include=INCLUDE, **body)  # type: ignore[call-overload]
+    assert first.status == stored.status
+    replayed = stack.client.responses.create(model=MODEL, input=[ask, *_replay(first), _next_item(first)],
+                                             store=False, include=INCLUDE, **body)  # type: ignore[call-overload]
+    assert chained.usage is not None and replayed.usage is not None
+    assert replayed.usage.input_tokens == chained.usage.input_tokens

@@ -13,7 +13,7 @@ from support.harmony_transcripts import golden_tokens, make_response
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.messages import text_message
 from oss_responses.harmony.render import ConversationTurn, RenderOptions, render_prompt
-from oss_responses.harmony.translator import ResponseTranslator
+from oss_responses.harmony.translator import UNAVAILABLE, ResponseTranslator
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import Sealer, new_key
 
@@ -124,3 +124,80 @@ def test_render_reasoning_blob_as_compaction_is_bad_request(encoding) -> None:
     with pytest.raises(BadRequest) as raised:
         render_prompt(_request([_compaction(blob)]), [], OPTIONS, encoding)
     assert raised.value.param == "input[0].encrypted_content"
+
+
+# --- messages no item shows (a call to a tool nobody offered, and its error) ------------------------
+
+REASONING = "<|channel|>analysis<|message|>Need the time.<|end|><|start|>assistant"
+UNOFFERED = '<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"zone": "CET"}'
+BUILTIN_UNOFFERED = "<|channel|>analysis to=python code<|message|>import time; time.time()<|call|>"
+WEATHER_CALL = '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+SORRY = "<|channel|>final<|message|>Sorry.<|return|>"
+# The engine calls of one response: after each but the last the model waits on its unoffered call, answered
+# with the worker's error; then how the response ends.
+HIDDEN = {
+    "then_reasoning": ([REASONING + UNOFFERED + "<|call|>", "<|channel|>analysis<|message|>No such tool.<|end|>"
+                        "<|start|>assistant" + SORRY], "stop"),
+    "then_final": ([REASONING + UNOFFERED + "<|call|>", SORRY], "stop"),
+    "twice": ([REASONING + UNOFFERED + "<|call|>", UNOFFERED + "<|call|>", SORRY], "stop"),
+    "passed_over": ([REASONING + UNOFFERED + "<|end|><|start|>assistant" + SORRY], "stop"),
+    "cut_short": ([REASONING + UNOFFERED], "length"),
+    "builtin_then_function_call": ([REASONING + BUILTIN_UNOFFERED, WEATHER_CALL], "stop"),
+}
+
+
+def _hidden_turn(encoding, name: str) -> ResponseTranslator:
+    engine_calls, finish = HIDDEN[name]
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1, seal=REASONING_SEAL,
+                                    offered_functions=frozenset({"functions.get_weather"}))
+    translator.start()
+    for index, text in enumerate(engine_calls):
+        if index:
+            call = translator.pending_tool_call
+            assert call is not None and call.kind == "unavailable"
+            translator.feed_tool_result(None, UNAVAILABLE.format(recipient=call.recipient))
+        translator.feed(encoding.encode(text, allowed_special="all"))
+    translator.finish(finish)
+    return translator
+
+
+def _next_input(translator) -> dict:
+    last = translator.response.output[-1]
+    if last.type == "function_call":
+        return {"type": "function_call_output", "call_id": last.call_id, "output": '{"temperature": 21}'}
+    return {"type": "message", "role": "user", "content": "go on"}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN))
+def test_render_replayed_turn_with_unoffered_call_matches_stored_turn(encoding, name: str) -> None:
+    translator = _hidden_turn(encoding, name)
+    chained = render_prompt(_request([_next_input(translator)]), _stored_history(encoding, translator), OPTIONS,
+                            encoding)
+    stateless = _request([QUESTION, *_replayed_output(translator), _next_input(translator)], store=False)
+    assert encoding.decode(render_prompt(stateless, [], OPTIONS, encoding).token_ids) == encoding.decode(
+        chained.token_ids)
+
+
+def test_translate_unoffered_call_is_sealed_into_next_reasoning_item(encoding) -> None:
+    translator = _hidden_turn(encoding, "then_reasoning")
+    output = translator.response.output
+    assert [item.type for item in output] == ["reasoning", "reasoning", "message"]  # no item of its own
+    assert SEALER.open("reasoning", output[1].encrypted_content) == translator.output_messages[1:4]
+
+
+def test_translate_unoffered_call_before_answer_gets_sealed_reasoning_item(encoding) -> None:
+    translator = _hidden_turn(encoding, "then_final")
+    carrier = translator.response.output[1]
+    assert [item.type for item in translator.response.output] == ["reasoning", "reasoning", "message"]
+    assert (carrier.content, carrier.summary, carrier.status) == ([], [], "completed")
+    assert SEALER.open("reasoning", carrier.encrypted_content) == translator.output_messages[1:3]
+
+
+def test_translate_unoffered_call_without_seal_has_no_item(encoding) -> None:
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1,
+                                    offered_functions=frozenset())
+    translator.start()
+    translator.feed(encoding.encode(REASONING + UNOFFERED + "<|end|><|start|>assistant" + SORRY,
+                                    allowed_special="all"))
+    translator.finish("stop")
+    assert [item.type for item in translator.response.output] == ["reasoning", "message"]

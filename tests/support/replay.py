@@ -77,6 +77,7 @@ class Run:
     calculator: Calculator = field(default_factory=Calculator)
     replayed: int = 0  # after taken_over: how many of its events the replay gave
     context_budget: int | None = None  # truncation "auto": the most tokens an engine call's prompt may have
+    seal: Callable[[list[dict[str, Any]]], str] | None = None  # include reasoning.encrypted_content
 
     def prompt(self, translator: JournaledTranslator) -> list[int]:
         """Rendered, and its facts given to the translator (as the runner does before generating)."""
@@ -100,7 +101,7 @@ class Run:
         translator = JournaledTranslator(
             placeholder_response(RESPONSE_ID, "m", 1_700_000_000), encoding=self.encoding, first_sequence_number=2,
             id_seed=RESPONSE_ID, hosted_builtins=hosted_builtins(self.request(), DEFAULT_BUILTIN_LABELS),
-            hosted_calls=hosted_calls(self.request()),
+            hosted_calls=hosted_calls(self.request()), seal=self.seal,
         )
         translator.record = None if record is None else record.append
         stops = tuple(self.encoding.stop_tokens_for_assistant_actions())

@@ -5,6 +5,7 @@ Pure in-process runs (scripted engine, a list for the event log); see ``support/
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,25 @@ def test_replayed_journal_reproduces_tool_run_wherever_cut(encoding: HarmonyEnco
     assert any(step[0] == "feed_tool_result" for step in steps)
     for cut in cuts(steps):
         assert wire(Run(encoding, text, [CALC], idempotent=True).taken_over(steps[:cut])) == wire(events), cut
+
+
+def _clear_seal(messages: list[dict[str, Any]]) -> str:
+    """A seal that seals alike every time (Fernet's does not), so that replayed events compare equal."""
+    return json.dumps(messages)
+
+
+# Answered, then reasoning carries it; answered as the budget ends; cut inside the call.
+@pytest.mark.parametrize("max_tokens", [1_000, 40, 36])
+def test_replayed_journal_reproduces_sealed_unoffered_call_wherever_cut(encoding: HarmonyEncoding,
+                                                                        max_tokens: int) -> None:
+    text = 'call nowhere.tool {"a": 1}'
+    events, steps = Run(encoding, text, seal=_clear_seal, max_tokens=max_tokens).uninterrupted()
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    sealed = [json.loads(item.encrypted_content) for item in done if item.type == "reasoning"]
+    assert [message.get("recipient") for messages in sealed for message in messages].count("nowhere.tool") == 1
+    for cut in cuts(steps):
+        run = Run(encoding, text, seal=_clear_seal, max_tokens=max_tokens)
+        assert wire(run.taken_over(steps[:cut])) == wire(events), cut
 
 
 def test_call_in_flight_of_non_idempotent_tool_is_not_run_again(encoding: HarmonyEncoding) -> None:
