@@ -555,12 +555,13 @@ class ResponseTranslator:
             answer = NOT_AWAITED
         elif isinstance(builder, ApprovalRequestBuilder):
             self._items.remove(builder)  # never shown (its item appears only at <|call|>): its index is the next's
+            self._keep_unshown(self.output_messages[-1])  # its call, just stored: no item stands for it now
             answer = NOT_AWAITED
         else:
             answer = UNAVAILABLE.format(recipient=recipient)
         message = tool_result_message(recipient, answer, header.channel)
         self.output_messages.append(message)
-        if isinstance(builder, UnavailableToolCallBuilder):
+        if isinstance(builder, UnavailableToolCallBuilder | ApprovalRequestBuilder):
             self._keep_unshown(message)
 
     def _reasoning_seal(self, header: _Header) -> Callable[[str], str] | None:

@@ -21,6 +21,7 @@ from oss_responses.harmony.history import (
 )
 from oss_responses.harmony.render import RenderedPrompt, RenderOptions, render_prompt
 from oss_responses.requests import parse_create_request
+from oss_responses.sealing import Sealer, new_key
 
 OPTIONS = RenderOptions(conversation_start_date="2026-11-23", mcp_tools={"calc": CALC_TOOLS})
 CALC = {"type": "mcp", "server_label": "calc", "server_url": "http://calc"}
@@ -263,3 +264,23 @@ def test_approval_call_written_past_shows_no_request_to_answer(encoding) -> None
     ]
     assert "not run" in stored.messages[-2]["content"][0]["text"]
     render_prompt(_request("thanks", previous_response_id="resp_1"), [stored], OPTIONS, encoding)
+
+
+def test_approval_call_written_past_replays_stateless_as_stored(encoding) -> None:
+    # The call and its "not run" answer are stored but shown in no item: with sealing, a reasoning item carries
+    # them, so a store=false replay of the output renders the prompt a previous_response_id continuation does.
+    sealer = Sealer([new_key()])
+    options = RenderOptions(conversation_start_date="2026-11-23", mcp_tools={"calc": CALC_TOOLS}, unseal=sealer.open)
+    request = _request("Add 1 and 2")
+    turn = new_turn(encoding, approval_required=_always, response_id="resp_1", seal=sealer.sealing("reasoning"))
+    turn.feed_text(encoding, CALL_WRITTEN_PAST)
+    turn.add(turn.translator.finish("stop"))
+    output = turn.response.model_dump(mode="json", exclude_none=True)["output"]
+    assert [item["type"] for item in output] == ["reasoning", "reasoning", "message"]
+    chained = render_prompt(_request("thanks", previous_response_id="resp_1"),
+                            [_stored(request, render_prompt(request, [], options, encoding), turn)], options, encoding)
+    replay = [{"type": "message", "role": "user", "content": "Add 1 and 2"}, *output,
+              {"type": "message", "role": "user", "content": "thanks"}]
+    stateless = render_prompt(_request(replay, store=False), [], options, encoding)
+    assert encoding.decode(stateless.token_ids) == encoding.decode(chained.token_ids)
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from openai import omit
 from openai.lib.streaming.responses._responses import ResponseStreamState
@@ -54,12 +55,13 @@ def new_turn(
     approval_required: Callable[[str, str], bool] | None = None,
     max_tool_calls: int | None = None,
     response_id: str = "resp_test",
+    seal: Callable[[list[dict[str, Any]]], str] | None = None,
 ) -> Turn:
     response = make_response().model_copy(update={"id": response_id})
     events = opening_events(response)
     translator = ResponseTranslator(
         response, encoding=encoding, first_sequence_number=len(events), mcp_labels=LABELS, input_tokens=20,
-        approval_required=approval_required, max_tool_calls=max_tool_calls,
+        approval_required=approval_required, max_tool_calls=max_tool_calls, seal=seal,
     )
     turn = Turn(translator, events)
     turn.add(translator.start())
