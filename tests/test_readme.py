@@ -4,8 +4,11 @@ the clients table names the versions the suite runs, and the module map names ev
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
+
+from pydantic import SecretStr
 
 from oss_responses.config import Settings
 
@@ -95,3 +98,46 @@ def test_architecture_module_names_resolve() -> None:
         if defined is None or getattr(defined, "__module__", modules[module][0]) != modules[module][0]:
             missing.append(f"{module}.{name}")  # absent, or only imported there
     assert missing == []
+
+
+def test_readme_configuration_defaults_are_the_settings_defaults() -> None:
+    # The table's default column, read as the environment variable would be (JSON, or the bare text), is the
+    # field's default: a default changed in config.py changes the table too.
+    rows = re.findall(r"^\| `OSS_RESPONSES_(\w+)` \| ([^|]*?) \|", README, re.MULTILINE)
+    wrong = {}
+    for name, shown in rows:
+        default = Settings.model_fields[name.lower()].get_default(call_default_factory=True)
+        if _table_value(shown) != _comparable(default):
+            wrong[name] = (shown, default)
+    assert rows and wrong == {}
+
+
+def _table_value(shown: str) -> object:
+    text = shown.strip().strip("`")
+    if text in ("unset", "(unset)"):
+        return None
+    try:
+        return json.loads(text.replace("True", "true").replace("False", "false"))
+    except ValueError:
+        return text
+
+
+def _comparable(default: object) -> object:
+    if isinstance(default, Path):
+        return str(default)
+    if isinstance(default, list) and all(isinstance(value, SecretStr) for value in default):
+        return [value.get_secret_value() for value in default]
+    return default
+
+
+def test_readme_paths_exist() -> None:
+    # Every file README names by its path from the checkout's root (`tests/workers/test_takeover.py`, `bench/relay.py`,
+    # `deploy/grafana/oss-responses.json`) is there, and a test it names (`path::test_name`) is defined in it.
+    named = re.findall(r"\b((?:oss_responses|tests|bench|scripts|docs|deploy)/[\w/.-]*\w\.\w+)(?:::(\w+))?", README)
+    missing = [f"{path}::{test}" if test else path for path, test in named
+               if path != "bench/NAME.py" and not _holds(ROOT / path, test)]  # NAME: a placeholder
+    assert named and missing == []
+
+
+def _holds(path: Path, test: str) -> bool:
+    return path.is_file() and (not test or f"def {test}(" in path.read_text())
