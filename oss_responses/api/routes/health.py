@@ -101,13 +101,16 @@ async def _check(probe: Any) -> str:
     return "ok"
 
 
-# HEAD too: some load balancers probe with it (uvicorn sends a HEAD answer without its body).
-@router.api_route("/healthz", methods=["GET", "HEAD"])
+# HEAD too: some load balancers probe with it (uvicorn sends a HEAD answer without its body). A route of its
+# own, with its own operationId: one route for both methods gave both one id, which OpenAPI forbids.
+@router.get("/healthz")
+@router.head("/healthz", operation_id="healthz_head")
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.api_route("/readyz", methods=["GET", "HEAD"])
+@router.get("/readyz")
+@router.head("/readyz", operation_id="readyz_head")
 async def readyz(services: ServicesDep) -> JSONResponse:
     database, redis, broker = await asyncio.gather(
         _check(_database_ready(services.db)), _check(services.redis.ping()), _check(services.tasks.ping())
