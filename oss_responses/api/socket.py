@@ -37,12 +37,11 @@ from oss_responses.api.socket_protocol import (
     CreateCommand,
     error_message,
     event_message,
-    is_terminal,
     parse_command,
 )
 from oss_responses.config import Settings
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable, TooManyRequests
-from oss_responses.eventlog.frames import frame, parse_frame, split_frames
+from oss_responses.eventlog.frames import frame, is_terminal, parse_frame, split_frames
 from oss_responses.eventlog.losses import EventHubStopped, StreamLost
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import emit_terminal, opening_events, terminal_response, usage

@@ -21,7 +21,6 @@ from openai.types.responses.responses_server_event import ResponseWsError, Respo
 
 from oss_responses.errors import BadRequest, ServiceError
 from oss_responses.eventlog.frames import frame_head, parse_frame
-from oss_responses.statuses import TERMINAL_EVENT_TYPES
 
 CREATE = "response.create"
 STEER = "response.steer"
@@ -29,7 +28,6 @@ _STREAM_ID = re.compile(r"[A-Za-z0-9_.\-]{1,256}")
 _ENVELOPE = ("type", "stream_id", "generate", "stream", "background")
 _DATA = b"\ndata: "
 _ERROR_HEAD = frame_head("error")
-_TERMINAL_HEADS = tuple(frame_head(kind) for kind in TERMINAL_EVENT_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,10 +86,6 @@ def _stream_error_message(payload: dict[str, Any], stream_id: str | None) -> str
                                  param=payload.get("param"))
     event = ResponseWsError(type="error", sequence_number=payload.get("sequence_number"), error=error)
     return _on_lane(event, stream_id)
-
-
-def is_terminal(frame: bytes) -> bool:
-    return frame.startswith(_TERMINAL_HEADS)
 
 
 def error_message(error: ServiceError, stream_id: str | None) -> str:

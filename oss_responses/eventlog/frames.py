@@ -11,6 +11,7 @@ from typing import Any, TypeAlias
 
 from openai.types.responses import ResponseStreamEvent
 
+from oss_responses.statuses import TERMINAL_EVENT_TYPES
 from oss_responses.wire import event_json
 
 StreamEvent: TypeAlias = ResponseStreamEvent  # the log holds the openai package's own event types
@@ -37,6 +38,14 @@ def keepalive_frame(sequence_number: int) -> bytes:
 def frame_head(event_type: str) -> bytes:
     """The line a frame of ``event_type`` begins with (a prefix test is the cheapest check per frame)."""
     return _EVENT + event_type.encode() + b"\n"
+
+
+_TERMINAL_HEADS = tuple(frame_head(kind) for kind in TERMINAL_EVENT_TYPES)
+
+
+def is_terminal(data: bytes) -> bool:
+    """The frame is a response's terminal event (``response.completed``, ``.failed``, ``.incomplete``)."""
+    return data.startswith(_TERMINAL_HEADS)
 
 
 def frame_type(data: bytes) -> str | None:

@@ -10,7 +10,8 @@ A subscription:
 2. attaches to the hub with the id it has seen. A stream new to the hub is read from exactly that id,
    so nothing falls between history and live. If the hub already reads the stream from further on,
    the subscriber catches up again with XRANGE; entries it sees twice are dropped by id;
-3. follows live batches until the end marker (field ``end``), then detaches.
+3. follows live batches until the end marker (field ``end``), or a client's stream until the response's
+   terminal event, then detaches.
 A client's stream (``open(client_stream=True)``: an SSE relay, a WebSocket lane) also gets a keepalive event
 (``frames.keepalive_frame``) before it goes ``heartbeat_seconds`` without one or a batch, as a proxy's idle
 timeout set from that interval expects: one timer for the process, not one per stream, ticking
@@ -72,7 +73,7 @@ from oss_responses import redis_keys
 from oss_responses.eventlog import survival
 from oss_responses.eventlog.entries import ARCHIVED, Entry, EntryId, as_entries, cursor_after, parse_id, take_frames
 from oss_responses.eventlog.following import FollowedStream, Sink, Subscriber, entry
-from oss_responses.eventlog.frames import frame_type, keepalive_frame
+from oss_responses.eventlog.frames import frame_type, is_terminal, keepalive_frame
 from oss_responses.eventlog.history import ArchiveReader, History, pages_as_frames, raising
 from oss_responses.eventlog.lane import ReadLane
 from oss_responses.eventlog.losses import EventHubStopped, StreamLost, StreamNotFound, StreamOverwritten, StreamRewound
@@ -92,6 +93,15 @@ OUTAGE: tuple[type[Exception], ...] = (OSError, RedisConnectionError, RedisTimeo
 # The heartbeat timer's ticks per heartbeat_seconds: a stream gets its keep-alive on the last tick before it
 # would be quiet for the whole interval, 1/HEARTBEAT_TICKS of it early at most.
 HEARTBEAT_TICKS = 4
+
+
+def _tells_the_end(sub: Subscriber, frames: list[bytes]) -> bool:
+    """A client's stream ends with its response's terminal event, not at the end marker: the worker writes that
+    marker only once it saved the response, retrying while the database is down (``save_retry_seconds``), and
+    the client, told the response's end, would wait that long on an open stream (keepalives after
+    ``response.completed``, where OpenAI closes it), and have it cancelled if it closed it. A plain request
+    waiting for the end reads SQL next: it waits for the marker."""
+    return sub.client_stream and bool(frames) and is_terminal(frames[-1])
 
 
 class EventHub:
@@ -313,9 +323,12 @@ class EventHub:
                 frames, cursor, end = take_frames(page, cursor)
                 more_history = len(page) == self._history.count
                 page = []
+                told = _tells_the_end(sub, frames)
                 if frames:
                     yield frames
                 del frames
+                if told:
+                    return
                 if end is not None:
                     for rest in await self._history.rest(response_id, cursor, end, joined):
                         yield rest
@@ -337,9 +350,12 @@ class EventHub:
                         yield [keepalive_frame(max(cursor[1] - 1, 0))]
                         continue
                     frames, cursor, end = batch
+                    told = _tells_the_end(sub, frames)
                     if frames:
                         yield frames
                     del frames
+                    if told:
+                        return
                     if end is not None:
                         for rest in await self._history.rest(response_id, cursor, end, joined):
                             yield rest
@@ -529,12 +545,13 @@ class EventHub:
     @staticmethod
     def _hand_over(sub: Subscriber, sink: Sink, entries: list[Entry]) -> bool:
         """Write a read's frames straight to a waiting subscriber's client, if it has nothing queued (order)
-        and its connection takes them now; an end marker is left to the iteration, which ends the stream."""
+        and its connection takes them now; an end marker or a terminal event is left to the iteration, which ends the
+        stream."""
         waiter = sub.waiter
         if waiter is None or waiter.done() or sub.batches or sub.stopped or sub.lost is not None:
             return False
         frames, cursor, end = take_frames(entries, sub.cursor)
-        if end is not None:
+        if end is not None or _tells_the_end(sub, frames):
             return False
         if frames and not sink.offer(b"".join(frames)):
             return False

@@ -4,14 +4,20 @@ answers a 503 ``database_unavailable`` in OpenAI's error shape, as with Redis go
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import psycopg
 import pytest
 import redis as redis_lib
+from openai import OpenAI
+from openai.types.responses import Response, ResponseStreamEvent
 from support import MODEL
 from support.api_server import ApiServer
+from support.processes import start_api_process, start_worker_process, stop_process
 from support.servers import PostgresCluster, start_postgres
 
 from oss_responses.config import Settings
@@ -90,3 +96,54 @@ def test_readyz_with_database_read_only_is_503_naming_it(
     response = http.get("/readyz")
     assert response.status_code == 503
     assert response.json()["database"] == "error: refusing writes (read-only)"
+
+
+def test_stream_ends_at_its_terminal_event_while_the_save_waits_for_the_database(
+    settings: Settings, own_postgres: PostgresCluster, tmp_path: Path
+) -> None:
+    """A worker writes a response's terminal event, then saves the response, retrying while the database is
+    down, and only then the end marker. The client's stream stayed open until the save: keepalive events
+    after ``response.completed`` for the whole outage (a 40 s PostgreSQL restart held every streamed call
+    40 s past its answer), and a client that closed it on ``response.completed`` had a cancel sent (and
+    failed, a traceback) for a response it was told had completed."""
+    stack_settings = Settings(database_url=settings.database_url, redis_url=settings.redis_url, models=[MODEL],
+                              scripted_tokens_per_second=40.0)
+    api, base_url = start_api_process(stack_settings, tmp_path / "api.log")
+    worker = start_worker_process(stack_settings, tmp_path / "worker.log")
+    events: list[ResponseStreamEvent] = []
+    answering = threading.Event()
+
+    def consume() -> None:
+        with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=0, timeout=120) as client:
+            for event in client.responses.create(model=MODEL, input="tokens 80", stream=True):
+                events.append(event)
+                if event.type.endswith(".delta"):  # the worker holds the response: it needs SQL only to save it
+                    answering.set()
+
+    reader = threading.Thread(target=consume, name="client")
+    try:
+        reader.start()
+        assert answering.wait(20), "the response did not start"
+        own_postgres.shut_down()
+        reader.join(timeout=20)
+        ended_while_down = not reader.is_alive()
+        own_postgres.start_again()  # from this thread: the server dies with the thread that started it
+        reader.join(timeout=60)
+        assert ended_while_down, "the stream stayed open after its terminal event, waiting for the database"
+        assert events[-1].type == "response.completed"
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=5, timeout=30) as client:
+            stored = _retrieve_when_ended(client, events[-1].response.id)  # type: ignore[union-attr]
+        assert (stored.status, stored.output_text) == ("completed", events[-1].response.output_text)  # type: ignore[union-attr]
+    finally:
+        for process in (worker, api):
+            stop_process(process)
+
+
+def _retrieve_when_ended(client: OpenAI, response_id: str, timeout: float = 30.0) -> Response:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.responses.retrieve(response_id)
+        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
+            return response
+        time.sleep(0.1)

@@ -10,9 +10,9 @@ from openai.types.responses import ResponseCreatedEvent, ResponseErrorEvent
 from openai.types.responses.responses_server_event import ResponsesServerEvent
 from pydantic import TypeAdapter
 
-from oss_responses.api.socket_protocol import error_message, event_message, is_terminal, parse_command
+from oss_responses.api.socket_protocol import error_message, event_message, parse_command
 from oss_responses.errors import BadRequest, NotFound
-from oss_responses.eventlog.frames import frame, keepalive_frame
+from oss_responses.eventlog.frames import frame, is_terminal, keepalive_frame
 from oss_responses.harmony.lifecycle import placeholder_response
 
 SERVER_EVENT: TypeAdapter[object] = TypeAdapter(ResponsesServerEvent)
