@@ -17,6 +17,7 @@ import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from oss_responses.logs import safe_url
 from oss_responses.outage_log import describe
@@ -31,7 +32,12 @@ def unreachable(exc: BaseException) -> bool:
     database refusing writes while it is read-only (a failover) counts: raised, it failed a response whose
     turn was generated (its takeovers then failed the same way, once a second, until it ended
     ``worker_lost``). So does a schema behind this build's code (a release's workers started before its
-    migration ran): it failed every response they took, where the migration lets them run."""
+    migration ran): it failed every response they took, where the migration lets them run. So does a pool
+    whose every connection stayed busy past its checkout timeout (a worker's threads outnumber its pool, and a
+    lock holds the others' transactions): SQLAlchemy's own TimeoutError, no DBAPIError; raised, it failed the
+    save of a generated turn (a traceback, the response taken over once its lease lapsed)."""
+    if isinstance(exc, PoolTimeoutError):
+        return True
     if isinstance(exc, DBAPIError):
         return (exc.connection_invalidated or isinstance(exc, (OperationalError, InterfaceError))
                 or refused_read_only(exc) or schema_missing(exc))

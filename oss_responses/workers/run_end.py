@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 
 from oss_responses import redis_keys
 from oss_responses.cancel_request import check_flagged, flag_commands
@@ -131,7 +131,7 @@ def _save_retrying(run: Run, webhooks: list[DeliveryRow]) -> bool:
     while True:
         try:
             saved = _save(run, webhooks)
-        except DBAPIError as exc:
+        except SQLAlchemyError as exc:  # a driver's error, or the pool's checkout timing out
             if not unreachable(exc) or backoff.exhausted() or run.lease.lost:
                 raise
             if first:  # a line per response that waits, not one per try (it was five in an 8 s restart)

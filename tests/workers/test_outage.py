@@ -21,6 +21,7 @@ from redis.exceptions import ReadOnlyError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from support import TIKTOKEN_DIR
 from support.servers import PostgresCluster, free_port
 from support.sqlite_refusals import unwritable
@@ -106,6 +107,23 @@ def test_unreachable_counts_column_missing_from_database_behind_this_build(postg
     finally:
         db.dispose()
     assert unreachable(missing.value)
+
+
+def test_unreachable_counts_pool_whose_connections_stay_busy_past_its_timeout(tmp_path: Path) -> None:
+    """A worker's threads outnumber its pool (concurrency 64, 26 connections) and a lock holds the transactions
+    of the others (an operator's LOCK, a migration): a save waiting for a connection past the pool's timeout
+    raised SQLAlchemy's own TimeoutError, which is no DBAPIError. Counted as a bug, it failed the task of a
+    generated turn (35 tracebacks for 60 responses behind a 45 s lock, each taken over once its lease lapsed)
+    where the lock's end would have let the save through."""
+    url = f"sqlite:///{tmp_path / 'pool.db'}"
+    migrate(url)
+    db = Database(url, pool_size=1, max_overflow=0, pool_timeout=0.1)
+    try:
+        with db.engine.connect(), pytest.raises(SQLAlchemyTimeoutError) as caught:  # the pool's one connection busy
+            db.run(lambda session: session.execute(text("SELECT 1")))
+    finally:
+        db.dispose()
+    assert unreachable(caught.value)
 
 
 def test_backoff_doubles_its_pause_until_its_deadline() -> None:
