@@ -118,11 +118,14 @@ async def _database_unreachable(request: Request, exc: Exception) -> JSONRespons
 
 
 # PostgreSQL's lock_not_available (lock_timeout) and query_canceled (statement_timeout): the database
-# answered; "cannot reach" sent its operator to look for a network fault.
+# answered; "cannot reach" sent its operator to look for a network fault. So did the pool's own timeout:
+# every connection busy past its wait (requests held by a lock, more of them than the pool).
 _TIMEOUT_SQLSTATES = ("55P03", "57014")
 
 
 def _timed_out(exc: Exception) -> bool:
+    if isinstance(exc, PoolTimeoutError):
+        return True
     return getattr(getattr(exc, "orig", None), "sqlstate", None) in _TIMEOUT_SQLSTATES
 
 

@@ -9,10 +9,12 @@ import anyio
 import httpx2
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import text
 from support.sqlite_refusals import fill, full_database
 
 from oss_responses.api.errors import install_error_handlers
 from oss_responses.errors import Conflict
+from oss_responses.storage import Database, migrate
 
 
 def _app(tmp_path: Path | None = None) -> FastAPI:
@@ -25,6 +27,18 @@ def _app(tmp_path: Path | None = None) -> FastAPI:
         db = full_database(tmp_path / "full.db")
         try:
             fill(db)
+        finally:
+            db.dispose()
+
+    @app.get("/pool")
+    def pool_timed_out() -> None:
+        assert tmp_path is not None
+        url = f"sqlite:///{tmp_path / 'pool.db'}"
+        migrate(url)
+        db = Database(url, pool_size=1, max_overflow=0, pool_timeout=0.1)
+        try:
+            with db.engine.connect():  # the pool's one connection busy (a request waiting on a lock)
+                db.run(lambda session: session.execute(text("SELECT 1")))
         finally:
             db.dispose()
 
@@ -79,3 +93,15 @@ def test_write_on_full_sqlite_disk_is_503_saying_writes_refused(
     }
     assert [r.getMessage().split(" (")[0] for r in caplog.records] == ["database refusing writes"]
     assert not any(r.exc_info for r in caplog.records)
+
+
+def test_pool_timed_out_is_503_saying_database_busy(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every pooled connection busy past the pool's 30 s wait (requests held by a lock, more of them than the
+    pool): the database answers, so "cannot reach its database" (and a log line saying "unreachable") sent its
+    operator to look for a network fault, as a lock_timeout had."""
+    with caplog.at_level(logging.WARNING):
+        response = _get("/pool", tmp_path=tmp_path)
+    assert response.status_code == 503
+    error = response.json()["error"]
+    assert error["code"] == "database_unavailable" and "too busy" in error["message"]
+    assert [r.getMessage().split(" on ")[0] for r in caplog.records] == ["database timed out"]
