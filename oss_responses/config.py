@@ -66,6 +66,18 @@ def _redis_url(url: str | None) -> str | None:
     except ValueError:  # not a number: often an unescaped '/', '#' or '?' in the password, whose part it echoes
         raise ValueError("not a Redis URL: its port is not a number (percent-encode special characters in the "
                          "password: / as %2F, # as %23, ? as %3F, @ as %40)") from None
+    from redis.connection import parse_url
+
+    # Read as every client of it reads it: a query option redis-py cannot read, or a database that is no
+    # number (which redis-py drops and kombu refuses), passed here and ended the API's start and the worker's
+    # broker in tracebacks (the worker exiting 0).
+    try:
+        parse_url(url)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+    except ValueError as exc:
+        raise ValueError(f"not a Redis URL: {exc}") from None
+    database = parts.path.strip("/") if parts.scheme != "unix" else ""
+    if database and not database.isdigit():
+        raise ValueError(f"not a Redis URL: its database (the path) is a number, not {database!r}: redis://HOST:PORT/0")
     return url
 
 

@@ -45,6 +45,10 @@ def fresh_settings() -> Iterator[None]:
     ("DATABASE_URL", "foo://bar", "OSS_RESPONSES_DATABASE_URL: Value error, unsupported database 'foo'"),
     ("REDIS_URL", "nonsense", "OSS_RESPONSES_REDIS_URL: Value error, not a Redis URL"),
     ("BROKER_URL", "http://h:6379/0", "OSS_RESPONSES_BROKER_URL: Value error, not a Redis URL"),
+    # The deploy review: a Redis URL of the right scheme that Redis's clients cannot read passed, and the API
+    # and worker each ended in tracebacks (the API's start, the worker's broker; the worker exited 0).
+    ("REDIS_URL", "redis://127.0.0.1:6379/abc", "OSS_RESPONSES_REDIS_URL: Value error, not a Redis URL: its database"),
+    ("BROKER_URL", "redis://h:6379/0?socket_timeout=soon", "OSS_RESPONSES_BROKER_URL: Value error, not a Redis URL: "),
     ("MODELS", "[]", "OSS_RESPONSES_MODELS: List should have at least 1 item"),
     ("SCRIPTED_CONTEXT_TOKENS", "-10", "OSS_RESPONSES_SCRIPTED_CONTEXT_TOKENS: Input should be greater than or equal"),
     ("MAX_OUTPUT_TOKENS_CEILINGS", '{"gpt-oss-20b": -5}', "OSS_RESPONSES_MAX_OUTPUT_TOKENS_CEILINGS.gpt-oss-20b"),
