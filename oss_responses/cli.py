@@ -112,7 +112,7 @@ def run_doctor(args: argparse.Namespace) -> int:
     return 0 if run_checks(get_settings(), CHECKS, sys.stdout) else 1
 
 
-def _database_url(value: str) -> str:
+def database_url_argument(value: str) -> str:
     from oss_responses.config import valid_database_url
 
     try:
@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("worker", help="a Celery worker for OSS_RESPONSES_WORKER_MODEL's queue; "
                                        "further arguments go to `celery worker` (e.g. -n gpu0@%%h)")
     upgrade = commands.add_parser("migrate", help="upgrade the database to the newest schema")
-    upgrade.add_argument("--url", type=_database_url, help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
+    upgrade.add_argument("--url", type=database_url_argument,
+                         help="SQLAlchemy URL (default: OSS_RESPONSES_DATABASE_URL)")
     upgrade.add_argument("--revision", default="head")
     upgrade.set_defaults(run=run_migrate)
     commands.add_parser("keys", help="manage API keys (`oss-responses keys --help`)")

@@ -14,6 +14,7 @@ from support.servers import free_port
 
 from oss_responses.cli import build_parser, main
 from oss_responses.storage import Database
+from oss_responses.storage.__main__ import main as storage_main
 from oss_responses.storage.migrations import current_revision, head_revision
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,6 +72,18 @@ def test_migrate_database_that_does_not_answer_says_so_in_one_line(capsys: pytes
 def test_migrate_url_that_is_no_database_url_is_usage_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         main(["migrate", "--url", url])
+    assert exited.value.code == 2
+    error = capsys.readouterr().err
+    assert "argument --url: " in error and "Traceback" not in error
+
+
+@pytest.mark.parametrize("url", ["nonsense", "foo://bar"])
+def test_storage_migrate_url_that_is_no_database_url_is_usage_error(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m oss_responses.storage migrate``, the same command (README): it ended in SQLAlchemy's traceback."""
+    with pytest.raises(SystemExit) as exited:
+        storage_main(["migrate", "--url", url])
     assert exited.value.code == 2
     error = capsys.readouterr().err
     assert "argument --url: " in error and "Traceback" not in error
