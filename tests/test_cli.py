@@ -68,6 +68,20 @@ def test_migrate_database_that_does_not_answer_says_so_in_one_line(capsys: pytes
     assert "did not answer" in error and "Traceback" not in error and "secret" not in error
 
 
+def test_migrate_sqlite_file_whose_folder_cannot_be_made_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A SQLite path through a file (or on a read-only filesystem): the folder's mkdir ended migrate, and the
+    API's and the worker's starts, in a traceback."""
+    (tmp_path / "volume").write_text("a file, not a folder")
+    url = f"sqlite:///{tmp_path / 'volume' / 'db.sqlite'}"
+
+    assert main(["migrate", "--url", url]) == 1
+
+    error = capsys.readouterr().err
+    assert error.startswith(f"oss-responses migrate: {url} did not answer: unable to open database file")
+
+
 @pytest.mark.parametrize("url", ["nonsense", "foo://bar"])
 def test_migrate_url_that_is_no_database_url_is_usage_error(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:

@@ -10,6 +10,7 @@ every write transaction on a SQLite file takes a file lock first (``sqlite_lock.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
@@ -110,10 +111,15 @@ def _sqlite_file(url: URL) -> str | None:
 
 
 def ensure_sqlite_directory(url: str | URL) -> None:
-    """Create the folder of a SQLite file (``./var/`` by default) so connecting can create the file."""
+    """Create the folder of a SQLite file (``./var/`` by default) so connecting can create the file. One that
+    cannot be created (a read-only filesystem, a path through a file or a folder not the user's) is left to
+    the connect, which fails as a database that does not answer ("unable to open database file"): each
+    command says so in its way (``migrate`` in one line, the API unready, a worker waiting), where this
+    mkdir's error had ended ``migrate`` and the API's and the worker's starts in tracebacks."""
     database = _sqlite_file(make_url(url))
     if database is not None:
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
 
 
 # Connections a pool opens beyond its ``pool_size`` for a burst (SQLAlchemy's own default, stated
