@@ -74,10 +74,10 @@ def check_task_message(message: Any, body: Any) -> None:
     ``celery.worker.request.Request`` reads without a default). ``body``: a protocol 1 message's, decoded by
     Celery's handler, else None; a protocol 2 body is decoded here, as Celery's strategy would (a body that
     does not decode is Celery's own ``DecodeError``, which it refuses)."""
+    if body is not None:  # protocol 1: its id is in its body, which Celery's own strategy checks
+        return
     if "id" not in message.headers:
         raise InvalidTaskError("its headers name no task id")
-    if body is not None:
-        return
     payload = message.payload
     if isinstance(payload, dict) and "args" in payload:  # Celery's hybrid of protocols 1 and 2: its own checks
         return

@@ -27,6 +27,7 @@ from support.streams import assert_contiguous, wait_for_end, wait_for_event
 from support.workers import accept, worker_settings
 
 from oss_responses.config import Settings
+from oss_responses.statuses import RUN_RESPONSE_TASK
 from oss_responses.storage import Database, get_response, migrate
 from oss_responses.task_messages import run_response_message
 from oss_responses.workers.celery_app import enqueue, make_celery
@@ -224,6 +225,27 @@ def test_celery_worker_drops_malformed_task_messages_and_runs_the_next(
     assert "Unrecoverable error" not in log and "Connection to broker lost" not in log
     dropped = log.count("is no task message") + log.count("Received invalid task message")
     assert dropped == len(malformed)
+    db.dispose()
+
+
+def test_celery_worker_runs_a_task_sent_with_protocol_1(
+    database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
+) -> None:  # type: ignore[no-untyped-def]
+    """A task message of Celery's protocol 1 (``task_protocol=1``: its id and arguments in its body, no task
+    id in its headers) is one Celery runs: the check that refuses messages Celery cannot build a request from
+    must not take it for one (it dropped it, "Received invalid task message: its headers name no task id")."""
+    settings = worker_settings(database_url, redis_url)
+    db = Database(settings.database_url)
+    start_worker(settings, "protocol-1")
+    queue = settings.queue_for(MODEL)
+    response_id = accept(db, redis, settings, input="tokens 5", background=True)
+    app = make_celery(settings)
+    app.conf.task_protocol = 1
+    app.send_task(RUN_RESPONSE_TASK, args=(response_id, {}), queue=queue, routing_key=queue)
+    [message] = [json.loads(raw) for raw in redis.lrange(queue, 0, -1)]
+    assert "id" not in message["headers"]  # protocol 1 indeed
+    events = wait_for_end(redis, response_id)
+    assert events[-1]["type"] == "response.completed"
     db.dispose()
 
 
