@@ -61,11 +61,13 @@ import time
 import weakref
 from functools import partial
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from redis.exceptions import RedisError, ResponseError
 
+from oss_responses.logs import safe_url
 from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, refuses_writes, wrong_type
 
 if TYPE_CHECKING:
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSPORT = f"{__name__}:Transport"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def queues_url(app: Celery) -> str:
@@ -83,6 +86,21 @@ def queues_url(app: Celery) -> str:
     this, not the setting: with ``CELERY_BROKER_URL`` set in a deployment's environment, the API pushed to
     one Redis while the workers read another, and every response waited for the stale sweep."""
     return str(app.conf.broker_write_url)
+
+
+class BrokerNotRedis(ValueError):
+    """The broker Celery resolved is no Redis: the task queues are Redis lists, written and read without Celery
+    too (the API's push, the queue depths, the worker's stop probe)."""
+
+
+def check_redis_broker(app: Celery) -> None:
+    """Raises :class:`BrokerNotRedis` unless the broker ``app`` reads and writes is a Redis. ``CELERY_BROKER_URL``
+    (Celery's own variable, which wins over the setting) set to an AMQP broker passed every check: the API's start
+    ended in a traceback, and a worker hung retrying a transport it cannot use."""
+    for url in {str(app.conf.broker_read_url), str(app.conf.broker_write_url)}:
+        if urlsplit(url).scheme not in REDIS_SCHEMES:
+            raise BrokerNotRedis(f"the broker {safe_url(url)} is not a Redis (redis://, rediss:// or unix://): the "
+                                 "task queues are Redis lists; unset CELERY_BROKER_URL or point it at a Redis")
 # How long a consumer whose pop Redis refused waits before it pops again: one refused BRPOP a second
 # while the outage lasts, not a busy loop (the reply comes at once).
 REFUSED_POP_PAUSE_SECONDS = 1.0

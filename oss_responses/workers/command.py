@@ -23,6 +23,7 @@ from celery.worker import state as worker_state
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from oss_responses.broker import BrokerNotRedis, check_redis_broker
 from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend, serve_frontends
 from oss_responses.logs import configure_logging
@@ -60,6 +61,10 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     # Before Celery's own start: its warnings (running as root) are log lines from the first one.
     configure_logging(settings)
     app = make_celery(settings, frontend)
+    try:
+        check_redis_broker(app)
+    except BrokerNotRedis as exc:
+        sys.exit(f"oss-responses worker not started: {exc}")
     # The Redis the consumer reads (Celery's environment variables before the setting).
     arm = partial(_arm_stop_deadline, seconds=settings.worker_stop_seconds, broker_url=str(app.conf.broker_read_url))
     celery_signals.worker_shutting_down.connect(arm, weak=False)  # this process's own worker only (never a test's)

@@ -220,3 +220,16 @@ def test_serve_api_while_redis_does_not_answer_exits_in_one_line(sqlite_url: str
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr and "hub-pw-6e1d" not in done.stderr
     assert f"the API cannot start: Redis at redis://127.0.0.1:{port}/0 did not answer" in done.stderr
+
+
+def test_serve_api_with_amqp_celery_broker_url_exits_in_one_line(sqlite_url: str, redis_url: str) -> None:
+    # Celery's own CELERY_BROKER_URL wins over the setting: an AMQP broker there ended the start in a traceback
+    # (redis-py refusing the scheme). The task queues are Redis lists.
+    settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
+    env = service_env(settings, OSS_RESPONSES_API_PORT=str(free_port()), OSS_RESPONSES_LOG_FORMAT="text",
+                      CELERY_BROKER_URL="amqp://guest:amqp-pw-51c@127.0.0.1:5672//")
+    done = subprocess.run([sys.executable, "-m", "oss_responses.api"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr and "amqp-pw-51c" not in done.stderr
+    assert "the API cannot start: the broker amqp://127.0.0.1:5672// is not a Redis" in done.stderr

@@ -84,6 +84,16 @@ def test_check_redis_hides_the_password() -> None:
     assert "hunter2-secret" not in result.line
 
 
+def test_check_redis_fails_when_celery_broker_url_is_no_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Celery's own variable wins over the setting; an AMQP broker there was "the check itself failed (ValueError)".
+    monkeypatch.setenv("CELERY_BROKER_URL", "amqp://guest:amqp-pw-51c@127.0.0.1:5672//")
+
+    results = list(check_redis(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")))
+
+    assert [(result.name, result.status) for result in results] == [("redis", "FAIL"), ("broker", "FAIL")]
+    assert "is not a Redis" in results[1].detail and "amqp-pw-51c" not in results[1].line
+
+
 def test_check_database_passes_at_head(settings: Settings) -> None:
     result = only(check_database(settings))
 

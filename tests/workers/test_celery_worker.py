@@ -265,3 +265,17 @@ def test_celery_worker_with_autoscale_exits_non_zero_saying_why(redis_url: str, 
     assert "oss-responses worker not started: --autoscale=4,1 is not supported" in log.read_text()
     assert "Traceback" not in log.read_text()
     assert not ready_workers(redis_lib.Redis.from_url(redis_url))
+
+
+def test_celery_worker_with_amqp_celery_broker_url_exits_non_zero_saying_why(redis_url: str, tmp_path: Path) -> None:
+    """``CELERY_BROKER_URL`` (Celery's own variable, which wins over the setting) naming an AMQP broker: the worker
+    hung retrying a transport it cannot use, in a traceback. The task queues are Redis lists: refused at start."""
+    settings = worker_settings(f"sqlite:///{tmp_path / 'unused.db'}", redis_url)
+    migrate(settings.database_url)
+    env = service_env(settings) | {"CELERY_BROKER_URL": "amqp://guest:amqp-pw-51c@127.0.0.1:5672//"}
+    done = subprocess.run([sys.executable, "-m", "oss_responses.workers"], env=env, cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 1
+    refused = "oss-responses worker not started: the broker amqp://127.0.0.1:5672// is not a Redis"
+    assert refused in done.stdout
+    assert "Traceback" not in done.stdout and "amqp-pw-51c" not in done.stdout
