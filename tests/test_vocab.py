@@ -59,3 +59,11 @@ def test_ensure_vocabulary_in_processes_starting_together_unpacks_it_for_each(tm
         assert outcomes == ["ok"] * 4
         assert hashlib.sha256((folder / VOCAB_FILE).read_bytes()).hexdigest() == VOCAB_SHA256
         assert [path.name for path in folder.iterdir()] == [VOCAB_FILE]  # no temporary file left
+
+
+def test_ensure_vocabulary_in_folder_that_cannot_be_made_is_a_startup_error(tmp_path: Path) -> None:
+    # A path through a file (or a read-only filesystem): the mkdir's OSError ended the API's and a worker's start
+    # in a traceback; it is a startup error naming the folder and the setting.
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(VocabularyError, match="OSS_RESPONSES_TIKTOKEN_DIR to a writable folder"):
+        ensure_vocabulary(tmp_path / "a-file" / "tiktoken")

@@ -25,6 +25,7 @@ from oss_responses.api.metrics import forget_dead_processes, multiprocess_folder
 from oss_responses.api.server import ApiServer
 from oss_responses.broker import BrokerNotRedis, check_redis_broker, queues_url
 from oss_responses.config import Settings, get_settings
+from oss_responses.errors import VocabularyError
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.http_protocol import server_options
@@ -40,7 +41,11 @@ def main() -> None:
     configure_logging(settings)
     _exit_unless_redis_answers(settings)
     # Unpacked now, not by the first /v1/responses/input_tokens request (which loads the encoding).
-    ensure_vocabulary(settings.tiktoken_dir)
+    try:
+        ensure_vocabulary(settings.tiktoken_dir)
+    except VocabularyError as exc:
+        log.error("the API cannot start: %s", exc)
+        sys.exit(STARTUP_FAILURE)
     raise_open_files_limit("api")  # several processes inherit it
     # log_config=None: uvicorn's loggers propagate to the root handler configured above.
     if settings.api_processes == 1:

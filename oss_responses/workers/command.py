@@ -26,6 +26,7 @@ from redis.retry import Retry
 from oss_responses.broker import BrokerNotRedis, check_redis_broker
 from oss_responses.config import Settings, get_settings
 from oss_responses.engine.frontends import Frontend, serve_frontends
+from oss_responses.errors import VocabularyError
 from oss_responses.logs import configure_logging
 from oss_responses.workers.celery_app import make_celery
 from oss_responses.workers.context import EngineStartError
@@ -82,7 +83,7 @@ def run_worker(settings: Settings, extra: list[str], frontend: Frontend | None =
     app.worker_main(args)
     if (error := start_error()) is not None:
         # Celery logs the failure but exits 0; a supervisor must see the worker did not serve.
-        plain = isinstance(error, EngineStartError | StoreAwayAtStart | UnsupportedOption)
+        plain = isinstance(error, EngineStartError | StoreAwayAtStart | UnsupportedOption | VocabularyError)
         why = str(error) if plain else f"{type(error).__name__}: {error}"
         sys.exit(f"oss-responses worker not started: {why}")
     if (lost := engine_lost()) is not None:

@@ -29,6 +29,7 @@ from oss_responses.broker import stop_popping
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineDead
 from oss_responses.engine.frontends import Frontend
+from oss_responses.errors import VocabularyError
 from oss_responses.fdlimit import raise_open_files_limit
 from oss_responses.heap import tune_garbage_collection
 from oss_responses.logs import configure_logging, log_context, say_as_json
@@ -159,7 +160,7 @@ def make_worker_step(settings: Settings, frontend: Frontend | None = None) -> ty
             global _start_error
             try:
                 self._start(worker)
-            except (EngineStartError, StoreAwayAtStart, UnsupportedOption) as exc:
+            except (EngineStartError, StoreAwayAtStart, UnsupportedOption, VocabularyError) as exc:
                 _start_error = exc
                 self.stop(worker)
                 # Its reason says it all: Celery's "Unrecoverable error" line added a traceback of this

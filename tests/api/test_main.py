@@ -233,3 +233,16 @@ def test_serve_api_with_amqp_celery_broker_url_exits_in_one_line(sqlite_url: str
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr and "amqp-pw-51c" not in done.stderr
     assert "the API cannot start: the broker amqp://127.0.0.1:5672// is not a Redis" in done.stderr
+
+
+def test_serve_api_whose_vocabulary_folder_cannot_be_made_exits_in_one_line(sqlite_url: str, redis_url: str,
+                                                                            tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    settings = Settings(database_url=sqlite_url, redis_url=redis_url, models=[MODEL])
+    env = service_env(settings, OSS_RESPONSES_API_PORT=str(free_port()), OSS_RESPONSES_LOG_FORMAT="text",
+                      OSS_RESPONSES_TIKTOKEN_DIR=str(tmp_path / "a-file" / "tiktoken"))
+    done = subprocess.run([sys.executable, "-m", "oss_responses.api"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "the API cannot start: cannot unpack the vocabulary into" in done.stderr
