@@ -5,7 +5,6 @@ answers a 503 ``database_unavailable`` in OpenAI's error shape, as with Redis go
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,10 +13,11 @@ import psycopg
 import pytest
 import redis as redis_lib
 from openai import OpenAI
-from openai.types.responses import Response, ResponseStreamEvent
+from openai.types.responses import ResponseStreamEvent
 from support import MODEL
 from support.api_server import ApiServer
 from support.processes import start_api_process, start_worker_process, stop_process
+from support.sdk import wait_ended
 from support.servers import PostgresCluster, start_postgres
 
 from oss_responses.config import Settings
@@ -133,17 +133,9 @@ def test_stream_ends_at_its_terminal_event_while_the_save_waits_for_the_database
         assert events[-1].type == "response.completed"
         assert [e.sequence_number for e in events] == list(range(len(events)))
         with OpenAI(base_url=f"{base_url}/v1", api_key="test", max_retries=5, timeout=30) as client:
-            stored = _retrieve_when_ended(client, events[-1].response.id)  # type: ignore[union-attr]
+            stored = wait_ended(client, events[-1].response.id, timeout=30.0)  # type: ignore[union-attr]
         assert (stored.status, stored.output_text) == ("completed", events[-1].response.output_text)  # type: ignore[union-attr]
     finally:
         for process in (worker, api):
             stop_process(process)
 
-
-def _retrieve_when_ended(client: OpenAI, response_id: str, timeout: float = 30.0) -> Response:
-    deadline = time.monotonic() + timeout
-    while True:
-        response = client.responses.retrieve(response_id)
-        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
-            return response
-        time.sleep(0.1)

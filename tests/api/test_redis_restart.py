@@ -21,6 +21,7 @@ from openai import OpenAI
 from openai.types.responses import ResponseStreamEvent
 from support import MODEL
 from support.processes import start_api_process, start_worker_process, stop_process
+from support.sdk import wait_ended
 from support.servers import RedisServer, start_redis
 from support.sockets import receive, text_of, until_end
 
@@ -109,14 +110,6 @@ def _socket_through_restart(stack: RestartStack) -> tuple[list[dict[str, Any]], 
     return events, after
 
 
-def _retrieve_when_ended(client: OpenAI, response_id: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        response = client.responses.retrieve(response_id)
-        if response.status not in ("queued", "in_progress") or time.monotonic() > deadline:
-            return response
-        time.sleep(0.1)
-
 
 @pytest.mark.parametrize("restart_stack", ["aof"], indirect=True)
 def test_stream_goes_on_through_redis_restart_with_aof(restart_stack: RestartStack) -> None:
@@ -138,7 +131,7 @@ def test_stream_ends_with_error_when_redis_loses_its_data(restart_stack: Restart
     events = _stream_through_restart(restart_stack)
     assert [e.sequence_number for e in events] == list(range(len(events)))
     assert events[-1].type == "error" and events[-1].code == "event_log_lost"  # type: ignore[union-attr]
-    response = _retrieve_when_ended(restart_stack.client, events[0].response.id)  # type: ignore[union-attr]
+    response = wait_ended(restart_stack.client, events[0].response.id)  # type: ignore[union-attr]
     assert response.status == "failed"
     assert response.error is not None and response.error.message.startswith("event_log_lost")
     assert restart_stack.worker.poll() is None  # type: ignore[attr-defined]
@@ -160,6 +153,6 @@ def test_socket_response_ends_with_error_when_redis_loses_its_data_and_socket_go
     events, after = _socket_through_restart(restart_stack)
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[-1]["type"] == "error" and events[-1]["error"]["code"] == "event_log_lost"
-    response = _retrieve_when_ended(restart_stack.client, events[0]["response"]["id"])
+    response = wait_ended(restart_stack.client, events[0]["response"]["id"])
     assert response.status in ("failed", "cancelled")  # the worker finds its progress gone; the relay cancels
     assert after[-1]["type"] == "response.completed"

@@ -95,6 +95,20 @@ def test_sigkilled_worker_response_is_continued_by_another_worker(
     db.dispose()
 
 
+def _continuation_lost_with_earlier_turn_deleted(db, redis, settings, start_worker, **options):  # type: ignore[no-untyped-def]
+    """A response continuing a finished one, its worker SIGKILLed mid-answer after that earlier turn was deleted,
+    a surviving worker started: the continuation's id."""
+    doomed = start_worker(settings, "doomed")
+    first = _start_response(db, redis, settings, "hi")
+    wait_for_end(redis, first, timeout=30)
+    second = accept(db, redis, settings, input="tokens 80", previous_response_id=first, **options)
+    enqueue(make_celery(settings), settings, second, MODEL)
+    _wait_for_deltas(redis, second, 10)
+    db.run(delete_response, first)
+    _kill_for_a_survivor(doomed, settings, start_worker)
+    return second
+
+
 def test_sigkilled_worker_response_whose_earlier_turn_was_deleted_since_fails_after_its_events(
     database_url: str, redis_url: str, redis: redis_lib.Redis, start_worker
 ) -> None:  # type: ignore[no-untyped-def]
@@ -103,14 +117,7 @@ def test_sigkilled_worker_response_whose_earlier_turn_was_deleted_since_fails_af
     # taken over again, about once a second, for good (the multi-replica probe: 358 takeovers of one).
     settings = _takeover_settings(database_url, redis_url)
     db = Database(settings.database_url)
-    doomed = start_worker(settings, "doomed")
-    first = _start_response(db, redis, settings, "hi")
-    wait_for_end(redis, first, timeout=30)
-    second = accept(db, redis, settings, input="tokens 80", background=True, previous_response_id=first)
-    enqueue(make_celery(settings), settings, second, MODEL)
-    _wait_for_deltas(redis, second, 10)
-    db.run(delete_response, first)
-    _kill_for_a_survivor(doomed, settings, start_worker)
+    second = _continuation_lost_with_earlier_turn_deleted(db, redis, settings, start_worker, background=True)
 
     events = wait_for_end(redis, second, timeout=30)
 
@@ -130,14 +137,7 @@ def test_sigkilled_worker_unstored_response_failed_by_its_takeover_keeps_stream_
     event TTL of a stored response's: a day, not five minutes."""
     settings = _takeover_settings(database_url, redis_url)
     db = Database(settings.database_url)
-    doomed = start_worker(settings, "doomed")
-    first = _start_response(db, redis, settings, "hi")
-    wait_for_end(redis, first, timeout=30)
-    second = accept(db, redis, settings, input="tokens 80", store=False, previous_response_id=first)
-    enqueue(make_celery(settings), settings, second, MODEL)
-    _wait_for_deltas(redis, second, 10)
-    db.run(delete_response, first)
-    _kill_for_a_survivor(doomed, settings, start_worker)
+    second = _continuation_lost_with_earlier_turn_deleted(db, redis, settings, start_worker, store=False)
 
     events = wait_for_end(redis, second, timeout=30)
 
