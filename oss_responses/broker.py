@@ -67,6 +67,7 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport.virtual import Empty
 from redis.exceptions import RedisError, ResponseError
 
+from oss_responses.config import REDIS_SCHEMES
 from oss_responses.logs import safe_url
 from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, refuses_writes, wrong_type
 
@@ -76,7 +77,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRANSPORT = f"{__name__}:Transport"
-REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 def queues_url(app: Celery) -> str:
@@ -101,6 +101,18 @@ def check_redis_broker(app: Celery) -> None:
         if urlsplit(url).scheme not in REDIS_SCHEMES:
             raise BrokerNotRedis(f"the broker {safe_url(url)} is not a Redis (redis://, rediss:// or unix://): the "
                                  "task queues are Redis lists; unset CELERY_BROKER_URL or point it at a Redis")
+
+
+def redis_broker_url(configured: str) -> str:
+    """The Redis the service's tasks go to, where nothing else builds a Celery app: ``configured`` (the setting) as
+    Celery resolves it (:func:`queues_url`); :class:`BrokerNotRedis` if that is no Redis."""
+    from celery import Celery  # here: the API's and the doctor's other imports of this module need no app
+
+    app = Celery(broker=configured, set_as_current=False)
+    check_redis_broker(app)
+    return queues_url(app)
+
+
 # How long a consumer whose pop Redis refused waits before it pops again: one refused BRPOP a second
 # while the outage lasts, not a busy loop (the reply comes at once).
 REFUSED_POP_PAUSE_SECONDS = 1.0

@@ -36,20 +36,25 @@ def _log_level(name: str) -> str:
     return level
 
 
+_UNESCAPED_PASSWORD = ("not a database URL: percent-encode special characters in the user name and password "
+                       "(@ as %40, : as %3A, / as %2F, # as %23)")
+# The schemes of a Redis URL (redis-py's): the event log's, and the broker's (its queues are Redis lists).
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
 def valid_database_url(url: str) -> str:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        backend = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
     except ArgumentError:
         raise ValueError("not a database URL (sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)") from None
     except ValueError:  # the port's int(): an unescaped '@', ':' or '/' in the password moved the parts
-        raise ValueError("not a database URL: percent-encode special characters in the user name and "
-                         "password (@ as %40, : as %3A, / as %2F, # as %23)") from None
-    if "@" in (make_url(url).host or ""):  # an unescaped '@' in the password: the rest of it taken for the host
-        raise ValueError("not a database URL: percent-encode special characters in the user name and "
-                         "password (@ as %40, : as %3A, / as %2F, # as %23)")
+        raise ValueError(_UNESCAPED_PASSWORD) from None
+    if "@" in (parsed.host or ""):  # an unescaped '@' in the password: the rest of it taken for the host
+        raise ValueError(_UNESCAPED_PASSWORD)
     if backend not in ("sqlite", "postgresql"):
         raise ValueError(f"unsupported database {backend!r}: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB")
     return url
@@ -59,7 +64,7 @@ def _redis_url(url: str | None) -> str | None:
     if url is None:
         return url
     parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss", "unix"):
+    if parts.scheme not in REDIS_SCHEMES:
         raise ValueError("not a Redis URL (redis://HOST:PORT/DB, rediss://... or unix:///PATH)")
     try:
         parts.port  # noqa: B018  # what redis-py reads at the first connection, the command's traceback then

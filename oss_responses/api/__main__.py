@@ -16,14 +16,13 @@ import sys
 
 import redis
 import uvicorn
-from celery import Celery
 from fastapi import FastAPI
 from uvicorn.config import STARTUP_FAILURE
 
 from oss_responses.api.app import create_app
 from oss_responses.api.metrics import forget_dead_processes, multiprocess_folder
 from oss_responses.api.server import ApiServer
-from oss_responses.broker import BrokerNotRedis, check_redis_broker, queues_url
+from oss_responses.broker import BrokerNotRedis, redis_broker_url
 from oss_responses.config import Settings, get_settings
 from oss_responses.errors import VocabularyError
 from oss_responses.fdlimit import raise_open_files_limit
@@ -61,13 +60,11 @@ def _exit_unless_redis_answers(settings: Settings) -> None:
     and its failure there was uvicorn's traceback of the app's lifespan, which named neither the store nor its
     URL. Exits as that failure did (status 3), in one line."""
     stores = [("Redis", settings.redis_url)]
-    app = Celery("oss_responses.api", broker=settings.celery_broker_url, set_as_current=False)
     try:
-        check_redis_broker(app)
+        broker = redis_broker_url(settings.celery_broker_url)
     except BrokerNotRedis as exc:
         log.error("the API cannot start: %s", exc)
         sys.exit(STARTUP_FAILURE)
-    broker = queues_url(app)
     if broker != settings.redis_url:  # the Redis the API pushes tasks to, as Celery resolves it
         stores.append(("the broker", broker))
     for what, url in stores:

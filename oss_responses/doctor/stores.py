@@ -22,28 +22,16 @@ TIMEOUT_SECONDS = 3
 
 
 def check_redis(settings: Settings) -> Iterator[CheckResult]:
-    from oss_responses.broker import BrokerNotRedis  # with Celery: `keys` and `webhooks` import this module
+    from oss_responses.broker import BrokerNotRedis, redis_broker_url  # here: `keys` and `webhooks` import this module
 
     yield _redis_result("redis", settings.redis_url)
-    try:
-        broker = _broker_url(settings)
+    try:  # the broker the service's Celery apps use: Celery's environment variables before the setting
+        broker = redis_broker_url(settings.celery_broker_url)
     except BrokerNotRedis as exc:
         yield CheckResult("broker", "FAIL", str(exc))
         return
     if broker != settings.redis_url:
         yield _redis_result("broker", broker)
-
-
-def _broker_url(settings: Settings) -> str:
-    """The broker the service's Celery apps use: Celery's environment variables before the setting (raises
-    ``BrokerNotRedis`` for one that is no Redis)."""
-    from celery import Celery  # here: `keys` and `webhooks` import this module and need no Celery
-
-    from oss_responses.broker import check_redis_broker, queues_url
-
-    app = Celery(broker=settings.celery_broker_url, set_as_current=False)
-    check_redis_broker(app)
-    return queues_url(app)
 
 
 def _redis_result(name: str, url: str) -> CheckResult:

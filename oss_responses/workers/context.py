@@ -376,7 +376,7 @@ def _reaper(ctx: WorkerContext) -> Reaper:
         lease_seconds=settings.lease_seconds, event_ttl_seconds=settings.event_ttl_seconds,
         dispatch=ctx.dispatch, stale_queued_seconds=settings.stale_queued_seconds, webhooks=ctx.webhooks,
         retention_seconds=settings.response_retention_seconds, outages=ctx.outages, unreleased=ctx.unreleased,
-        unstored_ttl_seconds=settings.unstored_event_ttl_seconds,
+        unstored_ttl_seconds=settings.stream_ttl_seconds(store=False),
     )
 
 

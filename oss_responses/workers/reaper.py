@@ -201,8 +201,9 @@ class Reaper:
         self.interval = interval_seconds
         self.lease_ms = max(1, int(lease_seconds * 1000))
         self.ttl_seconds = event_ttl_seconds
-        # A store=false response's stream, ended here, is kept as long as its worker's end keeps it.
-        self.unstored_ttl_seconds = min(unstored_ttl_seconds or event_ttl_seconds, event_ttl_seconds)
+        # A store=false response's stream, ended here, is kept as long as its worker's end keeps it
+        # (``Settings.stream_ttl_seconds``).
+        self.unstored_ttl_seconds = unstored_ttl_seconds or event_ttl_seconds
         self.dispatch = dispatch
         self.resume_seconds = resume_wait_seconds(lease_seconds)
         self.stale_queued_seconds = stale_queued_seconds
