@@ -10,15 +10,21 @@ SQL, Redis or a task), so that any worker that runs or takes over the response c
 keys they are a 400 naming the field.
 
 ``GET /v1/responses/{id}`` takes ``include`` too, checked as a create's is: with
-``reasoning.encrypted_content`` its reasoning items carry their harmony message sealed, the very message
-the worker stored for the turn (``output_messages``), as the worker would have sealed it.
+``reasoning.encrypted_content`` its reasoning items carry sealed what the same turn created with ``include``
+carries: the stored messages of the turn (``output_messages``) that the worker's plan names
+(``ResponseTranslator.sealing_plan``, kept in the row's ``state``): each reasoning item's analysis message
+after any message no item shows (a call to a tool not offered, its error), and, where no reasoning item
+follows such messages, a reasoning item of their own, added where that turn has it. A row stored before the
+plan was kept has each reasoning item seal its own message.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from typing import Any
 
+from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.tool import Mcp
 
 from oss_responses.errors import BadRequest
@@ -26,7 +32,8 @@ from oss_responses.harmony.messages import text_message
 from oss_responses.request_include import REASONING_ENCRYPTED_CONTENT
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import Sealer
-from oss_responses.storage.records import ResponseRecord
+from oss_responses.storage.records import SEALING_PLAN, ResponseRecord
+from oss_responses.wire import item_on_the_wire, wire_json
 
 
 def check_include(request: CreateResponseRequest, sealer: Sealer | None) -> None:
@@ -62,9 +69,13 @@ def with_included(body: dict[str, Any], record: ResponseRecord, include: Collect
                   sealer: Sealer | None) -> dict[str, Any]:
     """A stored response's JSON as retrieved with ``include`` (checked by ``check_included``): with
     ``reasoning.encrypted_content``, each reasoning item without it gets it, sealed for the response's
-    owner. Other values change nothing: the items are as the response's own ``include`` made them."""
+    owner, as the turn's sealing plan says (and the items of their own it names are added). Other values
+    change nothing: the items are as the response's own ``include`` made them."""
     if sealer is None or REASONING_ENCRYPTED_CONTENT not in include or not body.get("output"):
         return body
+    plan = (record.state or {}).get(SEALING_PLAN)
+    if isinstance(plan, list):
+        return {**body, "output": _sealed_by_plan(body["output"], record, plan, sealer)}
     messages = [message for message in record.output_messages if _is_reasoning(message)]
     output = []
     for item in body["output"]:
@@ -93,3 +104,38 @@ def _reasoning_message(item: dict[str, Any], messages: list[dict[str, Any]]) -> 
         if _text(message.get("content")) == text:
             return messages.pop(index)
     return text_message("assistant", text, channel="analysis")
+
+
+def _sealed_by_plan(output: list[Any], record: ResponseRecord, plan: list[dict[str, Any]],
+                    sealer: Sealer) -> list[Any]:
+    """``output`` with each span of the worker's plan sealed: into its reasoning item (unless the turn sealed
+    it already), or into a reasoning item of their own inserted before the item the plan names."""
+    sealed = list(output)
+
+    def seal(span: dict[str, Any]) -> str:
+        return sealer.seal("reasoning", [record.output_messages[index] for index in span["messages"]], record.owner)
+
+    for span in plan:
+        if "item" in span:
+            position = _position(sealed, span["item"])
+            if position is not None and sealed[position].get("encrypted_content") is None:
+                sealed[position] = {**sealed[position], "encrypted_content": seal(span)}
+        else:
+            before = _position(sealed, span["before"])
+            carrier = _carrier(record.id, span["before"], seal(span))
+            sealed.insert(len(sealed) if before is None else before, carrier)
+    return sealed
+
+
+def _position(output: list[Any], item_id: str | None) -> int | None:
+    return next((index for index, item in enumerate(output)
+                 if item_id is not None and isinstance(item, dict) and item.get("id") == item_id), None)
+
+
+def _carrier(response_id: str, before: str | None, blob: str) -> dict[str, Any]:
+    """The reasoning item that carries messages no item shows, as the translator makes it with ``seal``
+    (``SealedMessagesBuilder``), named reproducibly: the same id at every retrieve, and none of the turn's."""
+    digest = hashlib.sha256(f"{response_id}:sealed-before:{before}".encode()).hexdigest()
+    item = ResponseReasoningItem(type="reasoning", id=f"rs_{digest[:48]}", summary=[], content=[],
+                                 encrypted_content=blob, status="completed")
+    return item_on_the_wire(wire_json(item))

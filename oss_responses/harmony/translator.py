@@ -35,6 +35,9 @@ Interface (what the worker calls)::
     t.fail(message, code="server_error") -> events
     t.halted                       -> bool   (nothing more is translated: stop the engine, then finish)
     t.response, t.output_messages, t.function_calls, t.next_sequence_number
+    t.sealing_plan                 -> which of output_messages each reasoning item's encrypted_content seals,
+                                      with ``seal`` or without (see the property): kept with the turn, so that
+                                      a retrieve with ``include`` seals what the turn with ``include`` did
 
 The harmony ``StreamableParser`` does the parsing; this class only watches three token kinds: a
 header end (``<|message|>``) opens an item builder chosen from channel and recipient (see
@@ -153,6 +156,16 @@ class PendingApproval:
     recipient: str
 
 
+@dataclass(slots=True)
+class _SealedSpan:
+    """The messages (indices into ``output_messages``) one reasoning item seals: ``builder``'s, or, with no
+    item (no ``seal``), those a carrier would hold at ``position`` among the items."""
+
+    messages: list[int]
+    builder: ItemBuilder | None = None
+    position: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Header:
     channel: str | None
@@ -193,9 +206,11 @@ class ResponseTranslator:
         self.response = response
         self._seal = seal
         self.output_messages: list[dict[str, Any]] = []
-        # With sealing: messages no item stands for (a call to a tool nobody offered, its answer), not yet
-        # sealed into an item; the next reasoning item, or an item of their own, carries them.
-        self._unshown: list[dict[str, Any]] = []
+        # Messages no item stands for (a call to a tool nobody offered, its answer), by index in
+        # output_messages, not yet given to an item: the next reasoning item, or an item of their own, carries
+        # them (sealed with ``seal``; without it, only in the plan, ``sealing_plan``).
+        self._unshown: list[int] = []
+        self._spans: list[_SealedSpan] = []
         self.function_calls: dict[str, str] = {}
         self.pending_tool_call: PendingToolCall | None = None
         self.pending_approval: PendingApproval | None = None
@@ -232,6 +247,23 @@ class ResponseTranslator:
     @property
     def next_sequence_number(self) -> int:
         return self._emitter.next_sequence_number
+
+    @property
+    def sealing_plan(self) -> list[dict[str, Any]]:
+        """Which of ``output_messages`` (indices, in order) each reasoning item's ``encrypted_content`` seals
+        (or, without ``seal``, would seal), in output order: ``{"item": id, "messages": [...]}`` for an item of
+        the output; ``{"before": id, "messages": [...]}`` for a reasoning item of their own carrying messages
+        no item shows, which only a turn with ``seal`` adds: it stands before that item (``None``: last).
+        With it, a stored turn retrieved with ``include`` seals exactly what the same turn sealed with
+        ``include`` would carry, so a stateless replay of either renders the chained turn's prompt."""
+        plan: list[dict[str, Any]] = []
+        for span in self._spans:
+            if span.builder is not None:
+                plan.append({"item": span.builder.item_id, "messages": list(span.messages)})
+            else:
+                before = self._items[span.position].item_id if span.position < len(self._items) else None
+                plan.append({"before": before, "messages": list(span.messages)})
+        return plan
 
     @property
     def halted(self) -> bool:
@@ -325,7 +357,7 @@ class ResponseTranslator:
         answer = tool_result_message(call.recipient, text, call.channel)
         self.output_messages.append(answer)
         if call.kind == "unavailable":
-            self._keep_unshown(answer)
+            self._keep_unshown()
         self.pending_tool_call = None
         self._parser = self._new_parser()
         return self._emitter.drain()
@@ -481,7 +513,7 @@ class ResponseTranslator:
     def _builder_for(self, header: _Header) -> ItemBuilder:
         if header.recipient is None:
             if header.channel == "analysis":  # it carries the messages no item showed before it
-                return ReasoningBuilder(self._emitter, len(self._items), self._reasoning_seal(header))
+                return self._reasoning_builder(header)
             phase: Literal["commentary", "final_answer"] = (
                 "commentary" if header.channel == "commentary" else "final_answer"
             )
@@ -555,29 +587,35 @@ class ResponseTranslator:
             answer = NOT_AWAITED
         elif isinstance(builder, ApprovalRequestBuilder):
             self._items.remove(builder)  # never shown (its item appears only at <|call|>): its index is the next's
-            self._keep_unshown(self.output_messages[-1])  # its call, just stored: no item stands for it now
+            self._keep_unshown()  # its call, just stored: no item stands for it now
             answer = NOT_AWAITED
         else:
             answer = UNAVAILABLE.format(recipient=recipient)
         message = tool_result_message(recipient, answer, header.channel)
         self.output_messages.append(message)
         if isinstance(builder, UnavailableToolCallBuilder | ApprovalRequestBuilder):
-            self._keep_unshown(message)
+            self._keep_unshown()
 
-    def _reasoning_seal(self, header: _Header) -> Callable[[str], str] | None:
-        """Seals exactly the messages stored since the item before it: those no item showed (taken now),
-        then the message ``_record_message`` stores for it, so a replay renders the same tokens."""
+    def _reasoning_builder(self, header: _Header) -> ReasoningBuilder:
+        """A reasoning item carries the messages no item showed before it (taken now), then its own: its seal
+        is exactly those messages and the one ``_record_message`` stores for it, so a replay renders the same
+        tokens; its span in the plan is the same messages (its own added when stored)."""
+        carried, self._unshown = self._unshown, []
+        builder = ReasoningBuilder(self._emitter, len(self._items), self._reasoning_seal(header, carried))
+        self._spans.append(_SealedSpan(carried, builder))
+        return builder
+
+    def _reasoning_seal(self, header: _Header, carried: list[int]) -> Callable[[str], str] | None:
         seal = self._seal
         if seal is None:
             return None
-        carried, self._unshown = self._unshown, []
-        return lambda text: seal([*carried, _message_of(text, header)])
+        before = [self.output_messages[index] for index in carried]
+        return lambda text: seal([*before, _message_of(text, header)])
 
-    def _keep_unshown(self, message: dict[str, Any]) -> None:
-        """A stored message no item stands for: a later item's ``encrypted_content`` is to carry it, or a
+    def _keep_unshown(self) -> None:
+        """The message just stored has no item: a later item's ``encrypted_content`` is to carry it, or a
         stateless replay (``store: false``) would render a prompt without it."""
-        if self._seal is not None:
-            self._unshown.append(message)
+        self._unshown.append(len(self.output_messages) - 1)
 
     def _next_index(self) -> int:
         """The output_index of an item opening now that is no reasoning item (which would carry them itself):
@@ -586,19 +624,28 @@ class ResponseTranslator:
         return len(self._items)
 
     def _carry_unshown(self) -> None:
-        """The messages no item showed, sealed in a reasoning item of their own (added and done at once)."""
-        if self._seal is None or not self._unshown:
+        """The messages no item showed, sealed in a reasoning item of their own (added and done at once).
+        Without ``seal`` there is no such item (nothing to carry): the plan keeps where it would stand."""
+        if not self._unshown:
             return
-        carrier = SealedMessagesBuilder(self._emitter, len(self._items), self._seal(self._unshown))
-        self._unshown = []
+        carried, self._unshown = self._unshown, []
+        if self._seal is None:
+            self._spans.append(_SealedSpan(carried, position=len(self._items)))
+            return
+        carrier = SealedMessagesBuilder(self._emitter, len(self._items),
+                                        self._seal([self.output_messages[index] for index in carried]))
         self._items.append(carrier)
+        self._spans.append(_SealedSpan(carried, carrier))
         carrier.carry()
 
     def _record_message(self, builder: ItemBuilder, header: _Header) -> None:
         message = _message_of(builder.text, header)
         self.output_messages.append(message)
         if isinstance(builder, UnavailableToolCallBuilder):
-            self._keep_unshown(message)
+            self._keep_unshown()
+        elif isinstance(builder, ReasoningBuilder):  # its own message, sealed after those it carries
+            next(span for span in reversed(self._spans) if span.builder is builder).messages.append(
+                len(self.output_messages) - 1)
 
     def _set_pending(self, builder: ItemBuilder, header: _Header) -> None:
         recipient, channel = header.recipient or "", header.channel

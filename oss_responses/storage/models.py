@@ -92,6 +92,8 @@ class ResponseRow(Base):
     input_messages: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
     output_messages: Mapped[list[dict[str, Any]]] = mapped_column(JSONType)
     function_calls: Mapped[dict[str, str]] = mapped_column(JSONType)
+    # What the worker keeps of the turn beside its messages: its sealing plan (records.SEALING_PLAN), and the
+    # prompt's messages when vLLM's enable_response_messages asked for them.
     state: Mapped[dict[str, Any] | None] = mapped_column(JSONType)
     sealed_secrets: Mapped[str | None] = mapped_column(Text)
     # The owner of the API key that created it; NULL for responses created in open mode.

@@ -29,6 +29,12 @@ def database_now(session: Session) -> datetime:
     return utcnow()
 
 
+# The key of a row's ``state`` holding its turn's sealing plan (``ResponseTranslator.sealing_plan``: which
+# stored messages each reasoning item seals), by which a retrieve with ``include`` seals (``api/sealed.py``).
+# Absent from rows stored before it was kept, and from turns with no reasoning item.
+SEALING_PLAN = "sealing_plan"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ResponseRecord:
     """A row of ``responses``. Build one (status ``queued``) to insert; get one back from reads."""

@@ -22,6 +22,7 @@ from oss_responses.harmony.render import RenderedPrompt
 from oss_responses.outage_log import describe
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import ResponseRecord, cancel_queued, get_response, save_turn
+from oss_responses.storage.records import SEALING_PLAN
 from oss_responses.storage.webhook_deliveries import DeliveryRow, ended_with_deliveries
 from oss_responses.webhooks.notify import log_rows
 from oss_responses.wire import response_json, wire_json
@@ -158,15 +159,18 @@ def _save(run: Run, webhooks: list[DeliveryRow]) -> bool:
         function_calls={**(rendered.function_calls if rendered else {}), **translator.function_calls},
         input_messages=rendered.new_messages if rendered else None,
         error=wire_json(response.error) if response.error else None,
-        state=_state(job, rendered),
+        state=_state(job, rendered, translator.sealing_plan),
     )
 
 
-def _state(job: Job, rendered: RenderedPrompt | None) -> dict[str, Any] | None:
-    """vLLM's ``enable_response_messages`` shows the model's whole input: kept only when asked for."""
-    if rendered is None or not job.record.request.get("enable_response_messages"):
-        return None
-    return {"prompt_messages": rendered.prompt_messages}
+def _state(job: Job, rendered: RenderedPrompt | None, sealing_plan: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the turn keeps beside its messages. The translator's sealing plan, when it sealed or would have
+    sealed anything: a retrieve with ``include`` seals by it (``api/sealed.py``). vLLM's
+    ``enable_response_messages`` shows the model's whole input: kept only when asked for."""
+    state: dict[str, Any] = {SEALING_PLAN: sealing_plan} if sealing_plan else {}
+    if rendered is not None and job.record.request.get("enable_response_messages"):
+        state["prompt_messages"] = rendered.prompt_messages
+    return state or None
 
 
 async def _close_stream(ctx: WorkerContext, record: ResponseRecord, status: str) -> None:

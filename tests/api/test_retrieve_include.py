@@ -12,12 +12,15 @@ import openai
 import pytest
 from openai import OpenAI
 from openai.types.responses import Response
+from sqlalchemy import update
 from support import MODEL
 from support.api_server import ApiServer
 
 from oss_responses.config import Settings
 from oss_responses.sealing import Sealer
 from oss_responses.storage import get_response
+from oss_responses.storage.models import ResponseRow
+from oss_responses.storage.records import SEALING_PLAN
 from oss_responses.workers.context import WorkerContext
 from oss_responses.workers.testing import local_worker, run_response_now
 
@@ -58,6 +61,24 @@ def test_retrieve_response_include_encrypted_content_seals_stored_reasoning(
     assert opened == [[message] for message in _reasoning_messages(api, response_id)]  # what the worker stored
     assert [item.content for item in reasoning] == [
         item.content for item in client.responses.retrieve(response_id).output if item.type == "reasoning"]
+
+
+def test_retrieve_response_include_row_without_sealing_plan_seals_each_reasoning_message(
+    client: OpenAI, api: ApiServer, worker: WorkerContext, settings: Settings
+) -> None:
+    # A row stored before workers kept the sealing plan: each reasoning item seals its own stored message.
+    response_id = _completed(client, worker)
+    record = api.db.run(get_response, response_id)
+    assert record is not None and (record.state or {}).get(SEALING_PLAN)
+    api.db.run(lambda session: session.execute(update(ResponseRow).where(ResponseRow.id == response_id)
+                                               .values(state=None)))
+
+    fetched = client.responses.retrieve(response_id, include=[INCLUDE])
+
+    sealer = Sealer(settings.encryption_key_values)
+    opened = [sealer.open("reasoning", item.encrypted_content or "") for item in fetched.output
+              if item.type == "reasoning"]
+    assert opened == [[message] for message in _reasoning_messages(api, response_id)]
 
 
 def test_retrieve_response_include_plain_query_is_served_as_sdk_form(

@@ -262,3 +262,44 @@ def test_stateless_replay_of_unoffered_call_renders_chained_prompt(stack: Stack,
                                              store=False, include=INCLUDE, **body)  # type: ignore[call-overload]
     assert chained.usage is not None and replayed.usage is not None
     assert replayed.usage.input_tokens == chained.usage.input_tokens
+
+
+@pytest.mark.parametrize("case", sorted(UNOFFERED_CALLS))
+def test_stateless_replay_of_unoffered_call_retrieved_with_include_renders_chained_prompt(
+    stack: Stack, case: str
+) -> None:
+    """A stored response made without ``include``, retrieved with ``reasoning.encrypted_content`` (the SDK's
+    ``responses.retrieve(id, include=[...])``), replays as the chained turn renders, its call to a tool not
+    offered included, as the same turn created with ``include`` does."""
+    text, body = UNOFFERED_CALLS[case]
+    ask = {"type": "message", "role": "user", "content": text}
+    stored = stack.client.responses.create(model=MODEL, input=[ask], **body)  # type: ignore[call-overload]
+    chained = stack.client.responses.create(model=MODEL, input=[_next_item(stored)], previous_response_id=stored.id,
+                                            **body)  # type: ignore[call-overload]
+    retrieved = stack.client.responses.retrieve(stored.id, include=INCLUDE)  # type: ignore[arg-type]
+    replayed = stack.client.responses.create(model=MODEL, input=[ask, *_replay(retrieved), _next_item(retrieved)],
+                                             store=False, include=INCLUDE, **body)  # type: ignore[call-overload]
+    assert chained.usage is not None and replayed.usage is not None
+    assert replayed.usage.input_tokens == chained.usage.input_tokens
+
+
+def test_stateless_replay_of_chained_turns_retrieved_with_include_renders_chained_prompt(stack: Stack) -> None:
+    """Three chained turns stored without ``include`` (calls to tools not offered, the last one's function call
+    pending), each retrieved with ``reasoning.encrypted_content``, replay as the fourth chained turn renders."""
+    asks = ['call functions.get_forecast {"city": "Paris"}', 'call weather.forecast {"city": "Rome"}',
+            'call python 1+1 call functions.get_weather {"city": "Oslo"}']
+    replay: list[dict[str, Any]] = []
+    previous: str | None = None
+    for text in asks:
+        ask = {"type": "message", "role": "user", "content": text}
+        stored = stack.client.responses.create(model=MODEL, input=[ask], tools=[WEATHER_TOOL],  # type: ignore[list-item]
+                                               previous_response_id=previous)  # type: ignore[arg-type]
+        previous = stored.id
+        replay += [ask, *_replay(stack.client.responses.retrieve(stored.id, include=INCLUDE))]  # type: ignore[arg-type]
+    assert stored.output[-1].type == "function_call"
+    chained = stack.client.responses.create(model=MODEL, input=[_tool_output(stored)], tools=[WEATHER_TOOL],  # type: ignore[list-item]
+                                            previous_response_id=previous)
+    replayed = stack.client.responses.create(model=MODEL, input=[*replay, _tool_output(stored)],  # type: ignore[list-item]
+                                             tools=[WEATHER_TOOL], store=False, include=INCLUDE)  # type: ignore[list-item]
+    assert chained.usage is not None and replayed.usage is not None
+    assert replayed.usage.input_tokens == chained.usage.input_tokens

@@ -12,6 +12,7 @@ from support.mcp_turns import (
     new_turn,
 )
 
+from oss_responses.api.sealed import with_included
 from oss_responses.errors import BadRequest
 from oss_responses.harmony.history import (
     ConversationTurn,
@@ -22,6 +23,8 @@ from oss_responses.harmony.history import (
 from oss_responses.harmony.render import RenderedPrompt, RenderOptions, render_prompt
 from oss_responses.requests import parse_create_request
 from oss_responses.sealing import Sealer, new_key
+from oss_responses.storage.records import SEALING_PLAN, ResponseRecord
+from oss_responses.wire import response_json
 
 OPTIONS = RenderOptions(conversation_start_date="2026-11-23", mcp_tools={"calc": CALC_TOOLS})
 CALC = {"type": "mcp", "server_label": "calc", "server_url": "http://calc"}
@@ -284,3 +287,27 @@ def test_approval_call_written_past_replays_stateless_as_stored(encoding) -> Non
     stateless = render_prompt(_request(replay, store=False), [], options, encoding)
     assert encoding.decode(stateless.token_ids) == encoding.decode(chained.token_ids)
 
+
+def test_approval_call_written_past_stored_without_include_replays_as_stored_once_retrieved_with_it(
+    encoding,
+) -> None:
+    # Stored without include (no item carries the call), then retrieved with it: the worker's sealing plan puts
+    # the call and its answer where a turn sealed at its creation carries them.
+    sealer = Sealer([new_key()])
+    options = RenderOptions(conversation_start_date="2026-11-23", mcp_tools={"calc": CALC_TOOLS}, unseal=sealer.open)
+    request = _request("Add 1 and 2")
+    turn = new_turn(encoding, approval_required=_always, response_id="resp_1")
+    turn.feed_text(encoding, CALL_WRITTEN_PAST)
+    turn.add(turn.translator.finish("stop"))
+    record = ResponseRecord(id="resp_1", model="gpt-oss-20b", status="completed", background=False, store=True,
+                            request={}, response=response_json(turn.response),
+                            output_messages=turn.translator.output_messages,
+                            state={SEALING_PLAN: turn.translator.sealing_plan})
+    output = with_included(record.response, record, ["reasoning.encrypted_content"], sealer)["output"]
+    assert [item["type"] for item in output] == ["reasoning", "reasoning", "message"]
+    chained = render_prompt(_request("thanks", previous_response_id="resp_1"),
+                            [_stored(request, render_prompt(request, [], options, encoding), turn)], options, encoding)
+    replay = [{"type": "message", "role": "user", "content": "Add 1 and 2"}, *output,
+              {"type": "message", "role": "user", "content": "thanks"}]
+    stateless = render_prompt(_request(replay, store=False), [], options, encoding)
+    assert encoding.decode(stateless.token_ids) == encoding.decode(chained.token_ids)

@@ -146,9 +146,9 @@ HIDDEN = {
 }
 
 
-def _hidden_turn(encoding, name: str) -> ResponseTranslator:
+def _hidden_turn(encoding, name: str, seal=REASONING_SEAL) -> ResponseTranslator:
     engine_calls, finish = HIDDEN[name]
-    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1, seal=REASONING_SEAL,
+    translator = ResponseTranslator(make_response(), encoding=encoding, first_sequence_number=1, seal=seal,
                                     offered_functions=frozenset({"functions.get_weather"}))
     translator.start()
     for index, text in enumerate(engine_calls):
@@ -201,3 +201,20 @@ def test_translate_unoffered_call_without_seal_has_no_item(encoding) -> None:
                                     allowed_special="all"))
     translator.finish("stop")
     assert [item.type for item in translator.response.output] == ["reasoning", "message"]
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN))
+def test_translate_sealing_plan_without_seal_names_what_sealed_turn_carries(encoding, name: str) -> None:
+    # Kept with a turn stored without include: a retrieve with include seals by it (api/sealed.py).
+    sealed, unsealed = _hidden_turn(encoding, name), _hidden_turn(encoding, name, seal=None)
+    carried = [SEALER.open("reasoning", item.encrypted_content) for item in sealed.response.output
+               if item.type == "reasoning"]
+    plan = unsealed.sealing_plan
+    assert [[unsealed.output_messages[index] for index in span["messages"]] for span in plan] == carried
+    # A span without an item stands where the sealed turn's own reasoning item does.
+    types = [(item.id, item.type) for item in unsealed.response.output]
+    for span in (span for span in plan if "before" in span):
+        types.insert(next((i for i, (item_id, _) in enumerate(types) if item_id == span["before"]), len(types)),
+                     ("", "reasoning"))
+    assert [kind for _, kind in types] == [item.type for item in sealed.response.output]
+    assert [span["messages"] for span in sealed.sealing_plan] == [span["messages"] for span in plan]
