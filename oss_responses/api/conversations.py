@@ -25,6 +25,7 @@ from oss_responses.api.services import Services
 from oss_responses.conversation import ConversationPrefix, prefix_position, render_options
 from oss_responses.errors import BadRequest, NotFound
 from oss_responses.harmony.ids import new_id
+from oss_responses.harmony.input_items import UnknownCallId
 from oss_responses.harmony.token_cost import check_tokenizable, cost_of
 from oss_responses.request_items import parse_input_item
 from oss_responses.requests import CreateResponseRequest, Metadata, parse_body
@@ -146,7 +147,9 @@ async def check_items_usable(
 def _added_item_error(exc: BadRequest, existing: int) -> BadRequest:
     """The error of ``ConversationPrefix.turn``, its item counted among the added ones."""
     cause = exc.__cause__ if isinstance(exc.__cause__, BadRequest) else exc
-    found = re.match(r"(?:conversation\.items|input)\[(\d+)\](\S*)", cause.param or "")
+    # An unknown call_id names the whole input as OpenAI's does; the item it stands in is kept beside it.
+    param = cause.item_param if isinstance(cause, UnknownCallId) else cause.param
+    found = re.match(r"(?:conversation\.items|input)\[(\d+)\](\S*)", param or "")
     where = f"items[{int(found[1]) - existing}]{found[2]}" if found and int(found[1]) >= existing else "items"
     return BadRequest(f"Invalid value for '{where}': the model could not be given this item: {cause.message}",
                       param=where, code=cause.code)

@@ -150,9 +150,7 @@ class InputConverter:
     def _function_call_output(self, item: FunctionCallOutput, param: str) -> list[dict[str, Any]]:
         name = self.function_calls.get(item.call_id or "") or self._known_calls.get(item.call_id or "")
         if name is None:
-            raise BadRequest(
-                f"No tool call found for function call output with call_id {item.call_id}.", param=f"{param}.call_id"
-            )
+            raise UnknownCallId(item.call_id or "", f"{param}.call_id")
         return [tool_result_message(function_recipient(name), tool_output_text(item.output), "commentary")]
 
     def _mcp_call(self, item: McpCall, param: str) -> list[dict[str, Any]]:
@@ -217,6 +215,16 @@ def browser_call_of(action: Any) -> tuple[str, str]:
     if action.type == "find_in_page":
         return "find", json.dumps({"pattern": action.pattern})
     return "search", json.dumps({"query": action.query or " ".join(action.queries or [])})
+
+
+class UnknownCallId(BadRequest):
+    """A ``function_call_output`` answering no call: OpenAI's words, and its ``param`` (``input``, not
+    the item's field); ``item_param`` keeps where it stands, for a conversation's own 400 naming the
+    added item."""
+
+    def __init__(self, call_id: str, item_param: str) -> None:
+        super().__init__(f"No tool call found for function call output with call_id {call_id}.", param="input")
+        self.item_param = item_param
 
 
 def open_sealed(

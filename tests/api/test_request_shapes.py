@@ -109,7 +109,7 @@ REFUSED: dict[str, tuple[dict[str, Any], str]] = {
     "image input": ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "https://x/y.png"}]}]},
                     "input[0].content[0]"),
     "output for an unknown call": (
-        {"input": [USER, {"type": "function_call_output", "call_id": "nope", "output": "x"}]}, "input[1].call_id"),
+        {"input": [USER, {"type": "function_call_output", "call_id": "nope", "output": "x"}]}, "input"),
     "reference to an unknown item": ({"input": [{"type": "item_reference", "id": "msg_unknown"}]}, "input[0].id"),
     "approval answer not last": ({"input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_1",
                                              "approve": True}, USER]}, "input[0]"),
@@ -167,6 +167,16 @@ def test_create_response_accepts_request_shape(http: httpx2.Client, body: dict[s
     response = http.post("/v1/responses", json={"model": MODEL, "background": True} | body)
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "queued"
+
+
+def test_create_response_with_output_for_unknown_call_is_openais_error(http: httpx2.Client) -> None:
+    # OpenAI's 400 for this names the whole input (continuedev/continue#10092 quotes it), not the item.
+    orphan = {"type": "function_call_output", "call_id": "call_nope", "output": "x"}
+    response = http.post("/v1/responses", json={"model": MODEL, "input": [USER, orphan]})
+    assert response.status_code == 400
+    assert response.json() == {"error": {
+        "message": "No tool call found for function call output with call_id call_nope.",
+        "type": "invalid_request_error", "param": "input", "code": None}}
 
 
 @pytest.mark.parametrize(("body", "param"), REFUSED.values(), ids=REFUSED.keys())
