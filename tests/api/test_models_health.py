@@ -31,6 +31,13 @@ def test_retrieve_model_known_and_unknown(client: OpenAI) -> None:
         client.models.retrieve("gpt-9")
 
 
+def test_list_and_retrieve_model_give_gpt_oss_release_as_created(client: OpenAI) -> None:
+    # OpenAI's `created` is a Unix timestamp of when the model was made; 0 read as 1970.
+    released = 1754352000  # 2025-08-05T00:00:00Z, gpt-oss's publication
+    assert {m.created for m in client.models.list()} == {released}
+    assert client.models.retrieve(MODEL).created == released
+
+
 def test_healthz_is_ok(http: httpx2.Client) -> None:
     response = http.get("/healthz")
     assert (response.status_code, response.json()) == (200, {"status": "ok"})

@@ -14,10 +14,13 @@ from oss_responses.wire import wire_json
 router = APIRouter(prefix="/v1/models", tags=["models"])
 
 OWNER = "oss-responses"
+# OpenAI's `created` is when the model was made: every model served here is gpt-oss, published
+# 2025-08-05 (00:00 UTC). A constant, so every replica, restart and release answers the same.
+GPT_OSS_RELEASED = 1754352000
 
 
 def _model(name: str) -> dict[str, Any]:
-    return wire_json(Model(id=name, object="model", created=0, owned_by=OWNER))
+    return wire_json(Model(id=name, object="model", created=GPT_OSS_RELEASED, owned_by=OWNER))
 
 
 @router.get("")
