@@ -20,6 +20,9 @@ So, per connection:
   all along) is disconnected: an event stream's relay waited on it for good, holding its stream slot, and
   the frames it could not send stayed in memory.
 
+Each refusal carries what the app's middlewares add to its answers: ``x-request-id`` and, for an allowed
+``Origin`` among the headers read by then, CORS headers (a browser's page reads it, instead of a network error).
+
 The app sees a closed request as a disconnect (``http.disconnect``), as when the client leaves.
 
 Each request also carries its :class:`DirectBody` (a scope extension), through which the event hub writes a
@@ -31,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import uuid
 import weakref
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +53,37 @@ log = logging.getLogger(__name__)
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
+REQUEST_ID = b"x-request-id"
+_REQUEST_ID_KEPT = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")  # anything else is replaced: it goes into every log line
+# The headers a browser's page may read of every answer (the app's CORS middleware and the refusals below).
+CORS_EXPOSED = ("x-request-id", "retry-after")
 
-def error_bytes(status: int, message: str, code: str) -> bytes:
-    """A whole HTTP/1.1 response carrying an OpenAI-style error, after which the connection closes."""
+
+def request_id_from(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """The request's ``x-request-id`` if it is a plain token, else a new one."""
+    for name, value in headers:
+        if name == REQUEST_ID and _REQUEST_ID_KEPT.fullmatch(value):
+            return bytes(value).decode()
+    return f"req_{uuid.uuid4().hex}"
+
+
+def refusal_headers(headers: list[tuple[bytes, bytes]], allowed_origins: frozenset[str]) -> bytes:
+    """What the app's middlewares add to every answer, for an answer the protocol writes itself: the request id,
+    and CORS headers for an allowed ``Origin`` among the headers read so far (as Starlette's CORS writes them)."""
+    lines = [b"x-request-id: " + request_id_from(headers).encode()]
+    origin = next((value for name, value in headers if name == b"origin"), None)
+    if origin is not None and ("*" in allowed_origins or origin.decode("latin-1") in allowed_origins):
+        lines += [b"access-control-allow-origin: " + (b"*" if "*" in allowed_origins else origin),
+                  b"access-control-expose-headers: " + ", ".join(CORS_EXPOSED).encode(), b"vary: Origin"]
+    return b"".join(line + b"\r\n" for line in lines)
+
+
+def error_bytes(status: int, message: str, code: str, headers: bytes = b"") -> bytes:
+    """A whole HTTP/1.1 response carrying an OpenAI-style error, after which the connection closes; ``headers``:
+    more header lines, each ending in CRLF."""
     body = json.dumps(BadRequest(message, code=code).to_body()).encode()  # its shape; the status is ours
-    head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
-            % (status, _REASONS[status], len(body)))
+    head = (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n%s\r\n"
+            % (status, _REASONS[status], len(body), headers))
     return head + body
 
 
@@ -100,9 +130,10 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def __init__(
         self, *args: Any, max_header_bytes: int, read_seconds: float, send_stall_seconds: float = 0,
-        keep_alive_seconds: float | None = None, **kwargs: Any
+        keep_alive_seconds: float | None = None, allowed_origins: Iterable[str] = (), **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.allowed_origins = frozenset(allowed_origins)
         self.max_header_bytes = max_header_bytes
         self.read_seconds = read_seconds
         self.keep_alive_seconds = read_seconds if keep_alive_seconds is None else keep_alive_seconds
@@ -269,7 +300,9 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         # An answer only where no other response is under way on this connection: written into its body,
         # it would corrupt it.
         if not any(c.response_started and not c.response_complete for c in self._open_cycles):
-            self.transport.write(error_bytes(status, message, code))
+            # The request's headers read so far (uvicorn's list, of the request being read): a page reads it too.
+            headers = refusal_headers(getattr(self, "headers", []), self.allowed_origins)
+            self.transport.write(error_bytes(status, message, code, headers))
         self.transport.close()
 
     def _arm(self, deadline: Callable[[], None], seconds: float | None = None, *, idle: bool = False) -> None:
@@ -293,7 +326,7 @@ def server_options(settings: Settings) -> dict[str, Any]:
     killed and started again."""
     protocol = partial(BoundedHttpProtocol, max_header_bytes=settings.max_header_bytes,
                        read_seconds=settings.request_read_seconds, send_stall_seconds=settings.send_stall_seconds,
-                       keep_alive_seconds=settings.keep_alive_seconds)
+                       keep_alive_seconds=settings.keep_alive_seconds, allowed_origins=settings.allowed_origins)
     # A WebSocket message is a request body: the same size limit (uvicorn closes with 1009 past it).
     # uvicorn's own keep-alive timer (5 s by default) would close an idle connection before ours.
     return {"http": protocol, "ws": DirectWebSocketProtocol, "ws_max_size": settings.max_body_bytes,

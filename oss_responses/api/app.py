@@ -12,8 +12,8 @@ from starlette.middleware.cors import CORSMiddleware
 
 from oss_responses.api.auth import log_auth_mode
 from oss_responses.api.draining import on_stop_signals
-from oss_responses.api.errors import install_error_handlers
-from oss_responses.api.header_guard import RefuseUnsafeHeaders
+from oss_responses.api.errors import AnswerUnexpectedErrors, install_error_handlers
+from oss_responses.api.header_guard import RefuseOrigins, RefuseUnsafeHeaders
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.openapi import install_openapi
 from oss_responses.api.relay import archived_frames
@@ -24,6 +24,7 @@ from oss_responses.api.stream_slots import StreamSlots
 from oss_responses.api.url_guard import RefuseNulInUrl
 from oss_responses.config import Settings, get_settings
 from oss_responses.eventlog.hub import EventHub
+from oss_responses.http_protocol import CORS_EXPOSED
 from oss_responses.prompt_tokenizer import PromptTokenizer
 from oss_responses.sealing import build_sealer
 from oss_responses.storage import AsyncDatabase
@@ -80,12 +81,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Host header, and would answer it before any API key is checked.
     app = FastAPI(title="oss-responses", version="0.1.0", lifespan=lifespan, redirect_slashes=False)
     install_error_handlers(app)
+    # Added innermost first. Every answer but an origin's refusal is made inside CORS and the request id, so
+    # that an allowed page reads it and its log lines are found: a refusal before any route and an
+    # unexpected error (Starlette answers that one outside every middleware) included.
+    app.add_middleware(AnswerUnexpectedErrors)
+    app.add_middleware(RefuseUnsafeHeaders)
+    app.add_middleware(RefuseNulInUrl)
     if settings.allowed_origins:
         app.add_middleware(CORSMiddleware, allow_origins=settings.allowed_origins, allow_methods=["*"],
-                           allow_headers=["*"], expose_headers=["x-request-id", "retry-after"])
-    app.add_middleware(RefuseUnsafeHeaders, allowed_origins=settings.allowed_origins)
+                           allow_headers=["*"], expose_headers=list(CORS_EXPOSED))
+    app.add_middleware(RefuseOrigins, allowed_origins=settings.allowed_origins)
     app.add_middleware(RequestIdMiddleware)
-    app.add_middleware(RefuseNulInUrl)
     app.include_router(responses.router)
     app.include_router(conversations.router)
     app.include_router(models.router)

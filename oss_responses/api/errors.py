@@ -12,7 +12,8 @@
   writes (PostgreSQL read-only in a failover; a SQLite file whose disk is full, or whose file or
   filesystem turned read-only or fails its writes) → 503 ``database_unavailable``, logged in one line, as
   Redis's, naming which.
-- Anything else → 500 ``server_error``, logged with its traceback on the server side only.
+- Anything else → 500 ``server_error``, logged with its traceback on the server side only
+  (``AnswerUnexpectedErrors``: answered inside CORS and the request id, as every other error).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sqlalchemy.exc import InterfaceError, InternalError, OperationalError, Prog
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oss_responses.errors import BadRequest, ServiceError, ServiceUnavailable
 from oss_responses.eventlog.writes import EventWriteError
@@ -153,6 +155,35 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     body = error_body("The server had an error while processing your request.", type="server_error")
     return JSONResponse(body, status_code=500)
+
+
+class AnswerUnexpectedErrors:
+    """The 500 of an exception no handler takes, answered inside the API's middlewares (``app.py``). Starlette
+    answers it in its outermost one (the ``Exception`` handler below, kept for what a middleware raises),
+    where neither CORS headers nor ``x-request-id`` are added: a browser saw an opaque network error. One
+    raised after the response started is left to the server (it closes the connection)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:
+                raise
+            response = await _unexpected_error(Request(scope), exc)
+            await response(scope, receive, send)
 
 
 def install_error_handlers(app: FastAPI) -> None:

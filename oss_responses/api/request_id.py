@@ -8,22 +8,14 @@ runs (its stream included) carries ``request_id``, and ``response_id`` when the 
 from __future__ import annotations
 
 import re
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from oss_responses.http_protocol import REQUEST_ID, request_id_from
 from oss_responses.logs import log_context
 
-HEADER = b"x-request-id"
-_ACCEPTED = re.compile(rb"[A-Za-z0-9._:/+=-]{1,128}")  # anything else is replaced: it goes into every log line
+HEADER = REQUEST_ID
 _RESPONSE_PATH = re.compile(r"^/v1/responses/(resp_[A-Za-z0-9]+)")
-
-
-def request_id_of(scope: Scope) -> str:
-    for name, value in scope.get("headers", ()):
-        if name == HEADER and _ACCEPTED.fullmatch(value):
-            return bytes(value).decode()
-    return f"req_{uuid.uuid4().hex}"
 
 
 class RequestIdMiddleware:
@@ -34,7 +26,7 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = request_id_of(scope)
+        request_id = request_id_from(scope.get("headers", ()))
         named = _RESPONSE_PATH.match(scope.get("path", ""))
 
         async def send_with_id(message: Message) -> None:

@@ -16,6 +16,8 @@ import websockets.sync.client as ws_client
 from support import MODEL
 from websockets.exceptions import InvalidStatus
 
+from oss_responses.api.routes import models
+
 BODY = {"model": MODEL, "input": "hi", "background": True}
 ALLOWED = "https://app.example"
 
@@ -76,6 +78,48 @@ def test_create_response_with_gzipped_body_is_415(address: tuple[str, int], head
     head, _, content = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 415")
     assert json.loads(content)["error"]["code"] == "unsupported_content_encoding"
+
+
+GZIPPED = gzip.compress(json.dumps(BODY).encode())
+EARLY_REFUSALS = {
+    "duplicate header": ("POST", "/v1/responses", [("Authorization", "Bearer a"), ("Authorization", "Bearer b")],
+                         json.dumps(BODY).encode(), 400),
+    "content encoding": ("POST", "/v1/responses", [("Content-Encoding", "gzip")], GZIPPED, 415),
+    "NUL in the path": ("GET", "/v1/responses/resp_%00", [], b"", 400),
+    "NUL in the query": ("GET", "/v1/responses/resp_1/input_items?after=msg_%00", [], b"", 400),
+}
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "body", "status"), EARLY_REFUSALS.values(),
+                         ids=EARLY_REFUSALS.keys())
+def test_refusal_before_routes_carries_cors_and_request_id(
+    http: httpx2.Client, method: str, path: str, headers: list[tuple[str, str]], body: bytes, status: int
+) -> None:
+    """A browser reads no answer without CORS headers (an opaque network error), and support reads no log
+    line without the request id: every refusal carries both, as a route's error does."""
+    sent = [("Origin", ALLOWED), ("x-request-id", "r-early"), ("Content-Type", "application/json"), *headers]
+    refused = http.request(method, path, content=body, headers=sent)
+    assert refused.status_code == status, refused.text
+    assert refused.headers.get("access-control-allow-origin") == ALLOWED
+    assert refused.headers.get("x-request-id") == "r-early"
+
+
+def test_unexpected_error_carries_cors_and_request_id(http: httpx2.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(name: str) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(models, "_model", broken)  # the API runs in this process (a thread)
+    failed = http.get(f"/v1/models/{MODEL}", headers={"Origin": ALLOWED, "x-request-id": "r-500"})
+    assert (failed.status_code, failed.json()["error"]["type"]) == (500, "server_error")
+    assert failed.headers.get("access-control-allow-origin") == ALLOWED
+    assert failed.headers.get("x-request-id") == "r-500"
+
+
+def test_preflight_from_origin_not_allowed_is_403_without_cors(http: httpx2.Client) -> None:
+    refused = http.options("/v1/responses", headers={"Origin": "https://evil.example",
+                                                     "Access-Control-Request-Method": "POST"})
+    assert (refused.status_code, _code(refused)) == (403, "origin_not_allowed")
+    assert "access-control-allow-origin" not in refused.headers
 
 
 def test_request_to_unknown_path_is_404_naming_it_as_openai_does(http: httpx2.Client) -> None:

@@ -102,6 +102,31 @@ def test_request_httptools_cannot_parse_gets_json_400_and_connection_closed(conn
     assert _error_code(body) == "invalid_http_request"
 
 
+BROWSER = b"Origin: https://app.example\r\nx-request-id: r-refused\r\n"
+PROTOCOL_REFUSALS = {
+    "headers too large": (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + BROWSER + b"X-Big: " + b"a" * HEADER_LIMIT, 431),
+    # (httptools hands on a header once the next one begins: the one before the bad line is not read)
+    "not HTTP": (b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + BROWSER + b"Accept: */*\r\nBad Header Line\r\n\r\n",
+                 400),
+    "body too slow": (b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + BROWSER
+                      + b"Content-Length: 100\r\n\r\n{\"model\": ", 408),
+}
+
+
+@pytest.mark.parametrize(("sent", "status"), PROTOCOL_REFUSALS.values(), ids=PROTOCOL_REFUSALS.keys())
+def test_refusal_by_protocol_carries_cors_and_request_id(settings: Settings, sent: bytes, status: int) -> None:
+    """Written by the connection, not the app: the same headers as the app's answers, for the browser's page."""
+    for base_url in serve_in_thread(settings.model_copy(update={"allowed_origins": ["https://app.example"]})):
+        host, port = base_url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            with contextlib.suppress(OSError):  # the server may close while the large header is still sent
+                sock.sendall(sent)
+            answer = _answer(sock)
+    assert answer[0] == status
+    assert answer[1].get("access-control-allow-origin") == "https://app.example"
+    assert answer[1].get("x-request-id") == "r-refused"
+
+
 def test_request_headers_under_limit_are_served(conn: socket.socket) -> None:
     conn.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: " + b"a" * (HEADER_LIMIT // 2)
                  + b"\r\n\r\n")
