@@ -25,6 +25,11 @@ BODIES = {
     "an unsafe integer": '{"a": [1, {"b": 9007199254740993}]}',
     "a safe 16-digit integer": '{"a": 9007199254740992}',
     "many digits in a string": '{"a": "12345678901234567890"}',
+    "a number past a double's range": '{"a": [0.5, {"b": 1e400}]}',
+    "a negative one, exponent signed": '{"a": -2.5E+308}',
+    "a tiny number (read as 0)": '{"a": 1e-400}',
+    "a large exponent in a string": '{"a": "v1e400"}',
+    "a large finite exponent": '{"a": 1e300}',
 }
 
 
@@ -45,7 +50,7 @@ def test_check_with_raw_text_refuses_exactly_what_the_full_walk_refuses(name: st
 def test_check_refuses_what_it_should() -> None:
     refused = {name for name, text in BODIES.items() if _outcome(text, with_raw=True) is not None}
     assert refused == {"nested past the limit", "a lone surrogate deep inside", "a lone surrogate in a key",
-                       "an unsafe integer"}
+                       "an unsafe integer", "a number past a double's range", "a negative one, exponent signed"}
 
 
 def test_body_of_many_small_objects_is_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:

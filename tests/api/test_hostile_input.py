@@ -78,6 +78,29 @@ def test_create_response_non_finite_number_is_400(http: httpx2.Client, api: Any,
     _nothing_stored(api, redis)
 
 
+OVERFLOWING = {
+    "temperature": (b'"temperature": 1e400', "temperature"),
+    "function parameters": (b'"tools": [{"type": "function", "name": "f", "parameters": {"type": "object", '
+                            b'"properties": {"x": {"type": "number", "maximum": 1e400}}}}]',
+                            "tools[0].parameters.properties.x.maximum"),
+    "text format schema": (b'"text": {"format": {"type": "json_schema", "name": "a", "schema": {"type": "object", '
+                           b'"properties": {"x": {"type": "number", "minimum": -1.5E+400}}}}}',
+                           "text.format.schema.properties.x.minimum"),
+    "309-digit number": (b'"top_p": 1' + b"0" * 309 + b".5", "top_p"),
+}
+
+
+@pytest.mark.parametrize(("fields", "param"), OVERFLOWING.values(), ids=OVERFLOWING.keys())
+def test_create_response_number_overflowing_double_is_400(
+    http: httpx2.Client, api: Any, redis: Any, fields: bytes, param: str
+) -> None:
+    """Python reads 1e400 as infinity; a schema holding one was stored with null in its place."""
+    body = b'{"model": "%s", "input": "hi", "background": true, %s}' % (MODEL.encode(), fields)
+    error = _error(_post_raw(http, body))
+    assert (error["param"], error["code"]) == (param, "invalid_value")
+    _nothing_stored(api, redis)
+
+
 def test_create_response_keeps_nul_character_in_message_and_metadata_key(client: Any, api: Any) -> None:
     """A NUL character is valid JSON and valid UTF-8: kept as sent (PostgreSQL included), never a 500."""
     response = client.responses.create(
