@@ -1,5 +1,6 @@
 """A cancel asked of every worker (a client's ``POST .../cancel`` or DELETE in the API; a Celery
-``revoke --terminate`` in a worker): the Redis commands both send.
+``revoke --terminate`` in a worker; a worker's reaper for a foreground response whose API process is gone,
+``relays.py``): the Redis commands they send.
 
 The flag (read by a worker that starts or takes the response over later) and the open-streams listing
 (should the end marker not reach Redis, the reaper ends the stream: ``workers/unclosed.py``) go first, in
@@ -16,6 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from typing import Any
+
+from redis import Redis
 
 from oss_responses import redis_keys
 from oss_responses.redis_refusals import wrong_type
@@ -38,6 +41,16 @@ def check_flagged(replies: Sequence[Any], response_id: str) -> None:
         raise flag
     if isinstance(listing, Exception):
         note_unlisted(listing, response_id)
+
+
+def cancel_everywhere(redis: Redis, response_id: str, ttl_seconds: int) -> None:
+    """The whole cancel from a thread of a worker (a revoke that terminates; the reaper, for a response whose
+    API process is gone): flagged and listed in one round trip, then published."""
+    with redis.pipeline(transaction=False) as pipe:
+        for command in flag_commands(response_id, ttl_seconds):
+            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        check_flagged(pipe.execute(raise_on_error=False), response_id)
+    redis.publish(redis_keys.CANCEL_CHANNEL, response_id)  # once flagged (see above)
 
 
 def note_unlisted(refused: Exception, response_id: str) -> None:

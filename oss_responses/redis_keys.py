@@ -23,6 +23,11 @@
 - ``takeovers(id)`` STRING how many times the response was taken over from a lost worker.
 - ``resume(id)``   STRING  set while a takeover task (or a stale queued response's task sent again,
                            or a handoff) waits: the reaper dispatches one at a time.
+- ``relay(id)``    STRING  the instance id of the API process whose client runs this foreground response (not
+                           background: its create's stream, its plain create waiting, its WebSocket): set by the
+                           accept (TTL: event_ttl_seconds), deleted with the end marker (``relays.py``).
+- ``api_alive(instance)`` STRING  set (with a short TTL, renewed every second) while that API process runs:
+                           a worker's reaper cancels the running responses whose relay lost it (``relays.py``).
 - ``CANCEL_CHANNEL`` PUBSUB  response ids to cancel; every worker listens, the one running it aborts.
 - ``worker_ready(worker_id)`` STRING  set (with TTL) while a worker's engine is up: its readiness.
 - ``model_context(model)`` STRING  the context (tokens) of the model's engine, set (with TTL) by its workers
@@ -78,6 +83,14 @@ def takeovers(response_id: str) -> str:
 
 def resume(response_id: str) -> str:
     return f"{PREFIX}resume:{response_id}"
+
+
+def relay(response_id: str) -> str:
+    return f"{PREFIX}relay:{response_id}"
+
+
+def api_alive(instance_id: str) -> str:
+    return f"{PREFIX}api:{instance_id}:alive"
 
 
 def worker_ready(worker_id: str) -> str:

@@ -14,6 +14,7 @@ from oss_responses.api.auth import log_auth_mode
 from oss_responses.api.draining import on_stop_signals
 from oss_responses.api.errors import AnswerUnexpectedErrors, install_error_handlers
 from oss_responses.api.header_guard import RefuseOrigins, RefuseUnsafeHeaders
+from oss_responses.api.heartbeat import Heartbeat
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.openapi import install_openapi
 from oss_responses.api.relay import archived_frames
@@ -42,15 +43,18 @@ async def _open_services(settings: Settings) -> AsyncIterator[Services]:
                    heartbeat_seconds=settings.stream_ping_seconds, rewound_ttl_seconds=settings.event_ttl_seconds)
     tasks = TaskQueue(settings.celery_broker_url, settings.webhook_queue)
     exporter = MetricsExporter(settings, tasks.broker_url)
+    heartbeat = Heartbeat(redis)
     await hub.start()
     await redis.ping()  # its first connection now, not in the first accept (~1.3 ms)
     await tasks.warm([settings.queue_for(model) for model in settings.models] + [settings.webhook_queue])
+    await heartbeat.start()
     try:
         yield Services(settings=settings, db=db, redis=redis, hub=hub, tasks=tasks,
-                       tokenizer=tokenizer, metrics=exporter, sealer=sealer,
+                       tokenizer=tokenizer, metrics=exporter, heartbeat=heartbeat, sealer=sealer,
                        streams=StreamSlots(settings.max_streams_per_key))
     finally:
         await hub.stop()
+        await heartbeat.stop()  # after the hub: the cancels of the streams it cut have been asked
         await anyio.to_thread.run_sync(tokenizer.close)  # its child may be tokenising
         await tasks.aclose()
         exporter.close()

@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 from kombu.exceptions import OperationalError
+from openai.types.responses import Response
 from openai.types.responses.response_input_item import ItemReference
 from redis.exceptions import RedisError
 from sqlalchemy.exc import IntegrityError
@@ -45,6 +46,7 @@ from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.harmony.render import ConversationPlan, plan_conversation
 from oss_responses.logs import bind
 from oss_responses.metrics import ACCEPTED, response_ended
+from oss_responses.relays import relay_command
 from oss_responses.request_items import InputItem, duplicate_item, given_id
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.sealing import seal_secrets
@@ -244,7 +246,8 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
     opening = framed(opening_events(response))
     try:
         # Expiring until a worker claims it: should Redis fail next, the undo below may not delete it.
-        await write_frames(services.redis, response.id, opening, ttl_seconds=services.settings.event_ttl_seconds)
+        await write_frames(services.redis, response.id, opening, ttl_seconds=services.settings.event_ttl_seconds,
+                           also=_relayed_by(services, response))
         await services.tasks.run_response(response.id, services.settings.queue_for(response.model))
     except ACCEPT_ERRORS as exc:
         await _undo_accept(services, response.id, exc)
@@ -255,6 +258,15 @@ async def accept(services: Services, queued: QueuedResponse, owner: Owner) -> li
         ) from exc
     ACCEPTED.labels(response.model, str(bool(response.background)).lower()).inc()
     return [data for _, data in opening]
+
+
+def _relayed_by(services: Services, response: Response) -> list[tuple[Any, ...]]:
+    """A foreground response runs for its client here: this process is recorded as its relay, so that the
+    workers cancel it should the process be killed (``relays.py``). A background one runs for nobody in
+    particular."""
+    if response.background:
+        return []
+    return [relay_command(response.id, services.heartbeat.instance_id, services.settings.event_ttl_seconds)]
 
 
 async def _insert(services: Services, record: ResponseRecord, items: list[dict[str, Any]], owner: Owner) -> None:
@@ -289,7 +301,7 @@ async def _undo_accept(services: Services, response_id: str, cause: Exception) -
     log.warning("could not queue %s (%s: %s): undoing its accept", response_id, type(cause).__name__, cause)
     await services.db.run(delete_response, response_id)
     try:
-        await services.redis.delete(redis_keys.events(response_id))
+        await services.redis.delete(redis_keys.events(response_id), redis_keys.relay(response_id))
     except RedisError:
         pass  # Redis is what failed: the opening events most likely never got there
 

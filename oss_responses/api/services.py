@@ -10,6 +10,7 @@ import anyio
 from celery import Celery
 from redis.asyncio import Redis
 
+from oss_responses.api.heartbeat import Heartbeat
 from oss_responses.api.metrics import MetricsExporter
 from oss_responses.api.stream_slots import StreamSlots
 from oss_responses.broker import TRANSPORT, queues_url
@@ -139,5 +140,6 @@ class Services:
     tasks: TaskQueue
     tokenizer: PromptTokenizer  # harmony, for counting input tokens; loaded at start-up
     metrics: MetricsExporter
+    heartbeat: Heartbeat  # this process's liveness: its instance id relays the foreground responses it accepts
     sealer: Sealer | None = None  # None: no encryption keys configured
     streams: StreamSlots = field(default_factory=lambda: StreamSlots(0))  # per-owner open streams

@@ -54,8 +54,9 @@ def packed_events(response_id: str, events: Iterable[StreamEvent]) -> list[Packe
 
 def close_commands(response_id: str, status: str, ttl_seconds: int, *, rewritten: int | None = None) -> list[Command]:
     # ``*`` puts the end marker after every 0-N event id; a late event XADD then fails instead of
-    # landing after the end. The journal is of no use once the response ended (and saved), and the
-    # stream leaves the open streams with its end marker (a lost end keeps it there: workers/unclosed.py).
+    # landing after the end. The journal is of no use once the response ended (and saved), nor the record of
+    # the API process relaying it (relays.py), and the stream leaves the open streams with its end marker (a
+    # lost end keeps it there: workers/unclosed.py).
     # ``rewritten``: the stream was lost and holds only these many events written anew (entries.REWRITTEN).
     key = redis_keys.events(response_id)
     marker = ("end", status) if rewritten is None else ("end", status, "rewritten", rewritten)
@@ -63,6 +64,7 @@ def close_commands(response_id: str, status: str, ttl_seconds: int, *, rewritten
         ("XADD", key, "*", *marker),
         ("EXPIRE", key, ttl_seconds),
         ("DEL", redis_keys.journal(response_id)),
+        ("DEL", redis_keys.relay(response_id)),
         ("SREM", redis_keys.OPEN_STREAMS, response_id),
     ]
 
@@ -101,9 +103,11 @@ async def write_frames(
     *,
     close: str | None = None,
     ttl_seconds: int | None = None,
+    also: Iterable[Command] = (),
 ) -> None:
     """``write_events`` for events already framed: (sequence number, frame) pairs. ``ttl_seconds`` without
-    ``close``: the stream expires unless a worker claims it (an accept's opening events)."""
+    ``close``: the stream expires unless a worker claims it (an accept's opening events). ``also``: commands
+    sent after them in the same round trip (an accept's record of its relay)."""
     commands = frame_commands(response_id, frames)
     if close is not None:
         if ttl_seconds is None:
@@ -111,6 +115,7 @@ async def write_frames(
         commands += close_commands(response_id, close, ttl_seconds)
     elif ttl_seconds is not None:
         commands.append(("EXPIRE", redis_keys.events(response_id), ttl_seconds))
+    commands += also
     errors = await run_commands(redis, commands)
     if errors:
         raise _write_error(response_id, commands, errors)

@@ -18,6 +18,10 @@ moment, the worker killed between the two). Every stream a worker claimed is lis
 end marker; a pass also ends the open streams of responses no longer running whose lease is free
 (``workers/unclosed.py``), so no client follows such a stream until its TTL.
 
+A pass also cancels the running foreground responses whose API process is gone (killed: it could not cancel
+them on its clients' disconnects; ``relays.py``): it reads which process relays each one with the leases,
+and that process's liveness key.
+
 It also sweeps: a response still ``queued`` after ``stale_queued_seconds`` may have lost its task (a
 Redis that kept no AOF, a flushed queue); its task is sent again, once per that period, while a worker
 announces its model (a queue nobody consumes keeps what it holds). A duplicate of
@@ -53,6 +57,7 @@ from redis.exceptions import ResponseError
 
 from oss_responses import redis_keys
 from oss_responses.announcements import ready_workers
+from oss_responses.cancel_request import cancel_everywhere
 from oss_responses.eventlog.writes import close_after
 from oss_responses.harmony.emitter import EventEmitter
 from oss_responses.harmony.lifecycle import response_error
@@ -61,6 +66,7 @@ from oss_responses.outage_log import StoreOutages
 from oss_responses.owned_keys import RELEASE_IF_OWNED
 from oss_responses.pass_lock import release_pass_lock, take_pass_lock
 from oss_responses.redis_refusals import DELETE_IF_OTHER_TYPE, wrong_type
+from oss_responses.relays import GoneRelays, alive_instances, as_text
 from oss_responses.statuses import ACTIVE_STATUSES, Status
 from oss_responses.storage import (
     Database,
@@ -221,6 +227,7 @@ class Reaper:
         # This worker's leases that an outage kept it from releasing: released by each pass, in every worker
         # (not only the one that wins the lock), before the lock's holder looks for responses without a lease.
         self.unreleased = unreleased
+        self.gone_relays = GoneRelays(clock)  # the API processes found without their liveness key, and since when
 
     def reap_once(self) -> list[str]:
         """One pass (if this worker wins the lock); the ids it failed."""
@@ -235,8 +242,9 @@ class Reaper:
             return []
         try:
             running = self.db.run(list_in_progress_ids)
-            lost, open_streams = self._survey(running)
+            lost, open_streams, relays = self._survey(running)
             handled = self._each(lost, self.reap)
+            handled += self._each(self.orphaned(relays), self.cancel_orphaned)
             handled += self._each(self.unclosed(sorted(open_streams.difference(running))), self.end_stream)
             if self._housekeeping_due():
                 if self.dispatch is not None:
@@ -264,21 +272,44 @@ class Reaper:
                 log.exception("reaper could not handle %s: passed over, the pass goes on", response_id)
         return handled
 
-    def _survey(self, running: list[str]) -> tuple[list[str], set[str]]:
-        """The running responses whose lease is gone, and the open streams, in one round trip."""
+    def _survey(self, running: list[str]) -> tuple[list[str], set[str], dict[str, str]]:
+        """The running responses whose lease is gone, the open streams, and the API process relaying each running
+        foreground response (``relays.py``), in one round trip."""
         with self.redis.pipeline(transaction=False) as pipe:
             if running:
                 pipe.mget([redis_keys.lease(rid) for rid in running])
+                pipe.mget([redis_keys.relay(rid) for rid in running])
             pipe.smembers(redis_keys.OPEN_STREAMS)
-            *leases, members = pipe.execute(raise_on_error=False)
-        for reply in (*leases, members):
+            *per_response, members = pipe.execute(raise_on_error=False)
+        for reply in (*per_response, members):
             if isinstance(reply, Exception) and not (reply is members and wrong_type(reply)):
                 raise reply
         if isinstance(members, Exception):
             members = self._replace_open_streams()
-        holders = leases[0] if leases else []
+        holders, relayed_by = per_response or ([], [])
         lost = [rid for rid, holder in zip(running, holders, strict=True) if holder is None]
-        return lost, {member.decode() for member in members}
+        relays = {rid: instance for rid, relay in zip(running, relayed_by, strict=True)
+                  if (instance := as_text(relay)) is not None}
+        return lost, {member.decode() for member in members}, relays
+
+    def orphaned(self, relays: dict[str, str]) -> list[str]:
+        """The running foreground responses whose API process has been gone for ``GONE_AFTER_SECONDS`` and that
+        no cancel was asked for yet."""
+        gone = self.gone_relays.gone(alive_instances(self.redis, relays.values()))
+        orphans = sorted(rid for rid, instance in relays.items() if instance in gone)
+        if not orphans:
+            return []
+        flagged = self.redis.mget([redis_keys.cancel(rid) for rid in orphans])
+        return [rid for rid, flag in zip(orphans, flagged, strict=True) if flag is None]
+
+    def cancel_orphaned(self, response_id: str) -> bool:
+        """Cancel a foreground response whose API process is gone, as its client's disconnect would have: the
+        worker running it stops it and ends it ``cancelled`` (a takeover finds the flag)."""
+        log.warning("%s runs for a client of an API process that is gone (killed, or its host lost): cancelling it",
+                    response_id)
+        cancel_everywhere(self.redis, response_id, self.ttl_seconds)
+        REAPER_ACTIONS.labels("relay_lost").inc()
+        return True
 
     def _replace_open_streams(self) -> set[bytes]:
         """The open streams' key holds another type (overwritten by hand, another application or a bug): every

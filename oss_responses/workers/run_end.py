@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from oss_responses import redis_keys
-from oss_responses.cancel_request import check_flagged, flag_commands
+from oss_responses.cancel_request import cancel_everywhere
 from oss_responses.eventlog.writes import EventWriteError
 from oss_responses.harmony.render import RenderedPrompt
 from oss_responses.outage_log import describe
@@ -59,11 +59,7 @@ def cancel_terminated(ctx: WorkerContext, response_id: str) -> None:
     """A running task that Celery was told to terminate (``celery control revoke ID --terminate``): its
     response is cancelled as a client's cancel does, through every worker's listener, since the pool
     cannot kill the thread that runs it (``workers/pool.py``)."""
-    with ctx.sync_redis.pipeline(transaction=False) as pipe:
-        for command in flag_commands(response_id, ctx.settings.event_ttl_seconds):
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
-        check_flagged(pipe.execute(raise_on_error=False), response_id)
-    ctx.sync_redis.publish(redis_keys.CANCEL_CHANNEL, response_id)  # once flagged: cancel_request.py
+    cancel_everywhere(ctx.sync_redis, response_id, ctx.settings.event_ttl_seconds)
 
 
 def end_queued(ctx: WorkerContext, record: ResponseRecord) -> bool:

@@ -1,9 +1,10 @@
 """The job of one response, run in a Celery task thread; the generation itself runs on the engine loop.
 
     load row + chain (SQL) ─ terminal or gone? skip; in_progress? a takeover (below)
-    register for cancel; take the lease, read the handoff mark, the cancel flag and the stream's tail
-    in one round trip, from this thread (workers/claim.py) ─ lease held by another worker? skip; flag
-    set? cancelled, stream closed, nothing generated
+    register for cancel; take the lease, read the handoff mark, the cancel flag, the stream's tail and
+    the API process relaying it in one round trip, from this thread (workers/claim.py) ─ lease held by
+    another worker? skip; flag set, or its relay gone (relays.py)? cancelled, stream closed, nothing
+    generated
     prompt rendered here if the request lists no MCP tools (kept for the loop, an error included)
     ─ the worker began to stop meanwhile? handed back to the queue, still queued (not counted)
     ─ the engine loop gone when this thread next needs it (the thread was held past the stop's wait)?
@@ -48,6 +49,7 @@ from oss_responses.eventlog.writes import EventWriteError, framed
 from oss_responses.harmony.lifecycle import opening_events
 from oss_responses.prompt_tokenizer import TokenizerClosed
 from oss_responses.redis_refusals import wrong_type
+from oss_responses.relays import relay_gone
 from oss_responses.requests import CreateResponseRequest
 from oss_responses.statuses import TERMINAL_STATUSES
 from oss_responses.storage import get_response, transition
@@ -172,6 +174,10 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
             decided = take_over(run, counted=taken.resume_mark != HANDOFF.encode())
             return decided if isinstance(decided, str) else _execute(run, decided.steps)
         if taken.cancel_requested:
+            return _cancel_queued(ctx, job)
+        if taken.relay is not None and relay_gone(ctx.sync_redis, taken.relay):
+            log.warning("%s was queued for a client of an API process that is gone (killed, or its host lost): "
+                        "cancelled instead of run", job.response_id)
             return _cancel_queued(ctx, job)
         run.first_sequence_number = taken.next_sequence_number or 0
         if taken.next_sequence_number == 0 and job.load_error is None:

@@ -25,6 +25,7 @@ from support.sdk import wait_ended
 from support.servers import RedisServer, start_redis
 from support.sockets import receive, text_of, until_end
 
+from oss_responses import relays
 from oss_responses.config import Settings
 from oss_responses.statuses import TERMINAL_EVENT_TYPES
 from oss_responses.storage import migrate
@@ -60,33 +61,35 @@ def restart_stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Re
         server.stop()
 
 
-def _through_restart(stack: RestartStack, consume: Callable[[threading.Event], None]) -> None:
+def _through_restart(stack: RestartStack, consume: Callable[[threading.Event], None], down_s: float = 1.0) -> None:
     """Run ``consume`` (a client reading a response; it sets the event once 20 events are in) while Redis
-    is killed, then restarted 1 s later."""
+    is killed, then restarted ``down_s`` later."""
     deltas_seen = threading.Event()
     reader = threading.Thread(target=consume, args=(deltas_seen,), name="client")
     reader.start()
     assert deltas_seen.wait(20), "the answer did not start"
     stack.redis.kill()
-    time.sleep(1.0)
+    time.sleep(down_s)
     stack.redis.restart()  # from this thread: the server dies with the thread that started it
     reader.join(timeout=60)
     assert not reader.is_alive(), "the client's stream hung"
 
 
-def _stream_through_restart(stack: RestartStack) -> list[ResponseStreamEvent]:
-    """The SDK's events of a background stream during which Redis restarts."""
+def _stream_through_restart(
+    stack: RestartStack, *, background: bool = True, down_s: float = 1.0
+) -> list[ResponseStreamEvent]:
+    """The SDK's events of a stream (background unless asked) during which Redis restarts."""
     events: list[ResponseStreamEvent] = []
 
     def consume(deltas_seen: threading.Event) -> None:
         stream = stack.client.responses.create(model=MODEL, input=f"tokens {ANSWER_TOKENS}", stream=True,
-                                               background=True)
+                                               background=background)
         for event in stream:
             events.append(event)
             if event.type == "response.output_text.delta" and event.sequence_number > 20:
                 deltas_seen.set()
 
-    _through_restart(stack, consume)
+    _through_restart(stack, consume, down_s)
     return events
 
 
@@ -124,6 +127,16 @@ def test_stream_goes_on_through_redis_restart_with_aof(restart_stack: RestartSta
     # The API's pooled Redis connections went stale with the restart: the next create still goes through.
     after = restart_stack.client.responses.create(model=MODEL, input="after the restart")
     assert after.status == "completed"
+
+
+@pytest.mark.parametrize("restart_stack", ["aof"], indirect=True)
+def test_foreground_stream_goes_on_through_redis_down_past_its_api_liveness(restart_stack: RestartStack) -> None:
+    """Redis comes back without the API process's liveness key (it lapsed while Redis was down): the reaper
+    waits for the process to write it again rather than cancel the foreground response it relays (relays.py)."""
+    events = _stream_through_restart(restart_stack, background=False, down_s=relays.ALIVE_SECONDS + 2)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed"
+    assert wait_ended(restart_stack.client, events[0].response.id).status == "completed"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("restart_stack", ["no persistence"], indirect=True)

@@ -5,6 +5,7 @@ no worker serves that model here."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
@@ -255,5 +256,119 @@ def _statuses(settings: Settings) -> list[str]:
     try:
         with db.session() as session:
             return list(session.scalars(select(ResponseRow.status)))
+    finally:
+        db.dispose()
+
+
+# --- an API process killed (SIGKILL, OOM, host loss) -------------------------------------------
+SLOW_TOKENS_PER_S = 20.0
+KILLED_WITHIN_S = 15.0  # from the SIGKILL to its responses' cancel: relays.ALIVE_SECONDS + GONE_AFTER_SECONDS + a pass
+
+
+@pytest.fixture
+def slow_settings(api_settings: Settings) -> Settings:
+    return api_settings.model_copy(update={"scripted_tokens_per_second": SLOW_TOKENS_PER_S})
+
+
+class Streamed(threading.Thread):
+    """A client streaming a create's response to its end (or until its API is killed)."""
+
+    def __init__(self, base_url: str, tokens: int, **body: object) -> None:
+        super().__init__(daemon=True)
+        self.url, self.body = f"{base_url}/v1/responses", {"model": MODEL, "input": f"tokens {tokens}",
+                                                              "stream": True} | body
+        self.response_id = ""
+        self.created, self.delta = threading.Event(), threading.Event()
+
+    def run(self) -> None:
+        try:
+            with httpx2.stream("POST", self.url, json=self.body, timeout=60) as stream:
+                for line in stream.iter_lines():
+                    if line.startswith("data: ") and not self.created.is_set():
+                        self.response_id = json.loads(line.removeprefix("data: "))["response"]["id"]
+                        self.created.set()
+                    if line == "event: response.output_text.delta":
+                        self.delta.set()
+        except httpx2.HTTPError:
+            pass  # cut: its API was killed
+
+    def started(self) -> Streamed:
+        self.start()
+        assert self.created.wait(30), "the response was not created"
+        return self
+
+
+def _kill(api: ServiceProcess) -> float:
+    """SIGKILL, as the OOM killer sends it; when."""
+    killed = time.monotonic()
+    api.send_signal(signal.SIGKILL)
+    api.wait(timeout=STOPPED_WITHIN_S)
+    return killed
+
+
+def test_kill_api_cancels_the_responses_its_streaming_clients_ran_not_another_replicas(
+    slow_settings: Settings, tmp_path: Path, started: list[ServiceProcess]
+) -> None:
+    """Its client is cut off as on a SIGTERM, which cancels them: a killed process cancelled nothing, and they
+    ran to their ends (30 s here) for nobody. Another replica's foreground response is not its to cancel."""
+    started.append(start_worker_process(slow_settings, tmp_path / "worker.log"))
+    api, base_url = start_api_process(slow_settings, tmp_path / "api.log")
+    other, other_url = start_api_process(slow_settings, tmp_path / "other-api.log")
+    started.extend([api, other])
+    killed_ones = Streamed(base_url, 600).started()  # 30 s of answer
+    other_one = Streamed(other_url, 400).started()  # 20 s: still running once the killed one's are cancelled
+    assert killed_ones.delta.wait(30) and other_one.delta.wait(30)
+    killed = _kill(api)
+    assert _wait_ended(slow_settings, killed_ones.response_id, timeout=KILLED_WITHIN_S) == "cancelled"
+    print(f"cancelled {time.monotonic() - killed:.2f}s after the SIGKILL")
+    assert _wait_ended(slow_settings, other_one.response_id, timeout=30) == "completed"
+
+
+def test_kill_api_leaves_its_background_responses_running(
+    slow_settings: Settings, tmp_path: Path, started: list[ServiceProcess]
+) -> None:
+    started.append(start_worker_process(slow_settings, tmp_path / "worker.log"))
+    api, base_url = start_api_process(slow_settings, tmp_path / "api.log")
+    started.append(api)
+    background = Streamed(base_url, 300, background=True).started()  # 15 s: past a cancel's KILLED_WITHIN_S
+    assert background.delta.wait(30)
+    _kill(api)
+    assert _wait_ended(slow_settings, background.response_id, timeout=40) == "completed"
+
+
+def test_kill_api_cancels_its_queued_foreground_response_unrun(
+    slow_settings: Settings, tmp_path: Path, started: list[ServiceProcess], redis: redis_lib.Redis
+) -> None:
+    """Still queued when its API died (no worker yet): the worker that takes it cancels it instead of running it."""
+    api, base_url = start_api_process(slow_settings, tmp_path / "api.log")
+    started.append(api)
+    queued = Streamed(base_url, 600).started()
+    _kill(api)
+    deadline = time.monotonic() + KILLED_WITHIN_S
+    while list(redis.scan_iter(redis_keys.api_alive("*"))):  # its liveness key lapsed: it is known dead
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    started.append(start_worker_process(slow_settings, tmp_path / "worker.log"))
+    assert _wait_ended(slow_settings, queued.response_id, timeout=30) == "cancelled"
+    db = Database(slow_settings.database_url)
+    try:
+        with db.session() as session:
+            stored = session.scalar(select(ResponseRow.response).where(ResponseRow.id == queued.response_id))
+    finally:
+        db.dispose()
+    assert stored["output"] == []
+
+
+def _wait_ended(settings: Settings, response_id: str, timeout: float) -> str:
+    """The response's status in SQL once it ended, or as it is after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    db = Database(settings.database_url)
+    try:
+        while True:
+            with db.session() as session:
+                status = session.scalar(select(ResponseRow.status).where(ResponseRow.id == response_id))
+            if status not in ("queued", "in_progress") or time.monotonic() > deadline:
+                return str(status)
+            time.sleep(0.1)
     finally:
         db.dispose()

@@ -305,6 +305,23 @@ def test_stop_api_closes_socket_with_service_restart(stack: Stack) -> None:
     assert _wait_for_status(stack, response_id) == "cancelled"
 
 
+def test_kill_api_cancels_the_response_its_socket_ran(stack: Stack) -> None:
+    """As the socket's close does, and an API's stop (1012): a killed API process closes nothing, and the
+    response ran to its end for nobody. Cancelled once its liveness key lapsed (``relays.py``)."""
+    api, base_url = start_api_process(stack.settings, stack.logs / "killed-api.log")
+    try:
+        with _raw_socket(base_url) as socket:
+            _send(socket, input="tokens 12000", max_output_tokens=12000)  # 30 s of answer
+            response_id = _next(socket)["response"]["id"]
+            while _next(socket)["type"] != "response.output_text.delta":
+                pass
+            api.send_signal(signal.SIGKILL)
+            api.wait(timeout=DEADLINE_S)
+    finally:
+        stop_process(api)
+    assert _wait_for_status(stack, response_id) == "cancelled"
+
+
 def test_stop_api_closes_socket_of_several_lanes_once_and_logs_no_error(stack: Stack) -> None:
     """Every lane's relay learns that the hub stopped; the first closes the socket. Each other one's close was
     refused by Starlette and logged as an unhandled error, a traceback per lane."""

@@ -16,7 +16,7 @@ from support.servers import start_postgres
 from support.streams import assert_contiguous, events_of, is_closed
 from support.workers import accept, overwrite_row
 
-from oss_responses import redis_keys
+from oss_responses import redis_keys, relays
 from oss_responses.config import Settings
 from oss_responses.storage import (
     Database,
@@ -506,3 +506,31 @@ def test_reaper_takes_its_lock_key_overwritten_without_expiry(
         assert dispatching_reaper(db, redis, sent).reap_once() == [lost]
     assert sent == [(lost, "gpt-oss-20b")] and not redis.exists(REAPER_LOCK)  # released after the pass
     assert any(REAPER_LOCK in r.getMessage() and r.exc_info is None for r in caplog.records)
+
+
+def test_reaper_cancels_running_foreground_response_whose_api_process_stays_gone(
+    db: Database, redis: redis_lib.Redis, settings: Settings
+) -> None:
+    """Once its liveness key has been missing for GONE_AFTER_SECONDS (a process that wrote it again meanwhile, as
+    after a Redis outage that outlasted the key, keeps its responses), once, as its client's disconnect would;
+    a running response relayed by a live process, or background (no relay), is left running."""
+    clock = FakeClock()
+    pass_maker = Reaper(db, redis, worker_id="test", interval_seconds=1, lease_seconds=3, event_ttl_seconds=60,
+                        clock=clock)
+    orphan, relayed, back, background = (in_progress(db, redis, settings) for _ in range(4))
+    for response_id in (orphan, relayed, back, background):
+        redis.set(redis_keys.lease(response_id), "alive-worker", px=60_000)
+    for response_id, instance in ((orphan, "killed"), (relayed, "running"), (back, "restarted")):
+        redis.set(redis_keys.relay(response_id), instance)
+    redis.set(redis_keys.api_alive("running"), "1")
+    with redis.pubsub(ignore_subscribe_messages=True) as pubsub:
+        pubsub.subscribe(redis_keys.CANCEL_CHANNEL)
+        assert pass_maker.reap_once() == []
+        redis.set(redis_keys.api_alive("restarted"), "1")
+        clock.now += relays.GONE_AFTER_SECONDS
+        assert pass_maker.reap_once() == [orphan]
+        assert pass_maker.reap_once() == []  # asked once: the worker running it ends it
+        published = [pubsub.get_message(timeout=1) for _ in range(2)]
+    assert [message["data"] for message in published if message] == [orphan.encode()]
+    assert [bool(redis.exists(redis_keys.cancel(rid))) for rid in (orphan, relayed, back, background)] == [
+        True, False, False, False]
