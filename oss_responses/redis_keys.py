@@ -89,8 +89,12 @@ def relay(response_id: str) -> str:
     return f"{PREFIX}relay:{response_id}"
 
 
+# Around an instance id: also given to the claim's script, which reads a relay's key by its instance.
+API_ALIVE = (f"{PREFIX}api:", ":alive")
+
+
 def api_alive(instance_id: str) -> str:
-    return f"{PREFIX}api:{instance_id}:alive"
+    return f"{API_ALIVE[0]}{instance_id}{API_ALIVE[1]}"
 
 
 def worker_ready(worker_id: str) -> str:

@@ -28,13 +28,14 @@ from oss_responses.workers.stream_tail import ended_as, next_from_tail
 
 log = logging.getLogger(__name__)
 
-# KEYS: lease, resume, cancel, events, open streams, relay. ARGV: owner, TTL in ms, response id.
+# KEYS: lease, resume, cancel, events, open streams, relay. ARGV: owner, TTL in ms, response id, and the API
+# liveness key's name around an instance id (redis_keys.API_ALIVE).
 # Returns nil without the lease, else {resume mark or '', cancel flag (0/1), the stream's last entry, 1 if the
-# resume mark's key held another type, the relaying API instance or ''}; the stream's last entry is the error's
-# text where the stream's key holds something else (WRONGTYPE; see Claim). A resume mark's key of another type is
-# deleted, as GETDEL deletes a mark, and read as no mark (a takeover is counted, keeping max_takeovers' bound): its
-# GETDEL raised WRONGTYPE after the lease was taken, the task raised and the response stayed where it was (queued:
-# until the stale sweep; running: taken over again and again).
+# resume mark's key held another type, the relaying API instance if its liveness key is missing, else ''}; the
+# stream's last entry is the error's text where the stream's key holds something else (WRONGTYPE; see Claim).
+# A resume mark's key of another type is deleted, as GETDEL deletes a mark, and read as no mark (a takeover is
+# counted, keeping max_takeovers' bound): its GETDEL raised WRONGTYPE after the lease was taken, the task raised
+# and the response stayed where it was (queued: until the stale sweep; running: taken over again and again).
 # The response joins the open streams: from now on, whoever ends it in SQL must also close its stream.
 # A stream not ended loses the TTL its accept gave it (an accept that failed after writing its opening
 # events may not have been able to delete them: they expire): a running stream keeps until its end.
@@ -50,6 +51,8 @@ end
 mark = mark or ''
 local relay = redis.pcall('GET', KEYS[6])
 if type(relay) ~= 'string' then relay = '' end  -- none, or a key of another type: no relay to watch
+-- Its process alive (the common case): nothing to watch, and no round trip more to ask.
+if relay ~= '' and redis.call('EXISTS', ARGV[4] .. relay .. ARGV[5]) == 1 then relay = '' end
 local tail = redis.pcall('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
 if tail.err then return {mark, redis.call('EXISTS', KEYS[3]), tail.err, overwritten_mark, relay} end
 local ended = false
@@ -74,14 +77,15 @@ class Claim:
     # event can be written there. The claim's read of it was a script error, raised after the lease was
     # taken: the task raised, the lease lapsed, the reaper dispatched it again, every lease period for good.
     overwritten: bool = False
-    relay: str | None = None  # the API process whose client runs it (a foreground response: ``relays.py``)
+    # The API process whose client runs it (a foreground response: ``relays.py``), when its liveness key was missing.
+    missing_relay: str | None = None
 
 
 def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
     """Take ``lease``; None if another worker holds it (then nothing else was read or changed)."""
     keys = (lease.key, redis_keys.resume(response_id), redis_keys.cancel(response_id), redis_keys.events(response_id),
             redis_keys.OPEN_STREAMS, redis_keys.relay(response_id))
-    reply = redis.eval(_CLAIM, len(keys), *keys, lease.owner, lease.ttl_ms, response_id)
+    reply = redis.eval(_CLAIM, len(keys), *keys, lease.owner, lease.ttl_ms, response_id, *redis_keys.API_ALIVE)
     if reply is None:
         return None
     mark, cancel, tail, overwritten_mark, relay_reply = reply
@@ -93,13 +97,13 @@ def claim(redis: Redis, lease: Lease, response_id: str) -> Claim | None:
         if not wrong_type(tail.decode()):
             raise ResponseError(tail.decode())
         return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=0, overwritten=True,
-                     relay=relay)
+                     missing_relay=relay)
     # A script's reply is not parsed as XREVRANGE's would be: each entry is [id, [field, value, ...]].
     entries: StreamRangeResponse = [
         (entry_id, dict(zip(fields[::2], fields[1::2], strict=True))) for entry_id, fields in tail
     ]
     return Claim(resume_mark=mark, cancel_requested=bool(cancel), next_sequence_number=next_from_tail(entries),
-                 ended=ended_as(entries), relay=relay)
+                 ended=ended_as(entries), missing_relay=relay)
 
 
 # KEYS: lease, events. ARGV: owner, then each opening frame's entry id and bytes. Written only while the

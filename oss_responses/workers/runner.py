@@ -175,7 +175,7 @@ def _run_leased(run: Run, taken: Claim) -> Outcome:
             return decided if isinstance(decided, str) else _execute(run, decided.steps)
         if taken.cancel_requested:
             return _cancel_queued(ctx, job)
-        if taken.relay is not None and relay_gone(ctx.sync_redis, taken.relay):
+        if taken.missing_relay is not None and relay_gone(ctx.sync_redis, taken.missing_relay):
             log.warning("%s was queued for a client of an API process that is gone (killed, or its host lost): "
                         "cancelled instead of run", job.response_id)
             return _cancel_queued(ctx, job)

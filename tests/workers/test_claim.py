@@ -115,3 +115,21 @@ def test_claim_response_while_open_streams_key_holds_something_else_takes_it(
 
     assert claim_as(redis_url, "w1") == Claim(resume_mark=b"", cancel_requested=False, next_sequence_number=0)
     assert redis.get(redis_keys.lease("r1")) == b"w1"
+
+
+def test_claim_response_whose_relay_is_alive_names_no_relay(redis_url: str, redis: redis_lib.Redis) -> None:
+    """The common case costs the start no round trip more: the claim itself found the API process alive."""
+    redis.set(redis_keys.relay("r1"), "api-1")
+    redis.set(redis_keys.api_alive("api-1"), "1")
+
+    taken = claim_as(redis_url, "w1")
+
+    assert taken is not None and taken.missing_relay is None
+
+
+def test_claim_response_whose_relay_lost_its_liveness_names_the_relay(redis_url: str, redis: redis_lib.Redis) -> None:
+    redis.set(redis_keys.relay("r1"), "api-1")
+
+    taken = claim_as(redis_url, "w1")
+
+    assert taken is not None and taken.missing_relay == "api-1"
