@@ -14,6 +14,8 @@ the engine only once each of its grammars compiled within ``grammar_compile_seco
 process of the worker (:class:`GrammarBudget`): a schema over it is refused, its response failed
 (``SchemaNotConstrainable``), and its child killed. What passed is remembered by schema (the most
 recent 1,024), so the child compiles each schema once; the engine compiles it again, off its step.
+A request whose prompt opens a constrained message (a takeover inside it) is added to the engine only
+once the engine's processes compiled that grammar (``VllmEngine``, ``structured.GrammarsWorkerExtension``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import multiprocessing
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from oss_responses.engine.base import SchemaNotConstrainable
 from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
-from oss_responses.engine.scripted import RETURN
+from oss_responses.engine.scripted import CALL, END, RETURN, START
 
 if TYPE_CHECKING:
     import xgrammar
@@ -68,6 +70,24 @@ def compile_grammar(
     if compact:
         return compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=SEPARATORS)
     return compiler.compile_json_schema(json.dumps(schema), any_whitespace=True, max_whitespace_cnt=1)
+
+
+def open_message(prompt: Sequence[int] | None) -> list[int]:
+    """The prompt's last message if it is still open (from its ``<|start|>``): the start of the output.
+
+    A prompt for completion ends with ``<|start|>assistant``; a continued one with a header, or a
+    message's content, that the lost worker (or the worker, forcing a call) wrote."""
+    if not prompt:
+        return []
+    for index in range(len(prompt) - 1, -1, -1):
+        if prompt[index] in _MESSAGE_ENDS:
+            return []
+        if prompt[index] == START:
+            return list(prompt[index:])
+    return []
+
+
+_MESSAGE_ENDS = frozenset((END, RETURN, CALL))
 
 
 @dataclass(frozen=True, slots=True)

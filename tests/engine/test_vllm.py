@@ -46,6 +46,7 @@ from oss_responses.engine.scripted import ScriptWriter, parse_prompt
 from oss_responses.engine.vllm import (
     FORCED_LOGITS_PROCESSOR,
     FORCED_TOKENS_KEY,
+    GRAMMARS_WORKER_EXTENSION,
     STRUCTURED_LOGITS_PROCESSOR,
     ScriptedAnswers,
     VllmEngine,
@@ -89,6 +90,14 @@ def test_engine_args_registers_forcing_then_structured_processor_once(tiny_model
 
     assert engine_args(settings).logits_processors == [FORCED_LOGITS_PROCESSOR, STRUCTURED_LOGITS_PROCESSOR]
     assert engine_args(plain).logits_processors == [STRUCTURED_LOGITS_PROCESSOR]
+
+
+def test_engine_args_extends_vllms_worker_with_the_grammars_rpc_and_refuses_another(tiny_model: Path) -> None:
+    other = tiny_settings(tiny_model).model_copy(update={"vllm_engine_args": {"worker_extension_cls": "pkg.Other"}})
+
+    assert engine_args(tiny_settings(tiny_model)).worker_extension_cls == GRAMMARS_WORKER_EXTENSION
+    with pytest.raises(ValueError, match="worker_extension_cls='pkg.Other'"):
+        engine_args(other)
 
 
 def test_engine_args_with_frontends_gives_every_front_ends_threads_a_sequence_slot(tiny_model: Path) -> None:
@@ -607,6 +616,67 @@ def test_abort_while_grammar_compiles_ends_request_within_one_second_unsent(
         return time.monotonic() - aborted_at, outputs
 
     seconds, outputs = engine_loop.run(abort_while_admitting(), timeout=60)
+
+    assert seconds < 1.0
+    assert [(o.token_ids, o.finished, o.finish_reason) for o in outputs] == [([], True, "abort")]
+    assert request_id not in engine.llm.output_processor.request_states  # never sent
+
+
+def test_takeover_inside_a_slow_grammars_answer_holds_no_other_requests_tokens(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    """A takeover (or a handoff) inside its constrained answer has a prompt that opens the answer: its first step
+    needs the grammar at once. The engine core compiled it inside that step, and every running request waited
+    for the whole compile (1.9 s here for this schema, 4 s for a minLength of 1621); the worker now has it
+    compiled beside the steps before the request joins them (0.13 s and 0.27 s, the longest gap)."""
+    assert engine.grammars is not None
+    slow = _new_slow_grammar(60)  # a schema the engine core has not compiled yet (1.5-2 s here)
+    engine_loop.run(engine.grammars.admit(slow), timeout=120)  # the worker's check, untimed here
+    written = up_to_final_content(encoding, "Fill it.") + encoding.encode('{"text":"', allowed_special=set())
+    free = SamplingSettings(max_tokens=1500)
+    continued = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=slow)
+
+    async def gaps_while_the_takeover_starts() -> tuple[list[float], list[EngineOutput], bool]:
+        outputs = aiter(engine.generate("free-beside-takeover", prompt_for(encoding, "Go on."), free))
+        for _ in range(5):
+            await anext(outputs)
+        takeover = asyncio.create_task(collect(engine, "takeover-slow-grammar",
+                                               prompt_for(encoding, "unscripted") + written, continued))
+        times, last = [time.monotonic()], None
+        while not takeover.done() and time.monotonic() - times[0] < 20.0 and (last is None or not last.finished):
+            last = await anext(outputs)
+            times.append(time.monotonic())
+        await engine.abort("free-beside-takeover")
+        return [b - a for a, b in zip(times, times[1:], strict=False)], await takeover, bool(last and last.finished)
+
+    gaps, taken_over, free_ended = engine_loop.run(gaps_while_the_takeover_starts(), timeout=60)
+
+    assert not free_ended, "the free request ended before the takeover's grammar could have compiled"
+    assert taken_over[-1].finished and tokens_of(taken_over)
+    assert max(gaps) < 0.75, f"the running request waited {max(gaps):.2f} s"
+
+
+def test_abort_while_a_takeovers_grammar_compiles_ends_it_within_one_second_unsent(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    """The worker waits for the engine's processes to compile a takeover's grammar before it adds the request:
+    an abort meanwhile ends it there, as one while the grammar budget checks the schema does."""
+    assert engine.grammars is not None
+    slow = _new_slow_grammar(70)  # a schema the engine core has not compiled yet (1.5-2 s here)
+    engine_loop.run(engine.grammars.admit(slow), timeout=120)  # the worker's check, untimed here
+    written = up_to_final_content(encoding, "Fill it.") + encoding.encode('{"text":"', allowed_special=set())
+    sampling = SamplingSettings(max_tokens=4, stop_token_ids=encoding.stop_tokens_for_assistant_actions(), extra=slow)
+    request_id = "abort-takeover-compiling"
+
+    async def abort_while_compiling() -> tuple[float, list[EngineOutput]]:
+        task = asyncio.create_task(collect(engine, request_id, prompt_for(encoding, "unscripted") + written, sampling))
+        await asyncio.sleep(0.2)  # the engine's processes compile the grammar
+        aborted_at = time.monotonic()
+        await engine.abort(request_id)
+        outputs = await asyncio.wait_for(task, 30)
+        return time.monotonic() - aborted_at, outputs
+
+    seconds, outputs = engine_loop.run(abort_while_compiling(), timeout=60)
 
     assert seconds < 1.0
     assert [(o.token_ids, o.finished, o.finish_reason) for o in outputs] == [([], True, "abort")]
