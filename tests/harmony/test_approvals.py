@@ -280,12 +280,7 @@ def test_approval_call_written_past_replays_stateless_as_stored(encoding) -> Non
     turn.add(turn.translator.finish("stop"))
     output = turn.response.model_dump(mode="json", exclude_none=True)["output"]
     assert [item["type"] for item in output] == ["reasoning", "reasoning", "message"]
-    chained = render_prompt(_request("thanks", previous_response_id="resp_1"),
-                            [_stored(request, render_prompt(request, [], options, encoding), turn)], options, encoding)
-    replay = [{"type": "message", "role": "user", "content": "Add 1 and 2"}, *output,
-              {"type": "message", "role": "user", "content": "thanks"}]
-    stateless = render_prompt(_request(replay, store=False), [], options, encoding)
-    assert encoding.decode(stateless.token_ids) == encoding.decode(chained.token_ids)
+    _assert_replay_renders_chained_prompt(encoding, options, request, turn, output)
 
 
 def test_approval_call_written_past_stored_without_include_replays_as_stored_once_retrieved_with_it(
@@ -305,6 +300,13 @@ def test_approval_call_written_past_stored_without_include_replays_as_stored_onc
                             state={SEALING_PLAN: turn.translator.sealing_plan})
     output = with_included(record.response, record, ["reasoning.encrypted_content"], sealer)["output"]
     assert [item["type"] for item in output] == ["reasoning", "reasoning", "message"]
+    _assert_replay_renders_chained_prompt(encoding, options, request, turn, output)
+
+
+def _assert_replay_renders_chained_prompt(
+    encoding, options: RenderOptions, request, turn: Turn, output: list[dict]
+) -> None:
+    """``output`` sent back with ``store: false`` renders the prompt the turn chained by id renders."""
     chained = render_prompt(_request("thanks", previous_response_id="resp_1"),
                             [_stored(request, render_prompt(request, [], options, encoding), turn)], options, encoding)
     replay = [{"type": "message", "role": "user", "content": "Add 1 and 2"}, *output,
