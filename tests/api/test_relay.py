@@ -306,34 +306,25 @@ def _kill(api: ServiceProcess) -> float:
     return killed
 
 
-def test_kill_api_cancels_the_responses_its_streaming_clients_ran_not_another_replicas(
+def test_kill_api_cancels_its_foreground_responses_only(
     slow_settings: Settings, tmp_path: Path, started: list[ServiceProcess]
 ) -> None:
-    """Its client is cut off as on a SIGTERM, which cancels them: a killed process cancelled nothing, and they
-    ran to their ends (30 s here) for nobody. Another replica's foreground response is not its to cancel."""
+    """Its streaming client is cut off as on a SIGTERM, which cancels that response: a killed process cancelled
+    nothing, and it ran to its end (30 s here) for nobody. Its background response runs for nobody in
+    particular, and another replica's foreground response is not its to cancel: both run to their ends."""
     started.append(start_worker_process(slow_settings, tmp_path / "worker.log"))
     api, base_url = start_api_process(slow_settings, tmp_path / "api.log")
     other, other_url = start_api_process(slow_settings, tmp_path / "other-api.log")
     started.extend([api, other])
     killed_ones = Streamed(base_url, 600).started()  # 30 s of answer
+    background = Streamed(base_url, 300, background=True).started()  # 15 s: past a cancel's KILLED_WITHIN_S
     other_one = Streamed(other_url, 400).started()  # 20 s: still running once the killed one's are cancelled
-    assert killed_ones.delta.wait(30) and other_one.delta.wait(30)
+    assert killed_ones.delta.wait(30) and background.delta.wait(30) and other_one.delta.wait(30)
     killed = _kill(api)
     assert _wait_ended(slow_settings, killed_ones.response_id, timeout=KILLED_WITHIN_S) == "cancelled"
     print(f"cancelled {time.monotonic() - killed:.2f}s after the SIGKILL")
-    assert _wait_ended(slow_settings, other_one.response_id, timeout=30) == "completed"
-
-
-def test_kill_api_leaves_its_background_responses_running(
-    slow_settings: Settings, tmp_path: Path, started: list[ServiceProcess]
-) -> None:
-    started.append(start_worker_process(slow_settings, tmp_path / "worker.log"))
-    api, base_url = start_api_process(slow_settings, tmp_path / "api.log")
-    started.append(api)
-    background = Streamed(base_url, 300, background=True).started()  # 15 s: past a cancel's KILLED_WITHIN_S
-    assert background.delta.wait(30)
-    _kill(api)
     assert _wait_ended(slow_settings, background.response_id, timeout=40) == "completed"
+    assert _wait_ended(slow_settings, other_one.response_id, timeout=30) == "completed"
 
 
 def test_kill_api_cancels_its_queued_foreground_response_unrun(
