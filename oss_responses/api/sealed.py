@@ -122,7 +122,7 @@ def _sealed_by_plan(output: list[Any], record: ResponseRecord, plan: list[dict[s
                 sealed[position] = {**sealed[position], "encrypted_content": seal(span)}
         else:
             before = _position(sealed, span["before"])
-            carrier = _carrier(record.id, span["before"], seal(span))
+            carrier = _carrier(record.id, span["messages"][0], seal(span))
             sealed.insert(len(sealed) if before is None else before, carrier)
     return sealed
 
@@ -132,10 +132,12 @@ def _position(output: list[Any], item_id: str | None) -> int | None:
                  if item_id is not None and isinstance(item, dict) and item.get("id") == item_id), None)
 
 
-def _carrier(response_id: str, before: str | None, blob: str) -> dict[str, Any]:
+def _carrier(response_id: str, first_message: int, blob: str) -> dict[str, Any]:
     """The reasoning item that carries messages no item shows, as the translator makes it with ``seal``
-    (``SealedMessagesBuilder``), named reproducibly: the same id at every retrieve, and none of the turn's."""
-    digest = hashlib.sha256(f"{response_id}:sealed-before:{before}".encode()).hexdigest()
+    (``SealedMessagesBuilder``), named reproducibly: the same id at every retrieve, and none of the turn's.
+    Named by the first message it carries, not by the item it stands before: two carriers can stand before
+    the same one (calls written past, nothing shown between them), and an id twice made a replay a 400."""
+    digest = hashlib.sha256(f"{response_id}:sealed-from:{first_message}".encode()).hexdigest()
     item = ResponseReasoningItem(type="reasoning", id=f"rs_{digest[:48]}", summary=[], content=[],
                                  encrypted_content=blob, status="completed")
     return item_on_the_wire(wire_json(item))

@@ -294,13 +294,46 @@ def test_approval_call_written_past_stored_without_include_replays_as_stored_onc
     turn = new_turn(encoding, approval_required=_always, response_id="resp_1")
     turn.feed_text(encoding, CALL_WRITTEN_PAST)
     turn.add(turn.translator.finish("stop"))
+    output = _retrieved_with_include(turn, sealer)
+    assert [item["type"] for item in output] == ["reasoning", "reasoning", "message"]
+    _assert_replay_renders_chained_prompt(encoding, options, request, turn, output)
+
+
+CALLS_WRITTEN_PAST = CALL_WRITTEN_PAST.replace(
+    "<|start|>assistant<|channel|>final",
+    '<|start|>assistant<|channel|>commentary to=calc.add <|constrain|>json<|message|>{"a":3,"b":4}<|end|>'
+    "<|start|>assistant<|channel|>final",
+)
+
+
+def test_approval_calls_written_past_stored_without_include_retrieved_with_it_have_distinct_ids(encoding) -> None:
+    # Two calls written past, nothing between them: each gets a reasoning item of its own where they stood, which
+    # before each stands (the final answer) named both alike. The same id twice: a replay was a 400 (duplicate).
+    sealer = Sealer([new_key()])
+    options = RenderOptions(conversation_start_date="2026-11-23", mcp_tools={"calc": CALC_TOOLS}, unseal=sealer.open)
+    request = _request("Add 1 and 2")
+    turn = new_turn(encoding, approval_required=_always, response_id="resp_1")
+    turn.feed_text(encoding, CALLS_WRITTEN_PAST)
+    turn.add(turn.translator.finish("stop"))
+    output = _retrieved_with_include(turn, sealer)
+    assert [item["type"] for item in output] == ["reasoning", "reasoning", "reasoning", "message"]
+    assert len({item["id"] for item in output}) == len(output)
+    assert output == _retrieved_with_include(turn, sealer, blobs=[item.get("encrypted_content") for item in output])
+    _assert_replay_renders_chained_prompt(encoding, options, request, turn, output)
+
+
+def _retrieved_with_include(turn: Turn, sealer: Sealer, blobs: list | None = None) -> list[dict]:
+    """The turn stored without include, as a retrieve with it answers (``blobs``: those of an earlier retrieve,
+    Fernet's seal differing each time, put in place to compare the rest)."""
     record = ResponseRecord(id="resp_1", model="gpt-oss-20b", status="completed", background=False, store=True,
                             request={}, response=response_json(turn.response),
                             output_messages=turn.translator.output_messages,
                             state={SEALING_PLAN: turn.translator.sealing_plan})
     output = with_included(record.response, record, ["reasoning.encrypted_content"], sealer)["output"]
-    assert [item["type"] for item in output] == ["reasoning", "reasoning", "message"]
-    _assert_replay_renders_chained_prompt(encoding, options, request, turn, output)
+    if blobs is not None:
+        output = [{**item, "encrypted_content": blob} if blob else item
+                  for item, blob in zip(output, blobs, strict=True)]
+    return output
 
 
 def _assert_replay_renders_chained_prompt(
