@@ -45,6 +45,20 @@ def test_connect_socket_from_origin_not_allowed_is_denied(api) -> None:  # type:
     assert json.loads(denied.value.response.body)["error"]["code"] == "origin_not_allowed"
 
 
+@pytest.mark.parametrize("headers", [{"origin": "https://evil.example"},
+                                     {"additional_headers": [("Content-Encoding", "gzip")]}],
+                         ids=["origin", "content encoding"])
+def test_connect_socket_handshake_answered_with_request_id(api, headers) -> None:  # type: ignore[no-untyped-def]
+    """Its handshake is an answer as any other (README: every answer carries an x-request-id): refused, as
+    accepted, it carried none, and the refusal's log lines no request id."""
+    url = api.base_url.replace("http://", "ws://") + "/v1/responses"
+    with pytest.raises(InvalidStatus) as denied:
+        ws_client.connect(url, **headers)
+    assert denied.value.response.headers["x-request-id"].startswith("req_")
+    with ws_client.connect(url, additional_headers=[("x-request-id", "req-socket-1")]) as accepted:
+        assert accepted.response.headers["x-request-id"] == "req-socket-1"
+
+
 def test_create_response_from_allowed_origin_gets_cors_headers(http: httpx2.Client) -> None:
     preflight = http.options("/v1/responses", headers={
         "Origin": ALLOWED, "Access-Control-Request-Method": "POST",
