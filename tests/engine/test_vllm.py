@@ -653,7 +653,8 @@ def test_takeover_inside_a_slow_grammars_answer_holds_no_other_requests_tokens(
 
     assert not free_ended, "the free request ended before the takeover's grammar could have compiled"
     assert taken_over[-1].finished and tokens_of(taken_over)
-    assert max(gaps) < 0.75, f"the running request waited {max(gaps):.2f} s"
+    # Under the suite's load a step here can take ~0.7 s; the compile in the step held them 1.9 s quiet.
+    assert max(gaps) < 1.2, f"the running request waited {max(gaps):.2f} s"
 
 
 def test_abort_while_a_takeovers_grammar_compiles_ends_it_within_one_second_unsent(
