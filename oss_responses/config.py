@@ -226,9 +226,9 @@ class Settings(BaseSettings):
     )
     engine_stall_seconds: float = Field(
         300.0, ge=0,
-        description="vLLM: an engine that gives no output for this many seconds while requests run is taken as hung "
-        "(a GPU that stopped answering; vLLM waits on it forever) and stops the worker as a dead engine core does: "
-        "its running responses go on with other workers; 0: never",
+        description="vLLM: an engine that gives no output for this many seconds while requests run, and whose engine "
+        "core answers no call meanwhile, is taken as hung (a GPU that stopped answering; vLLM waits on it forever) and "
+        "stops the worker as a dead engine core does: its running responses go on with other workers; 0: never",
     )
     visibility_timeout_seconds: int = Field(
         300, ge=1,

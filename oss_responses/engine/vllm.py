@@ -286,7 +286,8 @@ class VllmEngine:
         # request id -> set once its abort is asked; for the ids whose generate() or stream() is running
         self._aborted: dict[str, asyncio.Event] = {}
         self._feeds: dict[str, _OutputFeed] = {}  # the streamed requests vLLM has, by id
-        self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled, self._feeds.__len__)
+        self._watch = StallWatch(settings.engine_stall_seconds or float("inf"), self._stalled, self._feeds.__len__,
+                                 self.core_answers)
         self._watch_task: asyncio.Task[None] | None = None
         self._hung: str | None = None  # why the engine is taken for dead (the watch saw it hang)
 
@@ -466,6 +467,12 @@ class VllmEngine:
             aborted.set()
         if not self._is_dead():  # a dead engine core runs nothing to stop (and refuses the message)
             await self.llm.abort(request_id)
+
+    async def core_answers(self) -> None:
+        """Returns once the engine core answered a utility call: its busy loop runs them between two steps, so
+        an answer says the core is stepping (it may be stepping other front ends' requests); a core hung inside
+        a step never answers."""
+        await self.llm.is_sleeping()
 
     def _is_dead(self) -> bool:
         return self._hung is not None or self.llm.errored

@@ -43,6 +43,7 @@ from support.tiny_engine import EngineLoop, tiny_settings
 from oss_responses.engine.base import EngineOutput, SamplingSettings, SchemaNotConstrainable
 from oss_responses.engine.response_format import REQUIRED_CALL_KEY, STRICT_CALLS_KEY, STRUCTURED_OUTPUT_KEY
 from oss_responses.engine.scripted import ScriptWriter, parse_prompt
+from oss_responses.engine.stall import StallWatch
 from oss_responses.engine.vllm import (
     FORCED_LOGITS_PROCESSOR,
     FORCED_TOKENS_KEY,
@@ -53,6 +54,7 @@ from oss_responses.engine.vllm import (
     engine_args,
     sampling_params,
 )
+from oss_responses.stopping import cancel_and_wait
 
 pytestmark = pytest.mark.engine
 
@@ -682,3 +684,28 @@ def test_abort_while_a_takeovers_grammar_compiles_ends_it_within_one_second_unse
     assert seconds < 1.0
     assert [(o.token_ids, o.finished, o.finish_reason) for o in outputs] == [([], True, "abort")]
     assert request_id not in engine.llm.output_processor.request_states  # never sent
+
+
+def test_stall_watch_leaves_a_core_that_generates_while_a_front_ends_requests_wait(
+    engine: VllmEngine, engine_loop: EngineLoop, encoding: HarmonyEncoding
+) -> None:
+    """Several worker front ends over one core: one's requests can all wait in the core's queue (its KV cache
+    full) while the core generates the others' for minutes. The watch sees a request of its own and no output,
+    as such a front end's does; the request the core generates meanwhile is outside it, as another front end's
+    is. Before, such a watch took the healthy core for hung after its seconds (1 s here)."""
+    stalls: list[str] = []
+
+    async def watched_while_the_core_generates_another_front_ends_request() -> tuple[int, list[EngineOutput]]:
+        watch = StallWatch(1.0, stalls.append, lambda: 1, engine.core_answers)
+        other = asyncio.create_task(collect(engine, "other-front-end", prompt_for(encoding, "Go on forever."),
+                                            SamplingSettings(max_tokens=20000)))
+        watching = asyncio.create_task(watch.run())
+        await asyncio.sleep(3.0)
+        await cancel_and_wait(watching)
+        await engine.abort("other-front-end")
+        return watch.answers, await other
+
+    answers, generated = engine_loop.run(watched_while_the_core_generates_another_front_ends_request(), timeout=60)
+
+    assert stalls == [] and answers > 0
+    assert generated[-1].finish_reason == "abort", "the other request ended before the watch's time was up"
